@@ -1,0 +1,96 @@
+#!/bin/sh
+# Install everything mrc-testbed needs on Debian 12 or Ubuntu 22.04/24.04. Idempotent; run as root.
+#
+#   scripts/install.sh              apt packages, the venv at .venv, the project (editable, with test extras)
+#   scripts/install.sh --with-bmv2  the same plus p4c, BMv2 (simple_switch_grpc) and PI from p4lang's packages
+#
+# The venv is made from the system python3 with --system-site-packages so that Debian's Mininet
+# (python3-mininet, which brings mnexec) is importable from it.
+set -eu
+
+here=$(cd "$(dirname "$0")/.." && pwd)
+with_bmv2=0
+for arg in "$@"; do
+    case "$arg" in
+        --with-bmv2) with_bmv2=1 ;;
+        -h|--help) sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        *) echo "install.sh: unknown option '$arg' (expected --with-bmv2 or --help)" >&2; exit 2 ;;
+    esac
+done
+
+say() { printf 'installing: %s\n' "$*"; }
+die() { printf 'install.sh: %s\n' "$*" >&2; exit 1; }
+
+[ "$(id -u)" = 0 ] || die "run as root (sudo $0 $*): apt packages and the Mininet check need it"
+command -v apt-get >/dev/null 2>&1 || die "apt-get not found: this script supports Debian and Ubuntu only"
+
+export DEBIAN_FRONTEND=noninteractive
+APT_PACKAGES="python3 python3-venv python3-pip python3-dev gcc git ca-certificates \
+mininet openvswitch-switch iproute2 ethtool bridge-utils tcpdump tshark iperf3 procps psmisc kmod"
+
+missing=""
+for pkg in $APT_PACKAGES; do
+    dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'ok installed' || missing="$missing $pkg"
+done
+if [ -n "$missing" ]; then
+    say "apt packages:$missing"
+    # tshark asks whether non-root users may capture; answer no without a prompt.
+    echo "wireshark-common wireshark-common/install-setuid boolean false" | debconf-set-selections 2>/dev/null || true
+    apt-get update -qq || die "apt-get update failed: check the network and /etc/apt/sources.list"
+    # shellcheck disable=SC2086
+    apt-get install -y -qq --no-install-recommends $missing >/dev/null \
+        || die "apt-get install failed for:$missing"
+    say "apt packages ok"
+else
+    say "apt packages ok (already present)"
+fi
+
+# Open vSwitch is needed by Mininet's default controller-less setups; start it when systemd is absent.
+if command -v ovs-vsctl >/dev/null 2>&1 && ! ovs-vsctl --timeout=2 show >/dev/null 2>&1; then
+    /usr/share/openvswitch/scripts/ovs-ctl start --system-id=random >/dev/null 2>&1 || true
+fi
+
+venv="$here/.venv"
+if [ ! -x "$venv/bin/python" ] || ! "$venv/bin/python" -c 'import mininet.net' >/dev/null 2>&1; then
+    say "venv at .venv (system python3, system site packages for Mininet)"
+    rm -rf "$venv"
+    /usr/bin/python3 -m venv --system-site-packages "$venv" || die "could not create the venv at $venv"
+fi
+stamp="$venv/.installed"
+if [ ! -f "$stamp" ] || [ "$here/pyproject.toml" -nt "$stamp" ]; then
+    say "python packages (pip install -e '.[test]')"
+    "$venv/bin/python" -m pip install -q --upgrade pip >/dev/null
+    "$venv/bin/python" -m pip install -q -e "$here[test]" || die "pip install failed (see the messages above)"
+    touch "$stamp"
+    say "venv ok"
+else
+    say "venv ok (already present)"
+fi
+"$venv/bin/python" -c 'import mininet.net' 2>/dev/null \
+    || die "the venv cannot import mininet.net: is Debian's python3-mininet installed for /usr/bin/python3?"
+
+if [ "$with_bmv2" = 1 ]; then
+    if command -v p4c >/dev/null 2>&1 && command -v simple_switch_grpc >/dev/null 2>&1; then
+        say "BMv2 and p4c ok (already present)"
+    else
+        . /etc/os-release
+        case "$ID" in
+            ubuntu) obs="xUbuntu_${VERSION_ID}" ;;
+            debian) obs="Debian_${VERSION_ID}" ;;
+            *) die "--with-bmv2: no p4lang packages for $ID (expected Ubuntu or Debian)" ;;
+        esac
+        repo="https://download.opensuse.org/repositories/home:/p4lang/${obs}"
+        say "p4c and BMv2 from p4lang's packages ($repo)"
+        apt-get install -y -qq --no-install-recommends curl gnupg >/dev/null || die "cannot install curl and gnupg"
+        curl -fsSL --connect-timeout 15 --max-time 60 "$repo/Release.key" \
+            | gpg --dearmor --yes -o /etc/apt/trusted.gpg.d/home_p4lang.gpg \
+            || die "cannot reach p4lang's package repository ($repo): BMv2 and p4c need network access to it; without it use the switchmodel target (--target model)"
+        echo "deb $repo/ /" > /etc/apt/sources.list.d/home:p4lang.list
+        timeout 600 apt-get update -qq || die "apt-get update failed with p4lang's repository ($repo)"
+        timeout 1800 apt-get install -y -qq p4lang-p4c p4lang-bmv2 p4lang-pi >/dev/null \
+            || die "apt-get install p4lang-p4c p4lang-bmv2 p4lang-pi failed"
+    fi
+    p4c --version | head -n 1 || die "p4c is installed but does not run"
+    simple_switch_grpc --version 2>&1 | head -n 1 || die "simple_switch_grpc is installed but does not run"
+fi
+say "done"

@@ -1,0 +1,1 @@
+"""The mrc_switch P4 pipeline in Python, served as a P4Runtime target (mrc-switch)."""

@@ -1,0 +1,33 @@
+"""The fabric model: the single source of truth for names, ports, uSIDs, addresses and paths.
+
+A topology file (YAML) is loaded into an immutable :class:`~topologies.config.Topology`,
+from which :class:`~topologies.fabric.Fabric` derives everything else exactly once:
+
+- ``config``  -- the topology file schema, loading and validation (errors name the field);
+- ``usid``    -- the 16-bit uSID encoding (plane | tier | index) and carrier arithmetic;
+- ``fabric``  -- switches, hosts, NICs, links, port numbers, MACs, addresses and paths;
+- ``scale``   -- the two-tier multi-plane scale arithmetic (``mrc-testbed topo scale``);
+- ``mininet`` -- builds a Mininet network from a fabric (imported only where Mininet exists).
+
+The controller's table entries, the Mininet network and the host agents' path tables are all
+computed from a :class:`Fabric`; nothing else computes an address or a path.
+"""
+
+from topologies.config import Topology, TopologyError, load_topology, parse_topology
+from topologies.fabric import Fabric, Host, Hop, Link, Nic, Path, Port, Switch, Tier
+
+__all__ = [
+    "Fabric",
+    "Hop",
+    "Host",
+    "Link",
+    "Nic",
+    "Path",
+    "Port",
+    "Switch",
+    "Tier",
+    "Topology",
+    "TopologyError",
+    "load_topology",
+    "parse_topology",
+]

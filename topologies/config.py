@@ -1,0 +1,248 @@
+"""Topology files: schema, loading and validation.
+
+A topology file describes one two-tier multi-plane fabric::
+
+    name: small
+    planes: 2              # disjoint networks; every host has one NIC per plane
+    racks: 2               # one T0 (leaf) per rack per plane
+    spines_per_plane: 2    # T1 switches per plane; every T0 links to every T1 of its plane
+    hosts_per_rack: 2
+    link:
+      rate_mbps: 100       # every link, shaped inside the switch
+      delay_us: 50         # one-way propagation delay of every link
+    switch:
+      queue_depth: 64      # packets per egress queue
+    mtu: 4096              # MRC payload bytes per packet (RDMA-sized)
+    usid_block: fcbb:bb00::/32
+
+:func:`load_topology` returns an immutable :class:`Topology`; every error raised is a
+:class:`TopologyError` that names the file, the field, the value and what was expected.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+# The uSID encoding (see topologies.usid) leaves 4 bits for the plane and 10 for the index.
+MAX_PLANES = 16
+MAX_INDEX = 1 << 10
+# Linux interface names hold at most 15 characters.
+IFNAME_MAX = 15
+# Bytes an MRC data packet carries besides its payload, up to the end of the MRC extension:
+# Ethernet 14 + IPv6 40 + SRH with 4 segments 72 + UDP 8 + BTH 12 + RETH 16 + ImmDt 4 + ext 24.
+MAX_HEADER_BYTES = 14 + 40 + 8 + 4 * 16 + 8 + 12 + 16 + 4 + 24
+MAX_LINK_MTU = 9500
+
+
+class TopologyError(ValueError):
+    """A topology file or value that does not describe a valid fabric."""
+
+    def __init__(self, source: str, field: str, value: object, expected: str) -> None:
+        self.source = source
+        self.field = field
+        self.value = value
+        self.expected = expected
+        super().__init__(f"{source}: field '{field}' = {value!r}: expected {expected}")
+
+
+@dataclass(frozen=True)
+class Topology:
+    """One fabric as described by a topology file (immutable; use :meth:`with_` to vary)."""
+
+    name: str
+    planes: int
+    racks: int
+    spines_per_plane: int
+    hosts_per_rack: int
+    link_rate_mbps: float
+    link_delay_us: float
+    queue_depth: int
+    mtu: int
+    usid_block: ipaddress.IPv6Network
+    source: str = "<memory>"
+
+    @property
+    def hosts(self) -> int:
+        """Number of hosts in the fabric."""
+        return self.racks * self.hosts_per_rack
+
+    @property
+    def link_mtu(self) -> int:
+        """Interface MTU (IPv6 packet bytes) that carries a full MRC data packet."""
+        return self.mtu + MAX_HEADER_BYTES - 14
+
+    def with_(self, **changes: Any) -> Topology:
+        """Return a copy with some fields changed, validated like a loaded file."""
+        data = {**self.as_dict(), **changes}
+        return parse_topology(data, self.source)
+
+    def as_dict(self) -> dict[str, Any]:
+        """The flat field dictionary that :func:`parse_topology` accepts back."""
+        return {
+            "name": self.name,
+            "planes": self.planes,
+            "racks": self.racks,
+            "spines_per_plane": self.spines_per_plane,
+            "hosts_per_rack": self.hosts_per_rack,
+            "link": {"rate_mbps": self.link_rate_mbps, "delay_us": self.link_delay_us},
+            "switch": {"queue_depth": self.queue_depth},
+            "mtu": self.mtu,
+            "usid_block": str(self.usid_block),
+        }
+
+
+_TOP_FIELDS = {
+    "name",
+    "planes",
+    "racks",
+    "spines_per_plane",
+    "hosts_per_rack",
+    "link",
+    "switch",
+    "mtu",
+    "usid_block",
+    "description",
+}
+_DEFAULTS: dict[str, Any] = {
+    "link": {"rate_mbps": 100.0, "delay_us": 50.0},
+    "switch": {"queue_depth": 64},
+    "mtu": 4096,
+    "usid_block": "fcbb:bb00::/32",
+}
+
+
+def load_topology(path: str | Path) -> Topology:
+    """Load and validate a topology file."""
+    path = Path(path)
+    source = str(path)
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        raise TopologyError(source, "<file>", source, "an existing topology YAML file") from None
+    except OSError as exc:
+        raise TopologyError(source, "<file>", source, f"a readable file ({exc.strerror})") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1}" if mark is not None else "the file"
+        raise TopologyError(source, "<yaml>", where, f"valid YAML ({exc})") from None
+    name_default = path.stem
+    if isinstance(data, Mapping) and "name" not in data:
+        data = {**data, "name": name_default}
+    return parse_topology(data, source)
+
+
+def parse_topology(data: object, source: str = "<memory>") -> Topology:
+    """Validate a topology mapping (as loaded from YAML) and return a :class:`Topology`."""
+    if not isinstance(data, Mapping):
+        raise TopologyError(source, "<top>", type(data).__name__, "a mapping of topology fields")
+    unknown = sorted(set(map(str, data)) - _TOP_FIELDS)
+    if unknown:
+        raise TopologyError(source, unknown[0], data[unknown[0]], f"one of {sorted(_TOP_FIELDS)}")
+
+    def section(key: str) -> Mapping[str, Any]:
+        value = data.get(key, _DEFAULTS[key])
+        if not isinstance(value, Mapping):
+            raise TopologyError(source, key, value, "a mapping")
+        merged = {**_DEFAULTS[key], **value}
+        extra = sorted(set(merged) - set(_DEFAULTS[key]))
+        if extra:
+            raise TopologyError(
+                source, f"{key}.{extra[0]}", merged[extra[0]], f"one of {sorted(_DEFAULTS[key])}"
+            )
+        return merged
+
+    def integer(field: str, value: object, low: int, high: int | None = None) -> int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise TopologyError(source, field, value, "an integer")
+        if value < low or (high is not None and value > high):
+            bound = f"between {low} and {high}" if high is not None else f"at least {low}"
+            raise TopologyError(source, field, value, f"an integer {bound}")
+        return value
+
+    def number(field: str, value: object, low: float, strict: bool) -> float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value):
+            raise TopologyError(source, field, value, "a number")
+        if value < low or (strict and value == low):
+            raise TopologyError(source, field, value, f"a number {'>' if strict else '>='} {low}")
+        return float(value)
+
+    def required(key: str) -> object:
+        if key not in data:
+            raise TopologyError(source, key, None, "a value (the field is required)")
+        return data[key]
+
+    name = data.get("name", "fabric")
+    if not isinstance(name, str) or not name or not name.replace("-", "").replace("_", "").isalnum():
+        raise TopologyError(source, "name", name, "a non-empty name of letters, digits, - and _")
+
+    planes = integer("planes", required("planes"), 1, MAX_PLANES)
+    racks = integer("racks", required("racks"), 1)
+    spines = integer("spines_per_plane", required("spines_per_plane"), 1)
+    hosts_per_rack = integer("hosts_per_rack", required("hosts_per_rack"), 1)
+    if racks > MAX_INDEX:
+        raise TopologyError(
+            source, "racks", racks, f"at most {MAX_INDEX} (uSID space overflow: 10-bit T0 index)"
+        )
+    if spines > MAX_INDEX:
+        raise TopologyError(
+            source,
+            "spines_per_plane",
+            spines,
+            f"at most {MAX_INDEX} (uSID space overflow: 10-bit T1 index)",
+        )
+    if racks * hosts_per_rack > MAX_INDEX:
+        raise TopologyError(
+            source,
+            "hosts_per_rack",
+            hosts_per_rack,
+            f"racks x hosts_per_rack <= {MAX_INDEX} (uSID space overflow: 10-bit host index, "
+            f"{racks} racks give {racks * hosts_per_rack} hosts)",
+        )
+
+    link = section("link")
+    rate = number("link.rate_mbps", link["rate_mbps"], 0.0, strict=True)
+    delay = number("link.delay_us", link["delay_us"], 0.0, strict=False)
+    switch = section("switch")
+    queue_depth = integer("switch.queue_depth", switch["queue_depth"], 1, 1 << 18)
+    mtu = integer("mtu", data.get("mtu", _DEFAULTS["mtu"]), 256, MAX_LINK_MTU - MAX_HEADER_BYTES)
+
+    block_text = data.get("usid_block", _DEFAULTS["usid_block"])
+    try:
+        block = ipaddress.IPv6Network(str(block_text), strict=True)
+    except ValueError:
+        raise TopologyError(
+            source, "usid_block", block_text, "an IPv6 /32 prefix with host bits zero"
+        ) from None
+    if block.prefixlen != 32:
+        raise TopologyError(source, "usid_block", block_text, "a /32 locator block (32-bit block)")
+
+    return Topology(
+        name=name,
+        planes=planes,
+        racks=racks,
+        spines_per_plane=spines,
+        hosts_per_rack=hosts_per_rack,
+        link_rate_mbps=rate,
+        link_delay_us=delay,
+        queue_depth=queue_depth,
+        mtu=mtu,
+        usid_block=block,
+        source=source,
+    )
+
+
+def shipped_topology(name: str) -> Path:
+    """Path of a topology shipped in this package (``small``, ``default``)."""
+    return Path(__file__).with_name(f"{name}.yaml")
+
+
+__all__ = ["Topology", "TopologyError", "load_topology", "parse_topology", "shipped_topology"]
