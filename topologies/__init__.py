@@ -14,7 +14,7 @@ computed from a :class:`Fabric`; nothing else computes an address or a path.
 """
 
 from topologies.config import Topology, TopologyError, load_topology, parse_topology
-from topologies.fabric import Fabric, Host, Hop, Link, Nic, Path, Port, Switch, Tier
+from topologies.fabric import Fabric, Hop, Host, Link, Nic, Path, Port, Switch, Tier
 
 __all__ = [
     "Fabric",

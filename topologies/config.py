@@ -49,7 +49,11 @@ class TopologyError(ValueError):
         self.field = field
         self.value = value
         self.expected = expected
-        super().__init__(f"{source}: field '{field}' = {value!r}: expected {expected}")
+        if field.startswith("<"):  # the file as a whole: <file>, <yaml>, <top>
+            message = f"{source}: {value if isinstance(value, str) else type(value).__name__}: expected {expected}"
+        else:
+            message = f"{source}: field '{field}' = {value!r}: expected {expected}"
+        super().__init__(message)
 
 
 @dataclass(frozen=True)
@@ -125,15 +129,16 @@ def load_topology(path: str | Path) -> Topology:
     try:
         text = path.read_text()
     except FileNotFoundError:
-        raise TopologyError(source, "<file>", source, "an existing topology YAML file") from None
+        raise TopologyError(source, "<file>", "no such file", "an existing topology YAML file") from None
     except OSError as exc:
-        raise TopologyError(source, "<file>", source, f"a readable file ({exc.strerror})") from None
+        raise TopologyError(source, "<file>", exc.strerror, "a readable topology file") from None
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f"line {mark.line + 1}" if mark is not None else "the file"
-        raise TopologyError(source, "<yaml>", where, f"valid YAML ({exc})") from None
+        problem = getattr(exc, "problem", None) or "not YAML"
+        raise TopologyError(source, "<yaml>", f"{problem} at {where}", "valid YAML") from None
     name_default = path.stem
     if isinstance(data, Mapping) and "name" not in data:
         data = {**data, "name": name_default}
@@ -143,7 +148,9 @@ def load_topology(path: str | Path) -> Topology:
 def parse_topology(data: object, source: str = "<memory>") -> Topology:
     """Validate a topology mapping (as loaded from YAML) and return a :class:`Topology`."""
     if not isinstance(data, Mapping):
-        raise TopologyError(source, "<top>", type(data).__name__, "a mapping of topology fields")
+        raise TopologyError(
+            source, "<top>", f"a {type(data).__name__}", "a mapping of topology fields"
+        )
     unknown = sorted(set(map(str, data)) - _TOP_FIELDS)
     if unknown:
         raise TopologyError(source, unknown[0], data[unknown[0]], f"one of {sorted(_TOP_FIELDS)}")

@@ -1,0 +1,55 @@
+"""``mrc-testbed``: the testbed's command line.
+
+Each group of subcommands lives in its own module with a ``register(subparsers)`` function;
+this module only assembles them and turns expected failures into one or two readable lines.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable
+
+from experiments import topo_cmd
+from topologies import TopologyError
+
+# Modules that add subcommands; each has register(subparsers).
+COMMAND_MODULES: list[Callable[[argparse._SubParsersAction], None]] = [
+    topo_cmd.register,
+    topo_cmd.register_demo,
+]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The full ``mrc-testbed`` argument parser."""
+    parser = argparse.ArgumentParser(
+        prog="mrc-testbed",
+        description="Emulated two-tier multi-plane fabric running MRC: topologies, "
+        "testbed up/down, experiments and reports.",
+    )
+    subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for register in COMMAND_MODULES:
+        register(subparsers)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of ``mrc-testbed``."""
+    args = build_parser().parse_args(argv)
+    try:
+        result: int = args.func(args)
+        return result
+    except TopologyError as exc:
+        print(f"mrc-testbed: {exc}", file=sys.stderr)
+        return 1
+    except (KeyError, ValueError) as exc:
+        message = exc.args[0] if exc.args else str(exc)
+        print(f"mrc-testbed: {message}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("mrc-testbed: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,160 @@
+"""``mrc-testbed topo``: show a fabric, its paths, and the scale arithmetic of two-tier planes.
+
+- ``topo show FILE``            nodes, ports, links, uSIDs and addresses as tables
+- ``topo paths FILE SRC DST``   every path between two hosts with its carrier in IPv6 notation
+- ``topo scale --radix K --planes P``  hosts, switches, links and optics, beside one plane
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from rich.console import Console
+from rich.table import Table
+
+from topologies import Fabric, load_topology
+from topologies import usid as usidlib
+from topologies.config import shipped_topology
+from topologies.scale import ClosBuild, scale
+
+
+def make_console() -> Console:
+    """A console that does not squeeze tables to 80 columns when output goes to a file or pipe."""
+    console = Console()
+    return console if console.is_terminal else Console(width=200)
+
+
+def _usid_text(usid: int) -> str:
+    fields = usidlib.decode(usid)
+    return f"{usid:#06x} (p{fields.plane} {fields.tier.name} {fields.index})"
+
+
+def show(fabric: Fabric, console: Console) -> None:
+    """Print the fabric's switches, ports, hosts and links."""
+    console.print(fabric.summary())
+    console.print(f"uSID block {fabric.block}, payload MTU {fabric.topology.mtu}, "
+                  f"interface MTU {fabric.topology.link_mtu}, "
+                  f"queue depth {fabric.topology.queue_depth} packets")
+    switches = Table(title="switches")
+    for column in ("switch", "tier", "plane", "device id", "uSID", "uN SID", "End SID"):
+        switches.add_column(column)
+    for sw in fabric.switches:
+        switches.add_row(sw.name, sw.tier.value, str(sw.plane), str(sw.device_id),
+                         _usid_text(sw.usid), str(sw.usid_prefix), str(sw.end_sid))
+    console.print(switches)
+
+    ports = Table(title="switch ports")
+    for column in ("switch", "port", "interface", "MAC", "peer", "peer port", "peer MAC"):
+        ports.add_column(column)
+    for sw in fabric.switches:
+        for port in sw.ports:
+            ports.add_row(sw.name, str(port.number), port.intf, port.mac, port.peer,
+                          str(port.peer_port) if port.peer_port else "-", port.peer_mac)
+    console.print(ports)
+
+    hosts = Table(title="host NICs")
+    for column in ("host", "rack", "plane", "interface", "uSID", "address", "MAC", "T0 port"):
+        hosts.add_column(column)
+    for host in fabric.hosts:
+        for nic in host.nics:
+            hosts.add_row(host.name, str(host.rack), str(nic.plane), nic.intf,
+                          _usid_text(nic.usid), str(nic.address), nic.mac,
+                          f"{nic.switch}:{nic.switch_port}")
+    console.print(hosts)
+
+    links = Table(title="links")
+    for column in ("plane", "a", "a interface", "b", "b interface"):
+        links.add_column(column)
+    for link in fabric.links:
+        a = link.a if not link.a_port else f"{link.a}:{link.a_port}"
+        links.add_row(str(link.plane), a, link.a_intf, f"{link.b}:{link.b_port}", link.b_intf)
+    console.print(links)
+
+
+def paths(fabric: Fabric, src: str, dst: str, console: Console) -> None:
+    """Print every path between two hosts."""
+    found = fabric.paths(src, dst)
+    table = Table(title=f"{len(found)} paths {src} -> {dst}")
+    for column in ("path", "plane", "spine", "uSID carrier", "classic segments", "hops"):
+        table.add_column(column)
+    for path in found:
+        hops = " ".join(f"{h.switch}[{h.in_port}>{h.out_port}]" for h in path.hops)
+        table.add_row(path.label, str(path.plane), "-" if path.spine is None else str(path.spine),
+                      str(path.carrier), ", ".join(map(str, path.segments)), hops)
+    console.print(table)
+
+
+def _build_row(table: Table, label: str, build: ClosBuild, planes: int) -> None:
+    per_tier = " + ".join(f"{n:,}" for n in build.switches_per_tier)
+    table.add_row(label, str(build.radix), str(build.tiers), f"{build.hosts:,}",
+                  f"{build.switches * planes:,} ({per_tier}{' per plane' if planes > 1 else ''})",
+                  f"{build.links * planes:,}", f"{build.optics * planes:,}")
+
+
+def scale_report(radix: int, planes: int, console: Console) -> None:
+    """Print the multi-plane two-tier build beside the single-plane build of the same bandwidth."""
+    report = scale(radix, planes)
+    table = Table(title=f"radix {radix}, {planes} planes: {report.hosts:,} hosts in two tiers")
+    for column in ("build", "radix", "tiers", "hosts", "switches", "links", "optics"):
+        table.add_column(column)
+    _build_row(table, "per plane", report.per_plane, 1)
+    _build_row(table, f"{planes} planes", report.per_plane, planes)
+    _build_row(table, "single plane", report.single_plane, 1)
+    console.print(table)
+    console.print(
+        f"hosts: {report.hosts:,} (two tiers, {planes} planes); a single plane of radix "
+        f"{report.single_plane.radix} needs {report.single_plane.tiers} tiers for the same hosts"
+    )
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add ``topo show|paths|scale`` to the ``mrc-testbed`` command line."""
+    topo = subparsers.add_parser("topo", help="show a fabric, its paths and scale arithmetic")
+    sub = topo.add_subparsers(dest="topo_cmd", required=True, metavar="{show,paths,scale}")
+    p_show = sub.add_parser("show", help="nodes, ports, links, uSIDs and addresses")
+    p_show.add_argument("file", help="topology YAML file")
+    p_show.set_defaults(func=_cmd_show)
+    p_paths = sub.add_parser("paths", help="every path between two hosts with its carrier")
+    p_paths.add_argument("file", help="topology YAML file")
+    p_paths.add_argument("src", help="source host (e.g. h0)")
+    p_paths.add_argument("dst", help="destination host (e.g. h3)")
+    p_paths.set_defaults(func=_cmd_paths)
+    p_scale = sub.add_parser("scale", help="two-tier multi-plane scale against a single plane")
+    p_scale.add_argument("--radix", type=int, required=True, help="switch ports at the plane speed")
+    p_scale.add_argument("--planes", type=int, required=True, help="planes (NICs per host)")
+    p_scale.set_defaults(func=_cmd_scale)
+
+
+def register_demo(subparsers: argparse._SubParsersAction) -> None:
+    """Add ``demo``: until an experiment is attached, it prints the default fabric."""
+    demo = subparsers.add_parser("demo", help="run the demo (prints the default fabric)")
+    demo.add_argument("--topo", default=str(shipped_topology("default")), help="topology file")
+    demo.set_defaults(func=_cmd_demo)
+
+
+def _cmd_demo(args: argparse.Namespace) -> int:
+    fabric = Fabric(load_topology(args.topo))
+    console = make_console()
+    console.print(fabric.summary())
+    for sw in fabric.switches:
+        console.print(f"  {sw.name:12} device {sw.device_id:2}  uSID {_usid_text(sw.usid)}  "
+                      f"{len(sw.ports)} ports")
+    for host in fabric.hosts:
+        nics = ", ".join(f"{nic.intf} {nic.address}" for nic in host.nics)
+        console.print(f"  {host.name:12} rack {host.rack}  {nics}")
+    return 0
+
+
+def _cmd_show(args: argparse.Namespace) -> int:
+    show(Fabric(load_topology(args.file)), make_console())
+    return 0
+
+
+def _cmd_paths(args: argparse.Namespace) -> int:
+    paths(Fabric(load_topology(args.file)), args.src, args.dst, make_console())
+    return 0
+
+
+def _cmd_scale(args: argparse.Namespace) -> int:
+    scale_report(args.radix, args.planes, make_console())
+    return 0
