@@ -1,0 +1,428 @@
+"""The P4Info of the mrc_switch pipeline: names to ids, and table entries built and read by name.
+
+:class:`P4Info` wraps one ``p4i.P4Info`` message (loaded from the committed text file
+``p4src/mrc_switch.p4info.txtpb``) and is the only place in the controller that turns names into
+ids and readable values into P4Runtime bytes, and back:
+
+- ``table_id`` / ``action_id`` / ``counter_id`` / ``register_id``: ids by full name
+  (``MrcIngress.ipv6_lpm``) or by any unambiguous suffix (``ipv6_lpm``);
+- :meth:`P4Info.table_entry` / :meth:`P4Info.default_entry`: build ``p4r.TableEntry`` messages
+  from readable values (IPv6 text ``fcbb:bb00:400::/48``, MAC text, integers, bytes);
+- :meth:`P4Info.decode` / :meth:`P4Info.describe`: the reverse, for ``show``, ``diff`` and
+  error messages;
+- :meth:`P4Info.missing`: the tables and actions of the contract (:data:`CONTRACT`) that a P4Info
+  lacks, so a wrong P4Info is reported by name before anything is written.
+
+Name lookups use p4runtime-shell's P4Info index (``p4runtime_sh.context.Context``); byte strings
+are sent in canonical form (no leading zero bytes), as the P4Runtime specification asks.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from google.protobuf import text_format
+from p4.config.v1 import p4info_pb2 as p4i
+from p4.v1 import p4runtime_pb2 as p4r
+from p4runtime_sh.context import Context, P4Type
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+#: A readable value for a match field or action parameter: an integer, raw bytes, or text
+#: (IPv6 address, ``addr/len`` prefix for LPM, MAC address, decimal or ``0x`` hex number).
+Value = int | bytes | str | ipaddress.IPv6Address | ipaddress.IPv6Network
+
+#: The tables of the P4 contract and the actions the controller uses in each.
+CONTRACT: Mapping[str, tuple[str, ...]] = {
+    "MrcIngress.my_sid": ("MrcIngress.usid_un", "MrcIngress.srv6_end"),
+    "MrcIngress.ipv6_lpm": ("MrcIngress.set_next_hop", "MrcIngress.drop_no_route"),
+    "MrcIngress.port_qos": ("MrcIngress.set_port_qos",),
+}
+#: The counters of the P4 contract.
+CONTRACT_COUNTERS: tuple[str, ...] = (
+    "MrcIngress.port_in",
+    "MrcEgress.port_out",
+    "MrcIngress.trimmed",
+    "MrcIngress.ecn_marked",
+    "MrcIngress.drops",
+)
+
+
+def default_p4info_path() -> Path:
+    """The committed P4Info of the mrc_switch program."""
+    return REPO_ROOT / "p4src" / "mrc_switch.p4info.txtpb"
+
+
+def default_bmv2_json_path() -> Path:
+    """Where ``make p4`` leaves the BMv2 JSON of the mrc_switch program."""
+    return REPO_ROOT / "p4src" / "build" / "mrc_switch.json"
+
+
+class P4InfoError(ValueError):
+    """A P4Info file that cannot be read, or a name or value the P4Info does not accept."""
+
+
+@dataclass(frozen=True)
+class DecodedEntry:
+    """A table entry in readable form: names instead of ids, text and integers instead of bytes."""
+
+    table: str
+    match: dict[str, str] = field(default_factory=dict)  # field name -> "addr/len", "12", ...
+    action: str = ""
+    params: dict[str, str] = field(default_factory=dict)
+    priority: int = 0
+    is_default: bool = False
+
+    def __str__(self) -> str:
+        keys = ", ".join(f"{k}={v}" for k, v in self.match.items()) or "default"
+        args = ", ".join(f"{k}={v}" for k, v in self.params.items())
+        prio = f" priority {self.priority}" if self.priority else ""
+        return f"{self.table} [{keys}]{prio} -> {self.action or 'NoAction'}({args})"
+
+
+def canonical(data: bytes) -> bytes:
+    """``data`` without leading zero bytes (one zero byte for zero), per P4Runtime 8.3."""
+    stripped = data.lstrip(b"\x00")
+    return stripped if stripped else data[:1] or b"\x00"
+
+
+def format_value(data: bytes, bitwidth: int) -> str:
+    """Readable text of a P4Runtime byte string of ``bitwidth`` bits."""
+    number = int.from_bytes(data, "big")
+    if bitwidth == 128:
+        return str(ipaddress.IPv6Address(number))
+    if bitwidth == 48:
+        raw = number.to_bytes(6, "big")
+        return ":".join(f"{b:02x}" for b in raw)
+    return str(number)
+
+
+def encode_value(value: Value, bitwidth: int, what: str) -> bytes:
+    """The canonical P4Runtime byte string of ``value`` for a ``bitwidth``-bit field.
+
+    ``what`` names the field in errors (``MrcIngress.set_next_hop(port)``).
+    """
+    number: int
+    if isinstance(value, bool):
+        raise P4InfoError(f"{what}: {value!r} is not a number, address or byte string")
+    if isinstance(value, int):
+        number = value
+    elif isinstance(value, bytes):
+        number = int.from_bytes(value, "big")
+    elif isinstance(value, ipaddress.IPv6Address):
+        number = int(value)
+    elif isinstance(value, str):
+        text = value.strip()
+        try:
+            if bitwidth == 48 and ":" in text:
+                parts = text.split(":")
+                if len(parts) != 6:
+                    raise ValueError(text)
+                number = int.from_bytes(bytes(int(p, 16) for p in parts), "big")
+            elif ":" in text:
+                number = int(ipaddress.IPv6Address(text))
+            else:
+                number = int(text, 0)
+        except ValueError:
+            raise P4InfoError(
+                f"{what}: {value!r} is not a valid value (expected an integer, "
+                f"an IPv6 address or a MAC address for a {bitwidth}-bit field)"
+            ) from None
+    else:
+        raise P4InfoError(f"{what}: {value!r} is not a number, address or byte string")
+    if number < 0 or number >= 1 << bitwidth:
+        raise P4InfoError(f"{what}: {value!r} does not fit in {bitwidth} bits")
+    return canonical(number.to_bytes(max(1, (bitwidth + 7) // 8), "big"))
+
+
+def _split_prefix(value: Value, bitwidth: int, what: str) -> tuple[int, int]:
+    """An LPM value as (address as integer, prefix length)."""
+    if isinstance(value, ipaddress.IPv6Network):
+        return int(value.network_address), value.prefixlen
+    if isinstance(value, str) and "/" in value:
+        text, _, length = value.partition("/")
+        try:
+            prefix_len = int(length)
+        except ValueError:
+            raise P4InfoError(f"{what}: {value!r} has a bad prefix length") from None
+        address = int.from_bytes(encode_value(text, bitwidth, what), "big")
+    else:
+        address, prefix_len = int.from_bytes(encode_value(value, bitwidth, what), "big"), bitwidth
+    if not 0 <= prefix_len <= bitwidth:
+        raise P4InfoError(f"{what}: prefix length {prefix_len} is not in 0..{bitwidth}")
+    mask = ((1 << prefix_len) - 1) << (bitwidth - prefix_len)
+    if address & ~mask:
+        raise P4InfoError(f"{what}: {value!r} has bits set beyond its /{prefix_len}")
+    return address, prefix_len
+
+
+class P4Info:
+    """One pipeline's P4Info, indexed by name (immutable once loaded)."""
+
+    def __init__(self, proto: Any, source: str = "<memory>") -> None:
+        self.proto: Any = proto  # p4i.P4Info
+        self.source = source
+        self._context = Context()
+        self._context.set_p4info(proto)
+        self._registers: dict[str, Any] = {}
+        for register in proto.registers:
+            name = register.preamble.name
+            self._registers[name] = register
+            self._registers.setdefault(name.split(".")[-1], register)
+
+    # -- loading -----------------------------------------------------------------------------
+
+    @classmethod
+    def load(cls, path: Path | str | None = None) -> P4Info:
+        """Parse a text-format P4Info file (default: the committed mrc_switch P4Info)."""
+        path = Path(path) if path is not None else default_p4info_path()
+        try:
+            text = path.read_text()
+        except OSError as exc:
+            raise P4InfoError(
+                f"{path}: cannot read the P4Info file ({exc.strerror}); "
+                "expected the text P4Info of the mrc_switch program"
+            ) from None
+        proto = p4i.P4Info()
+        try:
+            text_format.Parse(text, proto)
+        except text_format.ParseError as exc:
+            raise P4InfoError(f"{path}: not a text-format P4Info ({exc})") from None
+        return cls(proto, str(path))
+
+    def serialized(self) -> bytes:
+        """The P4Info as binary protobuf (for cookies and comparisons)."""
+        data: bytes = self.proto.SerializeToString(deterministic=True)
+        return data
+
+    # -- lookups -----------------------------------------------------------------------------
+
+    def _obj(self, kind: Any, name: str) -> Any:
+        obj = self._context.get_obj(kind, name)
+        if obj is None:
+            known = sorted(n for n, _ in self._context.get_objs(kind))
+            raise P4InfoError(
+                f"{self.source}: no {kind.pretty_name} '{name}' in the P4Info "
+                f"(it has: {', '.join(known) or 'none'})"
+            )
+        return obj
+
+    def table(self, name: str) -> Any:
+        """The ``p4i.Table`` called ``name`` (full name or unambiguous suffix)."""
+        return self._obj(P4Type.table, name)
+
+    def action(self, name: str) -> Any:
+        """The ``p4i.Action`` called ``name``."""
+        return self._obj(P4Type.action, name)
+
+    def counter(self, name: str) -> Any:
+        """The ``p4i.Counter`` called ``name``."""
+        return self._obj(P4Type.counter, name)
+
+    def register(self, name: str) -> Any:
+        """The ``p4i.Register`` called ``name`` (full name or last component)."""
+        try:
+            return self._registers[name]
+        except KeyError:
+            raise P4InfoError(
+                f"{self.source}: no register '{name}' in the P4Info "
+                f"(it has: {', '.join(r.preamble.name for r in self.proto.registers) or 'none'})"
+            ) from None
+
+    def table_id(self, name: str) -> int:
+        """Id of table ``name``."""
+        return int(self.table(name).preamble.id)
+
+    def action_id(self, name: str) -> int:
+        """Id of action ``name``."""
+        return int(self.action(name).preamble.id)
+
+    def counter_id(self, name: str) -> int:
+        """Id of counter ``name``."""
+        return int(self.counter(name).preamble.id)
+
+    def register_id(self, name: str) -> int:
+        """Id of register ``name``."""
+        return int(self.register(name).preamble.id)
+
+    def name_of(self, obj_id: int) -> str:
+        """Full name of the P4Info object with id ``obj_id`` (``#id`` when unknown)."""
+        try:
+            return str(self._context.get_name_from_id(obj_id))
+        except KeyError:
+            for register in self.proto.registers:
+                if register.preamble.id == obj_id:
+                    return str(register.preamble.name)
+            return f"#{obj_id}"
+
+    def table_names(self) -> list[str]:
+        """Full names of all tables."""
+        return [t.preamble.name for t in self.proto.tables]
+
+    def missing(
+        self,
+        tables: Mapping[str, tuple[str, ...]] = CONTRACT,
+        counters: tuple[str, ...] = CONTRACT_COUNTERS,
+    ) -> list[str]:
+        """What the contract needs and this P4Info lacks, each as a readable phrase."""
+        lacking: list[str] = []
+        table_names = {t.preamble.name: t for t in self.proto.tables}
+        action_ids = {a.preamble.name: a.preamble.id for a in self.proto.actions}
+        for table, actions in tables.items():
+            entry = table_names.get(table)
+            if entry is None:
+                lacking.append(f"table {table}")
+                continue
+            refs = {ref.id for ref in entry.action_refs}
+            for action in actions:
+                if action not in action_ids:
+                    lacking.append(f"action {action}")
+                elif action_ids[action] not in refs:
+                    lacking.append(f"action {action} in table {table}")
+        counter_names = {c.preamble.name for c in self.proto.counters}
+        lacking.extend(f"counter {c}" for c in counters if c not in counter_names)
+        return lacking
+
+    # -- building entries --------------------------------------------------------------------
+
+    def _action_proto(self, action: str, params: Mapping[str, Value]) -> Any:
+        info = self.action(action)
+        msg = p4r.Action()
+        msg.action_id = info.preamble.id
+        declared = {p.name: p for p in info.params}
+        unknown = sorted(set(params) - set(declared))
+        if unknown:
+            raise P4InfoError(
+                f"action {info.preamble.name} has no parameter '{unknown[0]}' "
+                f"(parameters: {', '.join(declared) or 'none'})"
+            )
+        for p in info.params:
+            if p.name not in params:
+                raise P4InfoError(f"action {info.preamble.name}: parameter '{p.name}' is missing")
+            param = msg.params.add()
+            param.param_id = p.id
+            param.value = encode_value(
+                params[p.name], p.bitwidth, f"{info.preamble.name}({p.name})"
+            )
+        return msg
+
+    def table_entry(
+        self,
+        table: str,
+        match: Mapping[str, Value],
+        action: str,
+        params: Mapping[str, Value] | None = None,
+        priority: int = 0,
+    ) -> Any:
+        """A ``p4r.TableEntry`` of ``table`` built from readable values.
+
+        Exact fields take an integer, bytes or text (IPv6 or MAC); LPM fields take
+        ``"addr/len"`` (or an ``IPv6Network``; a bare address means a full-length prefix);
+        ternary fields take ``"value&&&mask"``. A zero-length LPM prefix is left out (wildcard).
+        """
+        info = self.table(table)
+        entry = p4r.TableEntry()
+        entry.table_id = info.preamble.id
+        fields = {mf.name: mf for mf in info.match_fields}
+        unknown = sorted(set(match) - set(fields))
+        if unknown:
+            raise P4InfoError(
+                f"table {info.preamble.name} has no match field '{unknown[0]}' "
+                f"(fields: {', '.join(fields)})"
+            )
+        for mf in info.match_fields:
+            if mf.name not in match:
+                continue  # a missing field is a wildcard (ternary/LPM/optional)
+            value = match[mf.name]
+            what = f"{info.preamble.name}[{mf.name}]"
+            fm = p4r.FieldMatch()
+            fm.field_id = mf.id
+            if mf.match_type == p4i.MatchField.EXACT:
+                fm.exact.value = encode_value(value, mf.bitwidth, what)
+            elif mf.match_type == p4i.MatchField.LPM:
+                address, prefix_len = _split_prefix(value, mf.bitwidth, what)
+                if prefix_len == 0:
+                    continue
+                fm.lpm.value = canonical(address.to_bytes((mf.bitwidth + 7) // 8, "big"))
+                fm.lpm.prefix_len = prefix_len
+            elif mf.match_type == p4i.MatchField.TERNARY:
+                text = str(value)
+                val, sep, mask = text.partition("&&&")
+                fm.ternary.value = encode_value(val, mf.bitwidth, what)
+                fm.ternary.mask = encode_value(
+                    mask if sep else (1 << mf.bitwidth) - 1, mf.bitwidth, what
+                )
+            else:
+                raise P4InfoError(f"{what}: match type {mf.match_type} is not supported")
+            entry.match.append(fm)
+        entry.action.action.CopyFrom(self._action_proto(action, params or {}))
+        if priority:
+            entry.priority = priority
+        return entry
+
+    def default_entry(
+        self, table: str, action: str, params: Mapping[str, Value] | None = None
+    ) -> Any:
+        """The ``p4r.TableEntry`` that sets the default action of ``table`` (write as MODIFY)."""
+        entry = p4r.TableEntry()
+        entry.table_id = self.table_id(table)
+        entry.is_default_action = True
+        entry.action.action.CopyFrom(self._action_proto(action, params or {}))
+        return entry
+
+    # -- reading entries ---------------------------------------------------------------------
+
+    def decode(self, entry: Any) -> DecodedEntry:
+        """A ``p4r.TableEntry`` in readable form (unknown ids are shown as ``#id``)."""
+        table_name = self.name_of(entry.table_id)
+        try:
+            info = self.table(table_name)
+            fields = {mf.id: mf for mf in info.match_fields}
+        except P4InfoError:
+            fields = {}
+        match: dict[str, str] = {}
+        for fm in entry.match:
+            mf = fields.get(fm.field_id)
+            name = mf.name if mf is not None else f"#{fm.field_id}"
+            width = mf.bitwidth if mf is not None else 0
+            kind = fm.WhichOneof("field_match_type")
+            if kind == "exact":
+                match[name] = format_value(fm.exact.value, width)
+            elif kind == "lpm":
+                match[name] = f"{format_value(fm.lpm.value, width)}/{fm.lpm.prefix_len}"
+            elif kind == "ternary":
+                match[name] = (
+                    f"{format_value(fm.ternary.value, width)}&&&"
+                    f"{format_value(fm.ternary.mask, width)}"
+                )
+            else:
+                match[name] = str(getattr(fm, str(kind))).strip()
+        action = ""
+        params: dict[str, str] = {}
+        if entry.HasField("action") and entry.action.WhichOneof("type") == "action":
+            act = entry.action.action
+            action = self.name_of(act.action_id)
+            try:
+                declared = {p.id: p for p in self.action(action).params}
+            except P4InfoError:
+                declared = {}
+            for param in act.params:
+                p = declared.get(param.param_id)
+                pname = p.name if p is not None else f"#{param.param_id}"
+                params[pname] = format_value(param.value, p.bitwidth if p is not None else 0)
+        return DecodedEntry(
+            table=table_name,
+            match=match,
+            action=action,
+            params=params,
+            priority=int(entry.priority),
+            is_default=bool(entry.is_default_action),
+        )
+
+    def describe(self, entry: Any) -> str:
+        """One readable line for a ``p4r.TableEntry``."""
+        return str(self.decode(entry))
