@@ -1,0 +1,512 @@
+"""Scenario files: the YAML schema of an experiment, loading and validation.
+
+A scenario says which fabric to build, what load to offer, with which transports, and which
+faults to inject when::
+
+    name: demo
+    topology: small                # a shipped topology name, or a file relative to this one
+    link_rate_mbps: 40             # optional: override the topology's link rate
+    duration_s: 20                 # length of each transport's run
+    transports: [mrc, single-path] # each transport runs the same workload and faults in turn
+    workloads:
+      - kind: permutation          # permutation | incast | all-to-all
+        message_bytes: 256KiB
+        total_bytes: 8MiB          # per flow
+        start_s: 0.5
+    faults:
+      - {kind: link_down, at_s: 3, link: [t0-p0-r0, t1-p0-s0]}
+      - {kind: link_up,   at_s: 8, link: [t0-p0-r0, t1-p0-s0]}
+
+docs/experiments.md documents every field. :func:`load_scenario` returns an immutable
+:class:`Scenario` checked against the fabric (hosts, switches and links must exist); every
+error is a :class:`ScenarioError` naming the file, the field, the value and what was expected.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from topologies import Fabric, Link, Topology, TopologyError, load_topology
+from topologies.config import shipped_topology
+
+WORKLOAD_KINDS = ("permutation", "incast", "all-to-all")
+# MRC agent policies (the host agent's transport variants) and the kernel baselines.
+MRC_TRANSPORTS = ("mrc", "single-path", "ecmp", "spray-no-failover", "no-trim-nack")
+KERNEL_TRANSPORTS = ("tcp", "mptcp")
+TRANSPORTS = MRC_TRANSPORTS + KERNEL_TRANSPORTS
+FAULT_KINDS = ("link_down", "link_up", "link_flap", "switch_reboot")
+
+_SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]i?B|B)?\s*$", re.IGNORECASE)
+_UNITS = {
+    "b": 1,
+    "kb": 10**3,
+    "mb": 10**6,
+    "gb": 10**9,
+    "tb": 10**12,
+    "kib": 1 << 10,
+    "mib": 1 << 20,
+    "gib": 1 << 30,
+    "tib": 1 << 40,
+}
+
+
+class ScenarioError(ValueError):
+    """A scenario file or value that does not describe a runnable experiment."""
+
+    def __init__(self, source: str, field: str, value: object, expected: str) -> None:
+        self.source = source
+        self.field = field
+        self.value = value
+        self.expected = expected
+        if field.startswith("<"):
+            message = f"{source}: {value}: expected {expected}"
+        else:
+            message = f"{source}: field '{field}' = {value!r}: expected {expected}"
+        super().__init__(message)
+
+
+@dataclass(frozen=True)
+class Workload:
+    """Offered load: a set of flows, each sending ``total_bytes`` in ``message_bytes`` messages."""
+
+    kind: str
+    message_bytes: int
+    total_bytes: int  # per flow
+    start_s: float
+    hosts: tuple[str, ...]  # the hosts taking part (all of the fabric's when not given)
+    pairs: tuple[tuple[str, str], ...]  # the flows: (source, destination)
+    receiver: str | None = None  # incast only
+    senders: tuple[str, ...] = ()  # incast only
+    seed: int = 1  # permutation only
+
+    def flows(self) -> list[tuple[str, str]]:
+        """The (source, destination) pairs of this workload, in a stable order."""
+        return list(self.pairs)
+
+
+@dataclass(frozen=True)
+class Transport:
+    """One transport run: ``kind`` is the transport, ``name`` its label in results."""
+
+    name: str
+    kind: str
+    trimming: bool = True  # switches trim above their threshold (off: they drop)
+
+    @property
+    def is_kernel(self) -> bool:
+        """True for the kernel TCP / MPTCP baselines."""
+        return self.kind in KERNEL_TRANSPORTS
+
+
+@dataclass(frozen=True)
+class Fault:
+    """One fault. ``link`` names the two nodes of a cable; ``switch`` a switch.
+
+    ``link_down``/``link_up`` at ``at_s``; ``switch_reboot`` kills the switch at ``at_s`` and
+    starts it again ``down_s`` later (``mrc-ctl watch`` re-installs its tables); ``link_flap``
+    takes the link down ``rate_per_min`` times a minute from ``at_s`` to ``until_s``, each time
+    for ``down_s``.
+    """
+
+    kind: str
+    at_s: float
+    link: tuple[str, str] | None = None
+    switch: str | None = None
+    down_s: float = 0.0
+    until_s: float = 0.0
+    rate_per_min: float = 0.0
+
+    def events(self) -> list[tuple[float, str]]:
+        """The primitive actions of this fault: (time, "down" | "up" | "kill" | "start")."""
+        if self.kind == "link_down":
+            return [(self.at_s, "down")]
+        if self.kind == "link_up":
+            return [(self.at_s, "up")]
+        if self.kind == "switch_reboot":
+            return [(self.at_s, "kill"), (self.at_s + self.down_s, "start")]
+        period = 60.0 / self.rate_per_min
+        out: list[tuple[float, str]] = []
+        t = self.at_s
+        while t < self.until_s - 1e-9:
+            out += [(t, "down"), (t + self.down_s, "up")]
+            t += period
+        return out
+
+    @property
+    def target(self) -> str:
+        """A readable name of what the fault hits."""
+        if self.link is not None:
+            return f"{self.link[0]} <-> {self.link[1]}"
+        return self.switch or "?"
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """One experiment, validated against its fabric."""
+
+    name: str
+    description: str
+    topology: Topology
+    duration_s: float
+    workloads: tuple[Workload, ...]
+    transports: tuple[Transport, ...]
+    faults: tuple[Fault, ...]
+    sample_interval_s: float = 0.25
+    source: str = "<memory>"
+    raw: Mapping[str, Any] = field(default_factory=dict, compare=False, hash=False)
+
+    @property
+    def fabric(self) -> Fabric:
+        """The fabric of this scenario's topology (with any overrides applied)."""
+        return Fabric(self.topology)
+
+    def flows(self) -> list[tuple[int, str, str]]:
+        """Every flow of every workload as (workload index, source, destination)."""
+        return [(i, s, d) for i, w in enumerate(self.workloads) for s, d in w.flows()]
+
+    def timeline(self) -> list[tuple[float, str, Fault]]:
+        """All fault actions of the scenario in time order."""
+        actions = [(t, what, f) for f in self.faults for t, what in f.events()]
+        return sorted(actions, key=lambda a: a[0])
+
+
+def permutation(
+    hosts: Sequence[str], seed: int, rack_of: Mapping[str, int] | None = None
+) -> list[tuple[str, str]]:
+    """A seeded derangement: every host sends to exactly one other host and receives from one.
+
+    With ``rack_of``, a permutation whose flows all cross racks is preferred (the load then
+    goes through the spines); the first of a bounded number of seeded shuffles that has that
+    property is taken, else the last one tried.
+    """
+    if len(hosts) < 2:
+        return []
+    rng = random.Random(seed)
+    order = list(hosts)
+    pairs: list[tuple[str, str]] = []
+    for _ in range(200):
+        rng.shuffle(order)
+        # A cyclic shift of a shuffled list is a derangement with no fixed point.
+        pairs = [(order[i], order[(i + 1) % len(order)]) for i in range(len(order))]
+        if rack_of is None or all(rack_of[a] != rack_of[b] for a, b in pairs):
+            break
+    index = {h: i for i, h in enumerate(hosts)}
+    return sorted(pairs, key=lambda f: index[f[0]])
+
+
+def parse_size(text: object) -> int:
+    """Bytes from an integer or a string such as ``64KiB``, ``1.5MB``, ``4096``."""
+    if isinstance(text, bool):
+        raise ValueError("a size")
+    if isinstance(text, int):
+        if text < 0:
+            raise ValueError("a size")
+        return text
+    if isinstance(text, str):
+        m = _SIZE.match(text)
+        if m:
+            unit = (m.group(2) or "B").lower()
+            return int(float(m.group(1)) * _UNITS[unit])
+    raise ValueError("a size")
+
+
+def _find_link(fabric: Fabric, a: str, b: str) -> Link | None:
+    for link in fabric.links:
+        if {link.a, link.b} == {a, b}:
+            return link
+    return None
+
+
+class _Parser:
+    """Validation helpers that name the file and the field in every error."""
+
+    def __init__(self, source: str) -> None:
+        self.source = source
+
+    def fail(self, field: str, value: object, expected: str) -> ScenarioError:
+        return ScenarioError(self.source, field, value, expected)
+
+    def mapping(self, field: str, value: object, allowed: Sequence[str]) -> Mapping[str, Any]:
+        if not isinstance(value, Mapping):
+            raise self.fail(field, value, "a mapping")
+        for key in value:
+            if key not in allowed:
+                where = f"{field}.{key}" if field != "<top>" else str(key)
+                raise self.fail(where, value[key], f"one of the fields {sorted(allowed)}")
+        return value
+
+    def number(self, field: str, value: object, low: float = 0.0, strict: bool = False) -> float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or math.isnan(value):
+            raise self.fail(field, value, "a number")
+        if value < low or (strict and value == low):
+            raise self.fail(field, value, f"a number {'>' if strict else '>='} {low:g}")
+        return float(value)
+
+    def integer(self, field: str, value: object, low: int) -> int:
+        if isinstance(value, bool) or not isinstance(value, int) or value < low:
+            raise self.fail(field, value, f"an integer >= {low}")
+        return value
+
+    def size(self, field: str, value: object, low: int = 1) -> int:
+        try:
+            n = parse_size(value)
+        except ValueError:
+            raise self.fail(field, value, "a size in bytes (e.g. 4096, 64KiB, 8MiB)") from None
+        if n < low:
+            raise self.fail(field, value, f"a size of at least {low} bytes")
+        return n
+
+    def string(self, field: str, value: object) -> str:
+        if not isinstance(value, str) or not value:
+            raise self.fail(field, value, "a non-empty string")
+        return value
+
+    def choice(self, field: str, value: object, choices: Sequence[str]) -> str:
+        if value not in choices:
+            raise self.fail(field, value, f"one of {list(choices)}")
+        return str(value)
+
+    def host(self, field: str, value: object, fabric: Fabric) -> str:
+        name = self.string(field, value)
+        try:
+            fabric.host(name)
+        except KeyError as exc:
+            raise self.fail(field, value, f"a host of the fabric ({exc.args[0]})") from None
+        return name
+
+    def hosts(self, field: str, value: object, fabric: Fabric) -> tuple[str, ...]:
+        if not isinstance(value, list) or not value:
+            raise self.fail(field, value, "a non-empty list of host names")
+        names = tuple(self.host(f"{field}[{i}]", v, fabric) for i, v in enumerate(value))
+        if len(set(names)) != len(names):
+            raise self.fail(field, value, "host names without repetition")
+        return names
+
+
+_TOP = (
+    "name",
+    "description",
+    "topology",
+    "link_rate_mbps",
+    "link_delay_us",
+    "queue_depth",
+    "duration_s",
+    "sample_interval_s",
+    "workloads",
+    "transports",
+    "faults",
+)
+_WORKLOAD = (
+    "kind", "message_bytes", "total_bytes", "start_s", "hosts", "receiver", "senders", "seed",
+)
+_TRANSPORT = ("name", "transport", "trimming")
+_FAULT = ("kind", "at_s", "link", "switch", "down_s", "until_s", "rate_per_min")
+
+
+def _topology(p: _Parser, data: Mapping[str, Any], base: Path) -> Topology:
+    ref = p.string("topology", data.get("topology", "small"))
+    candidate = base / ref
+    if not candidate.suffix and shipped_topology(ref).exists():
+        path = shipped_topology(ref)
+    elif candidate.exists():
+        path = candidate
+    else:
+        raise p.fail("topology", ref, "a shipped topology name (small, default) or a YAML file "
+                     "relative to the scenario")
+    try:
+        topo = load_topology(path)
+        changes: dict[str, Any] = {}
+        link = {"rate_mbps": topo.link_rate_mbps, "delay_us": topo.link_delay_us}
+        if "link_rate_mbps" in data:
+            link["rate_mbps"] = p.number("link_rate_mbps", data["link_rate_mbps"], 0.0, strict=True)
+        if "link_delay_us" in data:
+            link["delay_us"] = p.number("link_delay_us", data["link_delay_us"])
+        changes["link"] = link
+        if "queue_depth" in data:
+            changes["switch"] = {"queue_depth": p.integer("queue_depth", data["queue_depth"], 1)}
+        return topo.with_(**changes)
+    except TopologyError as exc:
+        raise p.fail("topology", ref, f"a valid topology ({exc})") from None
+
+
+def _workload(p: _Parser, i: int, value: object, fabric: Fabric) -> Workload:
+    f = f"workloads[{i}]"
+    w = p.mapping(f, value, _WORKLOAD)
+    kind = p.choice(f"{f}.kind", w.get("kind"), WORKLOAD_KINDS)
+    message = p.size(f"{f}.message_bytes", w.get("message_bytes", "256KiB"))
+    total = p.size(f"{f}.total_bytes", w.get("total_bytes", message))
+    if total < message:
+        raise p.fail(f"{f}.total_bytes", w.get("total_bytes"),
+                     f"at least message_bytes ({message} bytes)")
+    start = p.number(f"{f}.start_s", w.get("start_s", 0.0))
+    all_hosts = tuple(h.name for h in fabric.hosts)
+    hosts = p.hosts(f"{f}.hosts", w["hosts"], fabric) if "hosts" in w else all_hosts
+    seed = p.integer(f"{f}.seed", w.get("seed", 1), 0)
+    receiver: str | None = None
+    senders: tuple[str, ...] = ()
+    if kind == "incast":
+        receiver = p.host(f"{f}.receiver", w.get("receiver"), fabric)
+        raw = w.get("senders")
+        if isinstance(raw, int) and not isinstance(raw, bool):
+            others = [h for h in all_hosts if h != receiver]
+            if not 1 <= raw <= len(others):
+                raise p.fail(f"{f}.senders", raw, f"a count between 1 and {len(others)}")
+            senders = tuple(others[:raw])
+        else:
+            senders = p.hosts(f"{f}.senders", raw, fabric)
+        if receiver in senders:
+            raise p.fail(f"{f}.senders", list(senders), f"hosts other than the receiver {receiver}")
+        pairs = [(s, receiver) for s in senders]
+    else:
+        for key in ("receiver", "senders"):
+            if key in w:
+                raise p.fail(f"{f}.{key}", w[key], "no such field outside 'incast' workloads")
+        if len(hosts) < 2:
+            raise p.fail(f"{f}.hosts", list(hosts), "at least two hosts")
+        if kind == "all-to-all":
+            pairs = [(a, b) for a in hosts for b in hosts if a != b]
+        else:
+            pairs = permutation(hosts, seed, {h.name: h.rack for h in fabric.hosts})
+    return Workload(kind, message, total, start, hosts, tuple(pairs), receiver, senders, seed)
+
+
+def _transport(p: _Parser, i: int, value: object) -> Transport:
+    f = f"transports[{i}]"
+    if isinstance(value, str):
+        return Transport(value, p.choice(f, value, TRANSPORTS))
+    t = p.mapping(f, value, _TRANSPORT)
+    kind = p.choice(f"{f}.transport", t.get("transport"), TRANSPORTS)
+    name = p.string(f"{f}.name", t.get("name", kind))
+    trimming = t.get("trimming", True)
+    if not isinstance(trimming, bool):
+        raise p.fail(f"{f}.trimming", trimming, "true or false")
+    return Transport(name, kind, trimming)
+
+
+def _fault(p: _Parser, i: int, value: object, fabric: Fabric, duration: float) -> Fault:
+    f = f"faults[{i}]"
+    d = p.mapping(f, value, _FAULT)
+    kind = p.choice(f"{f}.kind", d.get("kind"), FAULT_KINDS)
+    at = p.number(f"{f}.at_s", d.get("at_s"))
+    if at > duration:
+        raise p.fail(f"{f}.at_s", at, f"a time within duration_s ({duration:g} s)")
+    link: tuple[str, str] | None = None
+    switch: str | None = None
+    down = until = rate = 0.0
+    if kind == "switch_reboot":
+        name = p.string(f"{f}.switch", d.get("switch"))
+        try:
+            fabric.switch(name)
+        except KeyError as exc:
+            raise p.fail(f"{f}.switch", name, f"a switch of the fabric ({exc.args[0]})") from None
+        switch = name
+        down = p.number(f"{f}.down_s", d.get("down_s", 1.0))
+        if "link" in d:
+            raise p.fail(f"{f}.link", d["link"], "no such field for switch_reboot")
+    else:
+        raw = d.get("link")
+        if not (isinstance(raw, list) and len(raw) == 2 and all(isinstance(x, str) for x in raw)):
+            raise p.fail(f"{f}.link", raw, "the two node names of a link, e.g. "
+                         "[t0-p0-r0, t1-p0-s0]")
+        if _find_link(fabric, raw[0], raw[1]) is None:
+            raise p.fail(f"{f}.link", raw, "two nodes joined by a link of the fabric")
+        link = (raw[0], raw[1])
+        if "switch" in d:
+            raise p.fail(f"{f}.switch", d["switch"], f"no such field for {kind}")
+        if kind == "link_flap":
+            rate = p.number(f"{f}.rate_per_min", d.get("rate_per_min"), 0.0, strict=True)
+            down = p.number(f"{f}.down_s", d.get("down_s", 1.0), 0.0, strict=True)
+            until = p.number(f"{f}.until_s", d.get("until_s", duration))
+            if until <= at:
+                raise p.fail(f"{f}.until_s", until, f"a time after at_s ({at:g})")
+            if down >= 60.0 / rate:
+                raise p.fail(f"{f}.down_s", down,
+                             f"less than the flap period 60/rate_per_min ({60.0 / rate:g} s)")
+    return Fault(kind, at, link, switch, down, until, rate)
+
+
+def parse_scenario(data: object, source: str = "<memory>", base: Path | None = None) -> Scenario:
+    """Validate a scenario mapping (as loaded from YAML) and return a :class:`Scenario`."""
+    p = _Parser(source)
+    d = p.mapping("<top>", data, _TOP)
+    name = p.string("name", d.get("name", "scenario"))
+    description = d.get("description", "")
+    if not isinstance(description, str):
+        raise p.fail("description", description, "a string")
+    topo = _topology(p, d, base or Path("."))
+    fabric = Fabric(topo)
+    duration = p.number("duration_s", d.get("duration_s"), 0.0, strict=True)
+    interval = p.number("sample_interval_s", d.get("sample_interval_s", 0.25), 0.05)
+
+    raw_workloads = d.get("workloads")
+    if not isinstance(raw_workloads, list) or not raw_workloads:
+        raise p.fail("workloads", raw_workloads, "a non-empty list of workloads")
+    workloads = tuple(_workload(p, i, w, fabric) for i, w in enumerate(raw_workloads))
+    for i, w in enumerate(workloads):
+        if w.start_s >= duration:
+            raise p.fail(f"workloads[{i}].start_s", w.start_s,
+                         f"a time before duration_s ({duration:g} s)")
+
+    raw_transports = d.get("transports", ["mrc"])
+    if not isinstance(raw_transports, list) or not raw_transports:
+        raise p.fail("transports", raw_transports, "a non-empty list of transports")
+    transports = tuple(_transport(p, i, t) for i, t in enumerate(raw_transports))
+    names = [t.name for t in transports]
+    if len(set(names)) != len(names):
+        raise p.fail("transports", names, "distinct transport names (give each a 'name')")
+
+    raw_faults = d.get("faults", [])
+    if not isinstance(raw_faults, list):
+        raise p.fail("faults", raw_faults, "a list of faults")
+    faults = tuple(_fault(p, i, f, fabric, duration) for i, f in enumerate(raw_faults))
+    return Scenario(name, description, topo, duration, workloads, transports, faults, interval,
+                    source, dict(d))
+
+
+def load_scenario(path: str | Path) -> Scenario:
+    """Load and validate a scenario file."""
+    path = Path(path)
+    source = str(path)
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        raise ScenarioError(source, "<file>", "no such file", "an existing scenario YAML file") from None
+    except OSError as exc:
+        raise ScenarioError(source, "<file>", exc.strerror, "a readable scenario file") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1}" if mark is not None else "the file"
+        raise ScenarioError(source, "<yaml>", f"{getattr(exc, 'problem', None) or 'not YAML'} "
+                            f"at {where}", "valid YAML") from None
+    if isinstance(data, Mapping) and "name" not in data:
+        data = {**data, "name": path.stem}
+    return parse_scenario(data, source, path.parent)
+
+
+def shipped_scenario(name: str) -> Path:
+    """Path of a scenario shipped in experiments/scenarios (``demo``, ``incast``, ...)."""
+    return Path(__file__).with_name("scenarios") / f"{name}.yaml"
+
+
+__all__ = [
+    "Fault",
+    "Scenario",
+    "ScenarioError",
+    "Transport",
+    "Workload",
+    "load_scenario",
+    "parse_scenario",
+    "parse_size",
+    "permutation",
+    "shipped_scenario",
+]
