@@ -45,11 +45,6 @@ else
     say "apt packages ok (already present)"
 fi
 
-# Open vSwitch is needed by Mininet's default controller-less setups; start it when systemd is absent.
-if command -v ovs-vsctl >/dev/null 2>&1 && ! ovs-vsctl --timeout=2 show >/dev/null 2>&1; then
-    /usr/share/openvswitch/scripts/ovs-ctl start --system-id=random >/dev/null 2>&1 || true
-fi
-
 venv="$here/.venv"
 if [ ! -x "$venv/bin/python" ] || ! "$venv/bin/python" -c 'import mininet.net' >/dev/null 2>&1; then
     say "venv at .venv (system python3, system site packages for Mininet)"
