@@ -1,0 +1,257 @@
+"""The computed tables forward every path of the shipped fabrics, hop by hop.
+
+A small walker applies the pipeline's forwarding semantics (my_sid: uN shift or End; then
+ipv6_lpm) to the intended entries of each switch, starting at the source NIC's T0 and following
+the egress port to its peer through the fabric model, for every host pair and every path.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from dataclasses import dataclass, field
+
+import pytest
+
+from controller.entries import (
+    DROP_NO_ROUTE,
+    IPV6_LPM,
+    MY_SID,
+    PORT_QOS,
+    SRV6_END,
+    USID_UN,
+    Entry,
+    SwitchTables,
+    diff,
+    fabric_tables,
+    switch_tables,
+)
+from controller.p4info import P4Info
+from controller.qos import PortQos, QosOverrides, default_qos
+from topologies import Fabric, Tier, load_topology
+from topologies import usid as usidlib
+from topologies.config import shipped_topology
+
+TOPOLOGIES = ("small", "default")
+
+
+@pytest.fixture(scope="module", params=TOPOLOGIES)
+def fabric(request: pytest.FixtureRequest) -> Fabric:
+    return Fabric(load_topology(shipped_topology(request.param)))
+
+
+def longest_match(entries: list[Entry], dst: ipaddress.IPv6Address) -> Entry | None:
+    best: tuple[int, Entry] | None = None
+    for entry in entries:
+        if entry.is_default:
+            continue
+        prefix = ipaddress.IPv6Network(dict(entry.match)["hdr.ipv6.dst_addr"])
+        if dst in prefix and (best is None or prefix.prefixlen > best[0]):
+            best = (prefix.prefixlen, entry)
+    return best[1] if best else None
+
+
+@dataclass
+class Packet:
+    dst: ipaddress.IPv6Address
+    segment_list: list[ipaddress.IPv6Address] = field(default_factory=list)  # wire order
+    segments_left: int = 0
+
+
+@dataclass
+class Arrival:
+    nic: str  # host NIC interface the packet left the fabric on
+    plane: int
+    dst: ipaddress.IPv6Address
+    dmac: str
+    hops: list[tuple[str, int, int]]
+
+
+class Dropped(Exception):
+    pass
+
+
+def walk(fabric: Fabric, tables: dict[str, SwitchTables], src_nic, packet: Packet) -> Arrival:  # type: ignore[no-untyped-def]
+    """Forward ``packet`` from ``src_nic`` through the intended tables until it leaves."""
+    switch = fabric.switch(src_nic.switch)
+    in_port = src_nic.switch_port
+    hops: list[tuple[str, int, int]] = []
+    for _ in range(8):
+        entries = tables[switch.name]
+        sid = longest_match(entries.by_table(MY_SID), packet.dst)
+        if sid is not None:
+            end = sid.action == SRV6_END or usidlib.exhausted(packet.dst)
+            if sid.action == USID_UN and not end:
+                packet.dst = usidlib.shift(packet.dst)
+            elif packet.segment_list and packet.segments_left > 0:
+                packet.segments_left -= 1
+                packet.dst = packet.segment_list[packet.segments_left]
+            else:
+                raise Dropped(f"SID_END at {switch.name}")
+        route = longest_match(entries.by_table(IPV6_LPM), packet.dst)
+        if route is None:
+            default = [e for e in entries.by_table(IPV6_LPM) if e.is_default]
+            assert default and default[0].action == DROP_NO_ROUTE
+            raise Dropped(f"NO_ROUTE at {switch.name} for {packet.dst}")
+        port = switch.port(int(route.param("port")))
+        assert route.param("smac") == port.mac
+        assert route.param("dmac") == port.peer_mac
+        hops.append((switch.name, in_port, port.number))
+        if fabric.node_kind(port.peer) == "host":
+            nic = fabric.host(port.peer).nic(switch.plane)
+            return Arrival(nic.intf, switch.plane, packet.dst, route.param("dmac"), hops)
+        nxt = fabric.switch(port.peer)
+        assert nxt.plane == switch.plane, "planes are disjoint networks"
+        switch, in_port = nxt, port.peer_port
+    raise AssertionError(f"forwarding loop: {hops}")
+
+
+def all_paths(fabric: Fabric):  # type: ignore[no-untyped-def]
+    for a in fabric.hosts:
+        for b in fabric.hosts:
+            if a.name != b.name:
+                yield from fabric.paths(a.name, b.name)
+
+
+def test_usid_carrier_reaches_the_nic_exhausted_on_every_path(fabric: Fabric) -> None:
+    tables = fabric_tables(fabric)
+    walked = 0
+    for path in all_paths(fabric):
+        arrival = walk(fabric, tables, path.src_nic, Packet(path.carrier))
+        assert arrival.nic == path.dst_nic.intf
+        assert arrival.plane == path.plane
+        assert arrival.dst == path.dst_nic.address
+        assert usidlib.exhausted(arrival.dst)
+        assert arrival.dmac == path.dst_nic.mac
+        assert arrival.hops == [(h.switch, h.in_port, h.out_port) for h in path.hops]
+        walked += 1
+    t = fabric.topology
+    pairs = [(a, b) for a in fabric.hosts for b in fabric.hosts if a.name != b.name]
+    expected = sum(t.planes * (1 if a.rack == b.rack else t.spines_per_plane) for a, b in pairs)
+    assert walked == expected
+
+
+def test_classic_srh_segments_route_on_every_path(fabric: Fabric) -> None:
+    tables = fabric_tables(fabric)
+    for path in all_paths(fabric):
+        segments = list(path.segments)
+        packet = Packet(
+            dst=segments[0],
+            segment_list=list(reversed(segments)),
+            segments_left=len(segments) - 1,
+        )
+        arrival = walk(fabric, tables, path.src_nic, packet)
+        assert arrival.nic == path.dst_nic.intf
+        assert arrival.dst == path.dst_nic.address
+        assert packet.segments_left == 0
+        assert arrival.hops == [(h.switch, h.in_port, h.out_port) for h in path.hops]
+
+
+def test_unknown_destination_is_dropped_no_route(fabric: Fabric) -> None:
+    tables = fabric_tables(fabric)
+    nic = fabric.hosts[0].nic(0)
+    stranger = ipaddress.IPv6Address("2001:db8::1")
+    with pytest.raises(Dropped, match="NO_ROUTE"):
+        walk(fabric, tables, nic, Packet(stranger))
+    # a carrier of another plane does not route inside this plane
+    other = fabric.hosts[-1].nic(fabric.topology.planes - 1)
+    if fabric.topology.planes > 1:
+        with pytest.raises(Dropped, match="NO_ROUTE"):
+            walk(fabric, tables, nic, Packet(other.address))
+
+
+def test_exhausted_carrier_at_a_switch_sid_is_dropped(fabric: Fabric) -> None:
+    tables = fabric_tables(fabric)
+    nic = fabric.hosts[0].nic(0)
+    leaf = fabric.switch(nic.switch)
+    with pytest.raises(Dropped, match="SID_END"):
+        walk(fabric, tables, nic, Packet(leaf.usid_prefix.network_address))
+
+
+def test_every_switch_gets_its_sids_routes_qos_and_default(fabric: Fabric) -> None:
+    qos = default_qos(fabric.topology)
+    t = fabric.topology
+    for switch in fabric.switches:
+        tables = switch_tables(fabric, switch)
+        sids = {dict(e.match)["hdr.ipv6.dst_addr"]: e.action for e in tables.by_table(MY_SID)}
+        assert sids == {
+            f"{switch.usid_prefix.network_address}/48": USID_UN,
+            f"{switch.end_sid}/128": SRV6_END,
+        }
+        routes = [e for e in tables.by_table(IPV6_LPM) if not e.is_default]
+        expected = t.hosts_per_rack + t.spines_per_plane if switch.tier is Tier.T0 else t.racks
+        assert len(routes) == expected
+        assert [e.action for e in tables.by_table(IPV6_LPM) if e.is_default] == [DROP_NO_ROUTE]
+        ports = {
+            int(dict(e.match)["standard_metadata.egress_spec"]): e
+            for e in tables.by_table(PORT_QOS)
+        }
+        assert sorted(ports) == [p.number for p in switch.ports]
+        for entry in ports.values():
+            assert entry.param("trim_threshold") == str(qos.trim)
+            assert entry.param("ecn_threshold") == str(qos.ecn)
+
+
+def test_qos_defaults_follow_queue_depth() -> None:
+    topo = load_topology(shipped_topology("small"))
+    assert default_qos(topo) == PortQos(trim=topo.queue_depth // 2, ecn=topo.queue_depth // 4)
+    assert default_qos(topo.with_(switch={"queue_depth": 1})) == PortQos(trim=1, ecn=1)
+
+
+def test_qos_overrides_per_switch_and_port_and_persisted(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    fabric = Fabric(load_topology(shipped_topology("small")))
+    overrides = (
+        QosOverrides()
+        .with_override("t0-p0-r0", None, PortQos(trim=10, ecn=5))
+        .with_override("t0-p0-r0", 3, PortQos(trim=2, ecn=1))
+    )
+    path = overrides.save(tmp_path / "qos-overrides.json")
+    loaded = QosOverrides.load(path)
+    assert loaded == overrides or loaded.as_json() == overrides.as_json()
+    tables = switch_tables(fabric, "t0-p0-r0", loaded)
+    got = {
+        int(dict(e.match)["standard_metadata.egress_spec"]): (
+            e.param("trim_threshold"),
+            e.param("ecn_threshold"),
+        )
+        for e in tables.by_table(PORT_QOS)
+    }
+    assert got == {1: ("10", "5"), 2: ("10", "5"), 3: ("2", "1"), 4: ("10", "5")}
+    other = switch_tables(fabric, "t0-p0-r1", loaded).by_table(PORT_QOS)
+    assert {e.param("trim_threshold") for e in other} == {str(default_qos(fabric.topology).trim)}
+
+
+def test_entries_round_trip_through_p4info(fabric: Fabric) -> None:
+    info = P4Info.load()
+    for tables in fabric_tables(fabric).values():
+        for entry in tables.entries:
+            assert Entry.from_proto(info, entry.to_proto(info)) == entry
+
+
+def test_diff_inserts_modifies_and_deletes() -> None:
+    fabric = Fabric(load_topology(shipped_topology("small")))
+    intended = list(switch_tables(fabric, "t1-p0-s0").entries)
+    assert diff(intended, intended).empty
+    changed = list(intended)
+    route = next(e for e in changed if e.table == IPV6_LPM and not e.is_default)
+    changed.remove(route)
+    wrong = Entry.make(
+        IPV6_LPM,
+        dict(route.match),
+        route.action,
+        {"port": 9, "smac": "02:00:00:00:00:01", "dmac": "02:00:00:00:00:02"},
+    )
+    stray = Entry.make(
+        IPV6_LPM,
+        {"hdr.ipv6.dst_addr": ipaddress.IPv6Network("fcbb:bb00:ffff::/48")},
+        route.action,
+        dict(route.params),
+    )
+    missing = next(e for e in intended if e.table == MY_SID)
+    changed.remove(missing)
+    changed += [wrong, stray]
+    d = diff(intended, changed)
+    assert d.inserts == (missing,)
+    assert d.modifies == (route,)
+    assert d.deletes == (stray,)
+    assert d.count == 3
+    assert any(line.startswith("- ") and "fcbb:bb00:ffff::/48" in line for line in d.lines())
