@@ -1,0 +1,213 @@
+/*
+ * MrcIngress: validity checks, SRv6 (uN shift / End), static LPM forwarding, then
+ * trimming or ECN marking against the per-port thresholds.
+ *
+ * In order:
+ *   1. count the packet on its ingress port (port_in);
+ *   2. drop parser errors: SRH_INVALID for the SRH checks, PARSE_ERROR for anything else;
+ *   3. drop anything that is not IPv6 (NOT_IPV6);
+ *   4. drop hop limit <= 1 (HOP_LIMIT), else decrement it;
+ *   5. my_sid: usid_un shifts the carrier (or, when the carrier is exhausted, does End);
+ *      srv6_end does End. End: with an SRH and segments_left > 0, segments_left -= 1 and
+ *      dst = segment_list[segments_left]; without one the packet is dropped (SID_END);
+ *   6. ipv6_lpm picks port and MACs, or drops (NO_ROUTE);
+ *   7. priority: control DSCP high, else low;
+ *   8. port_qos + port_qdepth: trim an MRC data packet with DSCP 10 when the queue depth of
+ *      its egress port is >= the trim threshold, else mark CE on an ECT packet when it is
+ *      >= the ECN threshold.
+ */
+#ifndef MRC_INGRESS_P4
+#define MRC_INGRESS_P4
+
+control MrcIngress(inout headers_t hdr,
+                   inout metadata_t meta,
+                   inout standard_metadata_t standard_metadata) {
+
+    counter<counter_index_t>(512, CounterType.packets_and_bytes) port_in;     // by ingress port
+    counter<counter_index_t>(512, CounterType.packets_and_bytes) trimmed;     // by egress port
+    counter<counter_index_t>(512, CounterType.packets_and_bytes) ecn_marked;  // by egress port
+    counter<counter_index_t>(16, CounterType.packets_and_bytes) drops;        // by drop reason
+
+    // Drop the packet and count why (called from the apply block, not a table action).
+    @hidden
+    action drop(counter_index_t reason) {
+        drops.count(reason);
+        mark_to_drop(standard_metadata);
+    }
+
+    // ---- my_sid: the SIDs of this switch ------------------------------------------------
+    // The actions only say which behaviour matched; the apply block below performs it.
+
+    // uN (NEXT-C-SID, 32-bit block, 16-bit uSIDs): entry block:uSID::/48.
+    action usid_un() { }
+
+    // Classic End (RFC 8986): entry block:uSID::e/128.
+    action srv6_end() { }
+
+    table my_sid {
+        key = {
+            hdr.ipv6.dst_addr: lpm;
+        }
+        actions = {
+            usid_un;
+            srv6_end;
+            NoAction;
+        }
+        default_action = NoAction();
+        size = 64;
+    }
+
+    // ---- ipv6_lpm: static routes, /48 per uSID -------------------------------------------
+
+    action set_next_hop(port_t port, mac_addr_t smac, mac_addr_t dmac) {
+        standard_metadata.egress_spec = port;
+        hdr.ethernet.src_addr = smac;
+        hdr.ethernet.dst_addr = dmac;
+    }
+
+    action drop_no_route() {
+        drops.count(DROP_NO_ROUTE);
+        mark_to_drop(standard_metadata);
+    }
+
+    table ipv6_lpm {
+        key = {
+            hdr.ipv6.dst_addr: lpm;
+        }
+        actions = {
+            set_next_hop;
+            drop_no_route;
+        }
+        default_action = drop_no_route();
+        size = 1024;
+    }
+
+    // ---- port_qos: trim and ECN thresholds of each egress port ---------------------------
+
+    action set_port_qos(qdepth_t trim_threshold, qdepth_t ecn_threshold) {
+        meta.qos_valid = true;
+        meta.trim_threshold = trim_threshold;
+        meta.ecn_threshold = ecn_threshold;
+    }
+
+    table port_qos {
+        key = {
+            standard_metadata.egress_spec: exact;
+        }
+        actions = {
+            set_port_qos;
+            NoAction;
+        }
+        default_action = NoAction();   // no trimming, no ECN marking on that port
+        size = 512;
+    }
+
+    apply {
+        port_in.count((counter_index_t) standard_metadata.ingress_port);
+
+        // -- 2, 3: what did not parse, or is not IPv6 --
+        if (standard_metadata.parser_error != error.NoError) {
+            if (standard_metadata.parser_error == error.SrhBadRoutingType ||
+                standard_metadata.parser_error == error.SrhTooManySegments ||
+                standard_metadata.parser_error == error.SrhLengthMismatch ||
+                standard_metadata.parser_error == error.SrhSegmentsLeftRange) {
+                drop(DROP_SRH_INVALID);
+            } else {
+                drop(DROP_PARSE_ERROR);   // truncated or malformed header
+            }
+            return;
+        }
+        if (!hdr.ipv6.isValid()) {
+            drop(DROP_NOT_IPV6);
+            return;
+        }
+
+        // -- 4: hop limit --
+        if (hdr.ipv6.hop_limit <= 1) {
+            drop(DROP_HOP_LIMIT);
+            return;
+        }
+        hdr.ipv6.hop_limit = hdr.ipv6.hop_limit - 1;
+
+        // -- 5: SRv6 --
+        bool do_end = false;
+        switch (my_sid.apply().action_run) {
+            usid_un: {
+                if (hdr.ipv6.dst_addr[79:0] == 0) {
+                    // Nothing follows our uSID: the carrier is exhausted here.
+                    do_end = true;
+                } else {
+                    // Drop our uSID: shift the 96 bits after the block left by 16, zero fill.
+                    hdr.ipv6.dst_addr = hdr.ipv6.dst_addr[127:96] ++ hdr.ipv6.dst_addr[79:0] ++ 16w0;
+                }
+            }
+            srv6_end: {
+                do_end = true;
+            }
+        }
+        if (do_end) {
+            if (hdr.srh.isValid() && hdr.srh.segments_left > 0) {
+                hdr.srh.segments_left = hdr.srh.segments_left - 1;
+                // The parser guarantees segments_left <= last_entry < SRH_MAX_SEGMENTS and that
+                // segments 0..last_entry are valid; constant indices keep this portable.
+                if (hdr.srh.segments_left == 0) {
+                    hdr.ipv6.dst_addr = hdr.srh_segments[0].sid;
+                } else if (hdr.srh.segments_left == 1) {
+                    hdr.ipv6.dst_addr = hdr.srh_segments[1].sid;
+                } else if (hdr.srh.segments_left == 2) {
+                    hdr.ipv6.dst_addr = hdr.srh_segments[2].sid;
+                } else {
+                    hdr.ipv6.dst_addr = hdr.srh_segments[3].sid;
+                }
+            } else {
+                drop(DROP_SID_END);
+                return;
+            }
+        }
+
+        // -- 6: forwarding --
+        if (!ipv6_lpm.apply().hit) {
+            return;   // drop_no_route counted it
+        }
+
+        // -- 7: priority class --
+        if (hdr.ipv6.dscp == DSCP_CONTROL) {
+            standard_metadata.priority = PRIORITY_HIGH;
+        } else {
+            standard_metadata.priority = PRIORITY_LOW;
+        }
+
+        // -- 8: trimming and ECN against the depth egress last saw on this port --
+        meta.qos_valid = false;
+        port_qos.apply();
+        if (!meta.qos_valid) {
+            return;
+        }
+        port_qdepth.read(meta.qdepth, (counter_index_t) standard_metadata.egress_spec);
+
+        if (hdr.mrc_data.isValid() && hdr.ipv6.dscp == DSCP_TRIMMABLE &&
+                meta.qdepth >= meta.trim_threshold) {
+            // Keep every header up to and including the MRC data extension; cut the payload.
+            bit<16> l4_bytes = UDP_BYTES + BTH_BYTES + RETH_BYTES + MRC_DATA_BYTES;
+            if (hdr.immdt.isValid()) {
+                l4_bytes = l4_bytes + IMMDT_BYTES;
+            }
+            bit<16> srh_bytes = 0;
+            if (hdr.srh.isValid()) {
+                srh_bytes = SRH_FIXED_BYTES + (((bit<16>) hdr.srh.hdr_ext_len) << 3);
+            }
+            hdr.udp.length = l4_bytes;
+            hdr.ipv6.payload_len = srh_bytes + l4_bytes;
+            hdr.ipv6.dscp = DSCP_TRIMMED;
+            standard_metadata.priority = PRIORITY_HIGH;
+            truncate((bit<32>) (ETHERNET_BYTES + IPV6_BYTES + hdr.ipv6.payload_len));
+            trimmed.count((counter_index_t) standard_metadata.egress_spec);
+        } else if ((hdr.ipv6.ecn == ECN_ECT0 || hdr.ipv6.ecn == ECN_ECT1) &&
+                meta.qdepth >= meta.ecn_threshold) {
+            hdr.ipv6.ecn = ECN_CE;
+            ecn_marked.count((counter_index_t) standard_metadata.egress_spec);
+        }
+    }
+}
+
+#endif  // MRC_INGRESS_P4
