@@ -1,0 +1,511 @@
+"""The running testbed: bring a fabric up (switches, tables, watch, agents) and take it down.
+
+:class:`Testbed` is what ``mrc-testbed up`` and ``mrc-testbed run`` use:
+
+1. write the effective topology (scenario overrides applied) next to the state file, so every
+   process reads the same fabric;
+2. build the Mininet network (:mod:`topologies.mininet`) and start one switch process per
+   switch, waiting until each serves P4Runtime;
+3. write the state file (:mod:`experiments.state`), then install every switch's tables with
+   ``mrc-ctl push`` and start ``mrc-ctl watch`` (which re-installs a switch that lost its tables,
+   e.g. after a reboot);
+4. start ``mrc-host`` in each host's namespace with its control socket in the run directory.
+
+:func:`teardown` is ``mrc-testbed down``: it stops a running ``up`` (SIGTERM), then removes
+whatever is left even after a crash -- processes recorded in the state file (checked against
+their command line, so a reused pid is never hit), Mininet node shells and agents of this
+fabric's node names, and root-namespace interfaces with this fabric's names. It touches nothing
+else: no ``mn -c``, no other interface or namespace.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import IO, Any
+
+import yaml
+
+from experiments.state import HostState, StateError, SwitchState, TestbedState, default_path
+from topologies import Fabric, Topology, load_topology
+from topologies.config import shipped_topology
+
+AGENT_READY_TIMEOUT = 30.0
+Progress = Callable[[str], None]
+
+
+class TestbedError(RuntimeError):
+    """The testbed could not be brought up or reached; the message says what to do."""
+
+
+def tool(name: str) -> str:
+    """Path of one of the project's commands (next to this Python, else on PATH)."""
+    beside = Path(sys.executable).parent / name
+    if beside.exists():
+        return str(beside)
+    found = shutil.which(name)
+    if found is None:
+        raise TestbedError(f"command '{name}' not found: install the project "
+                           "(pip install -e .) or run from its virtualenv")
+    return found
+
+
+def write_topology(topology: Topology, path: Path) -> Path:
+    """Write ``topology`` (with any overrides) as a topology file every process can load."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    data = topology.as_dict()
+    path.write_text("# effective topology of the running testbed\n" + yaml.safe_dump(data))
+    return path
+
+
+def require_root(what: str) -> None:
+    """Raise :class:`TestbedError` unless root (namespaces, veths and raw sockets need it)."""
+    if os.geteuid() != 0:
+        raise TestbedError(f"{what} needs root (network namespaces, interfaces): "
+                           f"run it with sudo")
+
+
+class Testbed:
+    """One running fabric with its controller watch and host agents."""
+
+    def __init__(
+        self,
+        topology: Topology,
+        target: str = "auto",
+        *,
+        state_path: Path | None = None,
+        agents: bool = True,
+        watch: bool = True,
+        agent_args: Iterable[str] = (),
+    ) -> None:
+        from topologies.mininet import choose_target
+
+        self.topology = topology
+        self.fabric = Fabric(topology)
+        self.target = choose_target(target)
+        self.state_path = state_path or default_path()
+        self.run_dir = self.state_path.parent
+        self.topology_file = self.run_dir / "topology.yaml"
+        self.with_agents = agents
+        self.with_watch = watch
+        self.agent_args = list(agent_args)
+        self.net: Any = None  # topologies.mininet.FabricNet once built
+        self.watch: subprocess.Popen[bytes] | None = None
+        self.agents: dict[str, subprocess.Popen[bytes]] = {}
+        self._logs: list[IO[bytes]] = []
+        self.state: TestbedState | None = None
+
+    # -- paths -------------------------------------------------------------------------------
+
+    def control_path(self, host: str) -> Path:
+        """The control socket of ``host``'s agent."""
+        return self.run_dir / f"{host}.sock"
+
+    @property
+    def log_dir(self) -> Path:
+        """Logs of switches, agents and the watch."""
+        return self.run_dir / "logs"
+
+    def env(self) -> dict[str, str]:
+        """Environment for the project's commands: they find this testbed's state file."""
+        return {**os.environ, "MRC_TESTBED_STATE": str(self.state_path)}
+
+    # -- up ----------------------------------------------------------------------------------
+
+    def up(self, progress: Progress | None = None) -> None:
+        """Bring everything up; on failure, take down what was started and re-raise."""
+        require_root("mrc-testbed up")
+        say = progress or (lambda _m: None)
+        try:
+            existing = TestbedState.load(self.state_path)
+        except StateError:
+            existing = None
+        if existing is not None and _alive(existing):
+            raise TestbedError(f"a testbed is already running (state {self.state_path}): "
+                               "stop it with 'mrc-testbed down'")
+        if existing is not None:
+            teardown(self.state_path, say)
+        try:
+            self._up(say)
+        except BaseException:
+            self.down()
+            raise
+
+    def _up(self, say: Progress) -> None:
+        from topologies.mininet import FabricNet, NetOptions
+
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        write_topology(self.topology, self.topology_file)
+        say(f"{self.fabric.summary()} (target: {self.target})")
+        self.net = FabricNet(self.fabric, NetOptions(target=self.target, run_dir=self.run_dir))
+        started = time.monotonic()
+        self.net.build()
+        if not self.net.delay_applied:
+            say("link delay: this kernel has no netem; links carry no added delay")
+        self._save_state()
+        self.net.start()
+        say(f"switches: {len(self.net.switches)} serving P4Runtime "
+            f"({time.monotonic() - started:.1f} s)")
+        self._save_state()
+        started = time.monotonic()
+        self.push()
+        say(f"tables: {len(self.net.switches)} switches, {time.monotonic() - started:.1f} s")
+        if self.with_watch:
+            self.start_watch()
+        if self.with_agents:
+            self.start_agents()
+            say(f"agents: {len(self.agents)} hosts ready")
+        self._save_state()
+
+    def push(self) -> None:
+        """Install every switch's tables (``mrc-ctl push``)."""
+        self._ctl(["push"], "install the tables")
+
+    def _ctl(self, args: list[str], what: str, timeout: float = 120.0) -> str:
+        done = subprocess.run([tool("mrc-ctl"), *args], env=self.env(), capture_output=True,
+                              text=True, timeout=timeout, check=False)
+        if done.returncode != 0:
+            detail = (done.stderr or done.stdout).strip().splitlines()
+            raise TestbedError(f"mrc-ctl {' '.join(args)} could not {what}: "
+                               f"{detail[-1] if detail else f'exit status {done.returncode}'}")
+        return done.stdout
+
+    def ctl(self, *args: str, timeout: float = 120.0) -> str:
+        """Run an ``mrc-ctl`` command against this testbed and return its output."""
+        return self._ctl(list(args), " ".join(args), timeout)
+
+    def start_watch(self) -> None:
+        """Start ``mrc-ctl watch`` (re-installs the tables of a switch that lost them)."""
+        log = self._open_log("mrc-ctl-watch.log")
+        self.watch = subprocess.Popen([tool("mrc-ctl"), "watch"], env=self.env(),
+                                      stdin=subprocess.DEVNULL, stdout=log,
+                                      stderr=subprocess.STDOUT, start_new_session=True)
+
+    def start_agents(self) -> None:
+        """Start ``mrc-host`` in every host's namespace and wait for their control sockets."""
+        from host.control_client import ControlClient, ControlError
+
+        assert self.net is not None
+        for name, node in self.net.hosts.items():
+            sock = self.control_path(name)
+            with contextlib.suppress(FileNotFoundError):
+                sock.unlink()
+            log = self._open_log(f"{name}.log")
+            argv = [tool("mrc-host"), "--topo", str(self.topology_file), "--host", name,
+                    "--control", str(sock), *self.agent_args]
+            self.agents[name] = node.popen(argv, stdin=subprocess.DEVNULL, stdout=log,
+                                           stderr=subprocess.STDOUT, env=self.env())
+        deadline = time.monotonic() + AGENT_READY_TIMEOUT
+        for name, process in self.agents.items():
+            while True:
+                if process.poll() is not None:
+                    raise TestbedError(f"agent of {name} exited with status "
+                                       f"{process.returncode}: see {self.log_dir / name}.log\n"
+                                       + _tail(self.log_dir / f"{name}.log"))
+                try:
+                    with ControlClient(self.control_path(name), timeout=2.0) as client:
+                        client.info()
+                    break
+                except ControlError:
+                    if time.monotonic() > deadline:
+                        raise TestbedError(f"agent of {name} not answering on "
+                                           f"{self.control_path(name)} after "
+                                           f"{AGENT_READY_TIMEOUT:g} s") from None
+                    time.sleep(0.1)
+
+    def _open_log(self, name: str) -> IO[bytes]:
+        log = open(self.log_dir / name, "ab")  # noqa: SIM115 -- closed in down()
+        self._logs.append(log)
+        return log
+
+    def _save_state(self) -> None:
+        net = self.net
+        switches: dict[str, SwitchState] = {}
+        processes: list[dict[str, Any]] = [
+            {"name": "mrc-testbed", "pid": os.getpid(), "match": _cmdline(os.getpid())}
+        ]
+        if net is not None:
+            for name, sw in net.switches.items():
+                switches[name] = SwitchState(
+                    grpc=sw.grpc_addr, device_id=sw.model.device_id,
+                    pid=sw.process.pid or 0, log=str(sw.process.log_path))
+            for name, pid in net.node_pids().items():
+                processes.append({"name": f"node {name}", "pid": pid, "match": f"mininet:{name}"})
+        if self.watch is not None:
+            processes.append({"name": "mrc-ctl watch", "pid": self.watch.pid, "match": "mrc-ctl"})
+        hosts = {name: HostState(pid=p.pid, control=str(self.control_path(name)))
+                 for name, p in self.agents.items()}
+        self.state = TestbedState(
+            topology=str(self.topology_file), target=self.target, started=time.time(),
+            switches=switches, hosts=hosts, processes=processes)
+        self.state.save(self.state_path)
+
+    def refresh_state(self) -> None:
+        """Rewrite the state file (after a switch restart its pid changed)."""
+        self._save_state()
+
+    # -- faults ------------------------------------------------------------------------------
+
+    def link_down(self, a: str, b: str) -> None:
+        """Fail the cable between nodes ``a`` and ``b``."""
+        self.net.link_down(a, b)
+
+    def link_up(self, a: str, b: str) -> None:
+        """Repair the cable between nodes ``a`` and ``b``."""
+        self.net.link_up(a, b)
+
+    def kill_switch(self, name: str) -> None:
+        """Stop switch ``name`` (first half of a reboot)."""
+        self.net.kill_switch(name)
+
+    def start_switch(self, name: str) -> None:
+        """Start switch ``name`` again; ``mrc-ctl watch`` re-installs its tables."""
+        self.net.start_switch(name)
+        self._save_state()
+
+    # -- down --------------------------------------------------------------------------------
+
+    def down(self) -> None:
+        """Stop agents, watch and switches, remove the network, delete the state file."""
+        for process in [*self.agents.values(), *([self.watch] if self.watch else [])]:
+            _stop(process)
+        self.agents.clear()
+        self.watch = None
+        if self.net is not None:
+            with contextlib.suppress(Exception):
+                self.net.stop()
+            self.net = None
+        for log in self._logs:
+            log.close()
+        self._logs.clear()
+        sweep(self.fabric, self.run_dir)
+        with contextlib.suppress(FileNotFoundError):
+            self.state_path.unlink()
+
+    def __enter__(self) -> Testbed:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.down()
+
+
+def _stop(process: subprocess.Popen[bytes], timeout: float = 3.0) -> None:
+    if process.poll() is not None:
+        return
+    with contextlib.suppress(ProcessLookupError):
+        process.terminate()
+    try:
+        process.wait(timeout)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            process.kill()
+        process.wait()
+
+
+def _tail(path: Path, n: int = 8) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-n:])
+    except OSError:
+        return ""
+
+
+# -- teardown after a crash ----------------------------------------------------------------------
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(
+            errors="replace")
+    except OSError:
+        return ""
+
+
+def _alive(state: TestbedState) -> bool:
+    """True when the process that wrote ``state`` still runs."""
+    for proc in state.processes:
+        if proc.get("name") == "mrc-testbed":
+            pid = int(proc.get("pid", 0))
+            return pid != os.getpid() and bool(proc.get("match")) and (
+                _cmdline(pid) == proc.get("match"))
+    return False
+
+
+def _kill(pid: int, marker: str, timeout: float = 3.0) -> bool:
+    """SIGTERM then SIGKILL ``pid`` if its command line still contains ``marker``."""
+    if pid <= 1 or pid == os.getpid() or marker not in _cmdline(pid):
+        return False
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and marker in _cmdline(pid):
+        time.sleep(0.05)
+    if marker in _cmdline(pid):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    return True
+
+
+def node_names(fabric: Fabric) -> list[str]:
+    """Every Mininet node name of ``fabric``."""
+    return [s.name for s in fabric.switches] + [h.name for h in fabric.hosts]
+
+
+def sweep(fabric: Fabric, run_dir: Path, say: Progress | None = None) -> list[str]:
+    """Remove processes and interfaces of ``fabric`` left behind; returns what was removed."""
+    removed: list[str] = []
+    shells = {f"mininet:{name}" for name in node_names(fabric)}
+    intfs = [p.intf for sw in fabric.switches for p in sw.ports]
+    intf_args = {f"@{intf}" for intf in intfs}
+    run_text = str(run_dir) + "/"
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        pid = int(entry.name)
+        if pid == os.getpid():
+            continue
+        cmd = _cmdline(pid)
+        if not cmd:
+            continue
+        words = cmd.split()
+        if (
+            (words and words[-1] in shells)  # a node shell: bash ... mininet:NAME
+            or ("mrc-host" in cmd and run_text in cmd)  # an agent of this run directory
+            or any("@" in w and w[w.index("@"):] in intf_args for w in words)  # a switch
+        ) and _kill(pid, cmd.split(" ", 1)[0]):
+            removed.append(f"process {pid} ({' '.join(words[:3])})")
+    present = set(os.listdir("/sys/class/net")) if Path("/sys/class/net").exists() else set()
+    host_intfs = [nic.intf for h in fabric.hosts for nic in h.nics]
+    for intf in [*intfs, *host_intfs]:
+        if intf in present:
+            subprocess.run(["ip", "link", "del", "dev", intf], capture_output=True, check=False)
+            removed.append(f"interface {intf}")
+    if say is not None:
+        for item in removed:
+            say(f"removed {item}")
+    return removed
+
+
+def teardown(state_path: Path | None = None, say: Progress | None = None,
+             topologies: Iterable[Path] = ()) -> list[str]:
+    """``mrc-testbed down``: stop a running testbed and remove everything it left behind."""
+    state_path = state_path or default_path()
+    removed: list[str] = []
+    fabrics: list[Fabric] = []
+    try:
+        state: TestbedState | None = TestbedState.load(state_path)
+    except StateError:
+        state = None
+    if state is not None:
+        for proc in state.processes:  # the 'up' process first: it cleans up after itself
+            if proc.get("name") == "mrc-testbed" and _alive(state):
+                pid = int(proc.get("pid", 0))
+                if _kill(pid, str(proc["match"]), timeout=20.0):
+                    removed.append(f"process {pid} (mrc-testbed)")
+        for proc in state.processes:
+            if proc.get("name") != "mrc-testbed" and _kill(int(proc.get("pid", 0)),
+                                                            str(proc.get("match", "?"))):
+                removed.append(f"process {proc['pid']} ({proc.get('name')})")
+        for name, host in state.hosts.items():
+            if _kill(host.pid, "mrc-host"):
+                removed.append(f"process {host.pid} (agent {name})")
+        for name, sw in state.switches.items():
+            if _kill(sw.pid, "switch"):
+                removed.append(f"process {sw.pid} (switch {name})")
+        with contextlib.suppress(Exception):
+            fabrics.append(Fabric(load_topology(state.topology)))
+    for path in [*topologies, shipped_topology("small"), shipped_topology("default")]:
+        with contextlib.suppress(Exception):
+            fabrics.append(Fabric(load_topology(path)))
+    for fabric in fabrics:
+        removed += sweep(fabric, state_path.parent)
+    for leftover in [state_path, state_path.with_suffix(".tmp")]:
+        with contextlib.suppress(FileNotFoundError):
+            leftover.unlink()
+    for sock in state_path.parent.glob("h*.sock"):
+        with contextlib.suppress(OSError):
+            sock.unlink()
+    if say is not None:
+        for item in removed:
+            say(f"removed {item}")
+    return removed
+
+
+# -- the up / down commands ------------------------------------------------------------------------
+
+
+def _topology_arg(value: str) -> Path:
+    path = Path(value)
+    if not path.exists() and not path.suffix and shipped_topology(value).exists():
+        return shipped_topology(value)
+    return path
+
+
+def cmd_up(args: argparse.Namespace) -> int:
+    """``mrc-testbed up``: start the fabric and keep it running until Ctrl-C or ``down``."""
+    topology = load_topology(_topology_arg(args.topo))
+    testbed = Testbed(topology, args.target)
+    stop = {"now": False}
+
+    def on_term(_signum: int, _frame: object) -> None:
+        stop["now"] = True
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, on_term)
+    try:
+        testbed.up(progress=print)
+        print(f"testbed up: state {testbed.state_path}; 'mrc-ctl counters', "
+              f"'mrc-host ... --control {testbed.run_dir}/hN.sock'; stop with Ctrl-C or "
+              "'mrc-testbed down'")
+        if args.cli:
+            from experiments.mncli import TestbedCLI
+
+            TestbedCLI(testbed)
+        else:
+            while not stop["now"]:
+                signal.pause()
+    except KeyboardInterrupt:
+        pass
+    except TestbedError as exc:
+        print(f"mrc-testbed: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        testbed.down()
+        print("testbed down")
+    return 0
+
+
+def cmd_down(args: argparse.Namespace) -> int:
+    """``mrc-testbed down``: remove everything the testbed started."""
+    require_root("mrc-testbed down")
+    extra = [_topology_arg(args.topo)] if args.topo else []
+    removed = teardown(default_path(), topologies=extra)
+    print(f"testbed down: {len(removed)} leftovers removed" if removed else
+          "testbed down: nothing was running")
+    return 0
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add ``up`` and ``down`` to the ``mrc-testbed`` command line."""
+    up = subparsers.add_parser("up", help="start the fabric, tables, watch and host agents")
+    up.add_argument("--topo", default="small",
+                    help="topology file or shipped name (default: small)")
+    up.add_argument("--target", default="auto", choices=["auto", "bmv2", "model"],
+                    help="switch target (auto: BMv2 when simple_switch_grpc and p4c exist)")
+    up.add_argument("--cli", action="store_true", help="open the Mininet CLI with testbed commands")
+    up.set_defaults(func=cmd_up)
+    down = subparsers.add_parser("down", help="remove everything the testbed started")
+    down.add_argument("--topo", default=None,
+                      help="also sweep the names of this topology (after a crash)")
+    down.set_defaults(func=cmd_down)
+
+
+__all__ = ["Testbed", "TestbedError", "register", "sweep", "teardown", "tool", "write_topology"]

@@ -1,0 +1,424 @@
+"""Build a Mininet network from a fabric model: the switches, hosts and links of the testbed.
+
+Every name, port number and MAC comes from :class:`topologies.Fabric`; this module only turns
+them into Mininet nodes and veth pairs. Classes:
+
+- :class:`FabricIntf` -- a link end configured for the fabric: IPv6 off (no DAD, router
+  solicitation or MLD noise), checksum and segmentation offloads off, the topology's MTU and,
+  when the topology has a link delay, a ``netem`` delay line (see "Link delay" below);
+- :class:`FabricSwitch` -- a Mininet ``Switch`` in the root namespace that runs a switch process
+  (a :class:`controller.targets.SwitchProcess`) on its interfaces; two small subclasses say
+  which: :class:`Bmv2FabricSwitch` (``simple_switch_grpc`` via ``controller.bmv2.Bmv2Switch``)
+  and :class:`ModelFabricSwitch` (``mrc-switch`` via ``switchmodel.launcher.ModelSwitch``);
+- :class:`FabricHost` -- a Mininet ``Host`` with one NIC per plane (``h0-p0``, ``h0-p1``...)
+  and no IPv4 address; the host agent owns the NICs;
+- :class:`FabricNet` -- the network: :meth:`FabricNet.build` makes it from a fabric,
+  :meth:`FabricNet.start` starts every switch and waits until they serve P4Runtime, and
+  :meth:`FabricNet.link_down` / :meth:`FabricNet.reboot` are the fault primitives.
+
+Links are plain veth pairs with no traffic-control buffer: rate and queue depth are enforced
+inside the switch (the launcher's ``rate_bps`` and ``queue_depth``), because a qdisc on a link is
+a queue the switch cannot see, and trimming and ECN marking would never fire.
+
+Link delay: neither switch launcher delays packets, so a one-way delay is a ``netem delay`` on
+each end of a link (each end delays what it sends). ``netem`` is given no rate and a limit far
+above what the delay line ever holds (rate x delay is a few packets): it delays, it never queues
+behind a bottleneck and never drops. With ``link.delay_us: 0`` no qdisc is installed at all.
+A kernel without ``sch_netem`` gets no delay line: :attr:`FabricNet.delay_applied` is then
+False and the testbed says so (the switches' own forwarding latency is then the link delay).
+
+``choose_target("auto")`` picks BMv2 when both ``simple_switch_grpc`` and ``p4c`` are on PATH,
+else the switchmodel.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from mininet.link import Intf, Link
+from mininet.net import Mininet
+from mininet.node import Host
+from mininet.node import Switch as MnSwitch
+
+from controller.targets import SwitchProcess
+from topologies import Fabric
+from topologies import Switch as FabricSwitchModel
+
+TARGETS = ("auto", "bmv2", "model")
+NETEM_LIMIT = 100_000  # packets: never reached by a delay line (see the module docstring)
+GRPC_BASE_PORT = 51000  # switch with device id N serves P4Runtime on GRPC_BASE_PORT + N
+THRIFT_BASE_PORT = 9190  # BMv2 runtime CLI port: THRIFT_BASE_PORT + device id
+
+
+class TargetUnavailable(RuntimeError):
+    """The requested switch target cannot run on this machine."""
+
+
+def choose_target(target: str) -> str:
+    """Resolve ``auto`` to ``bmv2`` or ``model``; check that an explicit choice can run."""
+    if target not in TARGETS:
+        raise ValueError(f"target {target!r}: expected one of {', '.join(TARGETS)}")
+    has_bmv2 = shutil.which("simple_switch_grpc") is not None and shutil.which("p4c") is not None
+    if target == "auto":
+        return "bmv2" if has_bmv2 else "model"
+    if target == "bmv2" and not has_bmv2:
+        raise TargetUnavailable(
+            "target bmv2: simple_switch_grpc and p4c must be on PATH "
+            "(install them with 'scripts/install.sh --with-bmv2', or use --target model)"
+        )
+    return target
+
+
+# -- interfaces ------------------------------------------------------------------------------
+
+
+class FabricIntf(Intf):
+    """A link end of the fabric: kernel IPv6 off, offloads off, fabric MTU, optional delay."""
+
+    #: False once ``tc`` said the kernel has no netem (links then have no added delay)
+    netem_available = True
+
+    def config(
+        self, mtu: int | None = None, delay_us: float = 0.0, **params: Any
+    ) -> dict[str, Any]:
+        """Configure before the link comes up (``Intf.config`` brings it up last)."""
+        up = params.pop("up", True)
+        # No IPv6 on a fabric port: the kernel must send nothing (no RS, DAD, MLD) and answer
+        # nothing; the switch process and the host agent use AF_PACKET below IP.
+        self.cmd(f"sysctl -qw net.ipv6.conf.{self.name}.disable_ipv6=1")
+        if mtu is not None:
+            self.cmd(f"ip link set dev {self.name} mtu {mtu}")
+        self.cmd(f"ethtool -K {self.name} rx off tx off sg off tso off gso off gro off")
+        if delay_us > 0 and FabricIntf.netem_available:
+            out = self.cmd(
+                f"tc qdisc replace dev {self.name} root netem delay {delay_us:g}us "
+                f"limit {NETEM_LIMIT}"
+            )
+            if "rror" in out:
+                FabricIntf.netem_available = False  # kernel without sch_netem: no delay line
+        result: dict[str, Any] = super().config(up=up, **params)
+        return result
+
+
+# -- switches --------------------------------------------------------------------------------
+
+
+class FabricSwitch(MnSwitch):
+    """A fabric switch: a Mininet node in the root namespace running a switch process.
+
+    Subclasses implement :meth:`make_process`; everything else (start, readiness, stop,
+    reboot) is shared.
+    """
+
+    target = "?"
+
+    def __init__(
+        self,
+        name: str,
+        model: FabricSwitchModel | None = None,
+        grpc_addr: str = "",
+        rate_bps: int = 0,
+        queue_depth: int = 0,
+        log_dir: Path | None = None,
+        pcap_dir: Path | None = None,
+        **params: Any,
+    ) -> None:
+        if model is None:
+            raise ValueError(f"switch {name}: the fabric model of the switch is required")
+        params.setdefault("dpid", f"{model.device_id:x}")
+        params["inNamespace"] = False
+        super().__init__(name, **params)
+        self.model = model
+        self.grpc_addr = grpc_addr
+        self.rate_bps = rate_bps
+        self.queue_depth = queue_depth
+        self.log_dir = log_dir
+        self.pcap_dir = pcap_dir
+        self.process: SwitchProcess = self.make_process()
+
+    def make_process(self) -> SwitchProcess:
+        """The launcher of this switch's process (subclasses say which target)."""
+        raise NotImplementedError
+
+    @property
+    def port_interfaces(self) -> dict[int, str]:
+        """Port number -> interface name, from the fabric model."""
+        return {p.number: p.intf for p in self.model.ports}
+
+    def start(self, controllers: Iterable[object]) -> None:
+        """Start the switch process (it gets no OpenFlow controller)."""
+        self.process.start()
+
+    def wait_ready(self, timeout: float = 30.0) -> None:
+        """Wait until the switch serves P4Runtime (raises the launcher's start error)."""
+        self.process.wait_ready(timeout=timeout)
+
+    def stop(self, deleteIntfs: bool = True) -> None:  # noqa: N803 -- Mininet's signature
+        """Stop the process, then let Mininet remove the interfaces."""
+        self.process.stop()
+        super().stop(deleteIntfs)
+
+    def kill(self) -> None:
+        """Stop the switch process only (the interfaces stay): the first half of a reboot."""
+        self.process.stop(timeout=1.0)
+
+    def restart(self, timeout: float = 30.0) -> None:
+        """Start the process again with the same command line and wait until it serves."""
+        self.process.start()
+        self.process.wait_ready(timeout=timeout)
+
+    @property
+    def pid_of_process(self) -> int | None:
+        """The switch process id while it runs."""
+        return self.process.pid
+
+
+class ModelFabricSwitch(FabricSwitch):
+    """A fabric switch run by the switchmodel (``mrc-switch``)."""
+
+    target = "model"
+
+    def make_process(self) -> SwitchProcess:
+        from switchmodel.launcher import ModelSwitch
+
+        process: SwitchProcess = ModelSwitch(
+            self.name,
+            self.port_interfaces,
+            self.model.device_id,
+            self.grpc_addr,
+            priority_queues=2,
+            rate_bps=self.rate_bps,
+            queue_depth=self.queue_depth,
+            pcap_dir=self.pcap_dir,
+            log_dir=self.log_dir,
+        )
+        return process
+
+
+class Bmv2FabricSwitch(FabricSwitch):
+    """A fabric switch run by BMv2 (``simple_switch_grpc``)."""
+
+    target = "bmv2"
+
+    def make_process(self) -> SwitchProcess:
+        from controller.bmv2 import Bmv2Switch
+
+        process: SwitchProcess = Bmv2Switch(
+            self.name,
+            self.port_interfaces,
+            self.model.device_id,
+            self.grpc_addr,
+            thrift_port=THRIFT_BASE_PORT + self.model.device_id,
+            priority_queues=2,
+            rate_bps=self.rate_bps,
+            queue_depth=self.queue_depth,
+            pcap_dir=self.pcap_dir,
+            log_dir=self.log_dir,
+        )
+        return process
+
+
+SWITCH_CLASSES: dict[str, type[FabricSwitch]] = {
+    "model": ModelFabricSwitch,
+    "bmv2": Bmv2FabricSwitch,
+}
+
+
+# -- hosts -----------------------------------------------------------------------------------
+
+
+class FabricHost(Host):
+    """A fabric host: its own network namespace, one NIC per plane, no IPv4 address."""
+
+    def __init__(self, name: str, **params: Any) -> None:
+        params["inNamespace"] = True
+        super().__init__(name, **params)
+        # Interfaces made later in this namespace start with IPv6 off (no noise on the
+        # fabric); kernel baselines turn it on for their NICs while they run.
+        self.cmd("sysctl -qw net.ipv6.conf.default.disable_ipv6=1")
+        self.cmd("sysctl -qw net.ipv6.conf.default.accept_dad=0")
+        self.cmd("sysctl -qw net.ipv6.conf.default.router_solicitations=0")
+        self.cmd("sysctl -qw net.ipv6.conf.default.accept_ra=0")
+
+    def config(self, **params: Any) -> dict[str, Any]:
+        """Bring loopback up; the NICs were configured by their :class:`FabricIntf`."""
+        params.pop("ip", None)
+        result: dict[str, Any] = super().config(**params)
+        return result
+
+
+# -- the network -----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class NetOptions:
+    """How to run the fabric (immutable)."""
+
+    target: str = "model"  # "bmv2" or "model" (resolve "auto" with choose_target first)
+    run_dir: Path = Path("/run/mrc-testbed")
+    grpc_base_port: int = GRPC_BASE_PORT
+    pcap: bool = False
+    ready_timeout: float = 60.0
+
+
+class FabricNet:
+    """A Mininet network built from a fabric, with the fault primitives of the testbed."""
+
+    def __init__(self, fabric: Fabric, options: NetOptions) -> None:
+        if options.target not in SWITCH_CLASSES:
+            raise ValueError(f"target {options.target!r}: expected 'bmv2' or 'model'")
+        self.fabric = fabric
+        self.options = options
+        self.net = Mininet(topo=None, controller=None, build=False, autoSetMacs=False,
+                           waitConnected=False)
+        self.switches: dict[str, FabricSwitch] = {}
+        self.hosts: dict[str, FabricHost] = {}
+
+    def grpc_addr(self, name: str) -> str:
+        """P4Runtime address of switch ``name``."""
+        return f"127.0.0.1:{self.options.grpc_base_port + self.fabric.switch(name).device_id}"
+
+    @property
+    def log_dir(self) -> Path:
+        """Where switch logs go."""
+        return self.options.run_dir / "logs"
+
+    def build(self) -> None:
+        """Create every node and link (switch processes are not started yet)."""
+        topo = self.fabric.topology
+        cls = SWITCH_CLASSES[self.options.target]
+        rate_bps = int(topo.link_rate_mbps * 1_000_000)
+        pcap_dir = self.options.run_dir / "pcap" if self.options.pcap else None
+        for model in self.fabric.switches:
+            node = self.net.addSwitch(
+                model.name,
+                cls=cls,
+                model=model,
+                grpc_addr=self.grpc_addr(model.name),
+                rate_bps=rate_bps,
+                queue_depth=topo.queue_depth,
+                log_dir=self.log_dir,
+                pcap_dir=pcap_dir,
+            )
+            self.switches[model.name] = node
+        for host in self.fabric.hosts:
+            self.hosts[host.name] = self.net.addHost(host.name, cls=FabricHost, ip=None)
+        params = {"mtu": topo.link_mtu, "delay_us": topo.link_delay_us}
+        for link in self.fabric.links:
+            a_mac = self._mac_of(link.a, link.a_port, link.a_intf)
+            b_mac = self._mac_of(link.b, link.b_port, link.b_intf)
+            self.net.addLink(
+                link.a,
+                link.b,
+                port1=link.a_port if link.a_port else link.plane,
+                port2=link.b_port,
+                intfName1=link.a_intf,
+                intfName2=link.b_intf,
+                addr1=a_mac,
+                addr2=b_mac,
+                cls=Link,
+                intf=FabricIntf,
+                params1=dict(params),
+                params2=dict(params),
+            )
+        self.net.build()
+
+    @property
+    def delay_applied(self) -> bool:
+        """False when the topology asks for a link delay that the kernel could not apply."""
+        return self.fabric.topology.link_delay_us <= 0 or FabricIntf.netem_available
+
+    def _mac_of(self, node: str, port: int, intf: str) -> str:
+        if self.fabric.node_kind(node) == "host":
+            for nic in self.fabric.host(node).nics:
+                if nic.intf == intf:
+                    return nic.mac
+            raise KeyError(f"host {node} has no NIC {intf}")
+        return self.fabric.switch(node).port(port).mac
+
+    def start(self, progress: Callable[[str], None] | None = None) -> None:
+        """Start every switch process and wait until all serve P4Runtime."""
+        for switch in self.switches.values():
+            switch.start([])
+        deadline = time.monotonic() + self.options.ready_timeout
+        for name, switch in self.switches.items():
+            switch.wait_ready(timeout=max(1.0, deadline - time.monotonic()))
+            if progress is not None:
+                progress(name)
+
+    def stop(self) -> None:
+        """Stop every switch process and remove every node and interface."""
+        for switch in self.switches.values():
+            with contextlib.suppress(Exception):
+                switch.process.stop()
+        self.net.stop()
+
+    # -- faults ------------------------------------------------------------------------------
+
+    def _link_intfs(self, a: str, b: str) -> tuple[tuple[str, str], tuple[str, str]]:
+        for link in self.fabric.links:
+            if {link.a, link.b} == {a, b}:
+                return (link.a, link.a_intf), (link.b, link.b_intf)
+        raise KeyError(f"no link between {a} and {b} in fabric {self.fabric.topology.name}")
+
+    def set_link(self, a: str, b: str, up: bool) -> None:
+        """Take the cable between nodes ``a`` and ``b`` down or bring it up (both ends)."""
+        state = "up" if up else "down"
+        for node, intf in self._link_intfs(a, b):
+            self.net[node].cmd(f"ip link set dev {intf} {state}")
+
+    def link_down(self, a: str, b: str) -> None:
+        """Fail the link between ``a`` and ``b``."""
+        self.set_link(a, b, up=False)
+
+    def link_up(self, a: str, b: str) -> None:
+        """Repair the link between ``a`` and ``b``."""
+        self.set_link(a, b, up=True)
+
+    def kill_switch(self, name: str) -> None:
+        """Stop switch ``name``'s process (its tables are lost)."""
+        self.switches[name].kill()
+
+    def start_switch(self, name: str) -> None:
+        """Start switch ``name``'s process again (empty, like a rebooted switch)."""
+        self.switches[name].restart(timeout=self.options.ready_timeout)
+
+    def reboot(self, name: str, down_s: float = 0.0) -> None:
+        """Kill switch ``name`` and start it again ``down_s`` seconds later."""
+        self.kill_switch(name)
+        if down_s > 0:
+            time.sleep(down_s)
+        self.start_switch(name)
+
+    # -- what the state file records ---------------------------------------------------------
+
+    def node_pids(self) -> dict[str, int]:
+        """The pid of every Mininet node shell (hosts hold their namespace)."""
+        pids = {name: h.pid for name, h in self.hosts.items()}
+        pids.update({name: s.pid for name, s in self.switches.items()})
+        return pids
+
+
+def fabric_interfaces(fabric: Fabric) -> list[str]:
+    """Every interface name the fabric's switches have in the root namespace."""
+    return [port.intf for sw in fabric.switches for port in sw.ports]
+
+
+__all__ = [
+    "Bmv2FabricSwitch",
+    "FabricHost",
+    "FabricIntf",
+    "FabricNet",
+    "FabricSwitch",
+    "ModelFabricSwitch",
+    "NetOptions",
+    "TargetUnavailable",
+    "choose_target",
+    "fabric_interfaces",
+]
