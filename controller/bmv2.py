@@ -1,0 +1,265 @@
+"""BMv2 for the testbed: build the P4 program with p4c, run ``simple_switch_grpc`` per switch.
+
+- :func:`p4_build` compiles ``p4src/mrc_switch.p4`` into ``p4src/build/`` (BMv2 JSON and
+  p4c's P4Info) when the output is missing or older than the sources;
+- :class:`Bmv2Switch` is the :class:`~controller.targets.SwitchProcess` for
+  ``simple_switch_grpc``: ``-i PORT@IFACE`` per port, device id, Thrift port, log file and level,
+  optional pcap directory, and after ``--`` the target options (gRPC address, number of priority
+  queues, CPU port). It starts without a pipeline (``--no-p4``) unless given a JSON file: the
+  controller pushes the pipeline over P4Runtime. Once the switch answers, queue depth and rate of
+  every port are set through the Thrift runtime CLI (``simple_switch_CLI``).
+
+BMv2 shapes queues in packets per second, not bits per second. :func:`queue_rate_pps` converts a
+link rate as if every frame were full size (``mtu`` bytes plus Ethernet header and FCS), so a
+port never sends more bits per second than the link rate; smaller packets are then sent at the
+same packet rate, i.e. below the link's bit rate.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+from collections.abc import Mapping
+from pathlib import Path
+
+from controller.targets import SwitchConfigError, SwitchProcess, SwitchStartError, parse_grpc_addr
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+P4_SOURCE = REPO_ROOT / "p4src" / "mrc_switch.p4"
+P4_BUILD_DIR = REPO_ROOT / "p4src" / "build"
+
+SIMPLE_SWITCH_GRPC = "simple_switch_grpc"
+SIMPLE_SWITCH_CLI = "simple_switch_CLI"
+P4C = "p4c"
+
+ETHERNET_OVERHEAD = 14 + 4  # header and FCS around an IP packet of ``mtu`` bytes
+LOG_LEVELS = ("trace", "debug", "info", "warn", "error", "off")
+
+
+class ToolMissing(RuntimeError):
+    """A program the BMv2 target needs (p4c, simple_switch_grpc, simple_switch_CLI) is absent."""
+
+
+class P4BuildError(RuntimeError):
+    """p4c failed; the message carries its output."""
+
+
+def missing_tools(
+    tools: tuple[str, ...] = (P4C, SIMPLE_SWITCH_GRPC, SIMPLE_SWITCH_CLI),
+) -> list[str]:
+    """The programs of ``tools`` that are not on PATH."""
+    return [tool for tool in tools if shutil.which(tool) is None]
+
+
+def _sources(source: Path) -> list[Path]:
+    include = source.parent / "include"
+    return [source, *sorted(include.glob("*.p4"))] if include.is_dir() else [source]
+
+
+def p4_build(
+    source: Path = P4_SOURCE, build_dir: Path = P4_BUILD_DIR, *, force: bool = False
+) -> tuple[Path, Path]:
+    """Compile ``source`` for BMv2 unless its output is newer than every source file.
+
+    Returns ``(p4info_path, bmv2_json_path)``. Raises :class:`ToolMissing` when p4c is not on
+    PATH and :class:`P4BuildError` (with p4c's output) when the compilation fails.
+    """
+    if not source.is_file():
+        raise FileNotFoundError(f"P4 source {source}: no such file")
+    stem = source.stem
+    p4info = build_dir / f"{stem}.p4info.txtpb"
+    bmv2_json = build_dir / f"{stem}.json"
+    newest_source = max(path.stat().st_mtime for path in _sources(source))
+    fresh = all(
+        path.is_file() and path.stat().st_mtime >= newest_source for path in (p4info, bmv2_json)
+    )
+    if fresh and not force:
+        return p4info, bmv2_json
+    p4c = shutil.which(P4C)
+    if p4c is None:
+        raise ToolMissing(
+            f"{P4C} is not on PATH: cannot compile {source.name} for BMv2 "
+            "(install it with scripts/install.sh --with-bmv2, or use the switchmodel target)"
+        )
+    build_dir.mkdir(parents=True, exist_ok=True)
+    argv = [
+        p4c, "--target", "bmv2", "--arch", "v1model",
+        "--p4runtime-files", str(p4info), "-o", str(build_dir), str(source),
+    ]  # fmt: skip
+    result = subprocess.run(argv, capture_output=True, text=True, check=False)
+    if result.returncode != 0 or not bmv2_json.is_file() or not p4info.is_file():
+        output = (result.stdout + result.stderr).strip() or "(no output)"
+        raise P4BuildError(f"p4c failed on {source} (status {result.returncode}):\n{output}")
+    return p4info, bmv2_json
+
+
+def queue_rate_pps(rate_bps: int, mtu: int) -> int:
+    """BMv2 queue rate (packets/s) for a link of ``rate_bps`` carrying ``mtu``-byte packets."""
+    if rate_bps <= 0 or mtu <= 0:
+        raise ValueError(f"rate {rate_bps} b/s, MTU {mtu} B: expected positive values")
+    return max(1, rate_bps // (8 * (mtu + ETHERNET_OVERHEAD)))
+
+
+class Bmv2Switch(SwitchProcess):
+    """One ``simple_switch_grpc`` process (see the module docstring)."""
+
+    kind = "BMv2"
+
+    def __init__(
+        self,
+        name: str,
+        ports: Mapping[int, str],
+        device_id: int,
+        grpc_addr: str,
+        *,
+        thrift_port: int,
+        priority_queues: int = 2,
+        rate_bps: int | None = None,
+        queue_depth: int | None = None,
+        pcap_dir: str | os.PathLike[str] | None = None,
+        log_dir: str | os.PathLike[str] | None = None,
+        mtu: int = 1500,
+        json_path: str | os.PathLike[str] | None = None,
+        cpu_port: int | None = None,
+        log_level: str = "info",
+        executable: str = SIMPLE_SWITCH_GRPC,
+        cli: str = SIMPLE_SWITCH_CLI,
+    ) -> None:
+        super().__init__(
+            name,
+            ports,
+            device_id,
+            grpc_addr,
+            priority_queues=priority_queues,
+            rate_bps=rate_bps,
+            queue_depth=queue_depth,
+            pcap_dir=pcap_dir,
+            log_dir=log_dir,
+        )
+        if not 0 < thrift_port < 65536:
+            raise SwitchConfigError(f"switch {name}: thrift_port {thrift_port}: expected 1..65535")
+        if mtu < 64:
+            raise SwitchConfigError(f"switch {name}: mtu {mtu}: expected at least 64 bytes")
+        if cpu_port is not None and (not 0 < cpu_port < 511 or cpu_port in self.ports):
+            raise SwitchConfigError(
+                f"switch {name}: cpu_port {cpu_port}: expected 1..510 and not a data port"
+            )
+        if log_level not in LOG_LEVELS:
+            raise SwitchConfigError(
+                f"switch {name}: log_level {log_level!r}: expected one of {', '.join(LOG_LEVELS)}"
+            )
+        self.thrift_port = thrift_port
+        self.mtu = mtu
+        self.json_path = Path(json_path) if json_path is not None else None
+        self.cpu_port = cpu_port
+        self.log_level = log_level
+        self.executable = executable
+        self.cli = cli
+
+    @property
+    def bmv2_log_path(self) -> Path:
+        """The file BMv2 itself logs to (``--log-file``)."""
+        return self.log_path.with_suffix(".bmv2.log")
+
+    def command(self) -> list[str]:
+        """``simple_switch_grpc`` general options, then ``--`` and the target options."""
+        argv = [self.executable]
+        for number, intf in self.ports.items():
+            argv += ["-i", f"{number}@{intf}"]
+        argv += [
+            "--device-id", str(self.device_id),
+            "--thrift-port", str(self.thrift_port),
+            "--log-file", str(self.bmv2_log_path),
+            "--log-level", self.log_level,
+            "--log-flush",
+        ]  # fmt: skip
+        if self.pcap_dir is not None:
+            argv += ["--pcap", str(self.pcap_dir)]
+        argv.append(str(self.json_path) if self.json_path is not None else "--no-p4")
+        argv += [
+            "--",
+            "--grpc-server-addr", self.grpc_addr,
+            "--priority-queues", str(self.priority_queues),
+        ]  # fmt: skip
+        if self.cpu_port is not None:
+            argv += ["--cpu-port", str(self.cpu_port)]
+        return argv
+
+    def queue_commands(self) -> list[str]:
+        """The runtime CLI commands that set depth and rate of every port's queues.
+
+        ``set_queue_depth``/``set_queue_rate`` without a priority apply to every priority queue
+        of the port; BMv2 reports ``enq_qdepth`` summed over them.
+        """
+        commands = []
+        for number in self.ports:
+            if self.queue_depth is not None:
+                commands.append(f"set_queue_depth {self.queue_depth} {number}")
+            if self.rate_bps is not None:
+                commands.append(
+                    f"set_queue_rate {queue_rate_pps(self.rate_bps, self.mtu)} {number}"
+                )
+        return commands
+
+    def cli_command(self) -> list[str]:
+        """The Thrift runtime CLI of this switch."""
+        return [self.cli, "--thrift-port", str(self.thrift_port)]
+
+    def ready(self) -> bool:
+        """Both the gRPC server and the Thrift runtime server accept connections."""
+        if not super().ready():
+            return False
+        try:
+            with socket.create_connection(("127.0.0.1", self.thrift_port), timeout=0.5):
+                return True
+        except OSError:
+            return False
+
+    def configure(self) -> None:
+        """Set queue depth and rate through the Thrift runtime CLI."""
+        commands = self.queue_commands()
+        if not commands:
+            return
+        try:
+            result = subprocess.run(
+                self.cli_command(),
+                input="\n".join(commands) + "\n",
+                capture_output=True,
+                text=True,
+                timeout=30,
+                check=False,
+            )
+        except (OSError, subprocess.TimeoutExpired) as exc:
+            raise SwitchStartError(
+                self.name, f"cannot run {self.cli}: {exc}", self.log_tail()
+            ) from exc
+        output = result.stdout + result.stderr
+        bad = [line for line in output.splitlines() if "Error" in line or "Invalid" in line]
+        if result.returncode != 0 or bad:
+            raise SwitchStartError(
+                self.name,
+                f"{self.cli} could not set the queues ({'; '.join(bad) or result.returncode})",
+                output + "\n" + self.log_tail(),
+            )
+
+    def log_tail(self, n: int = 20) -> str:
+        """The end of the process output and of BMv2's own log file."""
+        tail = super().log_tail(n)
+        try:
+            lines = self.bmv2_log_path.read_text(errors="replace").splitlines()
+        except FileNotFoundError:
+            return tail
+        return (tail + f"\n--- {self.bmv2_log_path.name} ---\n" + "\n".join(lines[-n:])).strip()
+
+
+__all__ = [
+    "Bmv2Switch",
+    "P4BuildError",
+    "ToolMissing",
+    "missing_tools",
+    "p4_build",
+    "parse_grpc_addr",
+    "queue_rate_pps",
+]

@@ -1,0 +1,203 @@
+"""The BMv2 launcher: command lines and queue settings everywhere; start/stop where BMv2 exists."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from controller.bmv2 import (
+    Bmv2Switch,
+    ToolMissing,
+    missing_tools,
+    p4_build,
+    queue_rate_pps,
+)
+from controller.targets import SwitchConfigError, SwitchStartError
+from topologies import Fabric, load_topology
+from topologies.config import shipped_topology
+
+
+@pytest.fixture(scope="module")
+def fabric() -> Fabric:
+    return Fabric(load_topology(shipped_topology("small")))
+
+
+def switch_for(fabric: Fabric, name: str, tmp_path: Path, **kwargs: object) -> Bmv2Switch:
+    sw = fabric.switch(name)
+    return Bmv2Switch(
+        sw.name,
+        {p.number: p.intf for p in sw.ports},
+        sw.device_id,
+        "127.0.0.1:50001",
+        thrift_port=9091,
+        log_dir=tmp_path,
+        **kwargs,  # type: ignore[arg-type]
+    )
+
+
+def test_command_line_has_ports_device_and_target_options(fabric: Fabric, tmp_path: Path) -> None:
+    sw = fabric.switch("t0-p0-r0")
+    switch = switch_for(fabric, sw.name, tmp_path, pcap_dir=tmp_path / "pcap")
+    argv = switch.command()
+    assert argv[0] == "simple_switch_grpc"
+    general, target = argv[: argv.index("--")], argv[argv.index("--") + 1 :]
+    for port in sw.ports:
+        assert f"{port.number}@{port.intf}" in general
+        assert general[general.index(f"{port.number}@{port.intf}") - 1] == "-i"
+    assert general[general.index("--device-id") + 1] == str(sw.device_id)
+    assert general[general.index("--thrift-port") + 1] == "9091"
+    assert general[general.index("--pcap") + 1] == str(tmp_path / "pcap")
+    assert general[general.index("--log-file") + 1] == str(switch.bmv2_log_path)
+    assert "--no-p4" in general
+    assert target[target.index("--grpc-server-addr") + 1] == "127.0.0.1:50001"
+    assert target[target.index("--priority-queues") + 1] == "2"
+    assert "--cpu-port" not in target
+
+
+def test_json_replaces_no_p4_and_cpu_port_is_a_target_option(
+    fabric: Fabric, tmp_path: Path
+) -> None:
+    switch = switch_for(fabric, "t1-p1-s0", tmp_path, json_path=tmp_path / "x.json", cpu_port=64)
+    argv = switch.command()
+    general, target = argv[: argv.index("--")], argv[argv.index("--") + 1 :]
+    assert "--no-p4" not in argv
+    assert general[-1] == str(tmp_path / "x.json")
+    assert target[target.index("--cpu-port") + 1] == "64"
+
+
+def test_queue_commands_per_port(fabric: Fabric, tmp_path: Path) -> None:
+    topo = fabric.topology
+    rate = int(topo.link_rate_mbps * 1_000_000)
+    switch = switch_for(
+        fabric, "t0-p0-r1", tmp_path, rate_bps=rate, queue_depth=topo.queue_depth, mtu=topo.link_mtu
+    )
+    pps = queue_rate_pps(rate, topo.link_mtu)
+    expected = []
+    for port in fabric.switch("t0-p0-r1").ports:
+        expected += [
+            f"set_queue_depth {topo.queue_depth} {port.number}",
+            f"set_queue_rate {pps} {port.number}",
+        ]
+    assert switch.queue_commands() == expected
+    assert switch_for(fabric, "t0-p0-r1", tmp_path).queue_commands() == []
+
+
+def test_queue_rate_never_exceeds_the_link_rate() -> None:
+    for rate, mtu in [
+        (100_000_000, 1500),
+        (100_000_000, 4200),
+        (10_000, 9000),
+        (1_000_000_000, 64),
+    ]:
+        pps = queue_rate_pps(rate, mtu)
+        assert pps >= 1
+        if rate >= 8 * (mtu + 18):
+            assert pps * 8 * (mtu + 18) <= rate
+    with pytest.raises(ValueError, match="expected positive"):
+        queue_rate_pps(0, 1500)
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"thrift_port": 0}, "thrift_port 0"),
+        ({"cpu_port": 1}, "cpu_port 1"),
+        ({"log_level": "loud"}, "log_level 'loud'"),
+        ({"priority_queues": 0}, "priority_queues 0"),
+        ({"rate_bps": -1}, "rate_bps -1"),
+        ({"grpc_addr": "localhost"}, "grpc_addr 'localhost'"),
+        ({"ports": {0: "x"}}, "port 0"),
+        ({"ports": {1: "a-name-longer-than-15"}}, "interface"),
+    ],
+)
+def test_bad_configuration_names_the_input(change: dict[str, object], message: str) -> None:
+    args: dict[str, object] = {
+        "name": "s",
+        "ports": {1: "s-eth1", 2: "s-eth2"},
+        "device_id": 1,
+        "grpc_addr": "127.0.0.1:50001",
+        "thrift_port": 9091,
+    }
+    args.update(change)
+    with pytest.raises(SwitchConfigError, match=message):
+        Bmv2Switch(**args)  # type: ignore[arg-type]
+
+
+def test_p4_build_without_p4c_says_so(tmp_path: Path) -> None:
+    if shutil.which("p4c"):
+        pytest.skip("p4c is installed: the missing-compiler message cannot be observed")
+    with pytest.raises(ToolMissing, match="p4c is not on PATH"):
+        p4_build(build_dir=tmp_path / "build")
+
+
+def test_missing_executable_fails_with_a_clear_error(fabric: Fabric, tmp_path: Path) -> None:
+    switch = switch_for(fabric, "t0-p0-r0", tmp_path, executable=str(tmp_path / "no-such-switch"))
+    with pytest.raises(SwitchStartError, match="cannot run"):
+        switch.start()
+    assert not switch.alive
+
+
+def test_process_that_exits_reports_its_log(tmp_path: Path) -> None:
+    """The launcher machinery with a stand-in program that prints and exits."""
+    script = tmp_path / "fake_switch"
+    script.write_text('#!/bin/sh\necho "fake switch: cannot open interface $2" >&2\nexit 3\n')
+    script.chmod(0o755)
+    switch = Bmv2Switch(
+        "fake", {1: "fake-eth1"}, 1, "127.0.0.1:1", thrift_port=9, log_dir=tmp_path,
+        executable=str(script),
+    )  # fmt: skip
+    switch.start()
+    with pytest.raises(SwitchStartError) as info:
+        switch.wait_ready(timeout=5.0)
+    assert "exited with status 3" in str(info.value)
+    assert "cannot open interface 1@fake-eth1" in str(info.value)
+    switch.stop()
+    assert not switch.alive
+
+
+needs_bmv2 = pytest.mark.skipif(
+    bool(missing_tools()),
+    reason=f"BMv2 tests need {', '.join(missing_tools()) or 'nothing'} on PATH",
+)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture
+def dummy_interface() -> Iterator[str]:
+    """A dummy interface of this test (name prefix dpb), removed afterwards."""
+    if os.geteuid() != 0:
+        pytest.skip("creating an interface needs root")
+    name = f"dpbt{os.getpid() % 100000}"
+    subprocess.run(["ip", "link", "add", name, "type", "dummy"], check=True)
+    try:
+        subprocess.run(["ip", "link", "set", name, "up"], check=True)
+        yield name
+    finally:
+        subprocess.run(["ip", "link", "del", name], check=False)
+
+
+@pytest.mark.bmv2
+@needs_bmv2
+def test_bmv2_starts_serves_grpc_and_stops(tmp_path: Path, dummy_interface: str) -> None:
+    switch = Bmv2Switch(
+        "dpbt", {1: dummy_interface}, 1, f"127.0.0.1:{free_port()}", thrift_port=free_port(),
+        rate_bps=10_000_000, queue_depth=16, log_dir=tmp_path,
+    )  # fmt: skip
+    switch.start()
+    try:
+        switch.wait_ready(timeout=20.0)
+        assert switch.alive and switch.pid
+    finally:
+        switch.stop()
+    assert not switch.alive
