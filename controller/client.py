@@ -44,6 +44,10 @@ MAX_MESSAGE_BYTES = 256 * 1024 * 1024
 _CHANNEL_OPTIONS = [
     ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
     ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+    # a restarted switch is found again quickly (gRPC's default backoff starts at 1 s)
+    ("grpc.initial_reconnect_backoff_ms", 100),
+    ("grpc.min_reconnect_backoff_ms", 100),
+    ("grpc.max_reconnect_backoff_ms", 1000),
 ]
 _STREAM_END = object()
 

@@ -1,0 +1,157 @@
+"""The reconcile loop behind ``mrc-ctl watch``: keep every switch equal to its intended tables.
+
+One thread per switch keeps a P4Runtime session open and, every ``interval`` seconds (a timer,
+not a busy loop):
+
+- if the session is down (the StreamChannel broke: the switch process died or restarted),
+  reconnects and reconciles fully -- pipeline, then entries;
+- otherwise reads the managed tables back and, when they differ from the intended ones (an
+  emptied switch, an entry changed by hand), reconciles; a read refused because the switch has
+  no pipeline also triggers a full reconcile;
+- every ``pipeline_every`` checks, also verifies the pipeline itself.
+
+Each action is logged with a timestamp through the ``controller.watch`` logger; state changes
+(unreachable, back) are logged once, not every tick. The intended tables are asked for on every
+check (``tables()``), so QoS overrides saved by ``mrc-ctl set-qos`` are followed.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Mapping, Sequence
+
+from controller.client import P4RuntimeError, SwitchClient, SwitchUnreachable
+from controller.entries import SwitchTables, diff
+from controller.p4info import P4Info
+from controller.push import (
+    PushOptions,
+    PushReport,
+    SwitchAddress,
+    pipeline_matches,
+    read_installed,
+    reconcile,
+)
+
+log = logging.getLogger("controller.watch")
+
+
+class SwitchWatch:
+    """Keeps one switch reconciled; :meth:`check` is one round of the loop."""
+
+    def __init__(
+        self,
+        target: SwitchAddress,
+        info: P4Info,
+        tables: Callable[[], Mapping[str, SwitchTables]],
+        options: PushOptions,
+        pipeline_every: int = 8,
+    ) -> None:
+        self.target = target
+        self.info = info
+        self.tables = tables
+        self.options = options
+        self.pipeline_every = pipeline_every
+        self.client: SwitchClient | None = None
+        self.reachable: bool | None = None  # None until the first attempt
+        self.checks = 0
+        self.pushes: list[PushReport] = []  # every reconcile that wrote something
+
+    def _connect(self) -> SwitchClient | None:
+        client = SwitchClient(
+            self.target.address,
+            self.target.device_id,
+            election_id=self.options.election_id,
+            timeout=min(self.options.timeout, 1.0),
+            name=self.target.name,
+            p4info=self.info,
+        )
+        try:
+            client.connect()
+        except SwitchUnreachable as exc:
+            if self.reachable is not False:
+                log.warning("%s: unreachable (%s); retrying", self.target.name, exc.reason)
+            self.reachable = False
+            return None
+        if self.reachable is False:
+            log.info("%s: reachable again at %s", self.target.name, self.target.address)
+        self.reachable = True
+        return client
+
+    def _drop(self, why: str) -> None:
+        log.warning("%s: session lost (%s)", self.target.name, why)
+        if self.client is not None:
+            self.client.close()
+        self.client = None
+
+    def _reconcile(self, why: str) -> PushReport | None:
+        assert self.client is not None
+        intended = self.tables()[self.target.name]
+        report = reconcile(self.client, self.info, intended, self.options)
+        if report.changes or report.errors:
+            self.pushes.append(report)
+            log.info("%s: %s -> %s", self.target.name, why, report.summary())
+            for error in report.errors:
+                log.error("%s: %s", self.target.name, error)
+        return report
+
+    def check(self) -> PushReport | None:
+        """One round: reconnect if needed, compare, reconcile when different."""
+        self.checks += 1
+        try:
+            if self.client is None or not self.client.stream_alive:
+                if self.client is not None:
+                    self._drop(self.client.stream_error or "stream closed")
+                self.client = self._connect()
+                if self.client is None:
+                    return None
+                return self._reconcile("connected")
+            if self.checks % self.pipeline_every == 0 and not pipeline_matches(
+                self.client, self.info, self.options.device_config
+            ):
+                return self._reconcile("pipeline missing or different")
+            try:
+                installed = read_installed(self.client, self.info)
+            except P4RuntimeError as exc:
+                return self._reconcile(f"read refused ({exc.code})")
+            changes = diff(self.tables()[self.target.name].entries, installed)
+            if not changes.empty:
+                return self._reconcile(f"{changes.count} entries differ")
+            return None
+        except SwitchUnreachable as exc:
+            self._drop(exc.reason)
+        except P4RuntimeError as exc:
+            log.error("%s: %s", self.target.name, exc)
+        return None
+
+    def run(self, stop: threading.Event, interval: float) -> None:
+        """Check every ``interval`` seconds until ``stop`` is set."""
+        while not stop.is_set():
+            self.check()
+            stop.wait(interval)
+        if self.client is not None:
+            self.client.close()
+            self.client = None
+
+
+def watch(
+    targets: Sequence[SwitchAddress],
+    info: P4Info,
+    tables: Callable[[], Mapping[str, SwitchTables]],
+    options: PushOptions,
+    stop: threading.Event,
+    interval: float = 0.25,
+) -> list[SwitchWatch]:
+    """Run one :class:`SwitchWatch` thread per switch until ``stop`` is set."""
+    watches = [SwitchWatch(t, info, tables, options) for t in targets]
+    threads = [
+        threading.Thread(target=w.run, args=(stop, interval), name=f"watch-{w.target.name}")
+        for w in watches
+    ]
+    log.info("watching %d switches every %.2f s", len(watches), interval)
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    log.info("watch stopped")
+    return watches
