@@ -1,12 +1,237 @@
-"""mrc-switch: the switchmodel's command line."""
+"""mrc-switch: run the switchmodel on real interfaces, serving P4Runtime (like simple_switch_grpc).
+
+::
+
+    mrc-switch -i 1@t0-p0-r0-eth1 -i 2@t0-p0-r0-eth2 --device-id 1 --grpc-addr 127.0.0.1:50001 \\
+        --priority-queues 2 --port-rate-bps 100000000 --queue-depth 64 [--port-rate-bps-of 2=1e9] \\
+        [--mtu BYTES] [--pcap DIR] [--log-level info] [--log-file FILE]
+
+The switch starts without a pipeline (as BMv2 ``--no-p4``): it drops every frame and counts
+nothing until a controller sets the mrc_switch P4Info with SetForwardingPipelineConfig. Once
+gRPC listens it logs a line starting with ``ready``. SIGTERM or SIGINT stop it cleanly. A bad
+flag, a missing interface or a gRPC address in use end it with one line naming the culprit.
+"""
 
 from __future__ import annotations
 
 import argparse
+import logging
+import signal
+import sys
+import threading
+from pathlib import Path
+from types import FrameType
+
+from switchmodel.dataplane import DataPlane, DataPlaneError, PortConfig
+from switchmodel.server import AddressInUse, P4RuntimeServicer, serve
+
+MAX_PORT = 510  # bit<9> ports; 511 is the drop port
+IFNAME_MAX = 15
+LOG_LEVELS = ("debug", "info", "warning", "error")
+
+log = logging.getLogger("switchmodel")
+
+
+def _interface(text: str) -> tuple[int, str]:
+    number, sep, intf = text.partition("@")
+    if not sep or not number.isdigit() or not intf:
+        raise argparse.ArgumentTypeError(f"'{text}': expected PORT@INTERFACE, e.g. 1@veth0")
+    port = int(number)
+    if not 0 <= port <= MAX_PORT:
+        raise argparse.ArgumentTypeError(f"'{text}': port {port} outside 0..{MAX_PORT}")
+    if len(intf) > IFNAME_MAX or "/" in intf or " " in intf:
+        raise argparse.ArgumentTypeError(f"'{text}': '{intf}' is not a Linux interface name")
+    return port, intf
+
+
+def _rate(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"'{text}': expected a rate in bits per second") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"'{text}': expected a rate >= 0 (0 = not shaped)")
+    return value
+
+
+def _port_rate(text: str) -> tuple[int, float]:
+    port, sep, rate = text.partition("=")
+    if not sep or not port.isdigit():
+        raise argparse.ArgumentTypeError(f"'{text}': expected PORT=BITS_PER_SECOND")
+    return int(port), _rate(rate)
+
+
+def _positive(what: str):  # type: ignore[no-untyped-def]
+    def parse(text: str) -> int:
+        if not text.isdigit() or int(text) < 1:
+            raise argparse.ArgumentTypeError(f"'{text}': expected {what} (an integer >= 1)")
+        return int(text)
+
+    return parse
+
+
+def _grpc_addr(text: str) -> str:
+    host, sep, port = text.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise argparse.ArgumentTypeError(f"'{text}': expected HOST:PORT, e.g. 127.0.0.1:9559")
+    return text
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The command line of mrc-switch."""
+    parser = argparse.ArgumentParser(
+        prog="mrc-switch",
+        description="The mrc_switch P4 pipeline in Python, served over P4Runtime "
+        "(a second target next to BMv2 simple_switch_grpc).",
+    )
+    parser.add_argument(
+        "-i",
+        "--interface",
+        action="append",
+        type=_interface,
+        default=[],
+        metavar="PORT@IFACE",
+        help="attach interface IFACE as port PORT (repeat for every port)",
+    )
+    parser.add_argument("--device-id", type=int, default=0, help="P4Runtime device id (default 0)")
+    parser.add_argument(
+        "--grpc-addr",
+        type=_grpc_addr,
+        default="127.0.0.1:9559",
+        help="P4Runtime server address (default 127.0.0.1:9559)",
+    )
+    parser.add_argument(
+        "--priority-queues",
+        type=_positive("a number of queues"),
+        default=2,
+        help="strict-priority queues per egress port (default 2: priority 1 is served first)",
+    )
+    parser.add_argument(
+        "--port-rate-bps",
+        type=_rate,
+        default=0.0,
+        metavar="BPS",
+        help="shape every egress port to BPS bits/s (default 0: not shaped)",
+    )
+    parser.add_argument(
+        "--port-rate-bps-of",
+        type=_port_rate,
+        action="append",
+        default=[],
+        metavar="PORT=BPS",
+        help="shape one port differently (repeatable)",
+    )
+    parser.add_argument(
+        "--queue-depth",
+        type=_positive("a depth in packets"),
+        default=64,
+        help="packets each priority queue of a port holds (default 64)",
+    )
+    parser.add_argument(
+        "--mtu",
+        type=_positive("an MTU in bytes"),
+        default=None,
+        help="largest IPv6 packet accepted (default: each interface's MTU); "
+        "longer frames are dropped as OVERSIZE",
+    )
+    parser.add_argument(
+        "--pcap",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="write IFACE_in.pcap and IFACE_out.pcap per port into DIR",
+    )
+    parser.add_argument("--log-level", choices=LOG_LEVELS, default="info")
+    parser.add_argument("--log-file", type=Path, default=None, help="log here instead of stderr")
+    return parser
+
+
+def _check(parser: argparse.ArgumentParser, args: argparse.Namespace) -> dict[int, PortConfig]:
+    if not args.interface:
+        parser.error("no ports: give at least one -i PORT@IFACE")
+    ports: dict[int, PortConfig] = {}
+    seen: set[str] = set()
+    for number, intf in args.interface:
+        if number in ports:
+            parser.error(f"-i: port {number} given twice")
+        if intf in seen:
+            parser.error(f"-i: interface '{intf}' given twice")
+        seen.add(intf)
+        ports[number] = PortConfig(number, intf, rate_bps=args.port_rate_bps, mtu=args.mtu)
+    for number, rate in args.port_rate_bps_of:
+        if number not in ports:
+            parser.error(f"--port-rate-bps-of: port {number} is not one of the -i ports")
+        ports[number].rate_bps = rate
+    if args.device_id < 0:
+        parser.error(f"--device-id {args.device_id}: expected >= 0")
+    return ports
+
+
+def _setup_logging(level: str, log_file: Path | None) -> None:
+    handler: logging.Handler
+    if log_file is not None:
+        log_file.parent.mkdir(parents=True, exist_ok=True)
+        handler = logging.FileHandler(log_file)
+    else:
+        handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(getattr(logging, level.upper()))
 
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of ``mrc-switch``."""
-    parser = argparse.ArgumentParser(prog="mrc-switch", description="the mrc_switch pipeline as a P4Runtime target")
-    parser.parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    ports = _check(parser, args)
+    _setup_logging(args.log_level, args.log_file)
+
+    dataplane = DataPlane(
+        ports, priorities=args.priority_queues, queue_depth=args.queue_depth, pcap_dir=args.pcap
+    )
+    try:
+        dataplane.open()
+    except DataPlaneError as exc:
+        print(f"mrc-switch: {exc}", file=sys.stderr)
+        log.error("%s", exc)
+        return 1
+    servicer = P4RuntimeServicer(dataplane, args.device_id)
+    try:
+        server = serve(servicer, args.grpc_addr)
+    except AddressInUse as exc:
+        dataplane.close()
+        print(f"mrc-switch: {exc}", file=sys.stderr)
+        log.error("%s", exc)
+        return 1
+
+    stop = threading.Event()
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        stop.set()
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    dataplane.start()
+    port_list = " ".join(f"{n}@{p.intf}" for n, p in sorted(ports.items()))
+    log.info(
+        "ready: device %d, P4Runtime on %s, ports %s, %d priority queues of %d packets, "
+        "no pipeline yet",
+        args.device_id,
+        args.grpc_addr,
+        port_list,
+        args.priority_queues,
+        args.queue_depth,
+    )
+    try:
+        while not stop.wait(3600):
+            pass
+    finally:
+        log.info("stopping")
+        server.stop(grace=0.5).wait()
+        dataplane.stop()
     return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,364 @@
+"""The switch's data path: raw sockets and an event loop around the pure pipeline and queues.
+
+:class:`DataPlane` owns one AF_PACKET socket per port (all protocols, promiscuous, its own
+transmissions ignored) and runs one thread with a :mod:`selectors` loop:
+
+- a readable socket is drained until EAGAIN (at most :data:`RX_BATCH` frames at a time) into one
+  preallocated buffer; each frame goes through :func:`switchmodel.pipeline.ingress` and, when
+  forwarded, into the :class:`~switchmodel.queues.PortQueue` of its egress port;
+- the select timeout is the earliest time a shaped queue may send again, so an idle switch
+  sleeps in the kernel (no polling) and a busy one wakes when its token buckets allow;
+- a packet leaving a queue goes through :func:`switchmodel.pipeline.egress` (``port_qdepth``
+  and ``port_out``) and is sent on the egress port's socket.
+
+The :class:`~switchmodel.tables.PipelineState` is shared with the P4Runtime server: both hold
+:attr:`DataPlane.lock` while they touch it (the data path for one batch at a time). Until a
+pipeline is set (:attr:`DataPlane.state` is None) every frame is dropped and nothing is counted,
+as BMv2 does without a P4 program.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import logging
+import os
+import selectors
+import socket
+import struct
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from switchmodel.pcap import PcapWriter
+from switchmodel.pipeline import Forward, count_drop, egress, ingress
+from switchmodel.queues import PortQueue
+from switchmodel.tables import DropReason, PipelineState
+
+log = logging.getLogger("switchmodel.dataplane")
+
+ETH_P_ALL = 0x0003
+SOL_PACKET = 263
+PACKET_ADD_MEMBERSHIP = 1
+PACKET_MR_PROMISC = 1
+PACKET_IGNORE_OUTGOING = 23
+PACKET_OUTGOING = 4
+SIOCGIFMTU = 0x8921
+ETH_HEADER = 14
+
+RX_BATCH = 256  # frames read from one socket before looking at the others
+RX_BUFFER = 1 << 16
+SOCKET_BUFFER = 4 << 20
+PCAP_FLUSH_INTERVAL = 1.0
+
+QueuedPacket = tuple[bytearray, int, int, int]  # frame, ingress length, priority, enq_qdepth
+
+
+class DataPlaneError(RuntimeError):
+    """An interface that cannot be opened (named in the message)."""
+
+
+@dataclass
+class PortConfig:
+    """One switch port: its number, interface and traffic manager settings."""
+
+    number: int
+    intf: str
+    rate_bps: float = 0.0  # 0: not shaped
+    mtu: int | None = None  # None: the interface's MTU
+
+
+@dataclass
+class _Port:
+    number: int
+    intf: str
+    sock: socket.socket
+    queue: PortQueue[QueuedPacket]
+    max_frame: int
+    filter_outgoing: bool
+    pcap_in: PcapWriter | None = None
+    pcap_out: PcapWriter | None = None
+    blocked: bool = False
+    rx_frames: int = 0
+    tx_frames: int = 0
+    tx_errors: int = 0
+
+
+def interface_mtu(intf: str) -> int:
+    """The MTU of interface ``intf`` (DataPlaneError when it does not exist)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        request = struct.pack("16si", intf.encode(), 0)
+        try:
+            reply = fcntl.ioctl(probe.fileno(), SIOCGIFMTU, request)
+        except OSError as exc:
+            raise DataPlaneError(f"interface '{intf}': {os.strerror(exc.errno or 0)}") from None
+    return int(struct.unpack("16si", reply)[1])
+
+
+def open_port_socket(intf: str) -> tuple[socket.socket, bool]:
+    """A non-blocking, promiscuous AF_PACKET socket bound to ``intf``.
+
+    Returns the socket and whether the caller must filter out its own transmissions (kernels
+    without PACKET_IGNORE_OUTGOING).
+    """
+    try:
+        ifindex = socket.if_nametoindex(intf)
+    except OSError:
+        raise DataPlaneError(f"interface '{intf}' does not exist") from None
+    try:
+        sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETH_P_ALL))
+    except PermissionError:
+        raise DataPlaneError(f"interface '{intf}': raw sockets need root (CAP_NET_RAW)") from None
+    try:
+        sock.bind((intf, ETH_P_ALL))
+        mreq = struct.pack("iHH8s", ifindex, PACKET_MR_PROMISC, 0, b"")
+        sock.setsockopt(SOL_PACKET, PACKET_ADD_MEMBERSHIP, mreq)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, SOCKET_BUFFER)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SOCKET_BUFFER)
+    except OSError as exc:
+        sock.close()
+        raise DataPlaneError(f"interface '{intf}': {exc.strerror}") from None
+    filter_outgoing = False
+    try:
+        sock.setsockopt(SOL_PACKET, PACKET_IGNORE_OUTGOING, 1)
+    except OSError:
+        filter_outgoing = True
+    sock.setblocking(False)
+    return sock, filter_outgoing
+
+
+class DataPlane:
+    """Sockets, queues and the event loop of one switch."""
+
+    def __init__(
+        self,
+        ports: Mapping[int, PortConfig],
+        priorities: int = 2,
+        queue_depth: int = 64,
+        pcap_dir: Path | None = None,
+    ) -> None:
+        self.priorities = priorities
+        self.queue_depth = queue_depth
+        self.lock = threading.Lock()
+        self.state: PipelineState | None = None
+        self._configs = dict(ports)
+        self._pcap_dir = pcap_dir
+        self._ports: dict[int, _Port] = {}
+        self._selector = selectors.DefaultSelector()
+        self._wake_r, self._wake_w = socket.socketpair()
+        self._wake_r.setblocking(False)
+        self._wake_w.setblocking(False)
+        self._stopping = False
+        self._thread: threading.Thread | None = None
+        self._buffer = bytearray(RX_BUFFER)
+        self.unknown_port_drops = 0
+
+    # -- life cycle --------------------------------------------------------------------------
+
+    def open(self) -> None:
+        """Open every port's socket (DataPlaneError naming the first interface that fails)."""
+        now = time.monotonic()
+        try:
+            for number, config in sorted(self._configs.items()):
+                mtu = config.mtu if config.mtu is not None else interface_mtu(config.intf)
+                sock, filter_outgoing = open_port_socket(config.intf)
+                port = _Port(
+                    number=number,
+                    intf=config.intf,
+                    sock=sock,
+                    queue=PortQueue(self.priorities, self.queue_depth, config.rate_bps, now=now),
+                    max_frame=mtu + ETH_HEADER,
+                    filter_outgoing=filter_outgoing,
+                )
+                if self._pcap_dir is not None:
+                    self._pcap_dir.mkdir(parents=True, exist_ok=True)
+                    port.pcap_in = PcapWriter(self._pcap_dir / f"{config.intf}_in.pcap")
+                    port.pcap_out = PcapWriter(self._pcap_dir / f"{config.intf}_out.pcap")
+                self._ports[number] = port
+                self._selector.register(sock, selectors.EVENT_READ, port)
+        except DataPlaneError:
+            self.close()
+            raise
+        self._selector.register(self._wake_r, selectors.EVENT_READ, None)
+
+    def start(self) -> None:
+        """Open the ports (if not yet) and run the event loop in its own thread."""
+        if not self._ports:
+            self.open()
+        self._thread = threading.Thread(target=self.run, name="dataplane", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop the event loop and close the sockets."""
+        self._stopping = True
+        self.wake()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+            self._thread = None
+        self.close()
+
+    def wake(self) -> None:
+        """Make the event loop look at its queues again (from another thread)."""
+        with contextlib.suppress(BlockingIOError, OSError):
+            self._wake_w.send(b"\0")
+
+    def close(self) -> None:
+        """Close sockets and pcap files."""
+        for port in self._ports.values():
+            with contextlib.suppress(KeyError, ValueError):
+                self._selector.unregister(port.sock)
+            port.sock.close()
+            for writer in (port.pcap_in, port.pcap_out):
+                if writer is not None:
+                    writer.close()
+        self._ports.clear()
+
+    @property
+    def ports(self) -> dict[int, str]:
+        """Port number -> interface name."""
+        return {number: config.intf for number, config in self._configs.items()}
+
+    def port_stats(self) -> dict[int, dict[str, int]]:
+        """Frames received, sent, send errors and queued packets per port."""
+        return {
+            number: {
+                "rx": port.rx_frames,
+                "tx": port.tx_frames,
+                "tx_errors": port.tx_errors,
+                "queued": port.queue.length,
+            }
+            for number, port in self._ports.items()
+        }
+
+    # -- the event loop ----------------------------------------------------------------------
+
+    def run(self) -> None:
+        """The event loop (returns after :meth:`stop`)."""
+        monotonic = time.monotonic
+        select = self._selector.select
+        next_flush = monotonic() + PCAP_FLUSH_INTERVAL if self._pcap_dir is not None else None
+        timeout: float | None = None
+        while not self._stopping:
+            events = select(timeout)
+            for key, mask in events:
+                port = key.data
+                if port is None:
+                    self._drain_wake()
+                    continue
+                if mask & selectors.EVENT_WRITE:
+                    port.blocked = False
+                    self._selector.modify(port.sock, selectors.EVENT_READ, port)
+                if mask & selectors.EVENT_READ:
+                    self._receive(port)
+            now = monotonic()
+            timeout = self._transmit(now)
+            if next_flush is not None:
+                if now >= next_flush:
+                    self._flush_pcaps()
+                    next_flush = now + PCAP_FLUSH_INTERVAL
+                wait = next_flush - now
+                timeout = wait if timeout is None or wait < timeout else timeout
+
+    def _drain_wake(self) -> None:
+        try:
+            while self._wake_r.recv(4096):
+                pass
+        except (BlockingIOError, OSError):
+            pass
+
+    def _receive(self, port: _Port) -> None:
+        buf = self._buffer
+        view = memoryview(buf)
+        sock = port.sock
+        ports = self._ports
+        number = port.number
+        max_frame = port.max_frame
+        pcap = port.pcap_in
+        received = 0
+        with self.lock:
+            state = self.state
+            for _ in range(RX_BATCH):
+                try:
+                    if port.filter_outgoing:
+                        n, address = sock.recvfrom_into(buf)
+                        if address[2] == PACKET_OUTGOING:
+                            continue
+                    else:
+                        n = sock.recv_into(buf)
+                except BlockingIOError:
+                    break
+                except OSError as exc:
+                    if exc.errno in (errno.ENETDOWN, errno.ENXIO):
+                        break
+                    raise
+                received += 1
+                frame = view[:n]
+                if pcap is not None:
+                    pcap.write(frame)
+                if state is None:
+                    continue
+                if n > max_frame:
+                    count_drop(state, DropReason.OVERSIZE, n)
+                    continue
+                verdict = ingress(frame, number, state)
+                if verdict.__class__ is not Forward:
+                    continue
+                out_port, priority, out = verdict
+                target = ports.get(out_port)
+                if target is None:
+                    self.unknown_port_drops += 1
+                    continue
+                queue = target.queue
+                if queue.enqueue((out, n, priority, queue.length), len(out), priority) is None:
+                    count_drop(state, DropReason.QUEUE_FULL, n)
+        port.rx_frames += received
+
+    def _transmit(self, now: float) -> float | None:
+        """Send what the queues allow at ``now``; the select timeout until the next chance."""
+        earliest: float | None = None
+        for port in self._ports.values():
+            queue = port.queue
+            if not queue.length or port.blocked:
+                continue
+            sock = port.sock
+            pcap = port.pcap_out
+            with self.lock:
+                state = self.state
+                while True:
+                    item = queue.dequeue(now)
+                    if item is None:
+                        break
+                    frame, length, priority, enq_qdepth = item
+                    try:
+                        sock.send(frame)
+                    except BlockingIOError:
+                        queue.push_front(item, len(frame), priority)
+                        port.blocked = True
+                        self._selector.modify(
+                            sock, selectors.EVENT_READ | selectors.EVENT_WRITE, port
+                        )
+                        break
+                    except OSError as exc:
+                        port.tx_errors += 1
+                        log.debug("port %d (%s): send failed: %s", port.number, port.intf, exc)
+                        continue
+                    port.tx_frames += 1
+                    if state is not None:
+                        egress(state, port.number, enq_qdepth, length)
+                    if pcap is not None:
+                        pcap.write(frame)
+            ready = queue.next_ready(now)
+            if ready is not None and not port.blocked:
+                earliest = ready if earliest is None or ready < earliest else earliest
+        if earliest is None:
+            return None
+        return max(0.0, earliest - now)
+
+    def _flush_pcaps(self) -> None:
+        for port in self._ports.values():
+            for writer in (port.pcap_in, port.pcap_out):
+                if writer is not None:
+                    writer.flush()

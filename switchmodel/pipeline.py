@@ -1,0 +1,251 @@
+"""The mrc_switch P4 program (p4src/mrc_switch.p4) as pure functions: bytes in, verdict out.
+
+No I/O and no clock: the data path hands :func:`ingress` a frame, its ingress port and the
+:class:`~switchmodel.tables.PipelineState`, and gets back either a :class:`Forward` (egress port,
+priority, rewritten frame) or the :class:`~switchmodel.tables.DropReason` it counted. When the
+traffic manager dequeues a packet it calls :func:`egress`, which records the queue depth the
+packet saw at enqueue in ``port_qdepth`` and counts ``port_out``. The stages follow the program:
+
+parser   Ethernet; IPv6 if ether type 0x86DD; SRH if next header 43 (routing type 4, at most four
+         segments, hdr_ext_len == 2 * (last_entry + 1), segments_left <= last_entry: otherwise
+         SRH_INVALID); UDP if next header 17; BTH if UDP destination port 4791; RETH (+ ImmDt) and
+         the 24-byte MRC data extension for BTH opcodes 0x0A / 0x0B. A header cut short is a
+         PARSE_ERROR. The parser is total: any byte string gives a verdict, never an exception.
+ingress  count port_in; parser error -> drop; no IPv6 -> NOT_IPV6; hop limit <= 1 -> HOP_LIMIT,
+         else decrement; my_sid (uN shift or End; End without a segment left -> SID_END);
+         ipv6_lpm (set_next_hop or drop_no_route -> NO_ROUTE); priority (control DSCP high);
+         port_qos + port_qdepth[egress port] -> trim (DSCP 10 MRC data, depth >= trim threshold)
+         or ECN CE (ECT, depth >= ECN threshold).
+deparser the headers as rewritten; a trimmed packet ends after its MRC data extension, with
+         DSCP 12, IPv6 payload length and UDP length fixed and high priority.
+egress   port_qdepth[egress port] = enq_qdepth; count port_out.
+
+Counters count bytes as BMv2 does: the length of the frame as it arrived at the switch.
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import NamedTuple
+
+from switchmodel.tables import NO_QOS, DropReason, NextHop, PipelineState, SidAction
+
+ETHERTYPE_IPV6 = 0x86DD
+NH_ROUTING = 43
+NH_UDP = 17
+ROUTING_TYPE_SRH = 4
+SRH_MAX_SEGMENTS = 4
+ROCEV2_PORT = 4791
+OPCODE_WRITE_ONLY = 0x0A
+OPCODE_WRITE_ONLY_IMM = 0x0B
+
+DSCP_ORDINARY = 0
+DSCP_TRIMMABLE = 10
+DSCP_TRIMMED = 12
+DSCP_CONTROL = 48
+ECN_NOT_ECT = 0
+ECN_ECT1 = 1
+ECN_ECT0 = 2
+ECN_CE = 3
+
+PRIORITY_LOW = 0
+PRIORITY_HIGH = 1
+
+ETH_LEN = 14
+IPV6_LEN = 40
+SRH_FIXED_LEN = 8
+SEGMENT_LEN = 16
+UDP_LEN = 8
+BTH_LEN = 12
+RETH_LEN = 16
+IMMDT_LEN = 4
+MRC_DATA_LEN = 24
+
+QDEPTH_MASK = (1 << 19) - 1  # port_qdepth is bit<19>
+
+_IPV6_FIXED = struct.Struct("!IHBB")  # version|tc|flow label, payload length, next hdr, hop limit
+_ADDR = struct.Struct("!QQ")
+_SRH_FIXED = struct.Struct("!BBBBBBH")  # next hdr, hdr ext len, type, SL, last entry, flags, tag
+_U16 = struct.Struct("!H")
+_U32 = struct.Struct("!I")
+
+_LOW80 = (1 << 80) - 1
+_LOW96 = (1 << 96) - 1
+_LOW64 = (1 << 64) - 1
+
+_PARSE_ERROR = DropReason.PARSE_ERROR
+_NOT_IPV6 = DropReason.NOT_IPV6
+_SRH_INVALID = DropReason.SRH_INVALID
+_HOP_LIMIT = DropReason.HOP_LIMIT
+_NO_ROUTE = DropReason.NO_ROUTE
+_SID_END = DropReason.SID_END
+_NO_ACTION = SidAction.NO_ACTION
+_USID_UN = SidAction.USID_UN
+_NO_QOS = NO_QOS
+
+
+class Forward(NamedTuple):
+    """Ingress verdict: send ``frame`` out of ``port`` in the queue of ``priority``."""
+
+    port: int
+    priority: int
+    frame: bytearray
+
+
+Verdict = Forward | DropReason
+
+
+def usid_shift(dst: int) -> int:
+    """uN: drop the active uSID, shift the 80 bits after it left by 16, zero-fill."""
+    return (dst >> 96 << 96) | ((dst << 16) & _LOW96)
+
+
+def ingress(frame: bytes | bytearray | memoryview, in_port: int, state: PipelineState) -> Verdict:
+    """Parse, match-action and deparse one frame that arrived on ``in_port``.
+
+    Updates the ingress counters (``port_in``, ``drops``, ``trimmed``, ``ecn_marked``) of
+    ``state`` and returns the verdict; ``frame`` itself is never modified.
+    """
+    n = len(frame)
+    counters = state.counters
+    c = counters.port_in
+    if 0 <= in_port < c.size:
+        c.packets[in_port] += 1
+        c.bytes[in_port] += n
+
+    # -- parser ----------------------------------------------------------------------------
+    if n < ETH_LEN:
+        return _drop(state, _PARSE_ERROR, n)
+    if (frame[12] << 8 | frame[13]) != ETHERTYPE_IPV6:
+        return _drop(state, _NOT_IPV6, n)
+    if n < ETH_LEN + IPV6_LEN:
+        return _drop(state, _PARSE_ERROR, n)
+    vtf, _plen, next_hdr, hop_limit = _IPV6_FIXED.unpack_from(frame, ETH_LEN)
+    hi, lo = _ADDR.unpack_from(frame, 38)
+    dst = hi << 64 | lo
+    off = ETH_LEN + IPV6_LEN
+    srh_off = -1
+    segments_left = 0
+    if next_hdr == NH_ROUTING:
+        if n < off + SRH_FIXED_LEN:
+            return _drop(state, _PARSE_ERROR, n)
+        next_hdr, ext_len, rtype, segments_left, last_entry, _f, _t = _SRH_FIXED.unpack_from(
+            frame, off
+        )
+        if (
+            rtype != ROUTING_TYPE_SRH
+            or last_entry >= SRH_MAX_SEGMENTS
+            or ext_len != 2 * (last_entry + 1)
+            or segments_left > last_entry
+        ):
+            return _drop(state, _SRH_INVALID, n)
+        srh_off = off
+        off += SRH_FIXED_LEN + SEGMENT_LEN * (last_entry + 1)
+        if n < off:
+            return _drop(state, _PARSE_ERROR, n)
+    udp_off = -1
+    headers_end = -1  # end of the MRC data extension when the packet is MRC data
+    if next_hdr == NH_UDP:
+        if n < off + UDP_LEN:
+            return _drop(state, _PARSE_ERROR, n)
+        udp_off = off
+        if (frame[off + 2] << 8 | frame[off + 3]) == ROCEV2_PORT:
+            bth = off + UDP_LEN
+            if n < bth + BTH_LEN:
+                return _drop(state, _PARSE_ERROR, n)
+            opcode = frame[bth]
+            if opcode in (OPCODE_WRITE_ONLY, OPCODE_WRITE_ONLY_IMM):
+                end = bth + BTH_LEN + RETH_LEN + MRC_DATA_LEN
+                if opcode == OPCODE_WRITE_ONLY_IMM:
+                    end += IMMDT_LEN
+                if n < end:
+                    return _drop(state, _PARSE_ERROR, n)
+                headers_end = end
+
+    # -- ingress ---------------------------------------------------------------------------
+    if hop_limit <= 1:
+        return _drop(state, _HOP_LIMIT, n)
+    hop_limit -= 1
+
+    new_dst = dst
+    end_done = False
+    action = state.my_sid.lookup(dst)
+    if action is None:
+        action = state.my_sid_default
+    if action is not _NO_ACTION:
+        if action is _USID_UN and dst & _LOW80:
+            new_dst = usid_shift(dst)
+        elif srh_off >= 0 and segments_left > 0:  # End behaviour
+            segments_left -= 1
+            seg = srh_off + SRH_FIXED_LEN + SEGMENT_LEN * segments_left
+            shi, slo = _ADDR.unpack_from(frame, seg)
+            new_dst = shi << 64 | slo
+            end_done = True
+        else:
+            return _drop(state, _SID_END, n)
+
+    hop: NextHop | None = state.ipv6_lpm.lookup(new_dst)
+    hit = hop is not None
+    if hop is None:
+        hop = state.ipv6_lpm_default
+    port = hop.port
+    if port < 0:
+        return _drop(state, _NO_ROUTE, n)
+
+    tc = (vtf >> 20) & 0xFF
+    dscp = tc >> 2
+    ecn = tc & 3
+    trim = False
+    if not hit:
+        # The program returns when ipv6_lpm misses: a default action changed to set_next_hop
+        # forwards with the priority left at 0 and no trimming or marking.
+        qos = _NO_QOS
+        priority = PRIORITY_LOW
+    else:
+        priority = PRIORITY_HIGH if dscp == DSCP_CONTROL else PRIORITY_LOW
+        qos = state.port_qos.entries.get(port, state.port_qos_default)
+    if qos is not _NO_QOS:
+        depth = state.port_qdepth[port] if port < len(state.port_qdepth) else 0
+        if headers_end >= 0 and dscp == DSCP_TRIMMABLE and depth >= qos.trim_threshold:
+            trim = True
+            tc = DSCP_TRIMMED << 2 | ecn
+            priority = PRIORITY_HIGH
+            counters.trimmed.count(port, n)
+        elif (ecn in (ECN_ECT0, ECN_ECT1)) and depth >= qos.ecn_threshold:
+            tc = tc | ECN_CE
+            counters.ecn_marked.count(port, n)
+
+    # -- deparser --------------------------------------------------------------------------
+    out = bytearray(frame[:headers_end]) if trim else bytearray(frame)
+    out[0:6] = hop.dmac
+    out[6:12] = hop.smac
+    _U32.pack_into(out, ETH_LEN, (vtf & 0xF00FFFFF) | (tc << 20))
+    out[21] = hop_limit
+    if new_dst != dst:
+        _ADDR.pack_into(out, 38, new_dst >> 64, new_dst & _LOW64)
+    if end_done:
+        out[srh_off + 3] = segments_left
+    if trim:
+        _U16.pack_into(out, 18, headers_end - ETH_LEN - IPV6_LEN)
+        _U16.pack_into(out, udp_off + 4, headers_end - udp_off)
+    return Forward(port, priority, out)
+
+
+def _drop(state: PipelineState, reason: DropReason, length: int) -> DropReason:
+    state.counters.drops.count(reason, length)
+    return reason
+
+
+def count_drop(state: PipelineState, reason: DropReason, length: int) -> None:
+    """Count a drop decided by the target rather than the program (QUEUE_FULL, OVERSIZE)."""
+    state.counters.drops.count(reason, length)
+
+
+def egress(state: PipelineState, port: int, enq_qdepth: int, length: int) -> None:
+    """The egress control: record the depth the packet saw at enqueue, count ``port_out``.
+
+    ``length`` is the packet's length as it arrived at the switch (BMv2 counts that).
+    """
+    if 0 <= port < len(state.port_qdepth):
+        state.port_qdepth[port] = enq_qdepth & QDEPTH_MASK
+    state.counters.port_out.count(port, length)

@@ -1,0 +1,506 @@
+"""P4Runtime semantics of the switch, without gRPC: pipeline config, table writes, reads.
+
+:class:`SwitchRuntime` keeps what a P4Runtime server must remember (the committed and the saved
+pipeline config, the table entries as written, in canonical form, and the default entries) and
+translates every change into the :class:`~switchmodel.tables.PipelineState` the data path reads,
+under the data path's lock. Errors are :class:`RuntimeStatus` exceptions carrying a
+``google.rpc.Code`` and a message that names the offending entity; the gRPC adapter
+(:mod:`switchmodel.server`) turns them into RPC statuses and per-update ``p4.v1.Error``\\ s.
+Arbitration and device ids are the adapter's business.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from google.rpc import code_pb2
+from p4.config.v1 import p4info_pb2 as p4i
+from p4.v1 import p4runtime_pb2 as p4r
+
+from switchmodel import contract
+from switchmodel.contract import Binding, ContractError, TableBinding
+from switchmodel.tables import (
+    DROP_NO_ROUTE,
+    NO_QOS,
+    CounterArray,
+    NextHop,
+    PipelineState,
+    PortQos,
+    SidAction,
+)
+
+Key = tuple[int, int]  # (value, prefix length); exact keys use the full width as length
+
+
+class Target(Protocol):
+    """What the runtime drives: a pipeline state slot and the lock that guards it."""
+
+    lock: threading.Lock
+    state: PipelineState | None
+
+
+@dataclass
+class TargetSlot:
+    """A :class:`Target` without a data path (for a server on its own, and for tests)."""
+
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    state: PipelineState | None = None
+
+
+class RuntimeStatus(Exception):
+    """A P4Runtime error: a ``google.rpc.Code`` and a message."""
+
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+def _invalid(message: str) -> RuntimeStatus:
+    return RuntimeStatus(code_pb2.INVALID_ARGUMENT, message)
+
+
+def canonical(value: int) -> bytes:
+    """The P4Runtime canonical byte string of ``value`` (no leading zero bytes, at least one)."""
+    return value.to_bytes(max(1, (value.bit_length() + 7) // 8), "big")
+
+
+def _decode(data: bytes, width: int, what: str) -> int:
+    if not data:
+        raise _invalid(f"{what}: empty value, expected a bit<{width}> byte string")
+    value = int.from_bytes(data, "big")
+    if value >> width:
+        raise _invalid(f"{what}: value 0x{data.hex()} does not fit in bit<{width}>")
+    return value
+
+
+@dataclass
+class _Config:
+    binding: Binding
+    config: p4r.ForwardingPipelineConfig
+
+
+class SwitchRuntime:
+    """The P4Runtime-visible state of one switch (one device, the mrc_switch program)."""
+
+    def __init__(self, target: Target) -> None:
+        self.target = target
+        self._lock = threading.RLock()  # serialises control-plane operations
+        self._committed: _Config | None = None
+        self._saved: _Config | None = None
+        self._entries: dict[int, dict[Key, p4r.TableEntry]] = {}
+        self._defaults: dict[int, p4r.TableEntry] = {}
+
+    # -- pipeline config ---------------------------------------------------------------------
+
+    @property
+    def binding(self) -> Binding | None:
+        """The committed program's ids, or None before a pipeline is set."""
+        return self._committed.binding if self._committed else None
+
+    def set_pipeline(self, action: int, config: p4r.ForwardingPipelineConfig) -> None:
+        """SetForwardingPipelineConfig ``action`` with ``config`` (its device config is ignored)."""
+        actions = p4r.SetForwardingPipelineConfigRequest
+        with self._lock:
+            if action == actions.COMMIT:
+                if self._saved is None:
+                    raise RuntimeStatus(
+                        code_pb2.FAILED_PRECONDITION,
+                        "COMMIT without a config saved by VERIFY_AND_SAVE",
+                    )
+                self._commit(self._saved)
+                self._saved = None
+                return
+            if action not in (
+                actions.VERIFY,
+                actions.VERIFY_AND_SAVE,
+                actions.VERIFY_AND_COMMIT,
+                actions.RECONCILE_AND_COMMIT,
+            ):
+                raise _invalid(f"SetForwardingPipelineConfig action {action}: not a known action")
+            if not config.HasField("p4info"):
+                raise _invalid("SetForwardingPipelineConfig: config has no p4info")
+            try:
+                binding = contract.bind(config.p4info)
+            except ContractError as exc:
+                raise _invalid(str(exc)) from None
+            new = _Config(binding, p4r.ForwardingPipelineConfig())
+            new.config.CopyFrom(config)
+            if action == actions.VERIFY:
+                return
+            if action == actions.VERIFY_AND_SAVE:
+                self._saved = new
+                return
+            if action == actions.RECONCILE_AND_COMMIT and self._committed is not None:
+                old = self._committed.config.p4info.SerializeToString(deterministic=True)
+                if old == config.p4info.SerializeToString(deterministic=True):
+                    self._committed = new  # same program: keep the forwarding state
+                    return
+                raise RuntimeStatus(
+                    code_pb2.UNIMPLEMENTED,
+                    "RECONCILE_AND_COMMIT with a different P4Info: use VERIFY_AND_COMMIT",
+                )
+            self._commit(new)
+
+    def _commit(self, config: _Config) -> None:
+        self._committed = config
+        self._entries = {table_id: {} for table_id in config.binding.tables}
+        self._defaults = {}
+        with self.target.lock:
+            self.target.state = PipelineState()
+
+    def get_pipeline(self, response_type: int) -> p4r.ForwardingPipelineConfig:
+        """GetForwardingPipelineConfig: the committed config, cut to ``response_type``."""
+        types = p4r.GetForwardingPipelineConfigRequest
+        with self._lock:
+            if self._committed is None:
+                raise RuntimeStatus(
+                    code_pb2.FAILED_PRECONDITION, "no forwarding pipeline config has been set"
+                )
+            full = self._committed.config
+            out = p4r.ForwardingPipelineConfig()
+            if full.HasField("cookie"):
+                out.cookie.CopyFrom(full.cookie)
+            if response_type in (types.ALL, types.P4INFO_AND_COOKIE):
+                out.p4info.CopyFrom(full.p4info)
+            if response_type in (types.ALL, types.DEVICE_CONFIG_AND_COOKIE):
+                out.p4_device_config = full.p4_device_config
+            return out
+
+    def _require(self) -> Binding:
+        if self._committed is None:
+            raise RuntimeStatus(
+                code_pb2.FAILED_PRECONDITION, "no forwarding pipeline config has been set"
+            )
+        return self._committed.binding
+
+    # -- writes ------------------------------------------------------------------------------
+
+    def write(self, update: p4r.Update) -> None:
+        """Apply one update (RuntimeStatus when it is refused; nothing changes then)."""
+        with self._lock:
+            binding = self._require()
+            kind = update.entity.WhichOneof("entity")
+            if kind == "table_entry":
+                self._write_table_entry(binding, update.type, update.entity.table_entry)
+            elif kind == "counter_entry":
+                self._write_counter(binding, update.type, update.entity.counter_entry)
+            elif kind == "register_entry":
+                self._write_register(binding, update.type, update.entity.register_entry)
+            else:
+                raise RuntimeStatus(
+                    code_pb2.UNIMPLEMENTED, f"writing {kind or 'an empty entity'} is not supported"
+                )
+
+    def _table(self, binding: Binding, table_id: int) -> TableBinding:
+        table = binding.tables.get(table_id)
+        if table is None:
+            raise RuntimeStatus(code_pb2.NOT_FOUND, f"table id {table_id:#x} is not in the P4Info")
+        return table
+
+    def _key(self, table: TableBinding, entry: p4r.TableEntry) -> Key:
+        if entry.priority:
+            raise _invalid(f"{table.name}: priority {entry.priority} given, the table has none")
+        width = table.width
+        if not entry.match:
+            if table.match_type == p4i.MatchField.LPM:
+                return (0, 0)  # don't care: /0
+            raise _invalid(f"{table.name}: exact match field is missing")
+        if len(entry.match) != 1:
+            raise _invalid(f"{table.name}: {len(entry.match)} match fields, expected 1")
+        fm = entry.match[0]
+        if fm.field_id != table.field_id:
+            raise _invalid(f"{table.name}: unknown match field id {fm.field_id}")
+        what = f"{table.name} match field {fm.field_id}"
+        if table.match_type == p4i.MatchField.LPM:
+            if not fm.HasField("lpm"):
+                raise _invalid(f"{what}: expected an LPM match")
+            length = fm.lpm.prefix_len
+            if not 0 < length <= width:
+                raise _invalid(f"{what}: prefix length {length}, expected 1..{width}")
+            value = _decode(fm.lpm.value, width, what)
+            if value & ((1 << (width - length)) - 1):
+                raise _invalid(f"{what}: value has bits set beyond the /{length} prefix")
+            return (value, length)
+        if not fm.HasField("exact"):
+            raise _invalid(f"{what}: expected an exact match")
+        return (_decode(fm.exact.value, width, what), width)
+
+    def _action_data(
+        self, binding: Binding, table: TableBinding, entry: p4r.TableEntry
+    ) -> tuple[str, dict[str, int]]:
+        if not entry.HasField("action") or entry.action.WhichOneof("type") != "action":
+            raise _invalid(f"{table.name}: entry needs a direct action")
+        action = entry.action.action
+        bound = binding.actions.get(action.action_id)
+        if bound is None:
+            raise _invalid(f"{table.name}: action id {action.action_id:#x} is not in the P4Info")
+        if action.action_id not in table.action_ids:
+            raise _invalid(f"{table.name}: action '{bound.name}' is not one of the table's actions")
+        params: dict[str, int] = {}
+        for param in action.params:
+            spec = bound.params.get(param.param_id)
+            if spec is None:
+                raise _invalid(f"{bound.name}: unknown parameter id {param.param_id}")
+            name, width = spec
+            if name in params:
+                raise _invalid(f"{bound.name}: parameter '{name}' given twice")
+            params[name] = _decode(param.value, width, f"{bound.name} parameter '{name}'")
+        missing = [name for name, _ in bound.params.values() if name not in params]
+        if missing:
+            raise _invalid(f"{bound.name}: missing parameters {missing}")
+        return bound.name, params
+
+    def _canonical_entry(
+        self, entry: p4r.TableEntry, key: Key, table: TableBinding
+    ) -> p4r.TableEntry:
+        stored = p4r.TableEntry()
+        stored.CopyFrom(entry)
+        stored.ClearField("counter_data")
+        del stored.match[:]
+        value, length = key
+        if not (table.match_type == p4i.MatchField.LPM and length == 0):
+            fm = stored.match.add()
+            fm.field_id = table.field_id
+            if table.match_type == p4i.MatchField.LPM:
+                fm.lpm.value = canonical(value)
+                fm.lpm.prefix_len = length
+            else:
+                fm.exact.value = canonical(value)
+        if stored.HasField("action"):
+            for param in stored.action.action.params:
+                param.value = canonical(int.from_bytes(param.value, "big"))
+        return stored
+
+    def _write_table_entry(self, binding: Binding, kind: int, entry: p4r.TableEntry) -> None:
+        table = self._table(binding, entry.table_id)
+        if entry.is_default_action:
+            if kind != p4r.Update.MODIFY:
+                raise _invalid(f"{table.name}: the default entry can only be modified")
+            if entry.match:
+                raise _invalid(f"{table.name}: a default entry has no match fields")
+            if entry.HasField("action"):
+                name, params = self._action_data(binding, table, entry)
+                stored = p4r.TableEntry()
+                stored.CopyFrom(entry)
+                self._defaults[table.id] = stored
+            else:  # reset to the program's default
+                name, params = contract.TABLES[table.name][2], {}
+                self._defaults.pop(table.id, None)
+            self._apply(table, None, name, params)
+            return
+        key = self._key(table, entry)
+        entries = self._entries[table.id]
+        if kind == p4r.Update.INSERT:
+            if key in entries:
+                raise RuntimeStatus(
+                    code_pb2.ALREADY_EXISTS,
+                    f"{table.name}: entry {self._describe(table, key)} already exists",
+                )
+            if len(entries) >= table.size:
+                raise RuntimeStatus(
+                    code_pb2.RESOURCE_EXHAUSTED, f"{table.name}: table full ({table.size} entries)"
+                )
+            name, params = self._action_data(binding, table, entry)
+            self._apply(table, key, name, params)
+            entries[key] = self._canonical_entry(entry, key, table)
+        elif kind == p4r.Update.MODIFY:
+            if key not in entries:
+                raise RuntimeStatus(
+                    code_pb2.NOT_FOUND,
+                    f"{table.name}: no entry {self._describe(table, key)} to modify",
+                )
+            name, params = self._action_data(binding, table, entry)
+            self._apply(table, key, name, params)
+            entries[key] = self._canonical_entry(entry, key, table)
+        elif kind == p4r.Update.DELETE:
+            if key not in entries:
+                raise RuntimeStatus(
+                    code_pb2.NOT_FOUND,
+                    f"{table.name}: no entry {self._describe(table, key)} to delete",
+                )
+            self._apply(table, key, None, {})
+            del entries[key]
+        else:
+            raise _invalid(f"{table.name}: update type {kind} is not INSERT, MODIFY or DELETE")
+
+    @staticmethod
+    def _describe(table: TableBinding, key: Key) -> str:
+        value, length = key
+        if table.match_type == p4i.MatchField.LPM:
+            import ipaddress
+
+            return (
+                f"{ipaddress.IPv6Address(value)}/{length}"
+                if table.width == 128
+                else f"{value:#x}/{length}"
+            )
+        return str(value)
+
+    def _apply(
+        self, table: TableBinding, key: Key | None, action: str | None, params: dict[str, int]
+    ) -> None:
+        """Make the data path see ``action`` for ``key`` (None: the default; action None: delete)."""
+        with self.target.lock:
+            state = self.target.state
+            if state is None:  # pragma: no cover - committed implies a state
+                return
+            if table.name == contract.MY_SID:
+                sid = {
+                    contract.USID_UN: SidAction.USID_UN,
+                    contract.SRV6_END: SidAction.SRV6_END,
+                }.get(action or "", SidAction.NO_ACTION)
+                if key is None:
+                    state.my_sid_default = sid
+                elif action is None:
+                    state.my_sid.remove(*key)
+                else:
+                    state.my_sid.insert(key[0], key[1], sid)
+            elif table.name == contract.IPV6_LPM:
+                hop = DROP_NO_ROUTE
+                if action == contract.SET_NEXT_HOP:
+                    hop = NextHop(
+                        params["port"],
+                        params["smac"].to_bytes(6, "big"),
+                        params["dmac"].to_bytes(6, "big"),
+                    )
+                if key is None:
+                    state.ipv6_lpm_default = hop
+                elif action is None:
+                    state.ipv6_lpm.remove(*key)
+                else:
+                    state.ipv6_lpm.insert(key[0], key[1], hop)
+            elif table.name == contract.PORT_QOS:
+                qos = NO_QOS
+                if action == contract.SET_PORT_QOS:
+                    qos = PortQos(params["trim_threshold"], params["ecn_threshold"])
+                if key is None:
+                    state.port_qos_default = qos
+                elif action is None:
+                    del state.port_qos.entries[key[0]]
+                else:
+                    state.port_qos.entries[key[0]] = qos
+
+    def _counter_array(self, binding: Binding, counter_id: int) -> tuple[str, CounterArray]:
+        found = binding.counters.get(counter_id)
+        if found is None:
+            raise RuntimeStatus(
+                code_pb2.NOT_FOUND, f"counter id {counter_id:#x} is not in the P4Info"
+            )
+        state = self.target.state
+        assert state is not None
+        return found[0], state.counters.by_name()[found[0]]
+
+    def _write_counter(self, binding: Binding, kind: int, entry: p4r.CounterEntry) -> None:
+        if kind != p4r.Update.MODIFY:
+            raise _invalid("counter entries can only be modified")
+        with self.target.lock:
+            name, array = self._counter_array(binding, entry.counter_id)
+            indices = self._indices(name, array.size, entry)
+            for index in indices:
+                array.packets[index] = entry.data.packet_count
+                array.bytes[index] = entry.data.byte_count
+
+    def _write_register(self, binding: Binding, kind: int, entry: p4r.RegisterEntry) -> None:
+        if kind != p4r.Update.MODIFY:
+            raise _invalid("register entries can only be modified")
+        if entry.register_id != binding.register_id:
+            raise RuntimeStatus(
+                code_pb2.NOT_FOUND, f"register id {entry.register_id:#x} is not in the P4Info"
+            )
+        if entry.data.WhichOneof("data") != "bitstring":
+            raise _invalid(f"{binding.register_name}: expected bitstring data")
+        value = _decode(entry.data.bitstring, contract.REGISTER_WIDTH, binding.register_name)
+        with self.target.lock:
+            state = self.target.state
+            assert state is not None
+            for index in self._indices(binding.register_name, len(state.port_qdepth), entry):
+                state.port_qdepth[index] = value
+
+    @staticmethod
+    def _indices(name: str, size: int, entry: p4r.CounterEntry | p4r.RegisterEntry) -> range:
+        if not entry.HasField("index"):
+            return range(size)
+        index = entry.index.index
+        if not 0 <= index < size:
+            raise RuntimeStatus(
+                code_pb2.OUT_OF_RANGE, f"{name}: index {index} is outside 0..{size - 1}"
+            )
+        return range(index, index + 1)
+
+    # -- reads -------------------------------------------------------------------------------
+
+    def read(self, entity: p4r.Entity) -> Iterator[p4r.Entity]:
+        """The entities matching one read request entity (wildcards expanded)."""
+        with self._lock:
+            binding = self._require()
+            kind = entity.WhichOneof("entity")
+            if kind == "table_entry":
+                return iter(list(self._read_tables(binding, entity.table_entry)))
+            if kind == "counter_entry":
+                return iter(list(self._read_counters(binding, entity.counter_entry)))
+            if kind == "register_entry":
+                return iter(list(self._read_registers(binding, entity.register_entry)))
+            raise RuntimeStatus(
+                code_pb2.UNIMPLEMENTED, f"reading {kind or 'an empty entity'} is not supported"
+            )
+
+    def _read_tables(self, binding: Binding, want: p4r.TableEntry) -> Iterator[p4r.Entity]:
+        tables = (
+            [self._table(binding, want.table_id)]
+            if want.table_id
+            else list(binding.tables.values())
+        )
+        for table in tables:
+            if want.is_default_action:
+                yield p4r.Entity(table_entry=self._default_entry(binding, table))
+                continue
+            entries = self._entries[table.id]
+            if want.match and want.table_id:
+                key = self._key(table, want)
+                if key in entries:
+                    yield p4r.Entity(table_entry=entries[key])
+                continue
+            for stored in entries.values():
+                yield p4r.Entity(table_entry=stored)
+
+    def _default_entry(self, binding: Binding, table: TableBinding) -> p4r.TableEntry:
+        stored = self._defaults.get(table.id)
+        if stored is not None:
+            return stored
+        entry = p4r.TableEntry(table_id=table.id, is_default_action=True)
+        entry.action.action.action_id = binding.action_id(contract.TABLES[table.name][2])
+        return entry
+
+    def _read_counters(self, binding: Binding, want: p4r.CounterEntry) -> Iterator[p4r.Entity]:
+        ids = [want.counter_id] if want.counter_id else sorted(binding.counters)
+        for counter_id in ids:
+            with self.target.lock:
+                name, array = self._counter_array(binding, counter_id)
+                indices = self._indices(name, array.size, want)
+                cells = [(i, array.packets[i], array.bytes[i]) for i in indices]
+            for index, packets, nbytes in cells:
+                out = p4r.CounterEntry(counter_id=counter_id)
+                out.index.index = index
+                out.data.packet_count = packets
+                out.data.byte_count = nbytes
+                yield p4r.Entity(counter_entry=out)
+
+    def _read_registers(self, binding: Binding, want: p4r.RegisterEntry) -> Iterator[p4r.Entity]:
+        if want.register_id and want.register_id != binding.register_id:
+            raise RuntimeStatus(
+                code_pb2.NOT_FOUND, f"register id {want.register_id:#x} is not in the P4Info"
+            )
+        with self.target.lock:
+            state = self.target.state
+            assert state is not None
+            indices = self._indices(binding.register_name, len(state.port_qdepth), want)
+            values = [(i, state.port_qdepth[i]) for i in indices]
+        for index, value in values:
+            out = p4r.RegisterEntry(register_id=binding.register_id)
+            out.index.index = index
+            out.data.bitstring = canonical(value)
+            yield p4r.Entity(register_entry=out)
