@@ -1,0 +1,244 @@
+"""The public API of the MRC host stack and its driver interface (sans-IO).
+
+A :class:`Context` is one host's transport: its NICs (one per plane), registered memory
+regions, completion queues and queue pairs. It mirrors the OCP MRC API concepts (context, QP,
+CQ, post WRITE / WRITE_IMM, poll; EV profiles, EV states, probes, CC profiles) and is driven
+like aioquic's connection: the driver passes frames and the time in, and takes frames, timers
+and events out. Nothing here opens a socket or reads a clock. See docs/host-stack.md.
+"""
+
+from __future__ import annotations
+
+import collections
+import random
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+from host import wire
+from host.cc import CcProfile
+from host.config import StackConfig
+from host.events import Completion, Event
+from host.evs import EvProfile, EvState
+from host.policy import get_policy
+from host.qp import QueuePair, Shared
+from host.region import MemoryRegion, RegionTable
+from topologies import Path
+
+__all__ = ["CompletionQueue", "Context", "MemoryRegion", "NicLike", "QueuePair"]
+
+FIRST_QPN = 0x100
+
+
+class NicLike(Protocol):
+    """What the context needs to know of a NIC (``topologies.Nic`` fits)."""
+
+    @property
+    def plane(self) -> int: ...  # noqa: D102
+
+    @property
+    def mac(self) -> str: ...  # noqa: D102
+
+    @property
+    def gateway_mac(self) -> str: ...  # noqa: D102
+
+    @property
+    def address(self) -> Any: ...  # noqa: D102
+
+
+class CompletionQueue:
+    """Completions of the QPs bound to it, oldest first."""
+
+    def __init__(self, number: int, entries: collections.deque[Completion]) -> None:
+        self.number = number
+        self._entries = entries
+
+    def poll(self, n: int = 16) -> list[Completion]:
+        """Take up to ``n`` completions."""
+        out: list[Completion] = []
+        entries = self._entries
+        while entries and len(out) < n:
+            out.append(entries.popleft())
+        return out
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+
+class Context:
+    """One host's MRC transport: regions, CQs, QPs, and the driver interface."""
+
+    def __init__(
+        self,
+        host: str,
+        nics: Sequence[NicLike],
+        config: StackConfig | None = None,
+        seed: int = 0,
+    ) -> None:
+        self.host = host
+        self.config = config or StackConfig()
+        self.nics = {nic.plane: nic for nic in nics}
+        if not self.nics:
+            raise ValueError(f"context of {host}: expected at least one NIC")
+        self._rng = random.Random(seed)
+        self._regions = RegionTable(self._rng)
+        self._shared = Shared(self.config, self._regions)
+        self._qps: dict[int, QueuePair] = {}
+        self._next_qpn = FIRST_QPN
+        self._next_cq = 1
+        self._now = 0.0
+        self._max_frame = self.config.max_frame
+
+    # -- memory, CQs, QPs ---------------------------------------------------------------------
+
+    def register_region(
+        self, addr: int, length: int, buffer: bytearray | None = None
+    ) -> MemoryRegion:
+        """Make ``[addr, addr + length)`` remotely writable; the region's ``rkey`` names it."""
+        return self._regions.register(addr, length, buffer)
+
+    def deregister_region(self, rkey: int) -> None:
+        """Withdraw a region: later writes naming ``rkey`` are refused."""
+        self._regions.deregister(rkey)
+
+    def region(self, rkey: int) -> MemoryRegion:
+        """The region registered under ``rkey``."""
+        found = self._regions.get(rkey)
+        if found is None:
+            raise KeyError(f"rkey {rkey:#x}: no region of {self.host}")
+        return found
+
+    def create_cq(self) -> CompletionQueue:
+        """A new completion queue."""
+        number = self._next_cq
+        self._next_cq += 1
+        entries: collections.deque[Completion] = collections.deque()
+        self._shared.cqs[number] = entries
+        return CompletionQueue(number, entries)
+
+    def create_qp(
+        self,
+        remote_host: str,
+        paths: Sequence[Path],
+        *,
+        cq: CompletionQueue,
+        policy: str = "mrc",
+        cc: str | CcProfile = "nscc",
+        ev_profile: EvProfile | None = None,
+        remote_qpn: int | None = None,
+    ) -> QueuePair:
+        """A QP to ``remote_host`` over ``paths`` (from ``Fabric.paths(self.host, remote_host)``)."""
+        for path in paths:
+            if path.src != self.host or path.dst != remote_host:
+                raise ValueError(
+                    f"path {path.label} goes {path.src} -> {path.dst}: expected "
+                    f"{self.host} -> {remote_host}"
+                )
+            if path.plane not in self.nics:
+                raise ValueError(f"path {path.label} uses plane {path.plane}: {self.host} has no NIC there")
+        qpn = self._next_qpn
+        self._next_qpn += 1
+        qp = QueuePair(
+            self._shared, qpn, remote_host, paths, cq=cq.number, policy=get_policy(policy), cc=cc,
+            ev_profile=ev_profile, remote_qpn=None, rng=random.Random(self._rng.getrandbits(64)),
+        )  # fmt: skip
+        if remote_qpn is not None:
+            qp.connect(remote_qpn)
+        self._qps[qpn] = qp
+        return qp
+
+    def qp(self, qpn: int) -> QueuePair:
+        """The QP numbered ``qpn``."""
+        try:
+            return self._qps[qpn]
+        except KeyError:
+            raise KeyError(f"QP {qpn}: no such QP on {self.host}") from None
+
+    @property
+    def qps(self) -> list[QueuePair]:
+        """Every QP of this context."""
+        return list(self._qps.values())
+
+    # -- host-controller side -------------------------------------------------------------------
+
+    def set_ev_state(self, qpn: int, ev: int, state: EvState, now: float | None = None) -> None:
+        """Operator action on an EV: DENIED (stop using it), UNKNOWN (probe it back), GOOD."""
+        qp = self.qp(qpn)
+        qp.set_ev_state(qp.ev_table.slot(ev), EvState(state), "operator", self._at(now))
+
+    def probe_ev(self, qpn: int, ev: int, now: float | None = None) -> int:
+        """Send a probe on EV ``ev`` of QP ``qpn`` now; returns the probe id."""
+        qp = self.qp(qpn)
+        return qp.probe(qp.ev_table.slot(ev), self._at(now))
+
+    def _at(self, now: float | None) -> float:
+        if now is not None:
+            self._now = max(self._now, now)
+            return now
+        return self._now
+
+    # -- driver interface ---------------------------------------------------------------------
+
+    def receive_frame(self, plane: int, frame: bytes | bytearray | memoryview, now: float) -> None:
+        """Process one frame received on ``plane``'s NIC; bad frames are dropped and counted."""
+        self._now = now
+        stats = self._shared.stats
+        stats.packets_received += 1
+        stats.bytes_received += len(frame)
+        try:
+            pkt = wire.parse(frame, self._max_frame)
+            qp = self._qps.get(pkt.outer.dest_qp)
+            if qp is None:
+                stats.drops["unknown_qp"] += 1
+                return
+            if type(pkt) is wire.DataPacket:
+                stats.data_packets_received += 1
+                qp.on_data(pkt, now)
+            elif type(pkt) is wire.AckPacket:
+                qp.on_ack(pkt, now)
+            elif type(pkt) is wire.NackPacket:
+                qp.on_nack(pkt, now)
+            elif type(pkt) is wire.ProbePacket:
+                if pkt.reply:
+                    qp.on_probe_reply(pkt, now)
+                else:
+                    qp.answer_probe(pkt, now)
+        except wire.WireError as exc:
+            stats.drops[exc.reason] += 1
+        except Exception:  # noqa: BLE001 -- a frame must never take the host down
+            stats.drops["internal_error"] += 1
+
+    def frames_to_send(self, now: float) -> list[tuple[int, bytes | bytearray]]:
+        """Every frame to send now, as ``(plane, frame)``: control first, then data."""
+        self._now = now
+        out = self._shared.outbox
+        self._shared.outbox = []
+        for qp in self._qps.values():
+            if qp._send_queue or qp._retx:
+                qp.frames(now, out)
+        return out
+
+    def next_timer(self) -> float | None:
+        """The absolute time at which :meth:`handle_timer` must be called (None: no timer)."""
+        when: float | None = None
+        for qp in self._qps.values():
+            t = qp.next_timer()
+            if t is not None and (when is None or t < when):
+                when = t
+        return when
+
+    def handle_timer(self, now: float) -> None:
+        """Run every timer that is due (delayed ACKs, ACK timeouts, probes)."""
+        self._now = now
+        for qp in self._qps.values():
+            qp.handle_timer(now)
+
+    def next_event(self) -> Event | None:
+        """The oldest event not yet taken, or None."""
+        events = self._shared.events
+        return events.popleft() if events else None
+
+    def stats(self) -> dict[str, Any]:
+        """The statistics dict (see docs/host-stack.md)."""
+        out = self._shared.stats.as_dict()
+        out["qps"] = {qpn: qp.describe() for qpn, qp in self._qps.items()}
+        return out

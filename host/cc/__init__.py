@@ -1,0 +1,10 @@
+"""Congestion control for MRC QPs: an abstract base, a registry of algorithms by name, profiles.
+
+``create("nscc", mtu=4096, params={...})`` builds an algorithm; ``available()`` lists the names;
+``register("name")`` is the class decorator an algorithm uses to add itself.
+"""
+
+from host.cc import fixed, nscc  # noqa: F401  (register the shipped algorithms)
+from host.cc.base import CcProfile, CongestionControl, available, create, register
+
+__all__ = ["CcProfile", "CongestionControl", "available", "create", "register"]

@@ -1,0 +1,99 @@
+"""The congestion-control interface every algorithm implements, and the registry of algorithms.
+
+The QP calls the keyword-only hooks; the algorithm keeps ``cwnd`` (bytes in flight allowed).
+Trims are congestion signals (a switch queue was full enough to cut the payload); SACK-inferred
+losses are treated by MRC as path failures, so algorithms may ignore them, while a timeout is
+both.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+
+_REGISTRY: dict[str, type[CongestionControl]] = {}
+
+
+@dataclass(frozen=True)
+class CcProfile:
+    """A congestion control choice: an algorithm name and its parameters."""
+
+    name: str = "nscc"
+    params: Mapping[str, float] = field(default_factory=dict)
+
+
+class CongestionControl(abc.ABC):
+    """Window-based congestion control of one QP."""
+
+    #: parameters the algorithm accepts, with their defaults (subclasses override)
+    defaults: Mapping[str, float] = {}
+
+    def __init__(self, *, mtu: int, params: Mapping[str, float] | None = None) -> None:
+        given = dict(params or {})
+        unknown = sorted(set(given) - set(self.defaults))
+        if unknown:
+            raise ValueError(
+                f"congestion control {type(self).__name__}: unknown parameter(s) {unknown}; "
+                f"expected some of {sorted(self.defaults)}"
+            )
+        self.mtu = mtu
+        self.params = {**self.defaults, **given}
+        self.cwnd = float(mtu)
+
+    @abc.abstractmethod
+    def on_packet_sent(self, *, nbytes: int, now: float) -> None:
+        """A data packet of ``nbytes`` payload left."""
+
+    @abc.abstractmethod
+    def on_ack(
+        self, *, acked_bytes: int, rtt: float | None, ce_count: int, pkt_count: int, now: float
+    ) -> None:
+        """An ACK acknowledged ``acked_bytes``; ``ce_count`` of ``pkt_count`` packets were CE."""
+
+    @abc.abstractmethod
+    def on_trim(self, *, nbytes: int, now: float) -> None:
+        """A packet of ``nbytes`` was trimmed by a switch (NACK received)."""
+
+    @abc.abstractmethod
+    def on_loss(self, *, nbytes: int, timeout: bool, now: float) -> None:
+        """Packets totalling ``nbytes`` were declared lost (by timeout or SACK)."""
+
+    def on_rtt(self, *, rtt: float, now: float) -> None:  # noqa: B027  (optional hook)
+        """An RTT sample (seconds)."""
+
+    def describe(self) -> dict[str, float]:
+        """The state worth reporting (cwnd and parameters)."""
+        return {"cwnd": self.cwnd, **self.params}
+
+
+def register(name: str) -> Callable[[type[CongestionControl]], type[CongestionControl]]:
+    """Class decorator: make an algorithm available as ``name``."""
+
+    def decorate(cls: type[CongestionControl]) -> type[CongestionControl]:
+        _REGISTRY[name] = cls
+        return cls
+
+    return decorate
+
+
+def available() -> list[str]:
+    """Names of the registered algorithms."""
+    return sorted(_REGISTRY)
+
+
+def create(
+    profile: str | CcProfile, *, mtu: int, params: Mapping[str, float] | None = None
+) -> CongestionControl:
+    """Build the algorithm named by ``profile`` (a name or a :class:`CcProfile`)."""
+    if isinstance(profile, CcProfile):
+        name, merged = profile.name, {**profile.params, **(params or {})}
+    else:
+        name, merged = profile, dict(params or {})
+    try:
+        cls = _REGISTRY[name]
+    except KeyError:
+        raise ValueError(
+            f"congestion control {name!r}: expected one of {', '.join(available())}"
+        ) from None
+    return cls(mtu=mtu, params=merged)

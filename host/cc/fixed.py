@@ -1,0 +1,34 @@
+"""A fixed congestion window: no reaction to anything (for tests and controlled experiments)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from host.cc.base import CongestionControl, register
+
+
+@register("fixed")
+class FixedWindow(CongestionControl):
+    """``window`` packets of ``mtu`` bytes in flight, always."""
+
+    defaults: Mapping[str, float] = {"window": 64}
+
+    def __init__(self, *, mtu: int, params: Mapping[str, float] | None = None) -> None:
+        super().__init__(mtu=mtu, params=params)
+        if self.params["window"] < 1:
+            raise ValueError(f"fixed window {self.params['window']}: expected >= 1 packet")
+        self.cwnd = float(self.params["window"] * mtu)
+
+    def on_packet_sent(self, *, nbytes: int, now: float) -> None:
+        """Nothing to do."""
+
+    def on_ack(
+        self, *, acked_bytes: int, rtt: float | None, ce_count: int, pkt_count: int, now: float
+    ) -> None:
+        """Nothing to do."""
+
+    def on_trim(self, *, nbytes: int, now: float) -> None:
+        """Nothing to do."""
+
+    def on_loss(self, *, nbytes: int, timeout: bool, now: float) -> None:
+        """Nothing to do."""

@@ -1,0 +1,76 @@
+"""Configuration of the transport core: timers, thresholds and sizes (immutable).
+
+One :class:`StackConfig` is given to a :class:`host.api.Context`; every QP of the context uses
+it. Change a value with :meth:`StackConfig.with_` (returns a copy). Every default is chosen for
+emulation over Python agents and Mininet (RTTs of milliseconds, not microseconds) and is
+documented in docs/host-stack.md.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields, replace
+from typing import Any
+
+ACK_TIMEOUT_UNIT = 1.024e-6  # seconds: the MRC ACK timeout is 1.024 us x 2^t
+
+
+class ConfigError(ValueError):
+    """A configuration value outside its valid range."""
+
+
+@dataclass(frozen=True)
+class StackConfig:
+    """Every tunable of the transport core."""
+
+    mtu: int = 4096  #: payload bytes per data packet
+    ack_timeout_exp: int = 16  #: t: ACK timeout = 1.024 us x 2^t (16 -> 67 ms, above emulated RTTs)
+    max_backoff_exp: int = 22  #: t never grows beyond this on repeated timeouts (4.3 s)
+    max_retransmits: int = 64  #: a packet retransmitted more often fails its message
+    reorder_threshold: int = 16  #: a packet is lost when one sent this many packets later is acked
+    ack_every: int = 4  #: the receiver ACKs after this many data packets...
+    ack_delay: float = 100e-6  #: ...or this long after the first unacknowledged one (seconds)
+    probe_timeout: float = 2e-3  #: a probe without reply after this long is lost (seconds)
+    probe_interval: float = 2e-3  #: gap between probes of an EV that is not GOOD (seconds)
+    ev_count: int = 128  #: EVs per QP for the generated profile (split evenly over planes)
+    ev_min_active: int = 1  #: never retire an EV if fewer GOOD ones would remain
+    retire_path: bool = True  #: a loss retires every EV of the lost packet's path, not only its EV
+    rx_window: int = 1 << 16  #: PSNs a receiver accepts ahead of its cumulative PSN
+    max_outstanding: int = 1 << 15  #: packets in flight per QP (also bounded by cwnd)
+    max_frame: int = 9600  #: frames longer than this are dropped as oversize
+    hop_limit: int = 64  #: IPv6 hop limit of every packet sent
+
+    def __post_init__(self) -> None:
+        checks: list[tuple[str, bool, str]] = [
+            ("mtu", 64 <= self.mtu <= 9000, "64..9000 bytes"),
+            ("ack_timeout_exp", 0 <= self.ack_timeout_exp <= 31, "0..31"),
+            ("max_backoff_exp", self.ack_timeout_exp <= self.max_backoff_exp <= 31,
+             "ack_timeout_exp..31"),
+            ("max_retransmits", self.max_retransmits >= 1, ">= 1"),
+            ("reorder_threshold", self.reorder_threshold >= 1, ">= 1"),
+            ("ack_every", self.ack_every >= 1, ">= 1"),
+            ("ack_delay", self.ack_delay >= 0, ">= 0 seconds"),
+            ("probe_timeout", self.probe_timeout > 0, "> 0 seconds"),
+            ("probe_interval", self.probe_interval > 0, "> 0 seconds"),
+            ("ev_count", 1 <= self.ev_count <= 1 << 16, "1..65536"),
+            ("ev_min_active", self.ev_min_active >= 0, ">= 0"),
+            ("rx_window", 64 <= self.rx_window <= 1 << 22, "64..4194304 PSNs"),
+            ("max_outstanding", 1 <= self.max_outstanding < self.rx_window, "1..rx_window-1"),
+            ("max_frame", self.max_frame >= self.mtu + 200, ">= mtu + 200 bytes"),
+            ("hop_limit", 1 <= self.hop_limit <= 255, "1..255"),
+        ]
+        for name, ok, expected in checks:
+            if not ok:
+                raise ConfigError(f"StackConfig.{name} = {getattr(self, name)!r}: expected {expected}")
+
+    @property
+    def ack_timeout(self) -> float:
+        """The initial ACK (retransmission) timeout in seconds: 1.024 us x 2^t."""
+        return ACK_TIMEOUT_UNIT * (1 << self.ack_timeout_exp)
+
+    def with_(self, **changes: Any) -> StackConfig:
+        """A copy with some fields changed."""
+        known = {f.name for f in fields(self)}
+        for key in changes:
+            if key not in known:
+                raise ConfigError(f"StackConfig has no field '{key}' (fields: {sorted(known)})")
+        return replace(self, **changes)

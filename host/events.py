@@ -1,0 +1,108 @@
+"""Events the transport core hands to its driver (``Context.next_event()``).
+
+A flat list of small dataclasses, one docstring line per field. Times are the ``now`` values the
+driver passed in (seconds). EV states are the strings of :class:`host.evs.EvState`.
+Completion-queue entries (:class:`Completion`) are also delivered through ``cq.poll()``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# Completion status values.
+STATUS_OK = "ok"
+STATUS_REMOTE_ACCESS_ERROR = "remote_access_error"  # the receiver refused the rkey or address
+STATUS_RETRY_EXCEEDED = "retry_exceeded"  # a packet was retransmitted more than max_retransmits
+
+
+@dataclass
+class Event:
+    """Base class of every event."""
+
+
+@dataclass
+class Completion(Event):
+    """A completion-queue entry: a posted WRITE finished (sender) or a WRITE_IMM arrived (receiver)."""
+
+    cq: int  #: completion queue number
+    qpn: int  #: local QP number
+    wr_id: int  #: the work request id given to post_write (0 on the receiver side)
+    opcode: str  #: "write", "write_imm" (sender side) or "recv_write_imm" (receiver side)
+    status: str  #: "ok", "remote_access_error" or "retry_exceeded"
+    byte_len: int  #: message length in bytes
+    imm: int | None  #: immediate data (WRITE_IMM only)
+    remote_addr: int  #: sender: the remote address written; receiver: where the message was placed
+    time: float  #: when the completion happened
+
+
+@dataclass
+class WriteCompleted(Completion):
+    """Sender side: every packet of a posted WRITE / WRITE_IMM was acknowledged."""
+
+
+@dataclass
+class WriteImmReceived(Completion):
+    """Receiver side: every byte of a WRITE_IMM was placed; carries the immediate data."""
+
+
+@dataclass
+class EvStateChanged(Event):
+    """An EV of a QP changed state (failure, probe reply, operator)."""
+
+    qpn: int  #: local QP number
+    ev: int  #: the entropy value
+    path: str  #: label of the EV's path (e.g. "p1-s0")
+    old: str  #: previous state
+    new: str  #: new state
+    reason: str  #: "rto", "sack", "path", "probe_reply", "operator", ...
+    time: float  #: when it changed
+
+
+@dataclass
+class PathProbeSent(Event):
+    """A connectionless probe was sent on an EV that is not GOOD."""
+
+    qpn: int  #: local QP number
+    ev: int  #: the entropy value probed
+    probe_id: int  #: id carried by the probe and echoed by the reply
+    time: float  #: when it was sent
+
+
+@dataclass
+class PathProbeReplied(Event):
+    """A probe reply came back: the EV's path works again."""
+
+    qpn: int  #: local QP number
+    ev: int  #: the entropy value probed
+    probe_id: int  #: id of the probe answered
+    rtt: float  #: probe round-trip time in seconds
+    time: float  #: when the reply arrived
+
+
+@dataclass
+class PathProbeTimedOut(Event):
+    """No reply to a probe within probe_timeout."""
+
+    qpn: int  #: local QP number
+    ev: int  #: the entropy value probed
+    probe_id: int  #: id of the probe
+    time: float  #: when the timeout fired
+
+
+@dataclass
+class RetransmitTimeout(Event):
+    """The ACK timeout of a QP fired (packets assumed lost, backoff applied)."""
+
+    qpn: int  #: local QP number
+    packets: int  #: packets declared lost
+    backoff: int  #: the exponent t now in use (timeout = 1.024 us x 2^t)
+    time: float  #: when it fired
+
+
+@dataclass
+class QpError(Event):
+    """A QP gave up on a message (remote access error or retry limit)."""
+
+    qpn: int  #: local QP number
+    reason: str  #: what went wrong
+    time: float  #: when

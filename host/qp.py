@@ -1,0 +1,781 @@
+"""The queue pair: MRC sender and receiver state machines of one connection (no I/O).
+
+Sender: messages are cut into packets of at most ``mtu`` payload bytes, each with its own PSN,
+remote address (RETH) and EV; packets stay outstanding until an ACK (cumulative PSN) or a SACK
+bit covers them. Loss detection:
+
+- trim NACK: retransmit at once on another EV, the EV stays GOOD, congestion control sees a trim;
+- SACK: a packet is lost when one sent ``reorder_threshold`` packets after it was acknowledged;
+- ACK timeout (RTO): 1.024 us x 2^t after the oldest packet in flight, doubling on repeats.
+
+SACK and RTO losses are path failures: the EV (and, with ``retire_path``, its whole path) goes
+ASSUMED_BAD and is probed every ``probe_interval`` until a probe reply reinstates it.
+
+Receiver: every packet is placed at its RETH address after checking rkey and bounds; PSNs are
+tracked as a cumulative PSN plus the set received beyond it; ACKs are coalesced (every
+``ack_every`` packets or ``ack_delay``), each trimmed packet gets a NACK echoing its EV, and a
+WRITE_IMM completes once every byte of the message is placed.
+"""
+
+from __future__ import annotations
+
+import collections
+import random
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+from host import wire
+from host.cc import CcProfile, CongestionControl, create
+from host.config import StackConfig
+from host.events import (
+    STATUS_OK,
+    STATUS_REMOTE_ACCESS_ERROR,
+    STATUS_RETRY_EXCEEDED,
+    Completion,
+    Event,
+    EvStateChanged,
+    PathProbeReplied,
+    PathProbeSent,
+    PathProbeTimedOut,
+    QpError,
+    RetransmitTimeout,
+    WriteCompleted,
+    WriteImmReceived,
+)
+from host.evs import EvProfile, EvSlot, EvState, EvTable, GeneratedEvProfile, build_slots
+from host.policy import Policy
+from host.region import RegionTable
+from host.stats import Stats
+
+if TYPE_CHECKING:
+    from topologies import Path
+
+PSN_MASK = wire.PSN_MASK
+PSN_HALF = 1 << 23
+NS = 1_000_000_000
+
+
+class Shared:
+    """What every QP of a context shares: configuration, counters, output queues, regions."""
+
+    def __init__(self, config: StackConfig, regions: RegionTable) -> None:
+        self.config = config
+        self.regions = regions
+        self.stats = Stats()
+        self.events: collections.deque[Event] = collections.deque()
+        self.outbox: list[tuple[int, bytes | bytearray]] = []
+        self.cqs: dict[int, collections.deque[Completion]] = {}
+
+    def complete(self, entry: Completion) -> None:
+        """Deliver a completion to its CQ and as an event."""
+        queue = self.cqs.get(entry.cq)
+        if queue is not None:
+            queue.append(entry)
+        self.events.append(entry)
+
+
+class _TxMessage:
+    __slots__ = ("msg_id", "wr_id", "imm", "data", "length", "remote_addr", "rkey", "offset",
+                 "unacked", "all_sent", "status")  # fmt: skip
+
+    def __init__(
+        self, msg_id: int, wr_id: int, imm: int | None, data: memoryview, remote_addr: int,
+        rkey: int,
+    ) -> None:  # fmt: skip
+        self.msg_id = msg_id
+        self.wr_id = wr_id
+        self.imm = imm
+        self.data = data
+        self.length = len(data)
+        self.remote_addr = remote_addr
+        self.rkey = rkey
+        self.offset = 0
+        self.unacked = 0
+        self.all_sent = False
+        self.status = STATUS_OK
+
+
+class _TxPacket:
+    __slots__ = ("psn", "msg", "offset", "length", "last", "slot", "sent", "ts32", "tsn", "retx",
+                 "in_net")  # fmt: skip
+
+    def __init__(self, psn: int, msg: _TxMessage, offset: int, length: int, last: bool) -> None:
+        self.psn = psn
+        self.msg = msg
+        self.offset = offset
+        self.length = length
+        self.last = last
+        self.slot: EvSlot | None = None
+        self.sent = 0.0
+        self.ts32 = 0
+        self.tsn = 0
+        self.retx = 0
+        self.in_net = False
+
+
+class _RxMessage:
+    __slots__ = ("length", "received", "imm", "base", "failed")
+
+    def __init__(self, length: int, base: int) -> None:
+        self.length = length
+        self.received = 0
+        self.imm: int | None = None
+        self.base = base
+        self.failed = False
+
+
+def _addr_bytes(address: object) -> bytes:
+    packed = getattr(address, "packed", None)
+    if not isinstance(packed, bytes) or len(packed) != 16:
+        raise ValueError(f"address {address!r}: expected an IPv6 address")
+    return packed
+
+
+class QueuePair:
+    """One reliable connection to a QP of a remote host, over many EVs."""
+
+    def __init__(
+        self,
+        shared: Shared,
+        qpn: int,
+        remote_host: str,
+        paths: Sequence[Path],
+        *,
+        cq: int,
+        policy: Policy,
+        cc: str | CcProfile,
+        ev_profile: EvProfile | None,
+        remote_qpn: int | None,
+        rng: random.Random,
+    ) -> None:
+        cfg = shared.config
+        self._shared = shared
+        self._cfg = cfg
+        self._stats = shared.stats
+        self.qpn = qpn
+        self.remote_host = remote_host
+        self.paths = list(paths)
+        self.cq = cq
+        self.policy = policy
+        self.remote_qpn = remote_qpn
+        self.cc: CongestionControl = create(cc, mtu=cfg.mtu)
+        self.error: str | None = None
+        slots = build_slots(self.paths, ev_profile or GeneratedEvProfile(), cfg.ev_count)
+        dscp = wire.DSCP_TRIMMABLE if policy.trimmable else wire.DSCP_DEFAULT
+        for slot in slots:
+            slot.prefix = self._prefix(slot.path, dscp, wire.ECN_ECT0, slot.wire)
+        self.ev_table = EvTable(slots, rng)
+        if not policy.spray:
+            if policy.single_ev == "hash":
+                salt = rng.getrandbits(32)
+                chosen = slots[hash((qpn, remote_host, salt)) % len(slots)]
+            else:
+                chosen = slots[0]
+            self.ev_table.pin(chosen)
+        # replies (ACK, NACK, probe reply) go back on the mirror path: same plane and spine
+        self._reply: dict[tuple[int, int], tuple[int, bytes]] = {}
+        self._reply_plane: dict[int, tuple[int, bytes]] = {}
+        for path in self.paths:
+            spine = 0xFF if path.spine is None else path.spine
+            entry = (path.plane, self._prefix(path, wire.DSCP_CONTROL, wire.ECN_NOT_ECT, 0))
+            self._reply.setdefault((path.plane, spine), entry)
+            self._reply_plane.setdefault(path.plane, entry)
+        self._reply_any = next(iter(self._reply.values()))
+        # probe groups: a path (retire_path) or a single EV
+        self._groups: dict[int, list[EvSlot]] = collections.defaultdict(list)
+        for slot in slots:
+            self._groups[self._group_of(slot)].append(slot)
+        self._probe_due: dict[int, float] = {}
+        self._probes: dict[int, tuple[EvSlot, float]] = {}
+        self._next_probe_id = 1
+        # sender
+        self._send_queue: collections.deque[_TxMessage] = collections.deque()
+        self._outstanding: dict[int, _TxPacket] = {}
+        self._retx: collections.deque[_TxPacket] = collections.deque()
+        self._next_psn = 0
+        self._snd_una = 0
+        self._next_msg_id = 1
+        self._tsn = 0
+        self._highest_acked_tsn = -1
+        self.inflight = 0
+        self._backoff = 0
+        self._pending_messages = 0
+        # receiver
+        self._rcv_cum = 0
+        self._rcv_set: set[int] = set()
+        self._rcv_max = -1
+        self._rx_msgs: dict[int, _RxMessage] = {}
+        self._msn = 0
+        self._ack_pending = 0
+        self._ack_deadline: float | None = None
+        self._ack_ce = 0
+        self._ack_flags = 0
+        self._ack_echo = (0, 0, 0, 0xFF)  # EV, timestamp, plane, spine
+
+    # -- construction helpers --------------------------------------------------------------------
+
+    def _prefix(self, path: Path, dscp: int, ecn: int, ev: int) -> bytes:
+        nic = path.src_nic
+        return wire.frame_prefix(
+            src_mac=wire.mac_bytes(nic.mac),
+            dst_mac=wire.mac_bytes(nic.gateway_mac),
+            src=_addr_bytes(nic.address),
+            dst=_addr_bytes(path.carrier),
+            dscp=dscp,
+            ecn=ecn,
+            ev=ev,
+            hop_limit=self._cfg.hop_limit,
+        )
+
+    def _group_of(self, slot: EvSlot) -> int:
+        return slot.path_index if self._cfg.retire_path else -1 - slot.index
+
+    # -- public API ------------------------------------------------------------------------------
+
+    def connect(self, remote_qpn: int) -> None:
+        """Bind this QP to the remote QP number (exchanged out of band)."""
+        if not 0 < remote_qpn <= wire.QPN_MASK:
+            raise ValueError(f"remote QP number {remote_qpn}: expected 1..{wire.QPN_MASK}")
+        self.remote_qpn = remote_qpn
+
+    def post_write(
+        self, data: bytes | bytearray | memoryview, remote_addr: int, rkey: int, wr_id: int = 0
+    ) -> int:
+        """Post an RDMA WRITE of ``data`` to ``remote_addr`` (rkey ``rkey``); returns the message id."""
+        return self._post(data, remote_addr, rkey, None, wr_id)
+
+    def post_write_imm(
+        self,
+        data: bytes | bytearray | memoryview,
+        remote_addr: int,
+        rkey: int,
+        imm: int,
+        wr_id: int = 0,
+    ) -> int:
+        """Post an RDMA WRITE with immediate ``imm`` (32 bits); returns the message id."""
+        if not 0 <= imm < 1 << 32:
+            raise ValueError(f"immediate {imm}: expected a 32-bit unsigned value")
+        return self._post(data, remote_addr, rkey, imm, wr_id)
+
+    def _post(
+        self, data: bytes | bytearray | memoryview, remote_addr: int, rkey: int, imm: int | None,
+        wr_id: int,
+    ) -> int:  # fmt: skip
+        if self.remote_qpn is None:
+            raise RuntimeError(f"QP {self.qpn} is not connected: call connect(remote_qpn) first")
+        if self.error is not None:
+            raise RuntimeError(f"QP {self.qpn} is in error ({self.error}): create a new QP")
+        view = memoryview(data).cast("B")
+        if not len(view) < 1 << 32:
+            raise ValueError(f"message of {len(view)} bytes: expected less than 4 GiB")
+        if not remote_addr >= 0 and remote_addr + len(view) <= 1 << 64:
+            raise ValueError(f"remote address {remote_addr:#x}: expected a 64-bit address")
+        if not 0 <= rkey < 1 << 32:
+            raise ValueError(f"rkey {rkey}: expected a 32-bit value")
+        msg_id = self._next_msg_id
+        self._next_msg_id = (msg_id + 1) & 0xFFFFFFFF or 1
+        self._send_queue.append(_TxMessage(msg_id, wr_id, imm, view, remote_addr, rkey))
+        self._pending_messages += 1
+        self._stats.messages_sent += 1
+        return msg_id
+
+    @property
+    def outstanding(self) -> int:
+        """Packets sent and not yet acknowledged."""
+        return len(self._outstanding)
+
+    @property
+    def pending_messages(self) -> int:
+        """Messages posted and not yet completed."""
+        return self._pending_messages
+
+    def describe(self) -> dict[str, object]:
+        """State for the statistics dict."""
+        return {
+            "remote_host": self.remote_host,
+            "remote_qpn": self.remote_qpn,
+            "policy": self.policy.name,
+            "cwnd": self.cc.cwnd,
+            "outstanding": len(self._outstanding),
+            "pending_messages": self._pending_messages,
+            "error": self.error,
+            "evs": self.ev_table.counts(),
+        }
+
+    # -- EV state --------------------------------------------------------------------------------
+
+    def set_ev_state(self, slot: EvSlot, new: EvState, reason: str, now: float) -> None:
+        """Change an EV's state, with event and statistics; schedules probing when needed."""
+        old = self.ev_table.set_state(slot, new, now)
+        if old is None:
+            return
+        event = EvStateChanged(self.qpn, slot.ev, slot.path.label, old.value, new.value, reason, now)
+        self._shared.events.append(event)
+        self._stats.ev_transitions.append(
+            {"time": now, "qpn": self.qpn, "ev": slot.ev, "path": slot.path.label,
+             "old": old.value, "new": new.value, "reason": reason}
+        )  # fmt: skip
+        if new in (EvState.ASSUMED_BAD, EvState.UNKNOWN):
+            key = self._group_of(slot)
+            if key not in self._probe_due:
+                self._probe_due[key] = now
+
+    def _retire(self, slot: EvSlot, reason: str, now: float) -> None:
+        if slot.state is not EvState.GOOD:
+            return
+        group = [slot]
+        if self._cfg.retire_path:
+            group += [s for s in self._groups[self._group_of(slot)]
+                      if s is not slot and s.state is EvState.GOOD]  # fmt: skip
+        allowed = self.ev_table.good_count() - self._cfg.ev_min_active
+        for n, member in enumerate(group):
+            if n >= allowed:
+                self._stats.retire_suppressed += 1
+                break
+            self.set_ev_state(member, EvState.ASSUMED_BAD, reason if n == 0 else "path", now)
+
+    def probe(self, slot: EvSlot, now: float) -> int:
+        """Send a connectionless probe on ``slot``'s path; returns the probe id."""
+        probe_id = self._next_probe_id
+        self._next_probe_id = (probe_id + 1) & 0xFFFFFFFF or 1
+        if self.remote_qpn is None:
+            return probe_id
+        prefix = self._prefix(slot.path, wire.DSCP_CONTROL, wire.ECN_NOT_ECT, slot.wire)
+        frame = wire.encode_probe(
+            prefix, self.remote_qpn, False, slot.plane, slot.spine_hint, slot.wire,
+            int(now * NS), probe_id, self.qpn,
+        )  # fmt: skip
+        self._shared.outbox.append((slot.plane, frame))
+        self._probes[probe_id] = (slot, now)
+        self._stats.probes_sent += 1
+        self._shared.events.append(PathProbeSent(self.qpn, slot.ev, probe_id, now))
+        return probe_id
+
+    def on_probe_reply(self, pkt: wire.ProbePacket, now: float) -> None:
+        """A probe came back: reinstate its EV (and path)."""
+        found = self._probes.pop(pkt.probe_id, None)
+        if found is None:
+            self._stats.drops["unknown_probe"] += 1
+            return
+        slot, sent = found
+        self._stats.probe_replies_received += 1
+        self._shared.events.append(PathProbeReplied(self.qpn, slot.ev, pkt.probe_id, now - sent, now))
+        if slot.state not in (EvState.ASSUMED_BAD, EvState.UNKNOWN):
+            return
+        key = self._group_of(slot)
+        for member in self._groups[key]:
+            if member.state in (EvState.ASSUMED_BAD, EvState.UNKNOWN):
+                self.set_ev_state(member, EvState.GOOD, "probe_reply", now)
+        self._probe_due.pop(key, None)
+
+    def answer_probe(self, pkt: wire.ProbePacket, now: float) -> None:
+        """Answer a peer's probe on the mirror path of the one it probed."""
+        plane, prefix = self._reply_path(pkt.plane_hint, pkt.spine_hint)
+        frame = wire.encode_probe(
+            prefix, pkt.src_qp, True, pkt.plane_hint, pkt.spine_hint, pkt.ev, pkt.timestamp,
+            pkt.probe_id, self.qpn,
+        )  # fmt: skip
+        self._shared.outbox.append((plane, frame))
+        self._stats.probe_replies_sent += 1
+
+    def _run_probes(self, now: float) -> None:
+        cfg = self._cfg
+        for probe_id, (slot, sent) in list(self._probes.items()):
+            if sent + cfg.probe_timeout <= now:
+                del self._probes[probe_id]
+                self._stats.probes_timed_out += 1
+                self._shared.events.append(PathProbeTimedOut(self.qpn, slot.ev, probe_id, now))
+        for key, due in list(self._probe_due.items()):
+            if due > now:
+                continue
+            waiting = [s for s in self._groups[key]
+                       if s.state in (EvState.ASSUMED_BAD, EvState.UNKNOWN)]  # fmt: skip
+            if not waiting:
+                del self._probe_due[key]
+                continue
+            self.probe(waiting[self._next_probe_id % len(waiting)], now)
+            self._probe_due[key] = now + cfg.probe_interval
+
+    # -- sender ----------------------------------------------------------------------------------
+
+    def frames(self, now: float, out: list[tuple[int, bytes | bytearray]]) -> None:
+        """Append the data frames the window allows now (retransmissions first)."""
+        if self.error is not None or self.remote_qpn is None:
+            return
+        cwnd = self.cc.cwnd
+        retx = self._retx
+        outstanding = self._outstanding
+        table = self.ev_table
+        while retx and self.inflight < cwnd:
+            rec = retx[0]
+            if rec.in_net or outstanding.get(rec.psn) is not rec:
+                retx.popleft()
+                continue
+            assert rec.slot is not None
+            slot = table.next_other(rec.slot)
+            if slot is None:
+                return
+            retx.popleft()
+            rec.retx += 1
+            if rec.retx > self._cfg.max_retransmits:
+                self._fail(f"packet PSN {rec.psn} retransmitted {rec.retx - 1} times", now)
+                return
+            del outstanding[rec.psn]
+            outstanding[rec.psn] = rec
+            self._transmit(rec, slot, now, out, True)
+        queue = self._send_queue
+        if not queue:
+            return
+        mtu = self._cfg.mtu
+        limit = min(self._cfg.max_outstanding, self._cfg.rx_window - 1)
+        while queue and self.inflight < cwnd and self._next_psn - self._snd_una < limit:
+            slot = table.next()
+            if slot is None:
+                return
+            msg = queue[0]
+            offset = msg.offset
+            length = min(mtu, msg.length - offset)
+            last = offset + length >= msg.length
+            rec = _TxPacket(self._next_psn, msg, offset, length, last)
+            self._next_psn += 1
+            msg.offset = offset + length
+            msg.unacked += 1
+            if last:
+                msg.all_sent = True
+                queue.popleft()
+            outstanding[rec.psn] = rec
+            self._transmit(rec, slot, now, out, False)
+
+    def _transmit(
+        self, rec: _TxPacket, slot: EvSlot, now: float, out: list[tuple[int, bytes | bytearray]], retx: bool
+    ) -> None:
+        msg = rec.msg
+        ts32 = int(now * NS) & 0xFFFFFFFF
+        rec.slot = slot
+        rec.sent = now
+        rec.ts32 = ts32
+        rec.tsn = self._tsn
+        self._tsn += 1
+        rec.in_net = True
+        self.inflight += rec.length
+        flags = (wire.FLAG_FIRST if rec.offset == 0 else 0) | (wire.FLAG_RETX if retx else 0)
+        if rec.last:
+            flags |= wire.FLAG_LAST
+        offset = rec.offset
+        frame = wire.encode_data(
+            slot.prefix, self.remote_qpn or 0, rec.psn, rec.last or retx, msg.remote_addr + offset,
+            msg.rkey, msg.imm if rec.last else None, flags, slot.plane, slot.spine_hint,
+            slot.wire, msg.msg_id, msg.length, offset, ts32, msg.data[offset : offset + rec.length],
+        )  # fmt: skip
+        out.append((slot.plane, frame))
+        stats = self._stats
+        stats.data_packets_sent += 1
+        stats.packets_sent += 1
+        stats.bytes_sent += len(frame)
+
+    def _lose(self, rec: _TxPacket, cause: str, now: float) -> None:
+        rec.in_net = False
+        self.inflight -= rec.length
+        self._retx.append(rec)
+        self._stats.retransmits[cause] += 1
+        if self.policy.failover and cause != "nack" and rec.slot is not None:
+            self._retire(rec.slot, cause, now)
+
+    def _acked(self, rec: _TxPacket, now: float) -> int:
+        if rec.in_net:
+            self.inflight -= rec.length
+        if rec.tsn > self._highest_acked_tsn:
+            self._highest_acked_tsn = rec.tsn
+        msg = rec.msg
+        msg.unacked -= 1
+        if msg.all_sent and msg.unacked == 0:
+            self._complete(msg, now)
+        return rec.length
+
+    def _complete(self, msg: _TxMessage, now: float) -> None:
+        self._pending_messages -= 1
+        self._stats.messages_completed += 1
+        self._shared.complete(
+            WriteCompleted(
+                self.cq, self.qpn, msg.wr_id, "write" if msg.imm is None else "write_imm",
+                msg.status, msg.length, msg.imm, msg.remote_addr, now,
+            )
+        )  # fmt: skip
+
+    def _fail(self, reason: str, now: float) -> None:
+        self.error = reason
+        self._shared.events.append(QpError(self.qpn, reason, now))
+        done: set[int] = set()
+        for rec in self._outstanding.values():
+            msg = rec.msg
+            if msg.msg_id not in done:
+                done.add(msg.msg_id)
+                msg.status = STATUS_RETRY_EXCEEDED
+                self._complete(msg, now)
+        for msg in self._send_queue:
+            if msg.msg_id not in done:
+                msg.status = STATUS_RETRY_EXCEEDED
+                self._complete(msg, now)
+        self._outstanding.clear()
+        self._send_queue.clear()
+        self._retx.clear()
+        self.inflight = 0
+
+    def on_ack(self, pkt: wire.AckPacket, now: float) -> None:
+        """Process an ACK/SACK: free acknowledged packets, detect losses, feed congestion control."""
+        stats = self._stats
+        stats.acks_received += 1
+        una = self._snd_una
+        d = (pkt.cum_psn - una) & PSN_MASK
+        if d > self._next_psn - una:
+            stats.drops["ack_out_of_window"] += 1
+            return
+        outstanding = self._outstanding
+        acked = 0
+        if d:
+            pop = outstanding.pop
+            for psn in range(una, una + d):
+                rec = pop(psn, None)
+                if rec is not None:
+                    acked += self._acked(rec, now)
+            self._snd_una = una = una + d
+        bitmap = pkt.sack_bitmap
+        if bitmap:
+            base = una + ((pkt.sack_base - una) & PSN_MASK)
+            if base - una < self._cfg.rx_window:
+                while bitmap:
+                    low = bitmap & -bitmap
+                    rec = outstanding.pop(base + low.bit_length() - 1, None)
+                    if rec is not None:
+                        acked += self._acked(rec, now)
+                    bitmap ^= low
+        rtt = ((int(now * NS) - pkt.ts_echo) & 0xFFFFFFFF) / NS
+        if rtt < 60.0:
+            stats.rtt.append(rtt)
+        else:
+            rtt = None  # type: ignore[assignment]
+        if pkt.ce_count:
+            stats.ecn_marked_seen += pkt.ce_count
+        self.cc.on_ack(
+            acked_bytes=acked, rtt=rtt, ce_count=pkt.ce_count, pkt_count=pkt.pkt_count, now=now
+        )
+        if acked:
+            self._backoff = 0
+        limit = self._highest_acked_tsn - self._cfg.reorder_threshold
+        lost: list[_TxPacket] = []
+        for rec in outstanding.values():
+            if rec.tsn > limit:
+                break
+            if rec.in_net:
+                lost.append(rec)
+        if lost:
+            nbytes = 0
+            for rec in lost:
+                nbytes += rec.length
+                self._lose(rec, "sack", now)
+            self.cc.on_loss(nbytes=nbytes, timeout=False, now=now)
+
+    def on_nack(self, pkt: wire.NackPacket, now: float) -> None:
+        """A trimmed packet (retransmit at once, EV stays GOOD) or a refused one (fail the message)."""
+        stats = self._stats
+        stats.nacks_received += 1
+        una = self._snd_una
+        d = (pkt.psn - una) & PSN_MASK
+        rec = self._outstanding.get(una + d) if d < self._next_psn - una else None
+        if rec is None:
+            stats.drops["nack_stale"] += 1
+            return
+        if pkt.flags & wire.FLAG_ACCESS:
+            del self._outstanding[rec.psn]
+            rec.msg.status = STATUS_REMOTE_ACCESS_ERROR
+            self._acked(rec, now)
+            return
+        if not rec.in_net or rec.ts32 != pkt.ts_echo:
+            stats.drops["nack_stale"] += 1
+            return
+        stats.trims_seen += 1
+        self._lose(rec, "nack", now)
+        self.cc.on_trim(nbytes=rec.length, now=now)
+
+    # -- receiver --------------------------------------------------------------------------------
+
+    def _reply_path(self, plane: int, spine: int) -> tuple[int, bytes]:
+        entry = self._reply.get((plane, spine))
+        if entry is None:
+            entry = self._reply_plane.get(plane, self._reply_any)
+        return entry
+
+    def on_data(self, pkt: wire.DataPacket, now: float) -> None:
+        """Place a data packet (or NACK it when trimmed) and schedule the ACK."""
+        stats = self._stats
+        outer = pkt.outer
+        cum = self._rcv_cum
+        d = (outer.psn - cum) & PSN_MASK
+        if d >= PSN_HALF:
+            stats.drops["duplicate"] += 1
+            self._note_ack(pkt, now, True)
+            return
+        if d >= self._cfg.rx_window:
+            stats.drops["psn_out_of_window"] += 1
+            return
+        psn = cum + d
+        if psn in self._rcv_set:
+            stats.drops["duplicate"] += 1
+            self._note_ack(pkt, now, True)
+            return
+        if pkt.trimmed:
+            stats.trims_seen += 1
+            if self.policy.trim_nack:
+                self._nack(pkt, wire.FLAG_TRIMMED, now)
+            else:
+                stats.drops["trimmed_no_nack"] += 1
+            return
+        msgs = self._rx_msgs
+        msg = msgs.get(pkt.msg_id)
+        if msg is not None and msg.length != pkt.msg_len:
+            stats.drops["inconsistent_message"] += 1
+            return
+        if msg is None:
+            msg = msgs[pkt.msg_id] = _RxMessage(pkt.msg_len, pkt.va - pkt.msg_offset)
+        region = self._shared.regions.get(pkt.rkey)
+        if region is None or not region.place(pkt.va, pkt.payload):
+            stats.drops["bad_rkey" if region is None else "out_of_region"] += 1
+            msg.failed = True
+            self._nack(pkt, wire.FLAG_ACCESS, now)
+        else:
+            stats.payload_bytes_placed += pkt.dma_len
+        # the PSN is consumed either way
+        if d == 0:
+            cum += 1
+            rcv = self._rcv_set
+            while cum in rcv:
+                rcv.remove(cum)
+                cum += 1
+            self._rcv_cum = cum
+        else:
+            self._rcv_set.add(psn)
+            if psn > self._rcv_max:
+                self._rcv_max = psn
+        if pkt.opcode == wire.OP_WRITE_ONLY_IMM:
+            msg.imm = pkt.imm
+        msg.received += pkt.dma_len
+        if msg.received >= msg.length:
+            del msgs[pkt.msg_id]
+            self._msn += 1
+            if not msg.failed:
+                stats.messages_received += 1
+                if msg.imm is not None:
+                    self._shared.complete(
+                        WriteImmReceived(
+                            self.cq, self.qpn, 0, "recv_write_imm", STATUS_OK, msg.length,
+                            msg.imm, msg.base, now,
+                        )
+                    )  # fmt: skip
+        if outer.ecn == wire.ECN_CE:
+            self._ack_ce += 1
+        self._note_ack(pkt, now, outer.ack_req)
+
+    def _note_ack(self, pkt: wire.DataPacket, now: float, urgent: bool) -> None:
+        self._ack_pending += 1
+        self._ack_echo = (pkt.ev, pkt.timestamp, pkt.plane_hint, pkt.spine_hint)
+        self._ack_flags = wire.FLAG_ECN_ECHO if pkt.outer.ecn == wire.ECN_CE else 0
+        if urgent or self._ack_pending >= self._cfg.ack_every:
+            self._send_ack(now)
+        elif self._ack_deadline is None:
+            self._ack_deadline = now + self._cfg.ack_delay
+
+    def _send_ack(self, now: float) -> None:
+        if self.remote_qpn is None:
+            self._stats.drops["not_connected"] += 1
+            return
+        ev, ts, plane, spine = self._ack_echo
+        cum = self._rcv_cum
+        rcv = self._rcv_set
+        bitmap = 0
+        base = cum
+        if rcv:
+            top = self._rcv_max
+            if top - cum >= 64:
+                base = top - 63
+            for p in rcv:
+                i = p - base
+                if 0 <= i < 64:
+                    bitmap |= 1 << i
+        out_plane, prefix = self._reply_path(plane, spine)
+        frame = wire.encode_ack(
+            prefix, self.remote_qpn, self._msn, self._ack_flags, plane, spine, ev, ts, cum, base,
+            bitmap, self._ack_ce, self._ack_pending,
+        )  # fmt: skip
+        self._shared.outbox.append((out_plane, frame))
+        stats = self._stats
+        stats.acks_sent += 1
+        stats.packets_sent += 1
+        stats.bytes_sent += len(frame)
+        self._ack_pending = 0
+        self._ack_ce = 0
+        self._ack_deadline = None
+
+    def _nack(self, pkt: wire.DataPacket, flags: int, now: float) -> None:
+        if self.remote_qpn is None:
+            self._stats.drops["not_connected"] += 1
+            return
+        out_plane, prefix = self._reply_path(pkt.plane_hint, pkt.spine_hint)
+        frame = wire.encode_nack(
+            prefix, self.remote_qpn, flags, pkt.plane_hint, pkt.spine_hint, pkt.ev, pkt.timestamp,
+            pkt.outer.psn, self._rcv_cum,
+        )  # fmt: skip
+        self._shared.outbox.append((out_plane, frame))
+        stats = self._stats
+        stats.nacks_sent += 1
+        stats.packets_sent += 1
+        stats.bytes_sent += len(frame)
+
+    # -- timers ----------------------------------------------------------------------------------
+
+    def _first_in_net(self) -> _TxPacket | None:
+        for rec in self._outstanding.values():
+            if rec.in_net:
+                return rec
+        return None
+
+    def _timeout(self) -> float:
+        return self._cfg.ack_timeout * (1 << self._backoff)
+
+    def next_timer(self) -> float | None:
+        """The earliest time this QP needs handle_timer."""
+        when: float | None = self._ack_deadline
+        first = self._first_in_net()
+        if first is not None:
+            rto = first.sent + self._timeout()
+            when = rto if when is None else min(when, rto)
+        if self._probe_due:
+            due = min(self._probe_due.values())
+            when = due if when is None else min(when, due)
+        if self._probes:
+            due = min(sent for _, sent in self._probes.values()) + self._cfg.probe_timeout
+            when = due if when is None else min(when, due)
+        return when
+
+    def handle_timer(self, now: float) -> None:
+        """Delayed ACK, ACK timeout, probes."""
+        if self._ack_deadline is not None and self._ack_deadline <= now:
+            self._send_ack(now)
+        first = self._first_in_net()
+        if first is not None:
+            timeout = self._timeout()
+            if first.sent + timeout <= now:
+                lost = [r for r in self._outstanding.values() if r.in_net and r.sent + timeout <= now]
+                nbytes = 0
+                for rec in lost:
+                    nbytes += rec.length
+                    self._lose(rec, "rto", now)
+                self.cc.on_loss(nbytes=nbytes, timeout=True, now=now)
+                self._stats.rtos += 1
+                self._backoff = min(
+                    self._backoff + 1, self._cfg.max_backoff_exp - self._cfg.ack_timeout_exp
+                )
+                self._shared.events.append(
+                    RetransmitTimeout(self.qpn, len(lost), self._cfg.ack_timeout_exp + self._backoff, now)
+                )
+        if self._probe_due or self._probes:
+            self._run_probes(now)

@@ -1,0 +1,86 @@
+"""Registered memory regions: the only places a receiver ever writes.
+
+A region is ``length`` bytes at virtual address ``addr`` backed by a bytearray, named on the
+wire by its ``rkey``. :meth:`MemoryRegion.place` is the single write path of the receiver and
+refuses anything that does not lie entirely inside the region.
+"""
+
+from __future__ import annotations
+
+import random
+
+
+class RegionError(ValueError):
+    """A region registration that cannot be honoured."""
+
+
+class MemoryRegion:
+    """``length`` bytes at virtual address ``addr``, remotely writable with ``rkey``."""
+
+    __slots__ = ("addr", "length", "rkey", "buffer", "view", "end")
+
+    def __init__(self, addr: int, length: int, rkey: int, buffer: bytearray) -> None:
+        self.addr = addr
+        self.length = length
+        self.rkey = rkey
+        self.buffer = buffer
+        self.view = memoryview(buffer)
+        self.end = addr + length
+
+    def contains(self, va: int, length: int) -> bool:
+        """True when ``[va, va + length)`` lies inside the region."""
+        return self.addr <= va and va + length <= self.end and length >= 0
+
+    def place(self, va: int, data: bytes | memoryview) -> bool:
+        """Copy ``data`` to ``va``; False (and nothing written) when it would leave the region."""
+        n = len(data)
+        if not (self.addr <= va and va + n <= self.end):
+            return False
+        start = va - self.addr
+        self.view[start : start + n] = data
+        return True
+
+    def read(self, va: int, length: int) -> bytes:
+        """The bytes at ``[va, va + length)`` (must lie inside the region)."""
+        if not self.contains(va, length):
+            raise RegionError(
+                f"read of {length} bytes at {va:#x}: outside region "
+                f"[{self.addr:#x}, {self.end:#x}) (rkey {self.rkey:#x})"
+            )
+        start = va - self.addr
+        return bytes(self.buffer[start : start + length])
+
+
+class RegionTable:
+    """The regions of one context, by rkey."""
+
+    def __init__(self, rng: random.Random) -> None:
+        self._rng = rng
+        self._by_rkey: dict[int, MemoryRegion] = {}
+
+    def register(self, addr: int, length: int, buffer: bytearray | None = None) -> MemoryRegion:
+        """Register ``length`` bytes at ``addr`` (backed by ``buffer`` or a new zeroed one)."""
+        if not 0 <= addr < 1 << 64:
+            raise RegionError(f"region address {addr:#x}: expected a 64-bit unsigned value")
+        if not 0 < length <= 1 << 40 or addr + length > 1 << 64:
+            raise RegionError(f"region length {length}: expected 1..2^40 bytes within 64-bit space")
+        if buffer is None:
+            buffer = bytearray(length)
+        elif len(buffer) != length:
+            raise RegionError(f"buffer of {len(buffer)} bytes for a region of {length}: expected equal")
+        while True:
+            rkey = self._rng.getrandbits(32)
+            if rkey and rkey not in self._by_rkey:
+                break
+        region = MemoryRegion(addr, length, rkey, buffer)
+        self._by_rkey[rkey] = region
+        return region
+
+    def deregister(self, rkey: int) -> None:
+        """Forget a region; later packets naming its rkey are refused."""
+        if self._by_rkey.pop(rkey, None) is None:
+            raise RegionError(f"rkey {rkey:#x}: no such region")
+
+    def get(self, rkey: int) -> MemoryRegion | None:
+        """The region of ``rkey``, or None."""
+        return self._by_rkey.get(rkey)

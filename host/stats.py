@@ -1,0 +1,68 @@
+"""Counters of one context and the statistics dict ``Context.stats()`` returns."""
+
+from __future__ import annotations
+
+import collections
+from typing import Any
+
+RTT_SAMPLES = 4096
+
+
+class Stats:
+    """Plain counters, incremented in place by the core (cheap on the hot path)."""
+
+    def __init__(self) -> None:
+        self.packets_sent = 0
+        self.bytes_sent = 0
+        self.packets_received = 0
+        self.bytes_received = 0
+        self.data_packets_sent = 0
+        self.data_packets_received = 0
+        self.payload_bytes_placed = 0
+        self.acks_sent = 0
+        self.acks_received = 0
+        self.nacks_sent = 0
+        self.nacks_received = 0
+        self.trims_seen = 0
+        self.ecn_marked_seen = 0
+        self.rtos = 0
+        self.messages_sent = 0
+        self.messages_completed = 0
+        self.messages_received = 0
+        self.probes_sent = 0
+        self.probe_replies_sent = 0
+        self.probe_replies_received = 0
+        self.probes_timed_out = 0
+        self.retire_suppressed = 0  # retirements refused by ev_min_active
+        self.retransmits: dict[str, int] = {"nack": 0, "sack": 0, "rto": 0}
+        self.drops: collections.Counter[str] = collections.Counter()
+        self.ev_transitions: list[dict[str, Any]] = []
+        self.rtt: collections.deque[float] = collections.deque(maxlen=RTT_SAMPLES)
+
+    def rtt_summary(self) -> dict[str, float]:
+        """count, min, mean, max, p50, p99 of the recent RTT samples (seconds)."""
+        samples = sorted(self.rtt)
+        if not samples:
+            return {"count": 0}
+        n = len(samples)
+        return {
+            "count": n,
+            "min": samples[0],
+            "mean": sum(samples) / n,
+            "max": samples[-1],
+            "p50": samples[n // 2],
+            "p99": samples[min(n - 1, (n * 99) // 100)],
+        }
+
+    def as_dict(self) -> dict[str, Any]:
+        """Everything, JSON-ready."""
+        out: dict[str, Any] = {
+            k: v
+            for k, v in vars(self).items()
+            if isinstance(v, int) and not isinstance(v, bool)
+        }
+        out["retransmits"] = dict(self.retransmits)
+        out["drops"] = dict(self.drops)
+        out["ev_transitions"] = list(self.ev_transitions)
+        out["rtt"] = self.rtt_summary()
+        return out

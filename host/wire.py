@@ -1,0 +1,527 @@
+"""The MRC packet codec: Ethernet / IPv6 / UDP / RoCEv2 BTH / RETH / MRC extensions (struct).
+
+Byte layouts, code points and the trimmed form are documented in docs/wire-format.md. Summary:
+
+- data:    Eth | IPv6 | UDP(4791) | BTH(0x0A or 0x0B) | RETH | [ImmDt] | MRC data ext (24) | payload
+- control: Eth | IPv6 | UDP(4791) | BTH(0x11) | AETH | MRC control ext (32): ACK, NACK, PROBE,
+  PROBE_REPLY
+
+Sending uses preassembled Ethernet/IPv6/UDP prefixes (:func:`frame_prefix`, one per EV) and
+one ``struct.pack_into`` per header block (:func:`encode_data`, :func:`encode_ack`, ...).
+Receiving: :func:`parse` returns a typed packet; every malformed input raises a subclass of
+:class:`WireError` whose ``reason`` is the drop counter name. No ICRC is sent or expected.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+
+# -- code points ------------------------------------------------------------------------------
+
+ETHERTYPE_IPV6 = 0x86DD
+IPPROTO_UDP = 17
+IPPROTO_ROUTING = 43
+ROCE_PORT = 4791
+UDP_SPORT_BASE = 0xC000  # UDP source port = 0xC000 | (EV & 0x3FFF)
+
+OP_WRITE_ONLY = 0x0A  # RC RDMA WRITE Only
+OP_WRITE_ONLY_IMM = 0x0B  # RC RDMA WRITE Only with Immediate
+OP_ACKNOWLEDGE = 0x11  # RC ACKNOWLEDGE
+
+DSCP_DEFAULT = 0  # data of a QP with trimming off: never trimmed
+DSCP_TRIMMABLE = 10
+DSCP_TRIMMED = 12  # written by a switch that trimmed the packet
+DSCP_CONTROL = 48
+ECN_NOT_ECT = 0
+ECN_ECT1 = 1
+ECN_ECT0 = 2
+ECN_CE = 3
+
+AETH_ACK = 0x1F  # ACK, credits not used
+AETH_NAK_SEQ = 0x60  # NAK: PSN sequence error (used for trim NACKs)
+AETH_NAK_ACCESS = 0x62  # NAK: remote access error
+
+EXT_DATA = 1
+EXT_ACK = 2
+EXT_NACK = 3
+EXT_PROBE = 4
+EXT_PROBE_REPLY = 5
+
+# data extension flags
+FLAG_FIRST = 0x01  # first packet of its message
+FLAG_LAST = 0x02  # last packet of its message
+FLAG_RETX = 0x04  # a retransmission
+# ACK flags
+FLAG_ECN_ECHO = 0x01  # the packet that triggered the ACK arrived CE-marked
+# NACK flags
+FLAG_TRIMMED = 0x01  # the NACKed packet arrived trimmed
+FLAG_ACCESS = 0x02  # the NACKed packet was refused (rkey / address outside the region)
+
+NO_SPINE = 0xFF  # spine hint of a path within a rack
+
+PSN_MASK = 0xFFFFFF
+QPN_MASK = 0xFFFFFF
+
+# -- sizes and offsets (no SRH: what this stack sends) -------------------------------------------
+
+ETH_LEN = 14
+IPV6_LEN = 40
+UDP_LEN = 8
+BTH_LEN = 12
+RETH_LEN = 16
+IMM_LEN = 4
+AETH_LEN = 4
+DATA_EXT_LEN = 24
+CTRL_EXT_LEN = 32
+OFF_IPV6 = ETH_LEN
+OFF_UDP = ETH_LEN + IPV6_LEN  # 54
+PREFIX_LEN = OFF_UDP + 4  # 58: what frame_prefix() returns (Ethernet, IPv6, UDP ports)
+OFF_BTH = OFF_UDP + UDP_LEN  # 62
+DATA_HEADER_LEN = OFF_BTH + BTH_LEN + RETH_LEN + DATA_EXT_LEN  # 114
+DATA_IMM_HEADER_LEN = DATA_HEADER_LEN + IMM_LEN  # 118
+CTRL_FRAME_LEN = OFF_BTH + BTH_LEN + AETH_LEN + CTRL_EXT_LEN  # 110
+MAX_FRAME = 9600
+
+_ETH = struct.Struct("!6s6sH")
+_IPV6 = struct.Struct("!IHBB16s16s")
+_UDP = struct.Struct("!HHHH")
+_BTH = struct.Struct("!BBHII")
+_RETH = struct.Struct("!QII")
+_IMM = struct.Struct("!I")
+_DATA_EXT = struct.Struct("!BBBBIIIII")
+_AETH = struct.Struct("!I")
+_CTRL_HEAD = struct.Struct("!BBBBII")  # type, flags, plane hint, spine hint, EV, timestamp
+_ACK_BODY = struct.Struct("!IIQHH")
+_NACK_BODY = struct.Struct("!II12x")
+_PROBE_BODY = struct.Struct("!II12x")
+_U16 = struct.Struct("!H")
+
+# Everything after the prefix's UDP ports, packed in one call: UDP length + checksum, BTH, RETH,
+# [ImmDt], data extension.
+_DATA_TAIL = struct.Struct("!HH" "BBHII" "QII" "BBBBIIIII")
+_DATA_IMM_TAIL = struct.Struct("!HH" "BBHII" "QII" "I" "BBBBIIIII")
+_ACK_TAIL = struct.Struct("!HH" "BBHII" "I" "BBBBII" "IIQHH")
+_NACK_TAIL = struct.Struct("!HH" "BBHII" "I" "BBBBII" "II12x")
+_PROBE_TAIL = struct.Struct("!HH" "BBHII" "I" "BBBBII" "II12x")
+_PAYLOAD_LEN_AT = OFF_IPV6 + 4
+_UDP_LEN_AT = OFF_UDP + 4
+
+
+# -- errors ---------------------------------------------------------------------------------------
+
+
+class WireError(ValueError):
+    """A frame that is not a well-formed MRC packet. ``reason`` names the drop counter."""
+
+    reason = "malformed"
+
+
+class Truncated(WireError):
+    """The frame ends before a header or length field says it should."""
+
+    reason = "truncated"
+
+
+class Oversize(WireError):
+    """The frame is longer than any MRC frame may be."""
+
+    reason = "oversize"
+
+
+class NotIpv6(WireError):
+    """Not an IPv6 Ethernet frame."""
+
+    reason = "not_ipv6"
+
+
+class NotMrc(WireError):
+    """IPv6, but not UDP to port 4791."""
+
+    reason = "not_mrc"
+
+
+class BadOpcode(WireError):
+    """A BTH opcode this stack does not speak."""
+
+    reason = "bad_opcode"
+
+
+class BadExtension(WireError):
+    """An MRC extension of an unknown type or with inconsistent fields."""
+
+    reason = "bad_extension"
+
+
+class BadLength(WireError):
+    """Length fields that contradict each other or the frame."""
+
+    reason = "bad_length"
+
+
+# -- parsed packets --------------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class Outer:
+    """The Ethernet / IPv6 / UDP fields of a received frame."""
+
+    src_mac: bytes  #: 6 bytes
+    dst_mac: bytes  #: 6 bytes
+    src: bytes  #: IPv6 source address, 16 bytes
+    dst: bytes  #: IPv6 destination (the exhausted carrier: the NIC address), 16 bytes
+    dscp: int  #: DSCP code point
+    ecn: int  #: ECN field (0 Not-ECT, 1 ECT(1), 2 ECT(0), 3 CE)
+    flow_label: int  #: 20 bits (the EV's low 20 bits)
+    hop_limit: int  #: IPv6 hop limit on arrival
+    udp_sport: int  #: UDP source port
+    dest_qp: int  #: BTH destination QP
+    psn: int  #: BTH PSN (24 bits)
+    ack_req: bool  #: BTH ack-request bit
+
+
+@dataclass(slots=True)
+class DataPacket:
+    """An RDMA WRITE (with immediate) data packet, possibly trimmed by a switch."""
+
+    outer: Outer  #: Ethernet / IPv6 / UDP / BTH fields
+    opcode: int  #: 0x0A or 0x0B
+    va: int  #: RETH virtual address of this packet's payload at the receiver
+    rkey: int  #: RETH remote key
+    dma_len: int  #: RETH DMA length: the payload length as sent
+    imm: int | None  #: immediate data (opcode 0x0B)
+    flags: int  #: FLAG_FIRST | FLAG_LAST | FLAG_RETX
+    plane_hint: int  #: plane of the path the sender used
+    spine_hint: int  #: spine of that path (NO_SPINE within a rack)
+    ev: int  #: entropy value (32 bits)
+    msg_id: int  #: message id
+    msg_len: int  #: message length in bytes
+    msg_offset: int  #: offset of this payload within the message
+    timestamp: int  #: sender timestamp (ns, modulo 2^32)
+    payload: memoryview  #: the payload bytes present (empty when trimmed)
+    trimmed: bool  #: DSCP 12 or payload shorter than dma_len
+
+
+@dataclass(slots=True)
+class AckPacket:
+    """ACK / SACK: cumulative PSN plus a 64-bit bitmap of PSNs received from sack_base on."""
+
+    outer: Outer  #: Ethernet / IPv6 / UDP / BTH fields
+    msn: int  #: AETH message sequence number (messages completed, 24 bits)
+    flags: int  #: FLAG_ECN_ECHO
+    plane_hint: int  #: plane of the data packet that triggered this ACK
+    spine_hint: int  #: spine of that packet's path
+    ev: int  #: EV echo: EV of the packet that triggered this ACK
+    ts_echo: int  #: that packet's sender timestamp
+    cum_psn: int  #: next PSN expected: every PSN before it was received (24 bits)
+    sack_base: int  #: PSN of bit 0 of the bitmap
+    sack_bitmap: int  #: bit i set: PSN sack_base + i received
+    ce_count: int  #: CE-marked data packets since the previous ACK
+    pkt_count: int  #: data packets since the previous ACK
+
+
+@dataclass(slots=True)
+class NackPacket:
+    """NACK for one data packet (trimmed, or refused by the receiver)."""
+
+    outer: Outer  #: Ethernet / IPv6 / UDP / BTH fields
+    syndrome: int  #: AETH syndrome (0x60 trimmed, 0x62 access error)
+    flags: int  #: FLAG_TRIMMED | FLAG_ACCESS
+    plane_hint: int  #: plane of the NACKed packet's path
+    spine_hint: int  #: spine of that path
+    ev: int  #: EV echo of the NACKed packet
+    ts_echo: int  #: sender timestamp of the NACKed packet
+    psn: int  #: PSN of the NACKed packet
+    cum_psn: int  #: the receiver's cumulative PSN
+
+
+@dataclass(slots=True)
+class ProbePacket:
+    """A connectionless path probe (PROBE) or its answer (PROBE_REPLY)."""
+
+    outer: Outer  #: Ethernet / IPv6 / UDP / BTH fields (dest_qp: the QP that answers / is answered)
+    reply: bool  #: True for PROBE_REPLY
+    plane_hint: int  #: plane of the probed path
+    spine_hint: int  #: spine of the probed path
+    ev: int  #: the EV probed
+    timestamp: int  #: prober's timestamp (echoed in the reply)
+    probe_id: int  #: probe id (echoed)
+    src_qp: int  #: the prober's QP (the reply's destination QP)
+
+
+Packet = DataPacket | AckPacket | NackPacket | ProbePacket
+
+
+# -- building ------------------------------------------------------------------------------------
+
+
+def mac_bytes(mac: str) -> bytes:
+    """``"02:1c:02:00:00:00"`` as 6 bytes."""
+    parts = mac.split(":")
+    if len(parts) != 6:
+        raise ValueError(f"MAC address {mac!r}: expected six hex octets separated by ':'")
+    try:
+        return bytes(int(p, 16) for p in parts)
+    except ValueError:
+        raise ValueError(f"MAC address {mac!r}: expected six hex octets separated by ':'") from None
+
+
+def udp_sport(ev: int) -> int:
+    """The UDP source port derived from an EV: ``0xC000 | (EV & 0x3FFF)``."""
+    return UDP_SPORT_BASE | (ev & 0x3FFF)
+
+
+def frame_prefix(
+    *,
+    src_mac: bytes,
+    dst_mac: bytes,
+    src: bytes,
+    dst: bytes,
+    dscp: int,
+    ecn: int,
+    ev: int,
+    hop_limit: int = 64,
+) -> bytes:
+    """Ethernet + IPv6 + UDP ports for one EV (58 bytes; lengths are filled per packet)."""
+    if len(src_mac) != 6 or len(dst_mac) != 6 or len(src) != 16 or len(dst) != 16:
+        raise ValueError("frame_prefix: expected 6-byte MACs and 16-byte IPv6 addresses")
+    first = (6 << 28) | (((dscp << 2) | ecn) << 20) | (ev & 0xFFFFF)
+    return (
+        _ETH.pack(dst_mac, src_mac, ETHERTYPE_IPV6)
+        + _IPV6.pack(first, 0, IPPROTO_UDP, hop_limit, src, dst)
+        + _UDP.pack(udp_sport(ev), ROCE_PORT, 0, 0)[:4]
+    )
+
+
+def encode_data(
+    prefix: bytes,
+    dest_qp: int,
+    psn: int,
+    ack_req: bool,
+    va: int,
+    rkey: int,
+    imm: int | None,
+    flags: int,
+    plane_hint: int,
+    spine_hint: int,
+    ev: int,
+    msg_id: int,
+    msg_len: int,
+    msg_offset: int,
+    timestamp: int,
+    payload: bytes | memoryview,
+) -> bytearray:
+    """A complete data frame: WRITE Only (imm None) or WRITE Only with Immediate."""
+    n = len(payload)
+    ack_psn = (0x80000000 if ack_req else 0) | (psn & PSN_MASK)
+    ev32 = ev & 0xFFFFFFFF
+    if imm is None:
+        frame = bytearray(DATA_HEADER_LEN + n)
+        frame[:PREFIX_LEN] = prefix
+        udp_len = UDP_LEN + BTH_LEN + RETH_LEN + DATA_EXT_LEN + n
+        _DATA_TAIL.pack_into(
+            frame, _UDP_LEN_AT, udp_len, 0,
+            OP_WRITE_ONLY, 0, 0xFFFF, dest_qp & QPN_MASK, ack_psn,
+            va, rkey, n,
+            EXT_DATA, flags, plane_hint, spine_hint, ev32, msg_id, msg_len, msg_offset, timestamp,
+        )  # fmt: skip
+        frame[DATA_HEADER_LEN:] = payload
+    else:
+        frame = bytearray(DATA_IMM_HEADER_LEN + n)
+        frame[:PREFIX_LEN] = prefix
+        udp_len = UDP_LEN + BTH_LEN + RETH_LEN + IMM_LEN + DATA_EXT_LEN + n
+        _DATA_IMM_TAIL.pack_into(
+            frame, _UDP_LEN_AT, udp_len, 0,
+            OP_WRITE_ONLY_IMM, 0, 0xFFFF, dest_qp & QPN_MASK, ack_psn,
+            va, rkey, n, imm & 0xFFFFFFFF,
+            EXT_DATA, flags, plane_hint, spine_hint, ev32, msg_id, msg_len, msg_offset, timestamp,
+        )  # fmt: skip
+        frame[DATA_IMM_HEADER_LEN:] = payload
+    _U16.pack_into(frame, _PAYLOAD_LEN_AT, udp_len)
+    return frame
+
+
+def _control(prefix: bytes) -> bytearray:
+    frame = bytearray(CTRL_FRAME_LEN)
+    frame[:PREFIX_LEN] = prefix
+    _U16.pack_into(frame, _PAYLOAD_LEN_AT, CTRL_FRAME_LEN - OFF_UDP)
+    return frame
+
+
+_CTRL_UDP_LEN = CTRL_FRAME_LEN - OFF_UDP
+
+
+def encode_ack(
+    prefix: bytes,
+    dest_qp: int,
+    msn: int,
+    flags: int,
+    plane_hint: int,
+    spine_hint: int,
+    ev: int,
+    ts_echo: int,
+    cum_psn: int,
+    sack_base: int,
+    sack_bitmap: int,
+    ce_count: int,
+    pkt_count: int,
+) -> bytearray:
+    """An ACK/SACK frame (BTH PSN = cum_psn - 1, the last PSN received in order)."""
+    frame = _control(prefix)
+    _ACK_TAIL.pack_into(
+        frame, _UDP_LEN_AT, _CTRL_UDP_LEN, 0,
+        OP_ACKNOWLEDGE, 0, 0xFFFF, dest_qp & QPN_MASK, (cum_psn - 1) & PSN_MASK,
+        (AETH_ACK << 24) | (msn & 0xFFFFFF),
+        EXT_ACK, flags, plane_hint, spine_hint, ev & 0xFFFFFFFF, ts_echo & 0xFFFFFFFF,
+        cum_psn & PSN_MASK, sack_base & PSN_MASK, sack_bitmap & 0xFFFFFFFFFFFFFFFF,
+        min(ce_count, 0xFFFF), min(pkt_count, 0xFFFF),
+    )  # fmt: skip
+    return frame
+
+
+def encode_nack(
+    prefix: bytes,
+    dest_qp: int,
+    flags: int,
+    plane_hint: int,
+    spine_hint: int,
+    ev: int,
+    ts_echo: int,
+    psn: int,
+    cum_psn: int,
+) -> bytearray:
+    """A NACK frame for one data packet (trimmed, or refused with FLAG_ACCESS)."""
+    frame = _control(prefix)
+    syndrome = AETH_NAK_ACCESS if flags & FLAG_ACCESS else AETH_NAK_SEQ
+    _NACK_TAIL.pack_into(
+        frame, _UDP_LEN_AT, _CTRL_UDP_LEN, 0,
+        OP_ACKNOWLEDGE, 0, 0xFFFF, dest_qp & QPN_MASK, psn & PSN_MASK,
+        syndrome << 24,
+        EXT_NACK, flags, plane_hint, spine_hint, ev & 0xFFFFFFFF, ts_echo & 0xFFFFFFFF,
+        psn & PSN_MASK, cum_psn & PSN_MASK,
+    )  # fmt: skip
+    return frame
+
+
+def encode_probe(
+    prefix: bytes,
+    dest_qp: int,
+    reply: bool,
+    plane_hint: int,
+    spine_hint: int,
+    ev: int,
+    timestamp: int,
+    probe_id: int,
+    src_qp: int,
+) -> bytearray:
+    """A PROBE (reply False) or PROBE_REPLY frame."""
+    frame = _control(prefix)
+    _PROBE_TAIL.pack_into(
+        frame, _UDP_LEN_AT, _CTRL_UDP_LEN, 0,
+        OP_ACKNOWLEDGE, 0, 0xFFFF, dest_qp & QPN_MASK, 0,
+        AETH_ACK << 24,
+        EXT_PROBE_REPLY if reply else EXT_PROBE, 0, plane_hint, spine_hint,
+        ev & 0xFFFFFFFF, timestamp & 0xFFFFFFFF, probe_id & 0xFFFFFFFF, src_qp & QPN_MASK,
+    )  # fmt: skip
+    return frame
+
+
+# -- parsing -------------------------------------------------------------------------------------
+
+
+def parse(frame: bytes | bytearray | memoryview, max_frame: int = MAX_FRAME) -> Packet:
+    """Decode one Ethernet frame; raises a :class:`WireError` subclass if it is not MRC."""
+    size = len(frame)
+    if size > max_frame:
+        raise Oversize(f"frame of {size} bytes: expected at most {max_frame}")
+    if size < OFF_UDP:
+        raise Truncated(f"frame of {size} bytes: expected Ethernet + IPv6 (54 bytes) at least")
+    dst_mac, src_mac, ethertype = _ETH.unpack_from(frame, 0)
+    if ethertype != ETHERTYPE_IPV6:
+        raise NotIpv6(f"ethertype {ethertype:#06x}: expected IPv6 ({ETHERTYPE_IPV6:#06x})")
+    first, plen, next_header, hop_limit, src, dst = _IPV6.unpack_from(frame, OFF_IPV6)
+    if first >> 28 != 6:
+        raise NotIpv6(f"IP version {first >> 28}: expected 6")
+    end = OFF_UDP + plen
+    if end > size:
+        raise Truncated(f"IPv6 payload length {plen}: frame holds only {size - OFF_UDP} bytes")
+    off = OFF_UDP
+    if next_header == IPPROTO_ROUTING:  # an SRH (classic SRv6 mode) before UDP
+        if off + 8 > end:
+            raise Truncated("routing header cut short")
+        next_header = frame[off]
+        off += 8 + frame[off + 1] * 8
+        if off > end:
+            raise Truncated("routing header longer than the IPv6 payload")
+    if next_header != IPPROTO_UDP:
+        raise NotMrc(f"IPv6 next header {next_header}: expected UDP (17)")
+    if off + UDP_LEN + BTH_LEN > end:
+        raise Truncated("UDP + BTH do not fit in the IPv6 payload")
+    sport, dport, udp_len, _ = _UDP.unpack_from(frame, off)
+    if dport != ROCE_PORT:
+        raise NotMrc(f"UDP destination port {dport}: expected {ROCE_PORT}")
+    if udp_len < UDP_LEN + BTH_LEN or off + udp_len > end:
+        raise BadLength(f"UDP length {udp_len}: expected 20..{end - off}")
+    end = off + udp_len
+    off += UDP_LEN
+    opcode, _, _, qp_word, psn_word = _BTH.unpack_from(frame, off)
+    off += BTH_LEN
+    tc = (first >> 20) & 0xFF
+    outer = Outer(
+        src_mac, dst_mac, src, dst, tc >> 2, tc & 3, first & 0xFFFFF, hop_limit, sport,
+        qp_word & QPN_MASK, psn_word & PSN_MASK, bool(psn_word & 0x80000000),
+    )  # fmt: skip
+    if opcode in (OP_WRITE_ONLY, OP_WRITE_ONLY_IMM):
+        imm: int | None = None
+        head = RETH_LEN + DATA_EXT_LEN + (IMM_LEN if opcode == OP_WRITE_ONLY_IMM else 0)
+        if off + head > end:
+            raise Truncated(f"data packet of {end - off} bytes after BTH: expected {head} at least")
+        va, rkey, dma_len = _RETH.unpack_from(frame, off)
+        off += RETH_LEN
+        if opcode == OP_WRITE_ONLY_IMM:
+            (imm,) = _IMM.unpack_from(frame, off)
+            off += IMM_LEN
+        kind, flags, plane, spine, ev, msg_id, msg_len, msg_off, ts = _DATA_EXT.unpack_from(
+            frame, off
+        )
+        off += DATA_EXT_LEN
+        if kind != EXT_DATA:
+            raise BadExtension(f"data extension type {kind}: expected {EXT_DATA}")
+        present = end - off
+        if present > dma_len:
+            raise BadLength(f"payload of {present} bytes: RETH DMA length says {dma_len}")
+        if msg_off + dma_len > msg_len:
+            raise BadExtension(
+                f"payload at offset {msg_off} + {dma_len} bytes: message is {msg_len} bytes"
+            )
+        trimmed = outer.dscp == DSCP_TRIMMED or present < dma_len
+        payload = memoryview(frame)[off:end]
+        return DataPacket(
+            outer, opcode, va, rkey, dma_len, imm, flags, plane, spine, ev, msg_id, msg_len,
+            msg_off, ts, payload, trimmed,
+        )  # fmt: skip
+    if opcode != OP_ACKNOWLEDGE:
+        raise BadOpcode(f"BTH opcode {opcode:#04x}: expected 0x0a, 0x0b or 0x11")
+    if off + AETH_LEN + CTRL_EXT_LEN > end:
+        raise Truncated(f"control packet of {end - off} bytes after BTH: expected 36")
+    (aeth,) = _AETH.unpack_from(frame, off)
+    off += AETH_LEN
+    kind, flags, plane, spine, ev, ts = _CTRL_HEAD.unpack_from(frame, off)
+    off += _CTRL_HEAD.size
+    if kind == EXT_ACK:
+        cum, base, bitmap, ce, count = _ACK_BODY.unpack_from(frame, off)
+        return AckPacket(
+            outer, aeth & 0xFFFFFF, flags, plane, spine, ev, ts, cum & PSN_MASK, base & PSN_MASK,
+            bitmap, ce, count,
+        )  # fmt: skip
+    if kind == EXT_NACK:
+        psn, cum = _NACK_BODY.unpack_from(frame, off)
+        return NackPacket(
+            outer, aeth >> 24, flags, plane, spine, ev, ts, psn & PSN_MASK, cum & PSN_MASK
+        )
+    if kind in (EXT_PROBE, EXT_PROBE_REPLY):
+        probe_id, src_qp = _PROBE_BODY.unpack_from(frame, off)
+        return ProbePacket(
+            outer, kind == EXT_PROBE_REPLY, plane, spine, ev, ts, probe_id, src_qp & QPN_MASK
+        )
+    raise BadExtension(f"control extension type {kind}: expected 2 (ACK) .. 5 (PROBE_REPLY)")
