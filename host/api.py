@@ -125,8 +125,13 @@ class Context:
         cc: str | CcProfile = "nscc",
         ev_profile: EvProfile | None = None,
         remote_qpn: int | None = None,
+        qpn: int | None = None,
     ) -> QueuePair:
-        """A QP to ``remote_host`` over ``paths`` (from ``Fabric.paths(self.host, remote_host)``)."""
+        """A QP to ``remote_host`` over ``paths`` (from ``Fabric.paths(self.host, remote_host)``).
+
+        ``qpn`` picks the local QP number (1..2^24-1, unused), e.g. one both peers can derive
+        without exchanging it; by default numbers are allocated from 0x100 upwards.
+        """
         for path in paths:
             if path.src != self.host or path.dst != remote_host:
                 raise ValueError(
@@ -135,8 +140,13 @@ class Context:
                 )
             if path.plane not in self.nics:
                 raise ValueError(f"path {path.label} uses plane {path.plane}: {self.host} has no NIC there")
-        qpn = self._next_qpn
-        self._next_qpn += 1
+        if qpn is None:
+            while self._next_qpn in self._qps:
+                self._next_qpn += 1
+            qpn = self._next_qpn
+            self._next_qpn += 1
+        elif not 0 < qpn <= wire.QPN_MASK or qpn in self._qps:
+            raise ValueError(f"QP number {qpn}: expected an unused value in 1..{wire.QPN_MASK}")
         qp = QueuePair(
             self._shared, qpn, remote_host, paths, cq=cq.number, policy=get_policy(policy), cc=cc,
             ev_profile=ev_profile, remote_qpn=None, rng=random.Random(self._rng.getrandbits(64)),
