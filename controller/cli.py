@@ -115,7 +115,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
 
     p = sub.add_parser("show", parents=[common], help="the installed entries of one switch")
-    p.add_argument("switch", metavar="SWITCH")
+    p.add_argument("name", metavar="SWITCH")
     p.add_argument("--table", help="only this table (e.g. ipv6_lpm)")
     p.add_argument("--dry-run", action="store_true", help="show the intended entries instead")
 
@@ -126,7 +126,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("switches", nargs="*", metavar="SWITCH")
 
     p = sub.add_parser("set-qos", parents=[common], help="set trim/ECN thresholds (persisted)")
-    p.add_argument("switch", metavar="SWITCH")
+    p.add_argument("name", metavar="SWITCH")
     p.add_argument("--port", type=int, help="one port (default: every port of the switch)")
     p.add_argument("--trim", type=int, help="trim threshold in packets")
     p.add_argument("--ecn", type=int, help="ECN threshold in packets")
@@ -142,7 +142,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
 
     p = sub.add_parser("shell", parents=[common], help="p4runtime-shell on one switch")
-    p.add_argument("switch", metavar="SWITCH")
+    p.add_argument("name", metavar="SWITCH")
     p.add_argument("-c", "--command", dest="code", help="run this Python code instead of IPython")
     return parser
 
@@ -272,18 +272,16 @@ def cmd_push(args: argparse.Namespace) -> int:
     targets = ctx.endpoints.select(args.switches)
     start = time.monotonic()
     reports = _push_with_progress(ctx, targets, tables)
-    console = _console()
     for report in reports:
-        console.print(report.summary(), markup=False)
+        print(report.summary())
         for error in report.errors:
-            console.print(f"  {error}", markup=False)
+            print(f"  {error}")
     failed = [r for r in reports if not r.ok]
     total = sum(r.added + r.modified + r.deleted for r in reports)
-    console.print(
+    print(
         f"tables: {len(reports)} switches, {total} changes, "
         f"{sum(len(r.errors) for r in reports)} errors, "
-        f"{len(failed)} failed, {time.monotonic() - start:.2f} s",
-        markup=False,
+        f"{len(failed)} failed, {time.monotonic() - start:.2f} s"
     )
     return 1 if failed else 0
 
@@ -306,7 +304,7 @@ def _push_with_progress(
 
 def cmd_show(args: argparse.Namespace) -> int:
     ctx = Context(args, need_switches=not args.dry_run)
-    name = args.switch
+    name = args.name
     wanted = ctx.info.table(args.table).preamble.name if args.table else None
     if args.dry_run:
         entries = list(ctx.tables([name])[name].entries)
@@ -337,25 +335,24 @@ def cmd_show(args: argparse.Namespace) -> int:
 def cmd_diff(args: argparse.Namespace) -> int:
     ctx = Context(args)
     tables = ctx.tables(args.switches)
-    console = _console()
     differ = 0
     for target in ctx.endpoints.select(args.switches):
         client = ctx.client(target.name)
         try:
             if not pipeline_matches(client, ctx.info, ctx.options.device_config):
-                console.print(f"{target.name}: pipeline missing or different", markup=False)
+                print(f"{target.name}: pipeline missing or different")
                 differ += 1
                 continue
             changes = diff(tables[target.name].entries, read_installed(client, ctx.info))
         finally:
             client.close()
         if changes.empty:
-            console.print(f"{target.name}: in sync", markup=False)
+            print(f"{target.name}: in sync")
             continue
         differ += 1
-        console.print(f"{target.name}: {changes.count} entries differ", markup=False)
+        print(f"{target.name}: {changes.count} entries differ")
         for line in changes.lines():
-            console.print(f"  {line}", markup=False)
+            print(f"  {line}")
     return 1 if differ else 0
 
 
@@ -400,7 +397,7 @@ def cmd_counters(args: argparse.Namespace) -> int:
             )
         console.print(table)
         drops = ", ".join(f"{k} {v}" for k, v in counters.drops.items()) or "none"
-        console.print(f"drops: {drops}", markup=False)
+        print(f"drops: {drops}")
     return 0
 
 
@@ -408,7 +405,7 @@ def cmd_set_qos(args: argparse.Namespace) -> int:
     if args.trim is None and args.ecn is None:
         raise UsageError("set-qos: give --trim N and/or --ecn N (packets)")
     ctx = Context(args, need_switches=not (args.no_push or args.dry_run))
-    switch = ctx.switch_of(args.switch)
+    switch = ctx.switch_of(args.name)
     if args.port is not None:
         try:
             switch.port(args.port)
@@ -439,17 +436,15 @@ def cmd_set_qos(args: argparse.Namespace) -> int:
         return 0
     path = overrides.save(ctx.endpoints.overrides_path)
     where = f"port {args.port}" if args.port is not None else "every port"
-    console.print(
-        f"{switch.name} {where}: trim {qos.trim}, ecn {qos.ecn} (saved in {path})", markup=False
-    )
+    print(f"{switch.name} {where}: trim {qos.trim}, ecn {qos.ecn} (saved in {path})")
     if args.no_push:
         return 0
     targets = ctx.endpoints.select([switch.name])
     reports = push_fabric(targets, ctx.info, ctx.tables([switch.name]), ctx.options)
     for report in reports:
-        console.print(report.summary(), markup=False)
+        print(report.summary())
         for error in report.errors:
-            console.print(f"  {error}", markup=False)
+            print(f"  {error}")
     return 0 if all(r.ok for r in reports) else 1
 
 
@@ -539,7 +534,7 @@ def shell_namespace() -> dict[str, Any]:
 
 def cmd_shell(args: argparse.Namespace) -> int:
     ctx = Context(args)
-    target = ctx.endpoints.address_of(ctx.switch_of(args.switch).name)
+    target = ctx.endpoints.address_of(ctx.switch_of(args.name).name)
     probe = ctx.client(target.name)
     try:
         if probe.get_pipeline() is None:

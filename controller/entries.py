@@ -234,6 +234,7 @@ class Diff:
     inserts: tuple[Entry, ...] = ()
     modifies: tuple[Entry, ...] = ()
     deletes: tuple[Entry, ...] = ()
+    replaced: tuple[Entry, ...] = ()  # the installed entries the modifies replace, in order
 
     @property
     def empty(self) -> bool:
@@ -247,11 +248,14 @@ class Diff:
 
     def lines(self) -> list[str]:
         """``+ entry`` / ``~ entry`` / ``- entry`` lines, as ``mrc-ctl diff`` prints them."""
-        return (
-            [f"+ {e}" for e in self.inserts]
-            + [f"~ {e}" for e in self.modifies]
-            + [f"- {e}" for e in self.deletes]
-        )
+        modified = [
+            f"~ {new}  (installed: {old.action.rsplit('.', 1)[-1]}"
+            f"({', '.join(f'{k}={v}' for k, v in old.params)}))"
+            for new, old in zip(self.modifies, self.replaced, strict=False)
+        ]
+        if len(self.replaced) != len(self.modifies):
+            modified = [f"~ {e}" for e in self.modifies]
+        return [f"+ {e}" for e in self.inserts] + modified + [f"- {e}" for e in self.deletes]
 
 
 def diff(
@@ -267,12 +271,21 @@ def diff(
     have = {e.key: e for e in installed if e.table in managed}
     want = {e.key: e for e in intended}
     inserts: list[Entry] = []
-    modifies: list[Entry] = []
+    modifies: list[tuple[Entry, Entry | None]] = []
     for key, entry in want.items():
         current = have.get(key)
         if current is None:
-            (modifies if entry.is_default else inserts).append(entry)
+            if entry.is_default:
+                modifies.append((entry, None))
+            else:
+                inserts.append(entry)
         elif (current.action, sorted(current.params)) != (entry.action, sorted(entry.params)):
-            modifies.append(entry)
+            modifies.append((entry, current))
     deletes = [e for k, e in have.items() if k not in want and not e.is_default]
-    return Diff(tuple(inserts), tuple(modifies), tuple(deletes))
+    unknown = Entry(table="", match=(), action="(not read)")
+    return Diff(
+        tuple(inserts),
+        tuple(new for new, _ in modifies),
+        tuple(deletes),
+        tuple(old or unknown for _, old in modifies),
+    )
