@@ -1,0 +1,340 @@
+"""Metrics of an experiment: capacity, goodput series, completion times, recovery after faults.
+
+Everything here is a pure function of recorded data (the results folder's CSV/JSON), so
+``mrc-testbed report DIR`` recomputes the same figures as the run did:
+
+- :func:`capacity_bps` -- the aggregate rate the fabric can give a set of flows when some links
+  are down: max-min fair progressive filling where each flow has one sub-flow per plane, using
+  its NICs and the pooled leaf-spine links of its racks on that plane (a sprayed transport can
+  use all of them);
+- :func:`goodput_series` -- delivered payload per time bin from cumulative progress samples;
+- :func:`recovery` -- time from a fault until the goodput is back to 90% of what survives;
+- :func:`summarise` -- the per-transport figures of ``metrics.json`` and the summary table.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from topologies import Fabric, Tier
+
+RECOVERY_LEVEL = 0.9
+
+
+@dataclass(frozen=True)
+class Progress:
+    """Cumulative payload bytes a flow has delivered at time ``t`` (seconds from phase start)."""
+
+    t: float
+    flow: str
+    delivered: int
+
+
+@dataclass(frozen=True)
+class Completion:
+    """One message of a flow: when it was posted and when it completed (None: never)."""
+
+    flow: str
+    message: int
+    size: int
+    start: float
+    end: float | None
+
+
+@dataclass(frozen=True)
+class FaultMark:
+    """A fault action at ``t``: ``down``/``up`` of a link or ``kill``/``start`` of a switch."""
+
+    t: float
+    action: str
+    target: str  # "a <-> b" for a link, the switch name otherwise
+
+
+@dataclass
+class TransportResult:
+    """Everything recorded for one transport's run (one phase of a scenario)."""
+
+    name: str
+    kind: str
+    duration: float
+    flows: list[tuple[str, str]]
+    progress: list[Progress] = field(default_factory=list)
+    completions: list[Completion] = field(default_factory=list)
+    faults: list[FaultMark] = field(default_factory=list)
+    ev_states: list[dict[str, float]] = field(default_factory=list)  # t + state counts
+    switches: dict[str, dict[str, int]] = field(default_factory=dict)
+    hosts: dict[str, dict[str, float]] = field(default_factory=dict)
+    planes: dict[str, int] = field(default_factory=dict)  # plane -> bytes sent by host NICs
+    base_rtt_s: float | None = None
+
+
+def flow_name(src: str, dst: str) -> str:
+    """The label of a flow (``h0->h2``)."""
+    return f"{src}->{dst}"
+
+
+# -- capacity ------------------------------------------------------------------------------------
+
+
+def _link_key(a: str, b: str) -> frozenset[str]:
+    return frozenset((a, b))
+
+
+def failed_links(fabric: Fabric, marks: Iterable[FaultMark], t: float) -> set[frozenset[str]]:
+    """The links (as node-name pairs) that are down at time ``t``."""
+    down_links: set[frozenset[str]] = set()
+    down_switches: set[str] = set()
+    for mark in sorted(marks, key=lambda m: m.t):
+        if mark.t > t:
+            break
+        if " <-> " in mark.target:
+            a, b = mark.target.split(" <-> ")
+            key = _link_key(a, b)
+            (down_links.add if mark.action == "down" else down_links.discard)(key)
+        else:
+            (down_switches.add if mark.action == "kill" else down_switches.discard)(mark.target)
+    for link in fabric.links:
+        if link.a in down_switches or link.b in down_switches:
+            down_links.add(_link_key(link.a, link.b))
+    return down_links
+
+
+def capacity_bps(
+    fabric: Fabric, flows: Sequence[tuple[str, str]], down: set[frozenset[str]] | None = None
+) -> float:
+    """Aggregate max-min fair rate of ``flows`` with the links in ``down`` failed."""
+    down = down or set()
+    rate = fabric.topology.link_rate_mbps * 1e6
+    capacity: dict[tuple[str, ...], float] = {}
+    users: list[list[tuple[str, ...]]] = []
+    for src, dst in flows:
+        a, b = fabric.host(src), fabric.host(dst)
+        for plane in range(fabric.topology.planes):
+            na, nb = a.nic(plane), b.nic(plane)
+            res: list[tuple[str, ...]] = []
+            ok = True
+            for nic, way in ((na, "tx"), (nb, "rx")):
+                if _link_key(nic.host, nic.switch) in down:
+                    ok = False
+                nic_key: tuple[str, ...] = ("nic", nic.intf, way)
+                capacity[nic_key] = rate
+                res.append(nic_key)
+            if a.rack != b.rack:
+                for rack, direction in ((a.rack, "up"), (b.rack, "down")):
+                    leaf = fabric.t0_name(plane, rack)
+                    alive = sum(
+                        1 for sw in fabric.switches
+                        if sw.tier is Tier.T1 and sw.plane == plane
+                        and _link_key(leaf, sw.name) not in down
+                    )
+                    capacity[(direction, leaf)] = alive * rate
+                    res.append((direction, leaf))
+                # Both racks must reach a common live spine.
+                common = sum(
+                    1 for sw in fabric.switches
+                    if sw.tier is Tier.T1 and sw.plane == plane
+                    and _link_key(fabric.t0_name(plane, a.rack), sw.name) not in down
+                    and _link_key(fabric.t0_name(plane, b.rack), sw.name) not in down
+                )
+                ok = ok and common > 0
+            if ok and all(capacity[k] > 0 for k in res):
+                users.append(res)
+    # Progressive filling: raise every unfrozen sub-flow together until a resource saturates.
+    rates = [0.0] * len(users)
+    frozen = [False] * len(users)
+    left = dict(capacity)
+    while not all(frozen):
+        count: dict[tuple[str, ...], int] = {}
+        for i, res in enumerate(users):
+            if not frozen[i]:
+                for k in res:
+                    count[k] = count.get(k, 0) + 1
+        step = min(left[k] / n for k, n in count.items())
+        for i, res in enumerate(users):
+            if not frozen[i]:
+                rates[i] += step
+                for k in res:
+                    left[k] -= step
+        for i, res in enumerate(users):
+            if not frozen[i] and any(left[k] <= 1e-6 for k in res):
+                frozen[i] = True
+    return sum(rates)
+
+
+# -- series --------------------------------------------------------------------------------------
+
+
+def goodput_series(
+    progress: Sequence[Progress], duration: float, interval: float
+) -> list[tuple[float, float]]:
+    """(bin end time, aggregate goodput in b/s) per ``interval`` from cumulative progress."""
+    bins = max(1, math.ceil(duration / interval - 1e-9))
+    totals = [0.0] * (bins + 1)
+    last: dict[str, int] = {}
+    for p in sorted(progress, key=lambda p: p.t):
+        delta = p.delivered - last.get(p.flow, 0)
+        last[p.flow] = max(last.get(p.flow, 0), p.delivered)
+        if delta > 0:
+            index = min(bins - 1, max(0, math.ceil(p.t / interval - 1e-9) - 1))
+            totals[index] += delta
+    return [((i + 1) * interval, totals[i] * 8 / interval) for i in range(bins)]
+
+
+def capacity_series(
+    fabric: Fabric, flows: Sequence[tuple[str, str]], marks: Sequence[FaultMark],
+    duration: float, interval: float,
+) -> list[tuple[float, float]]:
+    """(time, capacity in b/s) at every bin end, given the faults."""
+    bins = max(1, math.ceil(duration / interval - 1e-9))
+    out = []
+    for i in range(bins):
+        t = (i + 1) * interval
+        out.append((t, capacity_bps(fabric, flows, failed_links(fabric, marks, t - interval / 2))))
+    return out
+
+
+def percentile(values: Sequence[float], q: float) -> float | None:
+    """The ``q`` quantile (0..1) by nearest rank, or None for no values."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    rank = max(1, math.ceil(q * len(ordered)))
+    return ordered[rank - 1]
+
+
+def recovery(
+    series: Sequence[tuple[float, float]],
+    capacity: Sequence[tuple[float, float]],
+    fault_t: float,
+    interval: float,
+    level: float = RECOVERY_LEVEL,
+) -> float | None:
+    """Seconds from ``fault_t`` until goodput is back to ``level`` of what survives.
+
+    What survives is the capacity after the fault, capped by the goodput the transport had
+    before it (a transport that never filled the fabric is not asked to do better after).
+    The answer has the resolution of one sampling interval; None when it never recovers.
+    """
+    before = [g for t, g in series if fault_t - 4 * interval <= t - interval and t <= fault_t]
+    level_before = sum(before) / len(before) if before else math.inf
+    for (t, g), (_, cap) in zip(series, capacity, strict=False):
+        if t - interval < fault_t - 1e-9:
+            continue
+        target = level * min(cap, level_before)
+        if g >= target and target > 0:
+            return max(0.0, t - fault_t)
+    return None
+
+
+# -- the summary ---------------------------------------------------------------------------------
+
+
+def summarise(
+    fabric: Fabric, result: TransportResult, interval: float
+) -> dict[str, object]:
+    """The figures of one transport for metrics.json and the summary table."""
+    series = goodput_series(result.progress, result.duration, interval)
+    capacity = capacity_series(fabric, result.flows, result.faults, result.duration, interval)
+    done = [c for c in result.completions if c.end is not None]
+    started = [c.start for c in result.completions]
+    first = min(started) if started else 0.0
+    flows_done: dict[str, float] = {}
+    complete = True
+    for src, dst in result.flows:
+        name = flow_name(src, dst)
+        mine = [c for c in result.completions if c.flow == name]
+        if not mine or any(c.end is None for c in mine):
+            complete = False
+            continue
+        flows_done[name] = max(c.end for c in mine if c.end is not None) - min(c.start for c in mine)
+    last = max((c.end for c in done if c.end is not None), default=result.duration)
+    end = last if complete else result.duration
+    delivered = sum(
+        max((p.delivered for p in result.progress if p.flow == flow_name(s, d)), default=0)
+        for s, d in result.flows
+    )
+    cap_integral = sum(
+        cap * interval for t, cap in capacity if first < t - interval / 2 < end
+    ) or capacity_bps(fabric, result.flows) * max(end - first, 1e-9)
+    latencies = [c.end - c.start for c in done if c.end is not None]
+    recoveries = []
+    for mark in result.faults:
+        if mark.action in ("down", "kill"):
+            took = recovery(series, capacity, mark.t, interval)
+            rtts = took / result.base_rtt_s if took is not None and result.base_rtt_s else None
+            recoveries.append({"t": mark.t, "fault": f"{mark.action} {mark.target}",
+                               "recovery_s": took, "recovery_rtts": rtts})
+    totals: dict[str, float] = {}
+    for stats in result.hosts.values():
+        for key, value in stats.items():
+            totals[key] = totals.get(key, 0.0) + value
+    switch_totals = {k: sum(sw.get(k, 0) for sw in result.switches.values())
+                     for k in ("trimmed", "ecn_marked", "drops")}
+    return {
+        "transport": result.kind,
+        "flows": len(result.flows),
+        "complete": complete,
+        "delivered_bytes": delivered,
+        "goodput_bps": delivered * 8 / max(end - first, 1e-9),
+        "capacity_bps": capacity_bps(fabric, result.flows),
+        "goodput_fraction": delivered * 8 / cap_integral if cap_integral else 0.0,
+        "message_completion_p50_s": percentile(latencies, 0.5),
+        "message_completion_p99_s": percentile(latencies, 0.99),
+        "flow_completion_s": flows_done,
+        "flow_completion_p50_s": percentile(list(flows_done.values()), 0.5),
+        "flow_completion_max_s": max(flows_done.values()) if flows_done else None,
+        "rtos": totals.get("rtos", 0.0),
+        "nacks": totals.get("nacks", 0.0),
+        "host_totals": totals,
+        "switch_totals": switch_totals,
+        "base_rtt_s": result.base_rtt_s,
+        "recovery": recoveries,
+        "planes_bytes": dict(result.planes),
+    }
+
+
+def format_seconds(value: float | None) -> str:
+    """``4.1 s``, ``320 ms``, or ``-`` for None."""
+    if value is None:
+        return "-"
+    return f"{value * 1000:.0f} ms" if value < 1 else f"{value:.1f} s"
+
+
+def summary_rows(metrics: Mapping[str, Mapping[str, object]]) -> list[list[str]]:
+    """Rows of the summary table: transport, goodput/capacity, completion, RTOs, recovery."""
+    rows = []
+    for name, m in metrics.items():
+        rec = m.get("recovery") or []
+        rec_text = "-"
+        if isinstance(rec, list) and rec:
+            first = rec[0]
+            took = first.get("recovery_s")
+            if took is None:
+                rec_text = "never"
+            else:
+                rtts = first.get("recovery_rtts")
+                rec_text = format_seconds(took) + (f" ({rtts:.0f} RTT)" if rtts else "")
+        p50 = m.get("flow_completion_p50_s")
+        worst = m.get("flow_completion_max_s")
+        rows.append([
+            name,
+            f"{float(m.get('goodput_fraction', 0.0)):.2f}",  # type: ignore[arg-type]
+            f"{float(m.get('goodput_bps', 0.0)) / 1e6:.1f} Mb/s",  # type: ignore[arg-type]
+            f"{format_seconds(p50)} / {format_seconds(worst)}"  # type: ignore[arg-type]
+            if m.get("complete") else f"{format_seconds(p50)} / incomplete",  # type: ignore[arg-type]
+            f"{int(float(m.get('rtos', 0)))}",  # type: ignore[arg-type]
+            f"{int(float(m.get('nacks', 0)))}",  # type: ignore[arg-type]
+            str(_get(m.get("switch_totals"), "trimmed")),
+            rec_text,
+        ])
+    return rows
+
+
+def _get(mapping: object, key: str) -> object:
+    return mapping.get(key, 0) if isinstance(mapping, Mapping) else 0
+
+
+SUMMARY_COLUMNS = ["transport", "goodput/capacity", "goodput", "flow completion p50/max",
+                   "RTOs", "NACKs", "trims", "recovery after failure"]
