@@ -1,0 +1,505 @@
+"""The switchmodel's P4Runtime service over real gRPC (in-process server, no data path sockets):
+arbitration, pipeline config, per-update write errors, reads, and p4runtime-shell driving it."""
+
+from __future__ import annotations
+
+import queue
+import socket
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import grpc
+import pytest
+from google.protobuf import text_format
+from google.rpc import code_pb2, status_pb2
+from p4.config.v1 import p4info_pb2 as p4i
+from p4.v1 import p4runtime_pb2 as p4r
+from p4.v1 import p4runtime_pb2_grpc as p4r_grpc
+from sm_packets import mrc_frame
+
+from controller.client import P4RuntimeError, SwitchClient
+from controller.p4info import P4Info, default_p4info_path
+from switchmodel.pipeline import Forward, egress, ingress
+from switchmodel.runtime import TargetSlot
+from switchmodel.server import P4RuntimeServicer, serve
+
+DEVICE = 7
+INFO = P4Info.load()
+LPM = "MrcIngress.ipv6_lpm"
+SID = "MrcIngress.my_sid"
+QOS = "MrcIngress.port_qos"
+DST = "hdr.ipv6.dst_addr"
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+class Switch:
+    """An in-process P4Runtime server over a TargetSlot."""
+
+    def __init__(self) -> None:
+        self.slot = TargetSlot()
+        self.servicer = P4RuntimeServicer(self.slot, DEVICE)
+        self.address = f"127.0.0.1:{free_port()}"
+        self.server = serve(self.servicer, self.address)
+
+    def stop(self) -> None:
+        self.server.stop(grace=0).wait()
+
+
+@pytest.fixture
+def switch() -> Iterator[Switch]:
+    sw = Switch()
+    yield sw
+    sw.stop()
+
+
+@pytest.fixture
+def client(switch: Switch) -> Iterator[SwitchClient]:
+    c = SwitchClient(switch.address, DEVICE, election_id=10, p4info=INFO).connect()
+    c.set_pipeline(INFO)
+    yield c
+    c.close()
+
+
+class RawStream:
+    """A StreamChannel driven by hand, to see every arbitration update."""
+
+    def __init__(self, address: str) -> None:
+        self.channel = grpc.insecure_channel(address)
+        self.stub = p4r_grpc.P4RuntimeStub(self.channel)
+        self.requests: queue.Queue[p4r.StreamMessageRequest | None] = queue.Queue()
+        self.responses: queue.Queue[p4r.StreamMessageResponse | grpc.RpcError] = queue.Queue()
+        self.call = self.stub.StreamChannel(iter(self.requests.get, None))
+        threading.Thread(target=self._pump, daemon=True).start()
+
+    def _pump(self) -> None:
+        try:
+            for response in self.call:
+                self.responses.put(response)
+        except grpc.RpcError as exc:
+            self.responses.put(exc)
+
+    def arbitrate(self, election: int | None, device: int = DEVICE) -> None:
+        request = p4r.StreamMessageRequest()
+        request.arbitration.device_id = device
+        if election is not None:
+            request.arbitration.election_id.low = election
+        self.requests.put(request)
+
+    def next(self) -> p4r.StreamMessageResponse | grpc.RpcError:
+        return self.responses.get(timeout=5)
+
+    def close(self) -> None:
+        self.requests.put(None)
+        self.call.cancel()
+        self.channel.close()
+
+
+def entry(prefix: str, port: int) -> p4r.TableEntry:
+    return INFO.table_entry(
+        LPM,
+        {DST: prefix},
+        "MrcIngress.set_next_hop",
+        {"port": port, "smac": "02:00:00:00:00:01", "dmac": "02:00:00:00:00:02"},
+    )
+
+
+def update(kind: int, table_entry: p4r.TableEntry) -> p4r.Update:
+    u = p4r.Update(type=kind)
+    u.entity.table_entry.CopyFrom(table_entry)
+    return u
+
+
+# -- capabilities and arbitration ------------------------------------------------------------
+
+
+def test_capabilities(switch: Switch) -> None:
+    with grpc.insecure_channel(switch.address) as channel:
+        reply = p4r_grpc.P4RuntimeStub(channel).Capabilities(p4r.CapabilitiesRequest(), timeout=5)
+    assert reply.p4runtime_api_version.startswith("1.")
+
+
+def test_arbitration_primary_backup_and_failover(switch: Switch) -> None:
+    first, second = RawStream(switch.address), RawStream(switch.address)
+    try:
+        first.arbitrate(5)
+        reply = first.next()
+        assert isinstance(reply, p4r.StreamMessageResponse)
+        assert reply.arbitration.status.code == code_pb2.OK
+        assert reply.arbitration.election_id.low == 5
+        second.arbitrate(3)
+        reply = second.next()
+        assert isinstance(reply, p4r.StreamMessageResponse)
+        assert reply.arbitration.status.code == code_pb2.ALREADY_EXISTS
+        assert reply.arbitration.election_id.low == 5  # the primary's election id
+        first.close()  # the primary leaves: the backup is told it is primary now
+        reply = second.next()
+        assert isinstance(reply, p4r.StreamMessageResponse)
+        assert reply.arbitration.status.code == code_pb2.OK
+        assert reply.arbitration.election_id.low == 3
+    finally:
+        second.close()
+
+
+def test_higher_election_id_takes_over_and_old_primary_is_told(switch: Switch) -> None:
+    old, new = RawStream(switch.address), RawStream(switch.address)
+    try:
+        old.arbitrate(1)
+        assert old.next().arbitration.status.code == code_pb2.OK  # type: ignore[union-attr]
+        new.arbitrate(2)
+        assert new.next().arbitration.status.code == code_pb2.OK  # type: ignore[union-attr]
+        demoted = old.next()
+        assert demoted.arbitration.status.code == code_pb2.ALREADY_EXISTS  # type: ignore[union-attr]
+    finally:
+        old.close()
+        new.close()
+
+
+def test_duplicate_election_id_and_wrong_device_are_refused(switch: Switch) -> None:
+    first, dup, wrong = (RawStream(switch.address) for _ in range(3))
+    try:
+        first.arbitrate(4)
+        assert first.next().arbitration.status.code == code_pb2.OK  # type: ignore[union-attr]
+        dup.arbitrate(4)
+        error = dup.next()
+        assert isinstance(error, grpc.RpcError)
+        assert error.code() == grpc.StatusCode.INVALID_ARGUMENT
+        wrong.arbitrate(9, device=DEVICE + 1)
+        error = wrong.next()
+        assert isinstance(error, grpc.RpcError)
+        assert error.code() == grpc.StatusCode.NOT_FOUND
+        assert str(DEVICE + 1) in error.details()
+    finally:
+        for stream in (first, dup, wrong):
+            stream.close()
+
+
+def test_backup_write_is_permission_denied(switch: Switch, client: SwitchClient) -> None:
+    backup = SwitchClient(switch.address, DEVICE, election_id=2, p4info=INFO).connect()
+    try:
+        assert client.is_primary and not backup.is_primary
+        with pytest.raises(P4RuntimeError) as caught:
+            backup.insert([entry("fcbb:bb00:100::/48", 1)])
+        assert caught.value.code == "PERMISSION_DENIED"
+        with pytest.raises(P4RuntimeError) as caught:
+            backup.set_pipeline(INFO)
+        assert caught.value.code == "PERMISSION_DENIED"
+        assert backup.read_table_entries() == []  # reads are open to backups
+    finally:
+        backup.close()
+
+
+def test_wrong_device_id_on_write_is_not_found(switch: Switch, client: SwitchClient) -> None:
+    request = p4r.WriteRequest(device_id=DEVICE + 1)
+    request.election_id.low = 10
+    request.updates.append(update(p4r.Update.INSERT, entry("fcbb:bb00:100::/48", 1)))
+    with grpc.insecure_channel(switch.address) as channel, pytest.raises(grpc.RpcError) as caught:
+        p4r_grpc.P4RuntimeStub(channel).Write(request, timeout=5)
+    assert caught.value.code() == grpc.StatusCode.NOT_FOUND
+
+
+# -- pipeline config -------------------------------------------------------------------------
+
+
+def _without(kind: str, name: str) -> p4i.P4Info:
+    info = p4i.P4Info()
+    info.CopyFrom(INFO.proto)
+    items = getattr(info, kind)
+    keep = [item for item in items if item.preamble.name != name]
+    del items[:]
+    items.extend(keep)
+    return info
+
+
+def _set_config(switch: Switch, info: p4i.P4Info, action: int, election: int = 10) -> None:
+    request = p4r.SetForwardingPipelineConfigRequest(device_id=DEVICE, action=action)
+    request.election_id.low = election
+    request.config.p4info.CopyFrom(info)
+    request.config.cookie.cookie = 42
+    with grpc.insecure_channel(switch.address) as channel:
+        p4r_grpc.P4RuntimeStub(channel).SetForwardingPipelineConfig(request, timeout=5)
+
+
+def _get_config(switch: Switch) -> p4r.ForwardingPipelineConfig:
+    request = p4r.GetForwardingPipelineConfigRequest(device_id=DEVICE)
+    with grpc.insecure_channel(switch.address) as channel:
+        return (
+            p4r_grpc.P4RuntimeStub(channel).GetForwardingPipelineConfig(request, timeout=5).config
+        )
+
+
+def test_pipeline_starts_empty_and_writes_need_one(switch: Switch) -> None:
+    with SwitchClient(switch.address, DEVICE, election_id=1, p4info=INFO) as c:
+        assert c.get_pipeline() is None
+        with pytest.raises(P4RuntimeError) as caught:
+            c.insert([entry("fcbb:bb00:100::/48", 1)])
+        assert caught.value.code == "FAILED_PRECONDITION"
+    assert switch.slot.state is None
+
+
+@pytest.mark.parametrize(
+    ("kind", "name"),
+    [
+        ("tables", "MrcIngress.port_qos"),
+        ("counters", "MrcIngress.drops"),
+        ("actions", "MrcIngress.srv6_end"),
+    ],
+)
+def test_set_pipeline_rejects_missing_objects_by_name(switch: Switch, kind: str, name: str) -> None:
+    with SwitchClient(switch.address, DEVICE, election_id=1) as c:
+        request_info = P4Info(_without(kind, name))
+        with pytest.raises(P4RuntimeError) as caught:
+            c.set_pipeline(request_info)
+    assert caught.value.code == "INVALID_ARGUMENT"
+    assert name in caught.value.details
+    assert switch.slot.state is None
+
+
+def test_set_pipeline_rejects_wrong_width(switch: Switch) -> None:
+    info = p4i.P4Info()
+    info.CopyFrom(INFO.proto)
+    for action in info.actions:
+        for param in action.params:
+            if param.name == "port":
+                param.bitwidth = 16
+    with (
+        SwitchClient(switch.address, DEVICE, election_id=1) as c,
+        pytest.raises(P4RuntimeError) as caught,
+    ):
+        c.set_pipeline(P4Info(info))
+    assert "'port'" in caught.value.details and "bit<9>" in caught.value.details
+
+
+def test_verify_save_commit_and_get(switch: Switch) -> None:
+    actions = p4r.SetForwardingPipelineConfigRequest
+    with SwitchClient(switch.address, DEVICE, election_id=10):
+        _set_config(switch, INFO.proto, actions.VERIFY)
+        assert switch.slot.state is None
+        _set_config(switch, INFO.proto, actions.VERIFY_AND_SAVE)
+        assert switch.slot.state is None
+        _set_config(switch, INFO.proto, actions.COMMIT)
+        assert switch.slot.state is not None
+        config = _get_config(switch)
+        assert config.cookie.cookie == 42
+        assert config.p4info == INFO.proto
+        with pytest.raises(grpc.RpcError) as caught:
+            _set_config(switch, INFO.proto, actions.COMMIT)  # nothing saved any more
+        assert caught.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+
+
+def test_ids_come_from_the_given_p4info(switch: Switch) -> None:
+    info = p4i.P4Info()
+    info.CopyFrom(INFO.proto)
+    for table in info.tables:
+        table.preamble.id += 0x100
+    renumbered = P4Info(info)
+    with SwitchClient(switch.address, DEVICE, election_id=1, p4info=renumbered) as c:
+        c.set_pipeline(renumbered)
+        c.insert(
+            [renumbered.table_entry(LPM, {DST: "fcbb:bb00:100::/48"}, "MrcIngress.drop_no_route")]
+        )
+        (found,) = c.read_table_entries(LPM)
+        assert found.table_id == renumbered.table_id(LPM) != INFO.table_id(LPM)
+
+
+# -- writes ----------------------------------------------------------------------------------
+
+
+def test_per_update_errors(switch: Switch, client: SwitchClient) -> None:
+    good = entry("fcbb:bb00:100::/48", 1)
+    client.insert([good])
+    bad_param = entry("fcbb:bb00:200::/48", 1)
+    bad_param.action.action.params[0].value = b"\x02\x00"  # 512 does not fit bit<9>
+    wrong_action = INFO.table_entry(SID, {DST: "fcbb:bb00:300::/48"}, "MrcIngress.usid_un")
+    wrong_action.action.action.action_id = INFO.action_id("MrcIngress.set_port_qos")
+    host_bits = entry("fcbb:bb00:400::/48", 1)
+    host_bits.match[0].lpm.value = bytes.fromhex("fcbbbb00040000000000000000000001")
+    updates = [
+        update(p4r.Update.INSERT, entry("fcbb:bb00:500::/48", 2)),  # fine
+        update(p4r.Update.INSERT, good),  # duplicate
+        update(p4r.Update.MODIFY, entry("fcbb:bb00:600::/48", 2)),  # absent
+        update(p4r.Update.DELETE, entry("fcbb:bb00:700::/48", 2)),  # absent
+        update(p4r.Update.INSERT, bad_param),
+        update(p4r.Update.INSERT, wrong_action),
+        update(p4r.Update.INSERT, host_bits),
+    ]
+    request = p4r.WriteRequest(device_id=DEVICE)
+    request.election_id.low = 10
+    request.updates.extend(updates)
+    with grpc.insecure_channel(switch.address) as channel, pytest.raises(grpc.RpcError) as caught:
+        p4r_grpc.P4RuntimeStub(channel).Write(request, timeout=5)
+    assert caught.value.code() == grpc.StatusCode.UNKNOWN
+    details = dict(caught.value.trailing_metadata())["grpc-status-details-bin"]
+    status = status_pb2.Status.FromString(details)
+    errors = []
+    for detail in status.details:
+        error = p4r.Error()
+        assert detail.Unpack(error)
+        errors.append(error)
+    assert [e.canonical_code for e in errors] == [
+        code_pb2.OK,
+        code_pb2.ALREADY_EXISTS,
+        code_pb2.NOT_FOUND,
+        code_pb2.NOT_FOUND,
+        code_pb2.INVALID_ARGUMENT,
+        code_pb2.INVALID_ARGUMENT,
+        code_pb2.INVALID_ARGUMENT,
+    ]
+    assert "fcbb:bb00:100::/48" in errors[1].message
+    assert "bit<9>" in errors[4].message
+    assert "set_port_qos" in errors[5].message
+    # the good update of the batch was applied, and the client decodes the others
+    assert len(client.read_table_entries(LPM)) == 2
+    with pytest.raises(P4RuntimeError) as decoded:
+        client.insert([good])
+    assert [e.code_name for e in decoded.value.errors] == ["ALREADY_EXISTS"]
+
+
+def test_modify_delete_and_default_entries_reach_the_data_path(
+    switch: Switch, client: SwitchClient
+) -> None:
+    dst = "fcbb:bb00:100::"
+    frame = mrc_frame(dst)
+    state = switch.slot.state
+    assert state is not None
+    client.insert([entry("fcbb:bb00:100::/48", 1)])
+    verdict = ingress(frame, 5, state)
+    assert isinstance(verdict, Forward) and verdict.port == 1
+    client.modify([entry("fcbb:bb00:100::/48", 4)])
+    verdict = ingress(frame, 5, state)
+    assert isinstance(verdict, Forward) and verdict.port == 4
+    client.delete([entry("fcbb:bb00:100::/48", 4)])
+    assert not isinstance(ingress(frame, 5, state), Forward)
+    # default entries: read the program's, change one, reset it
+    default = client.read_default_entry(LPM)
+    assert default.action.action.action_id == INFO.action_id("MrcIngress.drop_no_route")
+    client.modify(
+        [
+            INFO.default_entry(
+                LPM,
+                "MrcIngress.set_next_hop",
+                {"port": 6, "smac": "02:00:00:00:00:01", "dmac": "02:00:00:00:00:02"},
+            )
+        ]
+    )
+    verdict = ingress(frame, 5, state)
+    assert isinstance(verdict, Forward) and verdict.port == 6
+    assert client.read_default_entry(LPM).action.action.action_id == INFO.action_id(
+        "MrcIngress.set_next_hop"
+    )
+    reset = p4r.TableEntry(table_id=INFO.table_id(LPM), is_default_action=True)
+    client.modify([reset])
+    assert not isinstance(ingress(frame, 5, state), Forward)
+    with pytest.raises(P4RuntimeError) as caught:
+        client.insert([INFO.default_entry(SID, "MrcIngress.usid_un")])
+    assert caught.value.errors[0].code_name == "INVALID_ARGUMENT"
+
+
+# -- reads -----------------------------------------------------------------------------------
+
+
+def test_wildcard_and_per_table_reads(client: SwitchClient) -> None:
+    sid = INFO.table_entry(SID, {DST: "fcbb:bb00:100::/48"}, "MrcIngress.usid_un")
+    end = INFO.table_entry(SID, {DST: "fcbb:bb00:100::e/128"}, "MrcIngress.srv6_end")
+    qos = INFO.table_entry(
+        QOS,
+        {"standard_metadata.egress_spec": 3},
+        "MrcIngress.set_port_qos",
+        {"trim_threshold": 32, "ecn_threshold": 16},
+    )
+    routes = [entry(f"fcbb:bb00:{i}00::/48", i) for i in range(1, 4)]
+    client.insert([sid, end, qos, *routes])
+    everything = client.read_table_entries()
+    assert len(everything) == 6
+    assert {e.table_id for e in everything} == {INFO.table_id(t) for t in (SID, LPM, QOS)}
+    assert sorted(INFO.describe(e) for e in client.read_table_entries(LPM)) == sorted(
+        INFO.describe(e) for e in routes
+    )
+    (read_qos,) = client.read_table_entries(QOS)
+    assert read_qos == qos  # canonical values read back as written
+    # a read naming one entry's match returns only that entry
+    want = p4r.Entity()
+    want.table_entry.CopyFrom(routes[1])
+    want.table_entry.ClearField("action")
+    found = client.read([want])
+    assert len(found) == 1 and INFO.describe(found[0].table_entry) == INFO.describe(routes[1])
+
+
+def test_counters_and_register_read(switch: Switch, client: SwitchClient) -> None:
+    client.insert([entry("fcbb:bb00:100::/48", 2)])
+    state = switch.slot.state
+    assert state is not None
+    frame = mrc_frame("fcbb:bb00:100::")
+    for _ in range(3):
+        verdict = ingress(frame, 1, state)
+        assert isinstance(verdict, Forward)
+        egress(state, verdict.port, 9, len(frame))
+    ingress(b"\x00" * 10, 1, state)  # a runt: PARSE_ERROR
+    port_in = client.read_counter("MrcIngress.port_in")
+    assert len(port_in) == 512
+    assert port_in[1] == (4, 3 * len(frame) + 10)
+    assert client.read_counter("MrcEgress.port_out")[2] == (3, 3 * len(frame))
+    assert client.read_counter("MrcIngress.drops")[2] == (1, 10)
+    assert client.read_register("port_qdepth")[2] == 9
+    one = p4r.Entity()
+    one.counter_entry.counter_id = INFO.counter_id("MrcIngress.port_in")
+    one.counter_entry.index.index = 1
+    (cell,) = client.read([one])
+    assert cell.counter_entry.data.packet_count == 4
+    every = p4r.Entity()
+    every.counter_entry.counter_id = 0  # all counters
+    assert len(client.read([every])) == 4 * 512 + 16
+    bad = p4r.Entity()
+    bad.counter_entry.counter_id = INFO.counter_id("MrcIngress.drops")
+    bad.counter_entry.index.index = 16
+    with pytest.raises(P4RuntimeError) as caught:
+        client.read([bad])
+    assert caught.value.code == "OUT_OF_RANGE"
+
+
+# -- p4runtime-shell -------------------------------------------------------------------------
+
+
+def test_p4runtime_shell_connects_writes_and_reads(switch: Switch, tmp_path: Path) -> None:
+    import p4runtime_sh.shell as sh
+
+    device_config = tmp_path / "device_config.bin"
+    device_config.write_bytes(b"")
+    sh.setup(
+        device_id=DEVICE,
+        grpc_addr=switch.address,
+        election_id=(0, 1),
+        config=sh.FwdPipeConfig(str(default_p4info_path()), str(device_config)),
+        verbose=False,
+    )
+    try:
+        te = sh.TableEntry("MrcIngress.ipv6_lpm")(action="MrcIngress.set_next_hop")
+        te.match["hdr.ipv6.dst_addr"] = "fcbb:bb00:1400::/48"
+        te.action["port"] = "3"
+        te.action["smac"] = "02:00:00:00:00:01"
+        te.action["dmac"] = "02:00:00:00:00:02"
+        te.insert()
+        found = list(sh.TableEntry("MrcIngress.ipv6_lpm").read())
+        assert len(found) == 1
+        assert (
+            found[0].action["port"].value == b"\x03"
+            or int.from_bytes(found[0].action["port"].value, "big") == 3
+        )
+        qos = sh.TableEntry("MrcIngress.port_qos")(action="MrcIngress.set_port_qos")
+        qos.match["standard_metadata.egress_spec"] = "3"
+        qos.action["trim_threshold"] = "8"
+        qos.action["ecn_threshold"] = "4"
+        qos.insert()
+        counters = list(sh.CounterEntry("MrcIngress.port_in").read())
+        assert len(counters) == 512
+    finally:
+        sh.teardown()
+    state = switch.slot.state
+    assert state is not None and len(state.ipv6_lpm) == 1 and 3 in state.port_qos.entries
+    text = text_format.MessageToString(INFO.proto)
+    assert "MrcIngress.ipv6_lpm" in text
