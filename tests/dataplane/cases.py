@@ -1,0 +1,406 @@
+"""The data-plane case table: one line of intent per case, everything else from the fabric model.
+
+A :class:`Case` says which switch of the small fabric the target plays, the table entries that
+switch needs for the case, the frame that comes in on a port, and either the exact frames that
+must come out (port, bytes) or the drop reason that must be counted. ``counters`` lists further
+counter cells and the packet count each must move by (0: must not move); ``port_in`` of the
+ingress port, ``port_out`` of every output port and ``drops`` of the reason are implied.
+
+Addresses, MACs, ports and paths come from :class:`topologies.Fabric` (paths ``h0 -> h2``
+between racks and ``h0 -> h1`` within a rack, plane 0, spine 0); expected frames are built
+with the same builders, with the rewrites the switch must make (uSID shift by
+:func:`topologies.usid.shift`, hop limit, MACs, SRH segments left, trimming).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from functools import cache
+from typing import Any
+
+from controller.p4info import P4Info
+from topologies import Fabric, Path, Switch, Tier, load_topology
+from topologies import usid as usidlib
+from topologies.config import shipped_topology
+
+from . import packets as pk
+
+# Drop reasons (index of MrcIngress.drops), as in the P4 contract.
+NOT_IPV6, PARSE_ERROR, SRH_INVALID, HOP_LIMIT, NO_ROUTE, SID_END = 1, 2, 3, 4, 5, 6
+
+#: The largest threshold (bit<19>): never reached.
+NEVER = (1 << 19) - 1
+#: The switch's port numbers the cases use (the small fabric's T0 has 4, T1 has 2).
+PORTS = (1, 2, 3, 4)
+
+PORT_IN = "MrcIngress.port_in"
+PORT_OUT = "MrcEgress.port_out"
+TRIMMED = "MrcIngress.trimmed"
+ECN_MARKED = "MrcIngress.ecn_marked"
+DROPS = "MrcIngress.drops"
+
+
+@dataclass(frozen=True)
+class Entry:
+    """A table entry in readable form; :meth:`build` makes the P4Runtime message."""
+
+    table: str
+    match: Mapping[str, Any]
+    action: str
+    params: Mapping[str, Any] = field(default_factory=dict)
+
+    def build(self, info: P4Info) -> Any:
+        return info.table_entry(
+            self.table, match=self.match, action=self.action, params=self.params
+        )
+
+
+@dataclass(frozen=True)
+class Case:
+    """One packet in, what must come out (or the drop reason), and the counters that move."""
+
+    name: str
+    intent: str
+    switch: str
+    entries: tuple[Entry, ...]
+    in_port: int
+    frame: bytes
+    out: tuple[tuple[int, bytes], ...] = ()
+    drop: int | None = None
+    counters: tuple[tuple[str, int, int], ...] = ()
+    priority: int | None = None  # class of the frame out, checked where the target exposes it
+
+    def expected_counters(self) -> dict[tuple[str, int], int]:
+        """(counter, index) -> packet delta, including the implied ones."""
+        deltas = {(PORT_IN, self.in_port): 1}
+        for port, _ in self.out:
+            deltas[(PORT_OUT, port)] = deltas.get((PORT_OUT, port), 0) + 1
+        if self.drop is not None:
+            deltas[(DROPS, self.drop)] = 1
+        for name, index, delta in self.counters:
+            deltas[(name, index)] = delta
+        return deltas
+
+    def __str__(self) -> str:
+        return self.name
+
+
+# -- entries from the fabric model -----------------------------------------------------------
+
+
+def sid_entries(sw: Switch) -> tuple[Entry, ...]:
+    """The switch's uN SID (/48) and classic End SID (/128)."""
+    return (
+        Entry("MrcIngress.my_sid", {"hdr.ipv6.dst_addr": sw.usid_prefix}, "MrcIngress.usid_un"),
+        Entry(
+            "MrcIngress.my_sid",
+            {"hdr.ipv6.dst_addr": ipaddress.IPv6Network((sw.end_sid, 128))},
+            "MrcIngress.srv6_end",
+        ),
+    )
+
+
+def route_entries(fabric: Fabric, sw: Switch) -> tuple[Entry, ...]:
+    """The static routes of the contract: T0 to its NICs and spines, T1 to its leaves."""
+    found = []
+    for port in sw.ports:
+        if fabric.node_kind(port.peer) == "host":
+            nic = fabric.host(port.peer).nic(sw.plane)
+            prefix = usidlib.prefix(fabric.block, nic.usid)
+        else:
+            prefix = fabric.switch(port.peer).usid_prefix
+        found.append(
+            Entry(
+                "MrcIngress.ipv6_lpm",
+                {"hdr.ipv6.dst_addr": prefix},
+                "MrcIngress.set_next_hop",
+                {"port": port.number, "smac": port.mac, "dmac": port.peer_mac},
+            )
+        )
+    return tuple(found)
+
+
+def qos(port: int, trim: int, ecn: int) -> Entry:
+    """Thresholds of one egress port."""
+    return Entry(
+        "MrcIngress.port_qos",
+        {"standard_metadata.egress_spec": port},
+        "MrcIngress.set_port_qos",
+        {"trim_threshold": trim, "ecn_threshold": ecn},
+    )
+
+
+# -- the cases -------------------------------------------------------------------------------
+
+
+@cache
+def fabric() -> Fabric:
+    return Fabric(load_topology(shipped_topology("small")))
+
+
+def _path(src: str, dst: str) -> Path:
+    return next(p for p in fabric().paths(src, dst) if p.plane == 0 and p.spine in (0, None))
+
+
+@cache
+def all_cases() -> tuple[Case, ...]:
+    """Every case, in table order."""
+    fab = fabric()
+    inter = _path("h0", "h2")  # t0-p0-r0 -> t1-p0-s0 -> t0-p0-r1
+    intra = _path("h0", "h1")  # t0-p0-r0 only
+    src_leaf = fab.switch(inter.hops[0].switch)
+    spine = fab.switch(inter.hops[1].switch)
+    dst_leaf = fab.switch(inter.hops[2].switch)
+    assert spine.tier is Tier.T1 and dst_leaf.tier is Tier.T0
+    src_nic, dst_nic = inter.src_nic, inter.dst_nic
+
+    def tables(sw: Switch, *extra: Entry) -> tuple[Entry, ...]:
+        return sid_entries(sw) + route_entries(fab, sw) + extra
+
+    def hop_of(sw: Switch, path: Path) -> tuple[int, int]:
+        hop = next(h for h in path.hops if h.switch == sw.name)
+        return hop.in_port, hop.out_port
+
+    def frame_in(sw: Switch, in_port: int, dst: Any, upper: Any, **ip: Any) -> bytes:
+        """A frame as the neighbour on ``in_port`` sends it to ``sw``."""
+        port = sw.port(in_port)
+        return pk.ipv6_frame(
+            src_mac=port.peer_mac, dst_mac=port.mac, src=src_nic.address, dst=dst, upper=upper, **ip
+        )
+
+    def frame_out(sw: Switch, out_port: int, dst: Any, upper: Any, **ip: Any) -> bytes:
+        """The frame ``sw`` sends out of ``out_port``: next-hop MACs, hop limit 63."""
+        port = sw.port(out_port)
+        ip.setdefault("hop_limit", 63)
+        return pk.ipv6_frame(
+            src_mac=port.mac, dst_mac=port.peer_mac, src=src_nic.address, dst=dst, upper=upper, **ip
+        )
+
+    data = pk.payload_bytes(256)
+    write = pk.mrc_udp(pk.OPCODE_WRITE_ONLY, data)
+    write_trimmed = pk.mrc_udp(pk.OPCODE_WRITE_ONLY, b"", dma_length=len(data))
+    write_imm = pk.mrc_udp(pk.OPCODE_WRITE_ONLY_IMM, data, immediate=0x600D)
+    write_imm_trimmed = pk.mrc_udp(
+        pk.OPCODE_WRITE_ONLY_IMM, b"", immediate=0x600D, dma_length=len(data)
+    )
+    ack = pk.ack_udp()
+    plain = pk.plain_udp(data)
+
+    s_in, s_out = hop_of(spine, inter)
+    l_in, l_out = hop_of(dst_leaf, inter)
+    src_in, src_out = hop_of(src_leaf, inter)
+    i_in, i_out = hop_of(src_leaf, intra)
+    shifted = usidlib.shift(inter.carrier)  # what the spine sends on
+    at_nic = usidlib.shift(shifted)  # what the destination leaf sends to the host
+    exhausted_here = dst_leaf.usid_prefix.network_address  # block:uSID(leaf)::, nothing after
+    classic = list(reversed(inter.segments))  # SRH segment list: [0] is the last segment
+    tail = list(reversed(inter.segments[-2:]))  # [NIC address, End SID of the leaf]
+    other_plane = fab.switch(Fabric.t0_name(1, 0)).usid_prefix.network_address
+    spine_tables = tables(spine)
+    trim_at_0 = tables(spine, qos(s_out, 0, NEVER))
+    ecn_at_0 = tables(spine, qos(s_out, NEVER, 0))
+    dscp = {"dscp": pk.DSCP_TRIMMABLE}
+
+    return (
+        # ---- SRv6 uSID forwarding ---------------------------------------------------------
+        Case(
+            "usid_lpm_at_source_leaf",
+            "source T0 forwards on the /48 of the first uSID, carrier unchanged",
+            src_leaf.name, tables(src_leaf), src_in,
+            frame_in(src_leaf, src_in, inter.carrier, write, **dscp),
+            out=((src_out, frame_out(src_leaf, src_out, inter.carrier, write, **dscp)),),
+            priority=0,
+        ),
+        Case(
+            "usid_shift_at_spine",
+            "spine shifts its uSID out of the carrier, then forwards to the destination leaf",
+            spine.name, spine_tables, s_in, frame_in(spine, s_in, inter.carrier, write, **dscp),
+            out=((s_out, frame_out(spine, s_out, shifted, write, **dscp)),),
+        ),
+        Case(
+            "usid_shift_at_leaf_to_host",
+            "destination T0 shifts its uSID; the NIC address goes out of the host port",
+            dst_leaf.name, tables(dst_leaf), l_in, frame_in(dst_leaf, l_in, shifted, write),
+            out=((l_out, frame_out(dst_leaf, l_out, at_nic, write)),),
+        ),
+        Case(
+            "usid_shift_within_rack",
+            "a same-rack carrier block|T0|NIC is shifted at the T0 and sent to the host",
+            src_leaf.name, tables(src_leaf), i_in, frame_in(src_leaf, i_in, intra.carrier, write),
+            out=((i_out, frame_out(src_leaf, i_out, intra.dst_nic.address, write)),),
+        ),
+        Case(
+            "exhausted_carrier_to_host",
+            "a carrier holding only the NIC uSID is not ours: LPM sends it to the host port",
+            dst_leaf.name, tables(dst_leaf), l_in, frame_in(dst_leaf, l_in, dst_nic.address, write),
+            out=((l_out, frame_out(dst_leaf, l_out, dst_nic.address, write)),),
+        ),
+        Case(
+            "srh_end_at_spine",
+            "classic End: SL 2 -> 1, destination = segment_list[1] (the leaf's End SID)",
+            spine.name, spine_tables, s_in,
+            frame_in(spine, s_in, spine.end_sid, write, segments=classic, segments_left=2),
+            out=((s_out, frame_out(spine, s_out, classic[1], write, segments=classic,
+                                   segments_left=1)),),
+        ),
+        Case(
+            "exhausted_carrier_hands_over_to_srh",
+            "carrier exhausted at our uSID with SRH SL 1: End takes segment_list[0] (the NIC)",
+            dst_leaf.name, tables(dst_leaf), l_in,
+            frame_in(dst_leaf, l_in, exhausted_here, write, segments=tail, segments_left=1),
+            out=((l_out, frame_out(dst_leaf, l_out, tail[0], write, segments=tail,
+                                   segments_left=0)),),
+        ),
+        Case(
+            "exhausted_carrier_without_srh_dropped",
+            "carrier exhausted at our uSID and no SRH: nothing left to do (SID_END)",
+            dst_leaf.name, tables(dst_leaf), l_in, frame_in(dst_leaf, l_in, exhausted_here, write),
+            drop=SID_END,
+        ),
+        Case(
+            "srh_end_with_no_segment_left_dropped",
+            "End SID with SRH segments left 0: SID_END",
+            spine.name, spine_tables, s_in,
+            frame_in(spine, s_in, spine.end_sid, write, segments=classic, segments_left=0),
+            drop=SID_END,
+        ),
+        # ---- drops --------------------------------------------------------------------------
+        Case(
+            "hop_limit_expired",
+            "hop limit 1 on arrival is dropped (HOP_LIMIT), not forwarded with 0",
+            spine.name, spine_tables, s_in,
+            frame_in(spine, s_in, inter.carrier, write, hop_limit=1),
+            drop=HOP_LIMIT,
+        ),
+        Case(
+            "unknown_destination",
+            "a carrier for a node of another plane has no route here (NO_ROUTE)",
+            spine.name, spine_tables, s_in, frame_in(spine, s_in, other_plane, write),
+            drop=NO_ROUTE,
+        ),
+        Case(
+            "not_ipv6",
+            "an IPv4 frame is dropped (NOT_IPV6)",
+            spine.name, spine_tables, s_in,
+            pk.ipv4_frame(spine.port(s_in).peer_mac, spine.port(s_in).mac),
+            drop=NOT_IPV6,
+        ),
+        Case(
+            "truncated_ipv6_header",
+            "ether type IPv6 with half an IPv6 header is dropped (PARSE_ERROR)",
+            spine.name, spine_tables, s_in,
+            pk.truncated_ipv6_frame(spine.port(s_in).peer_mac, spine.port(s_in).mac),
+            drop=PARSE_ERROR,
+        ),
+        Case(
+            "truncated_mrc_data_extension",
+            "a WRITE whose data extension is cut short is dropped (PARSE_ERROR)",
+            spine.name, spine_tables, s_in,
+            frame_in(spine, s_in, inter.carrier,
+                     bytes(pk.mrc_udp(pk.OPCODE_WRITE_ONLY, b""))[:8 + 12 + 16 + 10]),
+            drop=PARSE_ERROR,
+        ),
+        Case(
+            "srh_lengths_disagree",
+            "hdr_ext_len 5 disagrees with last_entry 2 (which needs 6): SRH_INVALID",
+            spine.name, spine_tables, s_in,
+            frame_in(spine, s_in, spine.end_sid, write, segments=classic, segments_left=2,
+                     srh_len=5),
+            drop=SRH_INVALID,
+        ),
+        Case(
+            "srh_segments_left_beyond_last_entry",
+            "segments_left 3 with last_entry 2 is dropped (SRH_INVALID)",
+            spine.name, spine_tables, s_in,
+            frame_in(spine, s_in, spine.end_sid, write, segments=classic, segments_left=3),
+            drop=SRH_INVALID,
+        ),
+        Case(
+            "srh_too_many_segments",
+            "an SRH of 5 segments exceeds the parser's stack of 4 (SRH_INVALID)",
+            spine.name, spine_tables, s_in,
+            frame_in(spine, s_in, spine.end_sid, write, segments=classic + classic[:2],
+                     segments_left=4),
+            drop=SRH_INVALID,
+        ),
+        # ---- trimming ---------------------------------------------------------------------------
+        Case(
+            "trim_at_threshold_0",
+            "DSCP 10 WRITE with trim threshold 0: headers kept, payload cut, lengths fixed, DSCP 12",
+            spine.name, trim_at_0, s_in, frame_in(spine, s_in, inter.carrier, write, **dscp),
+            out=((s_out, frame_out(spine, s_out, shifted, write_trimmed,
+                                   dscp=pk.DSCP_TRIMMED)),),
+            counters=((TRIMMED, s_out, 1),),
+            priority=1,
+        ),
+        Case(
+            "trim_keeps_srh",
+            "a trimmed packet with an SRH keeps the whole SRH after End",
+            spine.name, trim_at_0, s_in,
+            frame_in(spine, s_in, spine.end_sid, write, segments=classic, segments_left=2, **dscp),
+            out=((s_out, frame_out(spine, s_out, classic[1], write_trimmed, segments=classic,
+                                   segments_left=1, dscp=pk.DSCP_TRIMMED)),),
+            counters=((TRIMMED, s_out, 1),),
+            priority=1,
+        ),
+        Case(
+            "trim_write_with_immediate",
+            "WRITE with immediate is trimmed after ImmDt + data extension (ImmDt kept)",
+            spine.name, trim_at_0, s_in, frame_in(spine, s_in, inter.carrier, write_imm, **dscp),
+            out=((s_out, frame_out(spine, s_out, shifted, write_imm_trimmed,
+                                   dscp=pk.DSCP_TRIMMED)),),
+            counters=((TRIMMED, s_out, 1),),
+            priority=1,
+        ),
+        Case(
+            "no_trim_for_dscp_0",
+            "an ordinary (DSCP 0) WRITE is never trimmed, even at threshold 0",
+            spine.name, trim_at_0, s_in, frame_in(spine, s_in, inter.carrier, write),
+            out=((s_out, frame_out(spine, s_out, shifted, write)),),
+            counters=((TRIMMED, s_out, 0),),
+            priority=0,
+        ),
+        Case(
+            "no_trim_without_port_qos",
+            "a port without thresholds never trims",
+            spine.name, spine_tables, s_in, frame_in(spine, s_in, inter.carrier, write, **dscp),
+            out=((s_out, frame_out(spine, s_out, shifted, write, **dscp)),),
+            counters=((TRIMMED, s_out, 0),),
+        ),
+        # ---- ECN --------------------------------------------------------------------------------
+        Case(
+            "ecn_ce_for_ect0",
+            "ECT(0) at ECN threshold 0 leaves marked CE and counted",
+            spine.name, ecn_at_0, s_in,
+            frame_in(spine, s_in, inter.carrier, write, ecn=pk.ECN_ECT0, **dscp),
+            out=((s_out, frame_out(spine, s_out, shifted, write, ecn=pk.ECN_CE, **dscp)),),
+            counters=((ECN_MARKED, s_out, 1), (TRIMMED, s_out, 0)),
+        ),
+        Case(
+            "no_ecn_for_not_ect",
+            "Not-ECT at ECN threshold 0 is left alone",
+            spine.name, ecn_at_0, s_in,
+            frame_in(spine, s_in, inter.carrier, plain, ecn=pk.ECN_NOT_ECT),
+            out=((s_out, frame_out(spine, s_out, shifted, plain, ecn=pk.ECN_NOT_ECT)),),
+            counters=((ECN_MARKED, s_out, 0),),
+        ),
+        # ---- control traffic ------------------------------------------------------------------
+        Case(
+            "control_high_priority_never_trimmed",
+            "an ACK (DSCP 48) goes in the high-priority class and is not trimmed at threshold 0",
+            spine.name, trim_at_0, s_in,
+            frame_in(spine, s_in, inter.carrier, ack, dscp=pk.DSCP_CONTROL),
+            out=((s_out, frame_out(spine, s_out, shifted, ack, dscp=pk.DSCP_CONTROL)),),
+            counters=((TRIMMED, s_out, 0),),
+            priority=1,
+        ),
+    )  # fmt: skip
+
+
+def case_by_name(name: str) -> Case:
+    for case in all_cases():
+        if case.name == name:
+            return case
+    raise KeyError(f"no data-plane case {name!r}")

@@ -1,0 +1,67 @@
+"""The case table itself: complete, consistent with the contract and with the fabric model.
+
+These run everywhere (no target needed) and keep the shared cases honest: every drop reason the
+program counts is exercised, names are unique, and each expected trimmed frame is exactly the
+input's headers with the contract's rewrites.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+
+from scapy.layers.inet6 import UDP, IPv6, IPv6ExtHdrSegmentRouting
+from scapy.layers.l2 import Ether
+
+from topologies import usid as usidlib
+
+from .cases import (
+    HOP_LIMIT,
+    NO_ROUTE,
+    NOT_IPV6,
+    PARSE_ERROR,
+    SID_END,
+    SRH_INVALID,
+    TRIMMED,
+    all_cases,
+    case_by_name,
+)
+from .packets import DSCP_TRIMMABLE, DSCP_TRIMMED, MRC_DATA_EXT
+
+
+def test_names_are_unique_and_every_drop_reason_is_exercised() -> None:
+    names = [c.name for c in all_cases()]
+    assert len(names) == len(set(names))
+    reasons = {c.drop for c in all_cases() if c.drop is not None}
+    assert reasons == {NOT_IPV6, PARSE_ERROR, SRH_INVALID, HOP_LIMIT, NO_ROUTE, SID_END}
+    for case in all_cases():
+        assert (case.drop is None) != (not case.out), f"{case.name}: a drop or frames out, not both"
+
+
+def test_trimmed_frames_are_the_input_headers_with_lengths_fixed() -> None:
+    trimmed = [c for c in all_cases() if any(n == TRIMMED and d == 1 for n, _, d in c.counters)]
+    assert len(trimmed) >= 3
+    for case in trimmed:
+        ((_, out_frame),) = case.out
+        sent, out = Ether(case.frame), Ether(out_frame)
+        assert sent[IPv6].tc >> 2 == DSCP_TRIMMABLE and out[IPv6].tc >> 2 == DSCP_TRIMMED
+        assert out[IPv6].tc & 3 == sent[IPv6].tc & 3, "ECN bits survive trimming"
+        srh_bytes = (
+            len(out[IPv6ExtHdrSegmentRouting]) - len(out[UDP])
+            if out.haslayer(IPv6ExtHdrSegmentRouting)
+            else 0
+        )
+        assert out[IPv6].plen == len(out_frame) - 14 - 40
+        assert out[UDP].len == out[IPv6].plen - srh_bytes
+        kept = bytes(out[UDP].payload)
+        assert kept.endswith(MRC_DATA_EXT), f"{case.name}: data extension is the last thing kept"
+        assert bytes(sent[UDP].payload).startswith(kept), f"{case.name}: headers kept byte for byte"
+        assert len(case.frame) - len(out_frame) == 256
+
+
+def test_shift_cases_follow_the_fabric_model() -> None:
+    """Each uSID case's destination out is the fabric model's shift of the destination in."""
+    for name in ("usid_shift_at_spine", "usid_shift_at_leaf_to_host", "usid_shift_within_rack"):
+        case = case_by_name(name)
+        ((_, frame),) = case.out
+        sent = ipaddress.IPv6Address(Ether(case.frame)[IPv6].dst)
+        assert ipaddress.IPv6Address(Ether(frame)[IPv6].dst) == usidlib.shift(sent), name
