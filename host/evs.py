@@ -146,13 +146,18 @@ class EvTable:
         self._by_ev = {s.ev: s for s in slots}
         self._rng = rng
         self._good: list[EvSlot] = []
-        self._rr = 0
+        self._by_plane: list[list[EvSlot]] = []
+        self._rr = rng.randrange(1 << 16)
+        self._plane_rr = rng.randrange(1 << 16)
         self._fixed: EvSlot | None = None
         self._refresh()
-        self._rr = rng.randrange(len(self._good)) if self._good else 0
 
     def _refresh(self) -> None:
         self._good = [s for s in self.slots if s.state is EvState.GOOD]
+        planes: dict[int, list[EvSlot]] = {}
+        for s in self._good:
+            planes.setdefault(s.plane, []).append(s)
+        self._by_plane = [planes[p] for p in sorted(planes)]
 
     def pin(self, slot: EvSlot) -> None:
         """Use only ``slot`` from now on, whatever its state (single-path and ECMP policies)."""
@@ -168,14 +173,20 @@ class EvTable:
         return len(self._good)
 
     def next(self) -> EvSlot | None:
-        """The EV for the next packet: round robin over GOOD EVs (None if there is none)."""
+        """The EV for the next packet (None if none is GOOD).
+
+        Round robin over the planes that have a GOOD EV, and within the plane over its GOOD
+        EVs: every NIC carries an equal share however many paths of its plane are retired.
+        """
         if self._fixed is not None:
             return self._fixed
-        good = self._good
-        if not good:
+        planes = self._by_plane
+        if not planes:
             return None
+        self._plane_rr += 1
+        good = planes[self._plane_rr % len(planes)]
         self._rr += 1
-        return good[self._rr % len(good)]
+        return good[(self._rr // len(planes)) % len(good)]
 
     def next_other(self, avoid: EvSlot) -> EvSlot | None:
         """Like :meth:`next` but not ``avoid`` when another GOOD EV exists (retransmissions)."""

@@ -211,6 +211,7 @@ class QueuePair:
         self._ack_ce = 0
         self._ack_flags = 0
         self._ack_echo = (0, 0, 0, 0xFF)  # EV, timestamp, plane, spine
+        self._ack_lo = 1 << 62  # lowest out-of-order PSN received since the last ACK
 
     # -- construction helpers --------------------------------------------------------------------
 
@@ -484,7 +485,9 @@ class QueuePair:
     def _acked(self, rec: _TxPacket, now: float) -> int:
         if rec.in_net:
             self.inflight -= rec.length
-        if rec.tsn > self._highest_acked_tsn:
+        # a retransmitted packet may have been acknowledged by its first copy: its latest send
+        # order says nothing about what was delivered, so it does not advance loss detection
+        if rec.tsn > self._highest_acked_tsn and rec.retx == 0:
             self._highest_acked_tsn = rec.tsn
         msg = rec.msg
         msg.unacked -= 1
@@ -656,6 +659,8 @@ class QueuePair:
             self._rcv_set.add(psn)
             if psn > self._rcv_max:
                 self._rcv_max = psn
+            if psn < self._ack_lo:
+                self._ack_lo = psn
         if pkt.opcode == wire.OP_WRITE_ONLY_IMM:
             msg.imm = pkt.imm
         msg.received += pkt.dma_len
@@ -694,9 +699,10 @@ class QueuePair:
         bitmap = 0
         base = cum
         if rcv:
-            top = self._rcv_max
-            if top - cum >= 64:
-                base = top - 63
+            # the bitmap covers 64 PSNs: start at the cumulative PSN when that reaches the newest,
+            # else at the oldest PSN received since the previous ACK, so each is reported once
+            if self._rcv_max - cum >= 64:
+                base = max(cum, min(self._ack_lo, self._rcv_max - 63))
             for p in rcv:
                 i = p - base
                 if 0 <= i < 64:
@@ -714,6 +720,7 @@ class QueuePair:
         self._ack_pending = 0
         self._ack_ce = 0
         self._ack_deadline = None
+        self._ack_lo = 1 << 62
 
     def _nack(self, pkt: wire.DataPacket, flags: int, now: float) -> None:
         if self.remote_qpn is None:
