@@ -45,6 +45,13 @@ else
     say "apt packages ok (already present)"
 fi
 
+# pip trusts its own CA bundle by default; use the system store instead so that a CA the
+# administrator installed (a TLS-inspecting proxy, say) is honoured as it is by apt and curl.
+if [ -z "${PIP_CERT:-}" ] && [ -f /etc/ssl/certs/ca-certificates.crt ]; then
+    PIP_CERT=/etc/ssl/certs/ca-certificates.crt
+    export PIP_CERT
+fi
+
 venv="$here/.venv"
 if [ ! -x "$venv/bin/python" ] || ! "$venv/bin/python" -c 'import mininet.net' >/dev/null 2>&1; then
     say "venv at .venv (system python3, system site packages for Mininet)"
@@ -54,7 +61,8 @@ fi
 stamp="$venv/.installed"
 if [ ! -f "$stamp" ] || [ "$here/pyproject.toml" -nt "$stamp" ]; then
     say "python packages (pip install -e '.[test]')"
-    "$venv/bin/python" -m pip install -q --upgrade pip >/dev/null
+    "$venv/bin/python" -m pip install -q --upgrade pip >/dev/null \
+        || die "pip could not reach the package index (see the messages above)"
     "$venv/bin/python" -m pip install -q -e "$here[test]" || die "pip install failed (see the messages above)"
     touch "$stamp"
     say "venv ok"
