@@ -1,12 +1,296 @@
-"""mrc-host: the host agent's command line."""
+"""mrc-host: run the MRC host agent, or talk to a running one over its control socket.
+
+Run an agent (inside the host's network namespace, as root)::
+
+    mrc-host --topo topologies/small.yaml --host h0 [--control /run/mrc-testbed/h0.sock]
+             [--cc nscc] [--ev-count 128] [--log-file F] [--stats-file F] [--pcap F] [--direct]
+
+Control a running agent (``--control PATH``, or ``--host h0`` for the default socket path)::
+
+    mrc-host info|stats|regions|quit --host h1
+    mrc-host register --host h1 rx 1048576
+    mrc-host transfer --host h0 --peer h1 --addr ADDR --rkey RKEY --size 1048576 [--seed 7]
+    mrc-host wait --host h0 1 2 [--timeout 30]
+    mrc-host paths --host h0 [--peer h1] [--policy mrc]
+    mrc-host set-ev --host h0 --peer h1 --path p0 DENIED
+    mrc-host verify --host h1 rx --seed 7 [--size N]
+
+Every client command prints the agent's JSON reply; errors are one line on stderr.
+"""
 
 from __future__ import annotations
 
 import argparse
+import json
+import logging
+import sys
+from pathlib import Path
+from typing import Any
+
+from host.agent import Agent, AgentError, AgentOptions, default_control_path
+from host.agent_setup import SetupError, require_root
+from host.cc import available as cc_available
+from host.control_client import ControlClient, ControlError
+from host.policy import POLICIES
+from topologies import Fabric, TopologyError, load_topology
+from topologies.config import shipped_topology
+
+CLIENT_COMMANDS = (
+    "info",
+    "stats",
+    "regions",
+    "register",
+    "transfer",
+    "wait",
+    "paths",
+    "set-ev",
+    "verify",
+    "quit",
+)
+
+
+def _topology_path(text: str) -> Path:
+    path = Path(text)
+    if (
+        not path.exists()
+        and "/" not in text
+        and shipped_topology(text.removesuffix(".yaml")).exists()
+    ):
+        return shipped_topology(text.removesuffix(".yaml"))
+    return path
+
+
+def agent_parser() -> argparse.ArgumentParser:
+    """Options of ``mrc-host`` when it runs an agent."""
+    parser = argparse.ArgumentParser(
+        prog="mrc-host",
+        description="Run the MRC transport on a host's plane NICs "
+        f"(or control a running agent: mrc-host {{{','.join(CLIENT_COMMANDS)}}} --help).",
+    )
+    parser.add_argument("--topo", required=True, help="topology YAML file (or a shipped name)")
+    parser.add_argument("--host", required=True, help="this host's name in the topology (h0, ...)")
+    parser.add_argument(
+        "--control", type=Path, help="control socket path (default /run/mrc-testbed/HOST.sock)"
+    )
+    parser.add_argument("--cc", default="nscc", help="congestion control (default nscc)")
+    parser.add_argument("--ev-count", type=int, default=128, help="EVs per QP (default 128)")
+    parser.add_argument("--log-file", type=Path, help="log here instead of stderr")
+    parser.add_argument(
+        "--log-level", default="info", choices=("debug", "info", "warning", "error")
+    )
+    parser.add_argument("--stats-file", type=Path, help="rewrite statistics JSON here every second")
+    parser.add_argument("--pcap", type=Path, help="capture every MRC frame sent and received")
+    parser.add_argument(
+        "--direct",
+        action="store_true",
+        help="test/debug: accept frames whose carrier still holds uSIDs (hosts back to back)",
+    )
+    parser.add_argument(
+        "--no-setup",
+        dest="setup",
+        action="store_false",
+        help="do not prepare the NICs (MTU, MAC, kernel IPv6 off, offloads off)",
+    )
+    parser.add_argument(
+        "--window", type=int, default=64, help="messages of a transfer in flight (default 64)"
+    )
+    parser.add_argument("--seed", type=int, help="random seed of the transport core")
+    return parser
+
+
+def run_agent(argv: list[str]) -> int:
+    """``mrc-host --topo ... --host ...``."""
+    args = agent_parser().parse_args(argv)
+    if args.ev_count < 1:
+        return _fail(f"--ev-count {args.ev_count}: expected a positive number of EVs")
+    if args.window < 1:
+        return _fail(f"--window {args.window}: expected a positive number of messages")
+    if args.cc not in cc_available():
+        return _fail(f"--cc {args.cc}: expected one of {', '.join(cc_available())}")
+    handlers: list[logging.Handler] = []
+    if args.log_file is not None:
+        try:
+            args.log_file.parent.mkdir(parents=True, exist_ok=True)
+            handlers.append(logging.FileHandler(args.log_file))
+        except OSError as exc:
+            return _fail(f"--log-file {args.log_file}: {exc.strerror}")
+    else:
+        handlers.append(logging.StreamHandler(sys.stderr))
+    logging.basicConfig(
+        level=args.log_level.upper(),
+        format="%(asctime)s %(name)s %(levelname)s %(message)s",
+        handlers=handlers,
+    )
+    try:
+        fabric = Fabric(load_topology(_topology_path(args.topo)))
+    except TopologyError as exc:
+        return _fail(str(exc))
+    try:
+        require_root()
+    except SetupError as exc:
+        return _fail(str(exc))
+    options = AgentOptions(
+        host=args.host,
+        control=args.control,
+        cc=args.cc,
+        ev_count=args.ev_count,
+        direct=args.direct,
+        setup=args.setup,
+        pcap=args.pcap,
+        stats_file=args.stats_file,
+        window=args.window,
+        seed=args.seed,
+    )
+    try:
+        agent = Agent(fabric, options)
+        agent.open()
+    except AgentError as exc:
+        return _fail(str(exc))
+    except ValueError as exc:  # the core refused a setting (e.g. --ev-count too large)
+        return _fail(str(exc))
+    print(f"mrc-host {agent.host.name}: ready, control {agent.control_path}", flush=True)
+    return agent.run()
+
+
+# -- client commands ---------------------------------------------------------------------------
+
+
+def client_parser() -> argparse.ArgumentParser:
+    """Options of the control-socket client commands."""
+    parser = argparse.ArgumentParser(prog="mrc-host", description="control a running mrc-host")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    def command(name: str, help_text: str) -> argparse.ArgumentParser:
+        p = sub.add_parser(name, help=help_text)
+        where = p.add_mutually_exclusive_group()
+        where.add_argument("--control", type=Path, help="the agent's control socket")
+        where.add_argument("--host", help="the agent's host (socket /run/mrc-testbed/HOST.sock)")
+        p.add_argument("--timeout", type=float, default=10.0, help="seconds to wait for a reply")
+        return p
+
+    command("info", "who the agent is")
+    command("stats", "statistics (JSON)")
+    command("regions", "registered regions")
+    command("quit", "stop the agent")
+    p = command("register", "register a memory region")
+    p.add_argument("name")
+    p.add_argument("size", type=int)
+    p = command("transfer", "write pattern data or a file to a peer's region")
+    p.add_argument("--peer", required=True)
+    p.add_argument("--addr", required=True, type=lambda v: int(v, 0))
+    p.add_argument("--rkey", required=True, type=lambda v: int(v, 0))
+    p.add_argument("--size", type=int)
+    p.add_argument("--policy", choices=tuple(POLICIES))
+    p.add_argument("--message-size", type=int)
+    p.add_argument("--imm", type=lambda v: int(v, 0))
+    p.add_argument("--seed", type=int)
+    p.add_argument("--file")
+    p.add_argument("--wait", action="store_true", help="wait for completion and print it")
+    p = command("wait", "wait for transfers")
+    p.add_argument("transfers", type=int, nargs="*")
+    p.add_argument("--for", dest="wait_for", type=float, default=60.0, help="seconds (default 60)")
+    p = command("paths", "EV -> path -> state table")
+    p.add_argument("--peer")
+    p.add_argument("--policy", choices=tuple(POLICIES))
+    p.add_argument(
+        "--all", action="store_true", help="list every EV, not only the per-path summary"
+    )
+    p = command("set-ev", "set EVs DENIED, GOOD or UNKNOWN")
+    p.add_argument("--peer", required=True)
+    p.add_argument("--policy", choices=tuple(POLICIES))
+    which = p.add_mutually_exclusive_group(required=True)
+    which.add_argument("--ev", type=lambda v: int(v, 0))
+    which.add_argument("--path")
+    p.add_argument("state", type=str.upper, choices=("DENIED", "GOOD", "UNKNOWN"))
+    p = command("verify", "check a region's bytes")
+    p.add_argument("region")
+    p.add_argument("--offset", type=int)
+    p.add_argument("--size", type=int)
+    what = p.add_mutually_exclusive_group(required=True)
+    what.add_argument("--seed", type=int)
+    what.add_argument("--sha256")
+    return parser
+
+
+def run_client(argv: list[str]) -> int:
+    """``mrc-host COMMAND ...``: one request to a running agent, reply printed as JSON."""
+    args = client_parser().parse_args(argv)
+    if args.control is not None:
+        path = args.control
+    elif args.host is not None:
+        path = default_control_path(args.host)
+    else:
+        return _fail(f"{args.command}: say which agent with --control PATH or --host NAME")
+    client = ControlClient(path, timeout=args.timeout)
+    reply: dict[str, Any]
+    try:
+        with client:
+            cmd = args.command
+            if cmd in ("info", "stats", "regions", "quit"):
+                reply = client.request(cmd)
+            elif cmd == "register":
+                reply = client.register(args.name, args.size)
+            elif cmd == "transfer":
+                reply = client.transfer(
+                    args.peer,
+                    args.addr,
+                    args.rkey,
+                    args.size,
+                    policy=args.policy,
+                    message_size=args.message_size,
+                    imm=args.imm,
+                    seed=args.seed,
+                    file=args.file,
+                )
+                if args.wait:
+                    reply = client.wait([reply["transfer"]], timeout=3600.0)
+            elif cmd == "wait":
+                reply = client.wait(args.transfers, timeout=args.wait_for)
+            elif cmd == "paths":
+                reply = client.request("paths", peer=args.peer, policy=args.policy)
+                if not args.all:
+                    for table in reply["paths"].values():
+                        table.pop("evs", None)
+            elif cmd == "set-ev":
+                reply = client.request(
+                    "set-ev",
+                    peer=args.peer,
+                    policy=args.policy,
+                    state=args.state,
+                    ev=args.ev,
+                    path=args.path,
+                )
+            else:  # verify
+                reply = client.verify(
+                    args.region,
+                    offset=args.offset,
+                    size=args.size,
+                    seed=args.seed,
+                    sha256=args.sha256,
+                )
+    except ControlError as exc:
+        return _fail(f"{args.command}: {exc}")
+    json.dump(reply, sys.stdout, indent=2)
+    sys.stdout.write("\n")
+    if args.command == "verify" and not reply.get("match"):
+        return 1
+    return 0
+
+
+def _fail(message: str) -> int:
+    print(f"mrc-host: {message}", file=sys.stderr)
+    return 1
 
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of ``mrc-host``."""
-    parser = argparse.ArgumentParser(prog="mrc-host", description="run the MRC transport on a host")
-    parser.parse_args(argv)
-    return 0
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] in CLIENT_COMMANDS:
+        return run_client(argv)
+    if argv and argv[0] == "run":
+        argv = argv[1:]
+    return run_agent(argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,592 @@
+"""The MRC host agent: the sans-IO transport core driven by raw sockets, timers and a control socket.
+
+One :class:`Agent` runs per host (``mrc-host --topo FILE --host h0``). It takes everything it
+needs from the fabric model -- the host's NICs (interface, MAC, address, gateway MAC) and every
+path to every other host -- and never computes an address or a path itself. It then:
+
+- prepares each plane NIC (:mod:`host.agent_setup`) and opens one ``AF_PACKET`` socket on it
+  (:mod:`host.agent_io`);
+- creates a :class:`host.api.Context` and, for every peer and every transport policy, a QP over
+  ``Fabric.paths(host, peer)`` with a QP number both ends derive from the fabric
+  (:func:`qp_number`), so no QP numbers need exchanging;
+- runs one ``selectors`` loop: readable NIC sockets are read in batches until ``EAGAIN`` and fed
+  to ``receive_frame``; the core's ``next_timer`` is the select timeout and ``handle_timer`` runs
+  when it expires; after either, ``frames_to_send`` goes out on the NIC of each frame's plane and
+  the core's events are drained. Nothing polls: an idle agent sleeps in ``select`` until a frame,
+  a control request or a core timer;
+- serves the control socket (:mod:`host.control`; commands in :mod:`host.agent_commands`).
+
+``direct`` mode (testing and debugging back-to-back hosts with no switch in between): a frame
+whose destination carrier still holds uSIDs ending with this NIC's uSID is accepted as if the
+switches had consumed them (its destination address and MAC are set to the NIC's).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ipaddress
+import json
+import logging
+import os
+import selectors
+import signal
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from host import api
+from host.agent_commands import Commands
+from host.agent_data import Transfer
+from host.agent_io import BATCH, PlaneSocket
+from host.agent_pcap import PcapWriter
+from host.agent_setup import NicSetup, SetupError, prepare_nic, require_interface
+from host.api import MemoryRegion
+from host.config import StackConfig
+from host.control import ControlServer, SocketInUse
+from host.events import (
+    Completion,
+    Event,
+    EvStateChanged,
+    PathProbeReplied,
+    PathProbeTimedOut,
+    QpError,
+    RetransmitTimeout,
+    WriteImmReceived,
+)
+from host.evs import GeneratedEvProfile
+from host.policy import POLICIES
+from topologies import Fabric, Host, Nic
+from topologies import usid as usidlib
+
+log = logging.getLogger("mrc.host.agent")
+
+DEFAULT_CONTROL_DIR = Path("/run/mrc-testbed")
+DEFAULT_WINDOW = 64  # messages of one transfer posted to its QP at a time
+MAX_EVENT_LOG = 4096  # EV transitions, RTOs, probe results, receiver completions kept
+READ_TURN = 8  # frames read from one plane before the next plane gets its turn
+MIN_TIMER_WAIT = 50e-6  # never select shorter than this after a timer fired without progress
+STATS_FILE_INTERVAL = 1.0  # seconds between --stats-file rewrites
+ETH_DST = slice(0, 6)
+IPV6_DST = slice(38, 54)
+
+POLICY_NAMES = tuple(POLICIES)
+
+
+def qp_number(local_index: int, peer_index: int, policy: str) -> int:
+    """The QP number host ``local_index`` uses towards host ``peer_index`` for ``policy``.
+
+    Every agent creates its QPs at start in one canonical order -- peers by host index, then
+    the policies in :data:`host.policy.POLICIES` order -- and the core numbers QPs in creation
+    order from ``api.FIRST_QPN``. So both ends know each other's QP numbers from the fabric
+    alone: host A's QP towards B connects to ``qp_number(B.index, A.index, policy)``. The agent
+    checks at start that the core numbered its QPs so.
+    """
+    if local_index == peer_index:
+        raise ValueError(f"no QP from host {local_index} to itself")
+    position = peer_index - (1 if peer_index > local_index else 0)
+    return api.FIRST_QPN + position * len(POLICY_NAMES) + POLICY_NAMES.index(policy)
+
+
+def default_control_path(host: str) -> Path:
+    """``/run/mrc-testbed/HOST.sock``."""
+    return DEFAULT_CONTROL_DIR / f"{host}.sock"
+
+
+@dataclass(frozen=True)
+class AgentOptions:
+    """Everything ``mrc-host`` is told on its command line."""
+
+    host: str
+    control: Path | None = None  # default: default_control_path(host)
+    cc: str = "nscc"
+    ev_count: int = 128
+    direct: bool = False  # accept frames whose carrier still holds uSIDs (back-to-back hosts)
+    setup: bool = True  # prepare the NICs (MTU, MAC, kernel IPv6 off, offloads off)
+    pcap: Path | None = None  # capture every MRC frame sent and received
+    stats_file: Path | None = None  # rewrite the statistics JSON here every second and at exit
+    window: int = DEFAULT_WINDOW
+    seed: int | None = None  # the core's random seed (default: derived from the host index)
+
+
+@dataclass
+class PlaneNic:
+    """A plane NIC of this host: the fabric's view and the socket."""
+
+    nic: Nic
+    sock: PlaneSocket
+    setup: NicSetup | None
+    address: bytes  # the NIC address, 16 bytes
+    mac: bytes  # the NIC MAC, 6 bytes
+    ready: Callable[[int], None] | None = None  # the selector callback of the socket
+
+
+@dataclass
+class Waiter:
+    """Something waiting on the loop: ``check(now)`` is called after every step until it
+    returns True; ``deadline`` (monotonic seconds) makes the loop wake up for it."""
+
+    check: Callable[[float], bool]
+    deadline: float | None = None
+
+
+class AgentError(RuntimeError):
+    """The agent cannot start (one line that says why and what to do)."""
+
+
+class Agent:
+    """One host's MRC transport on real NICs."""
+
+    def __init__(self, fabric: Fabric, options: AgentOptions) -> None:
+        self.fabric = fabric
+        self.options = options
+        try:
+            self.host: Host = fabric.host(options.host)
+        except KeyError as exc:
+            raise AgentError(str(exc.args[0])) from None
+        self.peers = [h for h in fabric.hosts if h.name != self.host.name]
+        self.control_path = options.control or default_control_path(self.host.name)
+        self.topology = fabric.topology
+        self.config = StackConfig(mtu=self.topology.mtu, ev_count=options.ev_count)
+        self.selector = selectors.DefaultSelector()
+        self.planes: list[PlaneNic] = []
+        self.started = time.monotonic()
+        self.wall_at_start = time.time()
+        self.stopping = False
+        self.exit_code = 0
+        self.transfers: dict[int, Transfer] = {}
+        self._next_transfer = 1
+        self._wr_transfer: dict[int, int] = {}  # wr_id -> transfer id
+        self._next_wr = 1
+        self.waiters: list[Waiter] = []
+        self.event_log: deque[dict[str, Any]] = deque(maxlen=MAX_EVENT_LOG)
+        self.received_imm: deque[dict[str, Any]] = deque(maxlen=MAX_EVENT_LOG)
+        self.loop_wakeups = 0
+        self.timer_runs = 0
+        self.core_errors = 0
+        self.direct_rewrites = 0
+        self.regions: dict[str, MemoryRegion] = {}
+        self.region_cursor = 1 << 32  # virtual address of the next region
+        self._timer: float | None = None
+        self._readable: list[PlaneNic] = []  # NIC sockets found readable in this step
+        self._stats_written = 0.0
+        self.pcap = PcapWriter(options.pcap) if options.pcap else None
+        self.control: ControlServer | None = None
+
+        self.context = api.Context(
+            self.host.name,
+            self.host.nics,
+            config=self.config,
+            seed=options.seed if options.seed is not None else self.host.index + 1,
+        )
+        self.cq = self.context.create_cq()
+        self.qps: dict[tuple[str, str], Any] = {}
+        for peer in self.peers:
+            paths = fabric.paths(self.host.name, peer.name)
+            for policy in POLICY_NAMES:
+                qp = self._create_qp(peer, paths, policy)
+                self.qps[(peer.name, policy)] = qp
+
+    # -- set-up -------------------------------------------------------------------------------
+
+    def _create_qp(self, peer: Host, paths: list[Any], policy: str) -> Any:
+        qp = self.context.create_qp(
+            peer.name,
+            paths,
+            cq=self.cq,
+            policy=policy,
+            cc=self.options.cc,
+            ev_profile=GeneratedEvProfile(count=self.options.ev_count),
+            remote_qpn=qp_number(peer.index, self.host.index, policy),
+        )
+        expected = qp_number(self.host.index, peer.index, policy)
+        if qp.qpn != expected:
+            raise AgentError(
+                f"the transport core numbered the QP to {peer.name} ({policy}) {qp.qpn:#x}, "
+                f"expected {expected:#x}: QP numbering no longer matches host.agent.qp_number"
+            )
+        return qp
+
+    def open(self) -> None:
+        """Prepare the NICs, open their sockets and the control socket."""
+        for nic in self.host.nics:
+            if self.options.setup:
+                try:
+                    done: NicSetup | None = prepare_nic(
+                        nic.intf, mac=nic.mac, mtu=self.topology.link_mtu, host=self.host.name
+                    )
+                except SetupError as exc:
+                    raise AgentError(str(exc)) from None
+            else:
+                try:
+                    require_interface(nic.intf, self.host.name)
+                except SetupError as exc:
+                    raise AgentError(str(exc)) from None
+                done = None
+            try:
+                sock = PlaneSocket(nic.plane, nic.intf)
+            except PermissionError:
+                raise AgentError(
+                    "mrc-host needs root (CAP_NET_RAW) for AF_PACKET sockets: run it with sudo"
+                ) from None
+            except OSError as exc:
+                raise AgentError(f"plane {nic.plane}: {exc.strerror or exc}") from None
+            plane = PlaneNic(
+                nic, sock, done, nic.address.packed, bytes.fromhex(nic.mac.replace(":", ""))
+            )
+            self.planes.append(plane)
+            self.selector.register(sock.sock, selectors.EVENT_READ, self._make_reader(plane))
+        try:
+            self.control = ControlServer(self.control_path, Commands(self).handle)
+        except SocketInUse as exc:
+            raise AgentError(str(exc)) from None
+        except OSError as exc:
+            raise AgentError(f"control socket {self.control_path}: {exc.strerror or exc}") from None
+        self.control.register(self.selector)
+        log.info(
+            "%s ready: planes %s, control %s%s",
+            self.host.name,
+            ", ".join(f"{p.nic.intf}={p.nic.address}" for p in self.planes),
+            self.control_path,
+            " (direct mode)" if self.options.direct else "",
+        )
+
+    def _make_reader(self, plane: PlaneNic) -> Callable[[int], None]:
+        def ready(mask: int) -> None:
+            if mask & selectors.EVENT_READ:
+                self._readable.append(plane)
+            if mask & selectors.EVENT_WRITE and plane.sock.drain():
+                self.selector.modify(plane.sock.sock, selectors.EVENT_READ, ready)
+
+        plane.ready = ready
+        return ready
+
+    # -- the loop -----------------------------------------------------------------------------
+
+    def now(self) -> float:
+        """The core's clock: CLOCK_MONOTONIC seconds (the same for every agent of a machine)."""
+        return time.monotonic()
+
+    def run(self) -> int:
+        """Serve until ``quit`` or a signal; returns the exit code."""
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            with contextlib.suppress(ValueError):  # not the main thread (tests)
+                signal.signal(sig, self._on_signal)
+        try:
+            while not self.stopping:
+                self.step()
+        finally:
+            self.close()
+        return self.exit_code
+
+    def _on_signal(self, signum: int, frame: object) -> None:
+        log.info("%s: signal %d, stopping", self.host.name, signum)
+        self.stopping = True
+
+    def step(self) -> None:
+        """Wait for one round of readiness or the next timer, then run the core on it."""
+        timeout = self._select_timeout()
+        try:
+            ready = self.selector.select(timeout)
+        except InterruptedError:
+            ready = []
+        self.loop_wakeups += 1
+        self._readable.clear()
+        for key, mask in ready:
+            key.data(mask)
+        if self._readable:
+            self._receive(self._readable)
+        now = self.now()
+        if self._timer is not None and now >= self._timer:
+            self.timer_runs += 1
+            try:
+                self.context.handle_timer(now)
+            except Exception:
+                self.core_errors += 1
+                log.exception("core: handle_timer failed")
+        self.after_core(now)
+
+    def _select_timeout(self) -> float | None:
+        timer = self._timer
+        timeout = None if timer is None else max(timer - self.now(), 0.0)
+        if self.options.stats_file is not None:
+            left = self._stats_written + STATS_FILE_INTERVAL - self.now()
+            timeout = max(left, 0.0) if timeout is None else min(timeout, max(left, 0.0))
+        for waiter in self.waiters:
+            if waiter.deadline is not None:
+                left = max(waiter.deadline - self.now(), 0.0)
+                timeout = left if timeout is None else min(timeout, left)
+        return timeout
+
+    def _receive(self, planes: list[PlaneNic]) -> None:
+        """Read the readable planes in turns of :data:`READ_TURN` frames, until all are empty.
+
+        Reading planes in small turns, not one plane to exhaustion, keeps the order in which the
+        core sees packets of different planes close to their arrival order (a large batch of one
+        plane before the other would look like reordering and trigger SACK-inferred losses).
+        The core's output is sent after every round, at most :data:`BATCH` frames per plane.
+        """
+        ctx = self.context
+        direct = self.options.direct
+        pcap = self.pcap
+        active = list(planes)
+        while active:
+            now = self.now()
+            budget = BATCH
+            while active and budget > 0:
+                for plane in list(active):
+                    frames, more = plane.sock.receive_batch(READ_TURN)
+                    if not more:
+                        active.remove(plane)
+                    if not frames:
+                        continue
+                    budget -= len(frames)
+                    if pcap is not None:
+                        wall = self.wall_at_start + (now - self.started)
+                        for frame in frames:
+                            pcap.write(frame, wall)
+                    index = plane.nic.plane
+                    address = plane.address
+                    for frame in frames:
+                        if direct and frame[IPV6_DST] != address:
+                            frame = self._direct(plane, frame)
+                        try:
+                            ctx.receive_frame(index, frame, now)
+                        except Exception:
+                            self.core_errors += 1
+                            if self.core_errors <= 10:
+                                log.exception("core: receive_frame raised (%d bytes)", len(frame))
+            self.after_core(now)
+
+    def _direct(self, plane: PlaneNic, frame: bytes) -> bytes:
+        """Direct mode: consume the uSIDs left before this NIC's, as the switches would have."""
+        try:
+            dst = ipaddress.IPv6Address(frame[IPV6_DST])
+        except ValueError:
+            return frame
+        left = usidlib.usids(dst)
+        if not left or left[-1] != plane.nic.usid or dst not in self.fabric.block:
+            return frame
+        self.direct_rewrites += 1
+        return plane.mac + frame[6:38] + plane.address + frame[54:]
+
+    def after_core(self, now: float) -> None:
+        """Send what the core has, drain its events, advance transfers, re-arm the timer."""
+        ctx = self.context
+        self._send(ctx.frames_to_send(now))
+        while True:
+            event = ctx.next_event()
+            if event is None:
+                break
+            self._on_event(event, now)
+        if self._feed_transfers():
+            self._send(ctx.frames_to_send(now))
+        before = self._timer
+        self._timer = ctx.next_timer()
+        if self._timer is not None and before is not None and self._timer <= now and before <= now:
+            # the core kept a timer in the past: do not spin on it
+            self._timer = now + MIN_TIMER_WAIT
+        if self.waiters:
+            self.waiters = [w for w in self.waiters if not w.check(now)]
+        if self.options.stats_file is not None and now - self._stats_written >= STATS_FILE_INTERVAL:
+            self.write_stats_file(now)
+
+    def _send(self, frames: list[tuple[int, bytes | bytearray]]) -> None:
+        if not frames:
+            return
+        planes = self.planes
+        pcap = self.pcap
+        if pcap is not None:
+            wall = time.time()
+            for _, frame in frames:
+                pcap.write(frame, wall)
+        for index, frame in frames:
+            try:
+                plane = planes[index]
+            except IndexError:
+                self.core_errors += 1
+                continue
+            if not plane.sock.send(frame) and len(plane.sock.backlog) == 1:
+                self.selector.modify(
+                    plane.sock.sock,
+                    selectors.EVENT_READ | selectors.EVENT_WRITE,
+                    plane.ready,
+                )
+
+    # -- events and transfers -------------------------------------------------------------------
+
+    def _on_event(self, event: Event, now: float) -> None:
+        if isinstance(event, Completion):
+            self._on_completion(event)
+            return
+        record: dict[str, Any] = {"event": type(event).__name__}
+        record.update({k: (v.value if hasattr(v, "value") else v) for k, v in vars(event).items()})
+        if isinstance(event, EvStateChanged):
+            log.debug(
+                "EV %#x (%s, qp %#x): %s -> %s (%s)",
+                event.ev, event.path, event.qpn, event.old, event.new, event.reason,
+            )  # fmt: skip
+        elif isinstance(event, (RetransmitTimeout, QpError)):
+            log.info("%s", record)
+        elif not isinstance(event, (PathProbeReplied, PathProbeTimedOut)):
+            return  # probe sends are frequent and in the core's counters
+        self.event_log.append(record)
+
+    def _on_completion(self, done: Completion) -> None:
+        if isinstance(done, WriteImmReceived) or done.opcode == "recv_write_imm":
+            self.received_imm.append(
+                {
+                    "qpn": done.qpn,
+                    "imm": done.imm,
+                    "byte_len": done.byte_len,
+                    "addr": done.remote_addr,
+                    "status": done.status,
+                    "time": done.time,
+                }
+            )
+            return
+        transfer_id = self._wr_transfer.pop(done.wr_id, None)
+        if transfer_id is None:
+            return
+        transfer = self.transfers[transfer_id]
+        transfer.wr_ids.discard(done.wr_id)
+        if done.status != "ok":
+            if transfer.error is None:
+                transfer.error = (
+                    f"message at offset {done.remote_addr - transfer.addr}: {done.status}"
+                )
+                transfer.finished = done.time
+            return
+        transfer.messages_completed += 1
+        transfer.completed_bytes += done.byte_len
+        if transfer.messages_completed >= transfer.messages and transfer.error is None:
+            transfer.finished = done.time
+            log.info(
+                "transfer %d to %s done: %d bytes in %.3f s",
+                transfer.id, transfer.peer, transfer.size, transfer.finished - transfer.started,
+            )  # fmt: skip
+
+    def start_transfer(self, transfer: Transfer) -> None:
+        """Register a transfer and post its first window of messages."""
+        transfer.id = self._next_transfer
+        self._next_transfer += 1
+        qp = self.qps[(transfer.peer, transfer.policy)]
+        transfer.qpn = qp.qpn
+        self.transfers[transfer.id] = transfer
+        self._post(transfer)
+        now = self.now()
+        self._send(self.context.frames_to_send(now))
+        self._timer = self.context.next_timer()
+
+    def _post(self, transfer: Transfer) -> bool:
+        qp = self.qps[(transfer.peer, transfer.policy)]
+        posted = False
+        while (
+            transfer.error is None
+            and not transfer.all_posted
+            and len(transfer.wr_ids) < self.options.window
+        ):
+            offset, data, last = transfer.next_message()
+            wr_id = self._next_wr
+            self._next_wr += 1
+            addr = transfer.addr + offset
+            if last and transfer.imm is not None:
+                qp.post_write_imm(data, addr, transfer.rkey, transfer.imm, wr_id=wr_id)
+            else:
+                qp.post_write(data, addr, transfer.rkey, wr_id=wr_id)
+            transfer.wr_ids.add(wr_id)
+            self._wr_transfer[wr_id] = transfer.id
+            transfer.next_offset = offset + len(data)
+            transfer.messages_posted += 1
+            posted = True
+        return posted
+
+    def _feed_transfers(self) -> bool:
+        posted = False
+        for transfer in self.transfers.values():
+            if transfer.finished is None and not transfer.all_posted:
+                posted |= self._post(transfer)
+        return posted
+
+    def add_waiter(self, check: Callable[[float], bool], deadline: float | None) -> None:
+        """Call ``check(now)`` after every loop step until it returns True; wake up by ``deadline``."""
+        self.waiters.append(Waiter(check, deadline))
+
+    # -- statistics -----------------------------------------------------------------------------
+
+    def stats(self) -> dict[str, Any]:
+        """Everything the agent and the core count (JSON-ready)."""
+        now = self.now()
+        cpu = os.times()
+        core = self.context.stats()
+        return {
+            "host": self.host.name,
+            "time": now,
+            "uptime": now - self.started,
+            "clock": {"monotonic_at_start": self.started, "wall_at_start": self.wall_at_start},
+            "cpu_seconds": {"user": cpu.user, "system": cpu.system},
+            "planes": {
+                str(p.nic.plane): {"intf": p.nic.intf, **p.sock.counters()} for p in self.planes
+            },
+            "core": core,
+            "agent": {
+                "loop_wakeups": self.loop_wakeups,
+                "timer_runs": self.timer_runs,
+                "core_errors": self.core_errors,
+                "direct_rewrites": self.direct_rewrites,
+                "control_requests": self.control.requests if self.control else 0,
+                "control_errors": self.control.errors if self.control else 0,
+                "pcap_frames": self.pcap.frames if self.pcap else 0,
+            },
+            "events": list(self.event_log),
+            "received_imm": list(self.received_imm),
+            "transfers": {str(t.id): t.summary(now) for t in self.transfers.values()},
+        }
+
+    def write_stats_file(self, now: float | None = None) -> None:
+        """Rewrite the ``--stats-file`` atomically."""
+        path = self.options.stats_file
+        if path is None:
+            return
+        self._stats_written = self.now() if now is None else now
+        try:
+            tmp = path.with_name(path.name + ".tmp")
+            tmp.write_text(json.dumps(self.stats(), default=str) + "\n")
+            tmp.replace(path)
+        except OSError as exc:
+            log.warning("stats file %s: %s", path, exc.strerror)
+
+    # -- shutdown -------------------------------------------------------------------------------
+
+    def stop(self) -> None:
+        """Leave the loop after the current step."""
+        self.stopping = True
+
+    def close(self) -> None:
+        """Flush captures and statistics, close every socket."""
+        if self.options.stats_file is not None:
+            self.write_stats_file()
+        if self.control is not None:
+            self.control.close()
+            self.control = None
+        for plane in self.planes:
+            with contextlib.suppress(KeyError, ValueError):
+                self.selector.unregister(plane.sock.sock)
+            plane.sock.close()
+        self.planes = []
+        if self.pcap is not None:
+            self.pcap.close()
+        self.selector.close()
+
+
+__all__ = [
+    "Agent",
+    "AgentError",
+    "AgentOptions",
+    "Waiter",
+    "DEFAULT_CONTROL_DIR",
+    "default_control_path",
+    "qp_number",
+]

@@ -1,0 +1,417 @@
+"""The control commands of the host agent (one method per command; the protocol is in docs/host-agent.md).
+
+:class:`Commands` turns a decoded request (``{"cmd": ..., fields}``) into an action on the
+:class:`host.agent.Agent` and a JSON reply. Every field is validated before anything happens;
+a bad one raises :class:`host.control.BadRequest` naming it, which the control server turns
+into ``{"ok": false, "error": "...", "field": "..."}``.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from host.agent_data import (
+    DEFAULT_MESSAGE_SIZE,
+    DEFAULT_SEED,
+    MAX_TRANSFER,
+    Transfer,
+    pattern,
+    sha256_hex,
+    verify_bytes,
+)
+from host.control import (
+    BadRequest,
+    Deferred,
+    Reply,
+    get_float,
+    get_int,
+    get_int_list,
+    get_str,
+    reject_unknown,
+    require_int,
+    require_str,
+)
+from host.evs import EvState
+from host.policy import POLICIES
+
+if TYPE_CHECKING:
+    from host.agent import Agent
+
+REGION_ALIGN = 1 << 16  # regions are placed at 64 KiB-aligned virtual addresses
+MAX_REGION = 1 << 32
+EV_STATES = {"good": EvState.GOOD, "denied": EvState.DENIED, "unknown": EvState.UNKNOWN}
+
+
+class Commands:
+    """Handlers of every control command of one agent."""
+
+    def __init__(self, agent: Agent) -> None:
+        self.agent = agent
+        self.table: dict[str, Callable[[Mapping[str, Any]], Reply | Deferred]] = {
+            "info": self.info,
+            "register": self.register,
+            "regions": self.regions,
+            "transfer": self.transfer,
+            "write": self.transfer,
+            "wait": self.wait,
+            "stats": self.stats,
+            "paths": self.paths,
+            "set-ev": self.set_ev,
+            "verify": self.verify,
+            "quit": self.quit,
+        }
+
+    def handle(self, request: Mapping[str, Any]) -> Reply | Deferred:
+        """Dispatch one request (``cmd`` is a string, checked by the server)."""
+        handler = self.table.get(request["cmd"])
+        if handler is None:
+            raise BadRequest(
+                f"field 'cmd': unknown command {request['cmd']!r} "
+                f"(commands: {', '.join(sorted(self.table))})",
+                "cmd",
+            )
+        return handler(request)
+
+    # -- information --------------------------------------------------------------------------
+
+    def info(self, request: Mapping[str, Any]) -> Reply:
+        """Who this agent is: host, topology, NICs, peers, QP numbers, options."""
+        reject_unknown(request, set())
+        agent = self.agent
+        return {
+            "ok": True,
+            "host": agent.host.name,
+            "topology": agent.topology.name,
+            "pid": os.getpid(),
+            "control": str(agent.control_path),
+            "direct": agent.options.direct,
+            "cc": agent.options.cc,
+            "ev_count": agent.options.ev_count,
+            "mtu": agent.topology.mtu,
+            "link_mtu": agent.topology.link_mtu,
+            "planes": [
+                {
+                    "plane": p.nic.plane,
+                    "intf": p.nic.intf,
+                    "address": str(p.nic.address),
+                    "mac": p.nic.mac,
+                    "gateway_mac": p.nic.gateway_mac,
+                }
+                for p in agent.planes
+            ],
+            "peers": [peer.name for peer in agent.peers],
+            "policies": list(POLICIES),
+            "qpns": {f"{peer}/{policy}": qp.qpn for (peer, policy), qp in agent.qps.items()},
+        }
+
+    def stats(self, request: Mapping[str, Any]) -> Reply:
+        """All statistics of the agent and the core."""
+        reject_unknown(request, set())
+        return {"ok": True, "stats": self.agent.stats()}
+
+    # -- regions ------------------------------------------------------------------------------
+
+    def register(self, request: Mapping[str, Any]) -> Reply:
+        """Register a named region of ``size`` bytes; returns its ``addr`` and ``rkey``."""
+        reject_unknown(request, {"name", "size"})
+        name = require_str(request, "name")
+        size = require_int(request, "size", low=1, high=MAX_REGION)
+        agent = self.agent
+        if name in agent.regions:
+            raise BadRequest(
+                f"field 'name': region {name!r} is already registered (choose another name)",
+                "name",
+            )
+        addr = agent.region_cursor
+        region = agent.context.register_region(addr, size)
+        agent.region_cursor = addr + -(-size // REGION_ALIGN) * REGION_ALIGN + REGION_ALIGN
+        agent.regions[name] = region
+        return {"ok": True, "name": name, "addr": region.addr, "rkey": region.rkey, "size": size}
+
+    def regions(self, request: Mapping[str, Any]) -> Reply:
+        """Every registered region."""
+        reject_unknown(request, set())
+        return {
+            "ok": True,
+            "regions": {
+                name: {"addr": r.addr, "rkey": r.rkey, "size": r.length}
+                for name, r in self.agent.regions.items()
+            },
+        }
+
+    # -- transfers ----------------------------------------------------------------------------
+
+    def transfer(self, request: Mapping[str, Any]) -> Reply:
+        """Start writing pattern data (or a file) to a peer's region."""
+        reject_unknown(
+            request,
+            {"peer", "addr", "rkey", "size", "policy", "message_size", "imm", "seed", "file"},
+        )
+        agent = self.agent
+        peers = [p.name for p in agent.peers]
+        peer = require_str(request, "peer")
+        if peer not in peers:
+            raise BadRequest(
+                f"field 'peer': {peer!r} is not another host of {agent.topology.name} "
+                f"(peers: {', '.join(peers)})",
+                "peer",
+            )
+        addr = require_int(request, "addr", low=0, high=(1 << 64) - 1)
+        rkey = require_int(request, "rkey", low=0, high=(1 << 32) - 1)
+        policy = get_str(request, "policy", default="mrc", choices=tuple(POLICIES))
+        assert policy is not None
+        message_size = get_int(
+            request, "message_size", default=DEFAULT_MESSAGE_SIZE, low=1, high=1 << 30
+        )
+        assert message_size is not None
+        imm = get_int(request, "imm", low=0, high=(1 << 32) - 1)
+        file = get_str(request, "file")
+        seed: int | None
+        if file is not None:
+            if "seed" in request and request["seed"] is not None:
+                raise BadRequest("field 'seed': give either 'seed' or 'file', not both", "seed")
+            data = self._read_file(file)
+            size = get_int(request, "size", default=len(data), low=1, high=len(data))
+            assert size is not None
+            data = data[:size]
+            seed = None
+            source = file
+        else:
+            size = require_int(request, "size", low=1, high=MAX_TRANSFER)
+            seed = get_int(request, "seed", default=DEFAULT_SEED, low=0)
+            assert seed is not None
+            data = pattern(seed, size)
+            source = "pattern"
+        qp = agent.qps[(peer, policy)]
+        if qp.error is not None:
+            raise BadRequest(
+                f"field 'policy': the {policy} QP to {peer} failed earlier ({qp.error}) and "
+                "cannot send any more: restart the agent or use another policy",
+                "policy",
+            )
+        transfer = Transfer(
+            id=0,
+            peer=peer,
+            addr=addr,
+            rkey=rkey,
+            size=size,
+            message_size=message_size,
+            policy=policy,
+            imm=imm,
+            seed=seed,
+            source=source,
+            data=data,
+            sha256=sha256_hex(data),
+            started=agent.now(),
+        )
+        agent.start_transfer(transfer)
+        return {
+            "ok": True,
+            "transfer": transfer.id,
+            "size": size,
+            "messages": transfer.messages,
+            "seed": seed,
+            "sha256": transfer.sha256,
+            "qpn": transfer.qpn,
+        }
+
+    @staticmethod
+    def _read_file(name: str) -> bytes:
+        path = Path(name)
+        try:
+            data = path.read_bytes()
+        except FileNotFoundError:
+            raise BadRequest(f"field 'file': no file {name}", "file") from None
+        except IsADirectoryError:
+            raise BadRequest(
+                f"field 'file': {name} is a directory, expected a file", "file"
+            ) from None
+        except OSError as exc:
+            raise BadRequest(f"field 'file': cannot read {name}: {exc.strerror}", "file") from None
+        if not data:
+            raise BadRequest(f"field 'file': {name} is empty (nothing to transfer)", "file")
+        if len(data) > MAX_TRANSFER:
+            raise BadRequest(f"field 'file': {name} is larger than {MAX_TRANSFER} bytes", "file")
+        return data
+
+    def wait(self, request: Mapping[str, Any]) -> Reply | Deferred:
+        """Answer when the transfers are done or failed, or when ``timeout`` seconds pass."""
+        reject_unknown(request, {"transfers", "timeout"})
+        agent = self.agent
+        ids = get_int_list(request, "transfers")
+        if ids is None:
+            ids = list(agent.transfers)
+        for transfer_id in ids:
+            if transfer_id not in agent.transfers:
+                raise BadRequest(
+                    f"field 'transfers': no transfer {transfer_id} on {agent.host.name} "
+                    f"(transfers: {sorted(agent.transfers) or 'none'})",
+                    "transfers",
+                )
+        timeout = get_float(request, "timeout", default=60.0)
+        deadline = agent.now() + timeout
+
+        def reply(now: float) -> Reply:
+            summaries = {str(i): agent.transfers[i].summary(now) for i in ids}
+            return {
+                "ok": True,
+                "complete": all(s["state"] != "running" for s in summaries.values()),
+                "failed": [int(i) for i, s in summaries.items() if s["state"] == "failed"],
+                "transfers": summaries,
+            }
+
+        if all(agent.transfers[i].state != "running" for i in ids) or timeout == 0:
+            return reply(agent.now())
+        deferred = Deferred()
+
+        def check(now: float) -> bool:
+            if deferred.done:
+                return True
+            if now >= deadline or all(agent.transfers[i].state != "running" for i in ids):
+                deferred.resolve(reply(now))
+                return True
+            return False
+
+        agent.add_waiter(check, deadline)
+        return deferred
+
+    # -- paths and EVs ------------------------------------------------------------------------
+
+    def _peer_policy(self, request: Mapping[str, Any], required: bool) -> tuple[list[str], str]:
+        agent = self.agent
+        peers = [p.name for p in agent.peers]
+        peer = get_str(request, "peer", required=required)
+        if peer is not None and peer not in peers:
+            raise BadRequest(
+                f"field 'peer': {peer!r} is not another host of {agent.topology.name} "
+                f"(peers: {', '.join(peers)})",
+                "peer",
+            )
+        policy = get_str(request, "policy", default="mrc", choices=tuple(POLICIES))
+        assert policy is not None
+        return ([peer] if peer is not None else peers), policy
+
+    def paths(self, request: Mapping[str, Any]) -> Reply:
+        """The EV -> path -> state table of the QPs towards each peer (one policy)."""
+        reject_unknown(request, {"peer", "policy"})
+        peers, policy = self._peer_policy(request, required=False)
+        out: dict[str, Any] = {}
+        for peer in peers:
+            qp = self.agent.qps[(peer, policy)]
+            evs = qp.ev_table.evs()
+            by_path: dict[str, dict[str, Any]] = {}
+            for info in evs:
+                entry = by_path.setdefault(info.path, {"plane": info.plane, "evs": 0, "states": {}})
+                entry["evs"] += 1
+                entry["states"][info.state.value] = entry["states"].get(info.state.value, 0) + 1
+            out[peer] = {
+                "qpn": qp.qpn,
+                "remote_qpn": qp.remote_qpn,
+                "policy": policy,
+                "paths": by_path,
+                "evs": [
+                    {
+                        "ev": info.ev,
+                        "wire": info.wire,
+                        "path": info.path,
+                        "plane": info.plane,
+                        "state": info.state.value,
+                        "since": info.since,
+                    }
+                    for info in evs
+                ],
+            }
+        return {"ok": True, "paths": out}
+
+    def set_ev(self, request: Mapping[str, Any]) -> Reply:
+        """Operator action: set one EV, or every EV of a path, DENIED, GOOD or UNKNOWN."""
+        reject_unknown(request, {"peer", "policy", "state", "ev", "path"})
+        peers, policy = self._peer_policy(request, required=True)
+        state_name = require_str(request, "state").lower()
+        if state_name not in EV_STATES:
+            raise BadRequest(
+                f"field 'state': expected DENIED, GOOD or UNKNOWN, got {request['state']!r}",
+                "state",
+            )
+        state = EV_STATES[state_name]
+        agent = self.agent
+        qp = agent.qps[(peers[0], policy)]
+        evs = qp.ev_table.evs()
+        ev = get_int(request, "ev", low=0)
+        label = get_str(request, "path")
+        if (ev is None) == (label is None):
+            raise BadRequest("give exactly one of the fields 'ev' and 'path'", "ev")
+        if ev is not None:
+            chosen = [info.ev for info in evs if info.ev == ev]
+            if not chosen:
+                raise BadRequest(
+                    f"field 'ev': {ev:#x} is not an EV of the {policy} QP to {peers[0]} "
+                    "(see the 'paths' command)",
+                    "ev",
+                )
+        else:
+            chosen = [info.ev for info in evs if info.path == label]
+            if not chosen:
+                labels = sorted({info.path for info in evs})
+                raise BadRequest(
+                    f"field 'path': no path {label!r} to {peers[0]} (paths: {', '.join(labels)})",
+                    "path",
+                )
+        now = agent.now()
+        for value in chosen:
+            agent.context.set_ev_state(qp.qpn, value, state, now)
+        agent.after_core(now)
+        return {
+            "ok": True,
+            "peer": peers[0],
+            "policy": policy,
+            "state": state.value,
+            "evs": len(chosen),
+            "counts": qp.ev_table.counts(),
+        }
+
+    # -- integrity ----------------------------------------------------------------------------
+
+    def verify(self, request: Mapping[str, Any]) -> Reply:
+        """Check a region's bytes against pattern ``seed`` or a ``sha256`` digest."""
+        reject_unknown(request, {"region", "offset", "size", "seed", "sha256"})
+        agent = self.agent
+        name = require_str(request, "region")
+        region = agent.regions.get(name)
+        if region is None:
+            raise BadRequest(
+                f"field 'region': no region {name!r} on {agent.host.name} "
+                f"(regions: {', '.join(sorted(agent.regions)) or 'none'})",
+                "region",
+            )
+        offset = get_int(request, "offset", default=0, low=0, high=region.length - 1)
+        assert offset is not None
+        size = get_int(
+            request, "size", default=region.length - offset, low=1, high=region.length - offset
+        )
+        assert size is not None
+        seed = get_int(request, "seed", low=0)
+        digest = get_str(request, "sha256")
+        if (seed is None) == (digest is None):
+            raise BadRequest("give exactly one of the fields 'seed' and 'sha256'", "seed")
+        if digest is not None and (
+            len(digest) != 64 or any(c not in "0123456789abcdefABCDEF" for c in digest)
+        ):
+            raise BadRequest("field 'sha256': expected 64 hex digits", "sha256")
+        data = region.view[offset : offset + size]
+        result = verify_bytes(data, seed=seed, sha256=digest)
+        return {"ok": True, "region": name, "offset": offset, **result.as_dict()}
+
+    # -- lifetime -----------------------------------------------------------------------------
+
+    def quit(self, request: Mapping[str, Any]) -> Reply:
+        """Stop the agent after answering."""
+        reject_unknown(request, set())
+        self.agent.stop()
+        return {"ok": True, "host": self.agent.host.name, "stopping": True}
+
+
+__all__ = ["Commands", "EV_STATES"]
