@@ -174,12 +174,14 @@ def free_port() -> int:
 
 
 @pytest.fixture
-def dummy_interface() -> Iterator[str]:
-    """A dummy interface of this test (name prefix dpb), removed afterwards."""
+def veth_end() -> Iterator[str]:
+    """One end of a veth pair of this test (name prefix dpb), removed afterwards."""
     if os.geteuid() != 0:
         pytest.skip("creating an interface needs root")
     name = f"dpbt{os.getpid() % 100000}"
-    subprocess.run(["ip", "link", "add", name, "type", "dummy"], check=True)
+    subprocess.run(
+        ["ip", "link", "add", name, "type", "veth", "peer", "name", f"{name}p"], check=True
+    )
     try:
         subprocess.run(["ip", "link", "set", name, "up"], check=True)
         yield name
@@ -189,9 +191,9 @@ def dummy_interface() -> Iterator[str]:
 
 @pytest.mark.bmv2
 @needs_bmv2
-def test_bmv2_starts_serves_grpc_and_stops(tmp_path: Path, dummy_interface: str) -> None:
+def test_bmv2_starts_serves_grpc_and_stops(tmp_path: Path, veth_end: str) -> None:
     switch = Bmv2Switch(
-        "dpbt", {1: dummy_interface}, 1, f"127.0.0.1:{free_port()}", thrift_port=free_port(),
+        "dpbt", {1: veth_end}, 1, f"127.0.0.1:{free_port()}", thrift_port=free_port(),
         rate_bps=10_000_000, queue_depth=16, log_dir=tmp_path,
     )  # fmt: skip
     switch.start()
