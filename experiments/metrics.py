@@ -251,10 +251,10 @@ def summarise(
         flows_done[name] = max(c.end for c in mine if c.end is not None) - min(c.start for c in mine)
     last = max((c.end for c in done if c.end is not None), default=result.duration)
     end = last if complete else result.duration
-    delivered = sum(
-        max((p.delivered for p in result.progress if p.flow == flow_name(s, d)), default=0)
-        for s, d in result.flows
-    )
+    most: dict[str, int] = {}
+    for p in result.progress:  # per flow, or per receiver ("rx:h0") for MRC agents
+        most[p.flow] = max(most.get(p.flow, 0), p.delivered)
+    delivered = sum(most.values())
     cap_integral = sum(
         cap * interval for t, cap in capacity if first < t - interval / 2 < end
     ) or capacity_bps(fabric, result.flows) * max(end - first, 1e-9)

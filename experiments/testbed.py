@@ -102,6 +102,7 @@ class Testbed:
         self.agents: dict[str, subprocess.Popen[bytes]] = {}
         self._logs: list[IO[bytes]] = []
         self.state: TestbedState | None = None
+        self.trimming = True
 
     # -- paths -------------------------------------------------------------------------------
 
@@ -221,6 +222,33 @@ class Testbed:
                                            f"{self.control_path(name)} after "
                                            f"{AGENT_READY_TIMEOUT:g} s") from None
                     time.sleep(0.1)
+
+    def stop_agents(self) -> None:
+        """Stop every host agent."""
+        for process in self.agents.values():
+            _stop(process)
+        self.agents.clear()
+
+    def restart_agents(self) -> None:
+        """Stop and start every host agent (a clean slate between experiment phases)."""
+        self.stop_agents()
+        self.start_agents()
+        self._save_state()
+
+    def set_trimming(self, on: bool) -> None:
+        """Switch trimming on (the controller's default thresholds) or off on every switch."""
+        if on == self.trimming:
+            return
+        if on:
+            from controller.qos import overrides_path
+
+            with contextlib.suppress(FileNotFoundError):
+                overrides_path(self.state_path).unlink()
+            self.push()
+        else:
+            for name in self.net.switches:
+                self._ctl(["set-qos", name, "--trim", str((1 << 19) - 1)], "turn trimming off")
+        self.trimming = on
 
     def _open_log(self, name: str) -> IO[bytes]:
         log = open(self.log_dir / name, "ab")  # noqa: SIM115 -- closed in down()
