@@ -10,13 +10,15 @@ import argparse
 import sys
 from collections.abc import Callable
 
-from experiments import topo_cmd
+from experiments import runner, testbed, topo_cmd
 from topologies import TopologyError
 
 # Modules that add subcommands; each has register(subparsers).
 COMMAND_MODULES: list[Callable[[argparse._SubParsersAction], None]] = [
     topo_cmd.register,
     topo_cmd.register_demo,
+    testbed.register,
+    runner.register,
 ]
 
 
