@@ -23,7 +23,7 @@ class StackConfig:
     """Every tunable of the transport core."""
 
     mtu: int = 4096  #: payload bytes per data packet
-    ack_timeout_exp: int = 16  #: t: ACK timeout = 1.024 us x 2^t (16 -> 67 ms, above emulated RTTs)
+    ack_timeout_exp: int = 17  #: t: ACK timeout = 1.024 us x 2^t (17 -> 134 ms, above emulated RTTs)
     max_backoff_exp: int = 22  #: t never grows beyond this on repeated timeouts (4.3 s)
     max_retransmits: int = 64  #: a packet retransmitted more often fails its message
     reorder_threshold: int = 16  #: a packet is lost when one sent this many packets later is acked

@@ -1,0 +1,96 @@
+"""Fixtures for the transport-core tests: the small fabric and an in-memory network of hosts."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import pytest
+
+from host.api import CompletionQueue, Context, MemoryRegion, QueuePair
+from host.config import StackConfig
+from host.events import Event
+from host.simnet import SimNet
+from topologies import Fabric, load_topology
+from topologies.config import shipped_topology
+
+REGION_ADDR = 0x7F00_0000_0000
+REGION_LEN = 1 << 23
+
+
+@pytest.fixture(scope="session")
+def fabric() -> Fabric:
+    """The shipped small fabric: 2 planes x 2 racks x 2 spines, hosts h0..h3."""
+    return Fabric(load_topology(shipped_topology("small")))
+
+
+@dataclass
+class Flow:
+    """A connected pair of QPs and the receiver's region."""
+
+    src: str
+    dst: str
+    sender: QueuePair
+    receiver: QueuePair
+    region: MemoryRegion
+
+
+@dataclass
+class Net:
+    """Host contexts attached to a :class:`SimNet`, with their CQs and every event seen."""
+
+    fabric: Fabric
+    sim: SimNet
+    config: StackConfig
+    hosts: dict[str, Context] = field(default_factory=dict)
+    cqs: dict[str, CompletionQueue] = field(default_factory=dict)
+    regions: dict[str, MemoryRegion] = field(default_factory=dict)
+    events: list[Event] = field(default_factory=list)
+
+    def host(self, name: str) -> Context:
+        """The context of ``name`` (created and attached on first use)."""
+        if name not in self.hosts:
+            ctx = Context(name, self.fabric.host(name).nics, config=self.config,
+                          seed=self.fabric.host(name).index + 7)  # fmt: skip
+            self.sim.attach(ctx)
+            self.hosts[name] = ctx
+            self.cqs[name] = ctx.create_cq()
+            self.regions[name] = ctx.register_region(REGION_ADDR, REGION_LEN)
+        return self.hosts[name]
+
+    def connect(self, src: str, dst: str, **qp_options: object) -> Flow:
+        """QPs src -> dst and dst -> src, connected, with the same options."""
+        a, b = self.host(src), self.host(dst)
+        qa = a.create_qp(dst, self.fabric.paths(src, dst), cq=self.cqs[src], **qp_options)  # type: ignore[arg-type]
+        qb = b.create_qp(src, self.fabric.paths(dst, src), cq=self.cqs[dst], **qp_options)  # type: ignore[arg-type]
+        qa.connect(qb.qpn)
+        qb.connect(qa.qpn)
+        return Flow(src, dst, qa, qb, self.regions[dst])
+
+    def drain_events(self) -> None:
+        """Move every pending event of every host into ``events``."""
+        for ctx in self.hosts.values():
+            while (event := ctx.next_event()) is not None:
+                self.events.append(event)
+
+    def run(self, until: float, stop: Callable[[], bool] | None = None) -> float:
+        """Run the network (draining events as it goes) until ``until`` or ``stop()``."""
+        end = self.sim.run(until, stop)
+        self.drain_events()
+        return end
+
+    def kick_all(self) -> None:
+        """Let every host send."""
+        for name in self.hosts:
+            self.sim.kick(name)
+
+
+@pytest.fixture
+def make_net(fabric: Fabric) -> Callable[..., Net]:
+    """Factory: ``make_net(seed=1, config=StackConfig(...), **simnet_options)``."""
+
+    def build(seed: int = 1, config: StackConfig | None = None, **options: object) -> Net:
+        sim = SimNet(fabric, seed=seed, **options)  # type: ignore[arg-type]
+        return Net(fabric, sim, config or StackConfig())
+
+    return build

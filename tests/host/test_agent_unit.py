@@ -1,0 +1,235 @@
+"""Agent pieces that need no namespace: control socket, pattern data, pcap writer, QP numbering."""
+
+from __future__ import annotations
+
+import json
+import selectors
+import socket
+import struct
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from host.agent import qp_number
+from host.agent_data import pattern, sha256_hex, verify_bytes
+from host.agent_io import is_mrc_frame
+from host.agent_pcap import PcapWriter
+from host.control import BadRequest, ControlServer, Deferred, SocketInUse, require_int
+from host.control_client import ControlClient, ControlError, ControlUnavailable
+from host.policy import POLICIES
+from topologies import Fabric
+
+
+class LoopThread:
+    """A control server on its own selector loop in a thread (the agent's loop in miniature)."""
+
+    def __init__(self, path: Path) -> None:
+        self.deferred: list[Deferred] = []
+        self.server = ControlServer(path, self.handle)
+        self.selector = selectors.DefaultSelector()
+        self.server.register(self.selector)
+        self.running = True
+        self.thread = threading.Thread(target=self.loop, daemon=True)
+        self.thread.start()
+
+    def handle(self, request: Mapping[str, Any]) -> dict[str, Any] | Deferred:
+        cmd = request["cmd"]
+        if cmd == "echo":
+            return {"ok": True, "echo": request.get("value")}
+        if cmd == "size":
+            return {"ok": True, "size": require_int(request, "size", low=1)}
+        if cmd == "later":
+            deferred = Deferred()
+            self.deferred.append(deferred)
+            return deferred
+        if cmd == "crash":
+            raise RuntimeError("handler bug")
+        raise BadRequest(f"field 'cmd': unknown command {cmd!r}", "cmd")
+
+    def loop(self) -> None:
+        while self.running:
+            for key, mask in self.selector.select(0.02):
+                key.data(mask)
+            for deferred in list(self.deferred):
+                deferred.resolve({"ok": True, "late": True})
+                self.deferred.remove(deferred)
+
+    def close(self) -> None:
+        self.running = False
+        self.thread.join(5)
+        self.server.close()
+        self.selector.close()
+
+
+@pytest.fixture
+def served(tmp_path: Path) -> Iterator[LoopThread]:
+    loop = LoopThread(tmp_path / "agent.sock")
+    yield loop
+    loop.close()
+
+
+def test_control_round_trip_and_request_ids(served: LoopThread) -> None:
+    with ControlClient(served.server.path) as client:
+        assert client.request("echo", value=[1, "two"]) == {"ok": True, "echo": [1, "two"]}
+        reply = client.send_raw(b'{"cmd": "echo", "value": 3, "id": "abc"}\n')
+        assert reply == {"ok": True, "echo": 3, "id": "abc"}
+        assert client.request("later") == {"ok": True, "late": True}
+
+
+def test_control_errors_name_the_field(served: LoopThread) -> None:
+    with ControlClient(served.server.path) as client:
+        with pytest.raises(ControlError) as err:
+            client.request("size", size="abc")
+        assert err.value.field == "size"
+        assert "expected an integer" in str(err.value)
+        with pytest.raises(ControlError) as err:
+            client.request("nope")
+        assert err.value.field == "cmd"
+        for raw, words in (
+            (b"this is not json\n", "not valid JSON"),
+            (b"[1, 2]\n", "JSON object"),
+            (b'{"value": 1}\n', "'cmd' is required"),
+            (b'{"cmd": 5}\n', "'cmd' is required"),
+            (b"\xff\xfe\n", "not valid JSON"),
+        ):
+            reply = client.send_raw(raw)
+            assert reply["ok"] is False and words in reply["error"], (raw, reply)
+        reply = client.send_raw(b'{"cmd": "crash"}\n')
+        assert reply["ok"] is False and "internal error" in reply["error"]
+        # the server is still there and answers in order
+        assert client.request("echo", value="after")["echo"] == "after"
+    assert served.server.errors >= 8
+
+
+def test_control_survives_abrupt_clients_and_long_lines(served: LoopThread) -> None:
+    path = str(served.server.path)
+    for payload in (b'{"cmd": "echo"', b"\x00" * 100, b'{"cmd": "later"}\n'):
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.connect(path)
+        sock.sendall(payload)
+        sock.close()  # gone before (or while) the answer is written
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.settimeout(10)
+    sock.connect(path)
+    sock.sendall(b"x" * ((1 << 20) + 10))
+    answer = b""
+    while not answer.endswith(b"\n"):
+        chunk = sock.recv(4096)
+        if not chunk:
+            break
+        answer += chunk
+    sock.close()
+    assert json.loads(answer)["ok"] is False
+    with ControlClient(path) as client:
+        assert client.request("echo", value=1)["ok"] is True
+
+
+def test_socket_in_use_and_stale_socket(tmp_path: Path, served: LoopThread) -> None:
+    with pytest.raises(SocketInUse, match="in use"):
+        ControlServer(served.server.path, served.handle)
+    stale = tmp_path / "stale.sock"
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.bind(str(stale))
+    sock.close()  # a socket file nobody listens on: taken over
+    server = ControlServer(stale, served.handle)
+    server.close()
+    assert not stale.exists()
+    regular = tmp_path / "file"
+    regular.write_text("x")
+    with pytest.raises(SocketInUse, match="not a socket"):
+        ControlServer(regular, served.handle)
+
+
+def test_client_names_a_missing_socket(tmp_path: Path) -> None:
+    with pytest.raises(ControlUnavailable, match="no agent control socket"):
+        ControlClient(tmp_path / "none.sock").info()
+
+
+def test_pattern_is_deterministic_and_verify_finds_mismatches() -> None:
+    data = pattern(7, 10000)
+    assert data == pattern(7, 10000) and data != pattern(8, 10000)
+    assert pattern(7, 100) == data[:100]
+    assert verify_bytes(data, seed=7).match
+    damaged = bytearray(data)
+    damaged[5000] ^= 0xFF
+    damaged[9999] ^= 0x01
+    result = verify_bytes(damaged, seed=7)
+    assert not result.match
+    assert result.first_mismatch == 5000 and result.mismatched_bytes == 2
+    assert verify_bytes(data, sha256=sha256_hex(data)).match
+    assert not verify_bytes(damaged, sha256=sha256_hex(data)).match
+
+
+def test_pcap_writer_writes_readable_records(tmp_path: Path) -> None:
+    path = tmp_path / "c.pcap"
+    writer = PcapWriter(path, flush_every=2)
+    frames = [bytes(range(60)), b"\xaa" * 1500, b"\x01" * 14]
+    for i, frame in enumerate(frames):
+        writer.write(frame, 1000.0 + i * 0.5)
+    writer.close()
+    raw = path.read_bytes()
+    magic, major, minor, _, _, snaplen, linktype = struct.unpack_from("<IHHiIII", raw)
+    assert (magic, major, minor, linktype) == (0xA1B2C3D4, 2, 4, 1)
+    off = 24
+    seen = []
+    while off < len(raw):
+        sec, usec, incl, orig = struct.unpack_from("<IIII", raw, off)
+        off += 16
+        seen.append((sec, usec, raw[off : off + incl]))
+        assert incl == orig
+        off += incl
+    assert [f for _, _, f in seen] == frames
+    assert seen[1][:2] == (1000, 500000)
+
+
+def test_prefilter_accepts_only_ipv6_udp_4791_or_srh() -> None:
+    eth = b"\x02" * 12 + b"\x86\xdd"
+
+    def ipv6(next_header: int, dport: int) -> bytes:
+        header = bytes([0x60, 0, 0, 0, 0, 16, next_header, 64]) + b"\x00" * 32
+        return eth + header + struct.pack("!HHHH", 49152, dport, 16, 0) + b"\x00" * 8
+
+    assert is_mrc_frame(ipv6(17, 4791))
+    assert not is_mrc_frame(ipv6(17, 4792))
+    assert not is_mrc_frame(ipv6(58, 4791))  # ICMPv6
+    assert is_mrc_frame(ipv6(43, 0))  # SRH first: the core parses it
+    assert not is_mrc_frame(b"\x02" * 12 + b"\x08\x00" + b"\x45" * 60)
+    assert not is_mrc_frame(eth + b"\x60")
+
+
+def test_qp_numbers_are_unique_per_host_and_agree_between_ends(fabric: Fabric) -> None:
+    hosts = [h.index for h in fabric.hosts]
+    for a in hosts:
+        numbers = [qp_number(a, b, p) for b in hosts if b != a for p in POLICIES]
+        assert len(set(numbers)) == len(numbers)
+        assert all(0 < n < 1 << 24 for n in numbers)
+    with pytest.raises(ValueError, match="itself"):
+        qp_number(1, 1, "mrc")
+
+
+def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "host.agent_cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def test_cli_errors_are_one_line(tmp_path: Path) -> None:
+    done = run_cli("--topo", "small", "--host", "h9", "--control", str(tmp_path / "s"))
+    assert done.returncode == 1 and "no host 'h9'" in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1
+    done = run_cli("--topo", str(tmp_path / "none.yaml"), "--host", "h0")
+    assert done.returncode == 1 and "none.yaml" in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1
+    done = run_cli("stats", "--control", str(tmp_path / "none.sock"))
+    assert done.returncode == 1 and "no agent control socket" in done.stderr
+    done = run_cli("--topo", "small", "--host", "h0", "--cc", "vegas")
+    assert done.returncode == 1 and "--cc vegas" in done.stderr

@@ -1,0 +1,205 @@
+"""WRITE and WRITE_IMM over the in-memory small fabric: placement, completions, refusals, policies."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from host import wire
+from host.config import StackConfig
+from host.events import EvStateChanged, WriteCompleted, WriteImmReceived
+from host.evs import EvState, ExplicitEvProfile, GeneratedEvProfile, Srv6EvProfile
+
+BASE = 0x7F00_0000_0000
+
+
+def pattern(n: int, seed: int) -> bytes:
+    return bytes((i * 7 + seed * 13 + (i >> 8)) & 0xFF for i in range(n))
+
+
+def record_data_frames(ctx: Any) -> list[tuple[int, int, int]]:
+    """Wrap ctx.frames_to_send to record (plane, flow label, DSCP) of every data frame."""
+    seen: list[tuple[int, int, int]] = []
+    inner = ctx.frames_to_send
+
+    def frames_to_send(now: float) -> list[tuple[int, bytes]]:
+        out = inner(now)
+        for plane, frame in out:
+            pkt = wire.parse(frame)
+            if isinstance(pkt, wire.DataPacket):
+                seen.append((plane, pkt.outer.flow_label, pkt.outer.dscp))
+        return out
+
+    ctx.frames_to_send = frames_to_send
+    return seen
+
+
+def test_write_and_write_imm_complete_on_both_sides(make_net: Any) -> None:
+    net = make_net()
+    flow = net.connect("h0", "h2")
+    sizes = [0, 1, 4095, 4096, 4097, 100_000]
+    offset = 0
+    for n, size in enumerate(sizes):
+        data = pattern(size, n)
+        if n % 2:
+            flow.sender.post_write_imm(data, BASE + offset, flow.region.rkey, imm=1000 + n, wr_id=n)
+        else:
+            flow.sender.post_write(data, BASE + offset, flow.region.rkey, wr_id=n)
+        offset += size + 16
+    net.sim.kick("h0")
+    net.run(5.0, stop=lambda: len(net.cqs["h0"]) == len(sizes))
+    done = net.cqs["h0"].poll(100)
+    assert sorted(c.wr_id for c in done) == list(range(len(sizes)))
+    assert all(isinstance(c, WriteCompleted) and c.status == "ok" for c in done)
+    offset = 0
+    for n, size in enumerate(sizes):
+        assert flow.region.read(BASE + offset, size) == pattern(size, n)
+        offset += size + 16
+    received = net.cqs["h2"].poll(100)
+    assert all(isinstance(c, WriteImmReceived) for c in received)
+    assert sorted(c.imm for c in received if c.imm is not None) == [1001, 1003, 1005]
+    by_imm = {c.imm: c for c in received}
+    assert by_imm[1005].byte_len == 100_000
+    assert by_imm[1005].remote_addr == BASE + sum(s + 16 for s in sizes[:5])
+    stats = net.hosts["h2"].stats()
+    assert stats["messages_received"] == len(sizes)
+    assert stats["drops"].get("internal_error", 0) == 0
+
+
+def test_receiver_completion_reports_where_the_message_was_placed(make_net: Any) -> None:
+    net = make_net()
+    flow = net.connect("h1", "h3")
+    flow.sender.post_write_imm(pattern(10_000, 3), BASE + 12345, flow.region.rkey, imm=9)
+    net.sim.kick("h1")
+    net.run(5.0, stop=lambda: len(net.cqs["h3"]) == 1)
+    (entry,) = net.cqs["h3"].poll()
+    assert (entry.remote_addr, entry.byte_len, entry.imm, entry.status) == (BASE + 12345, 10_000, 9, "ok")
+
+
+def test_bad_rkey_and_out_of_region_are_refused(make_net: Any) -> None:
+    net = make_net()
+    flow = net.connect("h0", "h1")
+    before = bytes(flow.region.buffer)
+    flow.sender.post_write(pattern(9000, 1), BASE, flow.region.rkey ^ 0x5A5A, wr_id=1)
+    end = BASE + len(flow.region.buffer)
+    flow.sender.post_write(pattern(9000, 2), end - 4000, flow.region.rkey, wr_id=2)  # crosses the end
+    flow.sender.post_write(pattern(100, 3), BASE - 50, flow.region.rkey, wr_id=3)  # starts before
+    net.sim.kick("h0")
+    net.run(5.0, stop=lambda: len(net.cqs["h0"]) == 3)
+    status = {c.wr_id: c.status for c in net.cqs["h0"].poll()}
+    assert status == {1: "remote_access_error", 2: "remote_access_error", 3: "remote_access_error"}
+    drops = net.hosts["h1"].stats()["drops"]
+    assert drops["bad_rkey"] == 3 and drops["out_of_region"] >= 2
+    after = bytes(flow.region.buffer)
+    # message 2's first packet (inside the region) may land; nothing else changed
+    assert after[: len(after) - 4000] == before[: len(before) - 4000]
+
+
+def test_ev_profiles(make_net: Any, fabric: Any) -> None:
+    net = make_net()
+    ctx = net.host("h0")
+    paths = fabric.paths("h0", "h2")
+    generated = ctx.create_qp("h2", paths, cq=net.cqs["h0"], ev_profile=GeneratedEvProfile(8))
+    evs = generated.ev_table.evs()
+    assert len(evs) == 8 and {e.path for e in evs} == {p.label for p in paths}
+    assert len({e.ev & 0xFFFFF for e in evs}) == 8  # unique flow labels
+    explicit = ctx.create_qp("h2", paths, cq=net.cqs["h0"],
+                             ev_profile=ExplicitEvProfile(((0x11, 0), (0x22, 3))))  # fmt: skip
+    assert [(e.ev, e.path) for e in explicit.ev_table.evs()] == [(0x11, paths[0].label),
+                                                                  (0x22, paths[3].label)]  # fmt: skip
+    srv6 = ctx.create_qp("h2", paths, cq=net.cqs["h0"], ev_profile=Srv6EvProfile())
+    assert [e.ev for e in srv6.ev_table.evs()] == [int(p.carrier) for p in paths]
+    with pytest.raises(ValueError, match="path 9"):
+        ctx.create_qp("h2", paths, cq=net.cqs["h0"], ev_profile=ExplicitEvProfile(((1, 9),)))
+    with pytest.raises(ValueError, match="policy 'nope'"):
+        ctx.create_qp("h2", paths, cq=net.cqs["h0"], policy="nope")
+    with pytest.raises(ValueError, match="goes h0 -> h2"):
+        net.host("h1").create_qp("h2", paths, cq=net.cqs["h1"])
+
+
+def test_config_errors_name_the_field() -> None:
+    with pytest.raises(ValueError, match="ack_every"):
+        StackConfig(ack_every=0)
+    with pytest.raises(ValueError, match="no field 'bogus'"):
+        StackConfig().with_(bogus=1)
+    assert StackConfig(ack_timeout_exp=10).ack_timeout == pytest.approx(1.024e-6 * 1024)
+
+
+def test_default_ack_timeout_is_above_emulated_rtts(fabric: Any) -> None:
+    topo = fabric.topology
+    frame_bits = (topo.mtu + 118) * 8
+    # three switch queues on a path between racks, each full ahead of the packet
+    worst_one_way = 3 * (topo.queue_depth + 1) * frame_bits / (topo.link_rate_mbps * 1e6)
+    assert StackConfig().ack_timeout > 2 * worst_one_way
+
+
+def test_denied_evs_are_never_used(make_net: Any) -> None:
+    net = make_net()
+    flow = net.connect("h0", "h2")
+    seen = record_data_frames(net.hosts["h0"])
+    for info in flow.sender.ev_table.evs():
+        if info.plane == 1:
+            net.hosts["h0"].set_ev_state(flow.sender.qpn, info.ev, EvState.DENIED)
+    flow.sender.post_write(pattern(200_000, 1), BASE, flow.region.rkey)
+    net.sim.kick("h0")
+    net.run(5.0, stop=lambda: len(net.cqs["h0"]) == 1)
+    assert net.cqs["h0"].poll()[0].status == "ok"
+    assert seen and {plane for plane, _, _ in seen} == {0}
+    net.drain_events()
+    denied = [e for e in net.events if isinstance(e, EvStateChanged) and e.new == "denied"]
+    assert len(denied) == 64 and all(e.reason == "operator" for e in denied)
+
+
+@pytest.mark.parametrize("policy", ["single-path", "ecmp"])
+def test_single_ev_policies_use_one_ev(make_net: Any, policy: str) -> None:
+    net = make_net()
+    flow = net.connect("h0", "h2", policy=policy)
+    seen = record_data_frames(net.hosts["h0"])
+    flow.sender.post_write(pattern(100_000, 1), BASE, flow.region.rkey)
+    net.sim.kick("h0")
+    net.run(5.0, stop=lambda: len(net.cqs["h0"]) == 1)
+    assert net.cqs["h0"].poll()[0].status == "ok"
+    assert len({label for _, label, _ in seen}) == 1 and len(seen) >= 25
+
+
+def test_mrc_sprays_a_different_ev_per_packet(make_net: Any) -> None:
+    net = make_net()
+    flow = net.connect("h0", "h2")
+    seen = record_data_frames(net.hosts["h0"])
+    flow.sender.post_write(pattern(128 * 4096, 1), BASE, flow.region.rkey)
+    net.sim.kick("h0")
+    net.run(5.0, stop=lambda: len(net.cqs["h0"]) == 1)
+    labels = [label for _, label, _ in seen]
+    assert all(a != b for a, b in zip(labels, labels[1:], strict=False))
+    assert len(set(labels)) >= 100  # most of the 128 EVs carried a packet
+    planes = [plane for plane, _, _ in seen]
+    assert abs(planes.count(0) - planes.count(1)) <= 2
+    assert {dscp for _, _, dscp in seen} == {wire.DSCP_TRIMMABLE}
+
+
+def test_no_trim_nack_sends_untrimmable_data(make_net: Any) -> None:
+    net = make_net(trim_threshold=0)  # every switch would trim trimmable data
+    flow = net.connect("h0", "h2", policy="no-trim-nack")
+    seen = record_data_frames(net.hosts["h0"])
+    flow.sender.post_write(pattern(50_000, 1), BASE, flow.region.rkey)
+    net.sim.kick("h0")
+    net.run(5.0, stop=lambda: len(net.cqs["h0"]) == 1)
+    assert net.cqs["h0"].poll()[0].status == "ok"
+    assert {dscp for _, _, dscp in seen} == {wire.DSCP_DEFAULT}
+    assert net.sim.counters["trimmed"] == 0
+    assert net.hosts["h2"].stats()["nacks_sent"] == 0
+
+
+def test_unknown_qp_and_garbage_are_counted(make_net: Any) -> None:
+    net = make_net()
+    flow = net.connect("h0", "h2")
+    ctx = net.hosts["h2"]
+    ctx.receive_frame(0, b"\x00" * 10, 0.0)
+    ctx.receive_frame(0, bytes(12) + b"\x08\x00" + bytes(50), 0.0)
+    prefix = flow.sender.ev_table.slots[0].prefix
+    frame = wire.encode_data(prefix, 0xABCDE, 0, False, BASE, flow.region.rkey, None, 0, 0, 0, 1,
+                             1, 3, 0, 0, b"abc")  # fmt: skip
+    ctx.receive_frame(0, frame, 0.0)
+    drops = ctx.stats()["drops"]
+    assert drops["truncated"] == 1 and drops["not_ipv6"] == 1 and drops["unknown_qp"] == 1
