@@ -298,8 +298,7 @@ def all_cases() -> tuple[Case, ...]:
             "truncated_mrc_data_extension",
             "a WRITE whose data extension is cut short is dropped (PARSE_ERROR)",
             spine.name, spine_tables, s_in,
-            frame_in(spine, s_in, inter.carrier,
-                     bytes(pk.mrc_udp(pk.OPCODE_WRITE_ONLY, b""))[:8 + 12 + 16 + 10]),
+            frame_in(spine, s_in, inter.carrier, pk.truncated_mrc_udp(12 + 16 + 10)),
             drop=PARSE_ERROR,
         ),
         Case(

@@ -102,6 +102,12 @@ def mrc_udp(
     return UDP(sport=sport, dport=ROCEV2_PORT, chksum=0) / Raw(transport)
 
 
+def truncated_mrc_udp(keep: int, *, sport: int = 0xC123) -> Packet:
+    """A WRITE whose transport headers stop after ``keep`` bytes (BTH is 12, RETH 16)."""
+    transport = mrc_transport(OPCODE_WRITE_ONLY, b"")[:keep]
+    return UDP(sport=sport, dport=ROCEV2_PORT, chksum=0) / Raw(transport)
+
+
 def ack_udp(*, sport: int = 0xC123) -> Packet:
     """A control packet: BTH opcode ACKNOWLEDGE, AETH, and a small control extension."""
     return UDP(sport=sport, dport=ROCEV2_PORT, chksum=0) / Raw(
