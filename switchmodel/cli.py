@@ -21,9 +21,10 @@ import sys
 import threading
 from pathlib import Path
 from types import FrameType
+from typing import TYPE_CHECKING
 
-from switchmodel.dataplane import DataPlane, DataPlaneError, PortConfig
-from switchmodel.server import AddressInUse, P4RuntimeServicer, serve
+if TYPE_CHECKING:
+    from switchmodel.dataplane import PortConfig
 
 MAX_PORT = 510  # bit<9> ports; 511 is the drop port
 IFNAME_MAX = 15
@@ -147,6 +148,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _check(parser: argparse.ArgumentParser, args: argparse.Namespace) -> dict[int, PortConfig]:
+    from switchmodel.dataplane import PortConfig
+
     if not args.interface:
         parser.error("no ports: give at least one -i PORT@IFACE")
     ports: dict[int, PortConfig] = {}
@@ -186,6 +189,15 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     ports = _check(parser, args)
     _setup_logging(args.log_level, args.log_file)
+    # imported once the command line is known good: a typo is answered at once
+    from switchmodel.dataplane import DataPlane, DataPlaneError
+    from switchmodel.server import AddressInUse, P4RuntimeServicer, serve
+
+    def fail(message: str) -> int:
+        print(f"mrc-switch: {message}", file=sys.stderr)
+        if args.log_file is not None:
+            log.error("%s", message)
+        return 1
 
     dataplane = DataPlane(
         ports, priorities=args.priority_queues, queue_depth=args.queue_depth, pcap_dir=args.pcap
@@ -193,17 +205,13 @@ def main(argv: list[str] | None = None) -> int:
     try:
         dataplane.open()
     except DataPlaneError as exc:
-        print(f"mrc-switch: {exc}", file=sys.stderr)
-        log.error("%s", exc)
-        return 1
+        return fail(str(exc))
     servicer = P4RuntimeServicer(dataplane, args.device_id)
     try:
         server = serve(servicer, args.grpc_addr)
     except AddressInUse as exc:
         dataplane.close()
-        print(f"mrc-switch: {exc}", file=sys.stderr)
-        log.error("%s", exc)
-        return 1
+        return fail(str(exc))
 
     stop = threading.Event()
 

@@ -94,6 +94,8 @@ def interface_mtu(intf: str) -> int:
         try:
             reply = fcntl.ioctl(probe.fileno(), SIOCGIFMTU, request)
         except OSError as exc:
+            if exc.errno == errno.ENODEV:
+                raise DataPlaneError(f"interface '{intf}' does not exist") from None
             raise DataPlaneError(f"interface '{intf}': {os.strerror(exc.errno or 0)}") from None
     return int(struct.unpack("16si", reply)[1])
 

@@ -24,7 +24,7 @@ from typing import Generic, TypeVar
 
 T = TypeVar("T")
 
-MIN_BURST_BITS = 2 * 9014 * 8  # two jumbo frames
+MIN_BURST_BITS = 1514 * 8  # one full-size Ethernet frame
 TIMER_SLACK = 0.002  # seconds of line rate the bucket holds so a late timer loses nothing
 
 
