@@ -169,16 +169,29 @@ def capacity_bps(
 def goodput_series(
     progress: Sequence[Progress], duration: float, interval: float
 ) -> list[tuple[float, float]]:
-    """(bin end time, aggregate goodput in b/s) per ``interval`` from cumulative progress."""
+    """(bin end time, aggregate goodput in b/s) per ``interval`` from cumulative progress.
+
+    The bytes a flow delivered between two of its samples are spread evenly over the time
+    between them, so a late sample does not show as a gap followed by a spike.
+    """
     bins = max(1, math.ceil(duration / interval - 1e-9))
-    totals = [0.0] * (bins + 1)
-    last: dict[str, int] = {}
+    totals = [0.0] * bins
+    last: dict[str, tuple[float, int]] = {}
     for p in sorted(progress, key=lambda p: p.t):
-        delta = p.delivered - last.get(p.flow, 0)
-        last[p.flow] = max(last.get(p.flow, 0), p.delivered)
+        t_prev, d_prev = last.get(p.flow, (0.0, 0))
+        delta = p.delivered - d_prev
         if delta > 0:
-            index = min(bins - 1, max(0, math.ceil(p.t / interval - 1e-9) - 1))
-            totals[index] += delta
+            start, end = (t_prev, p.t) if p.t > t_prev else (p.t - 1e-9, p.t)
+            span = end - start
+            first = max(0, int(start // interval))
+            for i in range(first, min(bins, int(end // interval) + 1)):
+                lo, hi = max(start, i * interval), min(end, (i + 1) * interval)
+                if hi > lo:
+                    totals[i] += delta * (hi - lo) / span
+            if end >= bins * interval:
+                totals[-1] += delta * max(0.0, end - max(start, bins * interval)) / span
+        if p.delivered >= d_prev:
+            last[p.flow] = (p.t, p.delivered)
     return [((i + 1) * interval, totals[i] * 8 / interval) for i in range(bins)]
 
 

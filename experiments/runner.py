@@ -31,6 +31,7 @@ from experiments.scenario import Fault, Scenario, Transport, load_scenario
 from experiments.testbed import Testbed
 
 WINDOW = 2  # messages in flight per flow
+PLACED = "core.payload_bytes_placed"  # agent statistic: payload bytes written into regions
 TRIM_OFF = (1 << 19) - 1  # a trim threshold no queue reaches: the switch drops instead
 
 
@@ -80,11 +81,13 @@ class SwitchCounters:
     def read(self) -> dict[str, dict[str, int]]:
         """switch -> trimmed / ecn_marked / drops totals (switches that do not answer: absent)."""
         from controller.client import SwitchClient
+        from controller.p4info import P4Info, default_p4info_path
 
+        info = P4Info.load(path=default_p4info_path())
         out: dict[str, dict[str, int]] = {}
         for name, sw in self.testbed.net.switches.items():
             client = SwitchClient(sw.grpc_addr, device_id=sw.model.device_id, election_id=1,
-                                  timeout=2.0, name=name)
+                                  timeout=2.0, name=name, p4info=info)
             try:
                 client.connect()
                 row = {}
@@ -332,18 +335,22 @@ class MrcFlows:
                     stats = numbers(c.stats().get("stats", {}))
             except Exception:
                 continue
-            placed = stats.get("payload_bytes_placed", 0.0) - self.stats_before.get(
-                host, {}).get("payload_bytes_placed", 0.0)
+            placed = stats.get(PLACED, 0.0) - self.stats_before.get(host, {}).get(PLACED, 0.0)
             with phase.lock:
                 phase.result.progress.append(Progress(t, f"rx:{host}", int(placed)))
         counts = dict.fromkeys(EV_STATES, 0)
         for host in self.senders:
             try:
                 with self.client(host, timeout=2.0) as c:
-                    for state, n in count_ev_states(c.paths()).items():
-                        counts[state] += n
+                    stats = numbers(c.stats().get("stats", {}))
             except Exception:
                 continue
+            for key, value in stats.items():
+                parts = key.split(".")  # core.qps.QPN.evs.STATE
+                if len(parts) == 5 and parts[:2] == ["core", "qps"] and parts[3] == "evs":
+                    state = parts[4].upper()
+                    if state in counts:
+                        counts[state] += int(value)
         with phase.lock:
             phase.result.ev_states.append({"t": t, **{k: float(v) for k, v in counts.items()}})
 
@@ -363,8 +370,11 @@ class MrcFlows:
             now = numbers(raw)
             base = self.stats_before.get(host.name, {})
             stats = {k: v - base.get(k, 0.0) for k, v in now.items()}
-            stats["nacks"] = stats.get("nacks_received", 0.0)
-            rtt = raw.get("rtt", {}) if isinstance(raw, dict) else {}
+            stats["rtos"] = stats.get("core.rtos", 0.0)
+            stats["nacks"] = stats.get("core.nacks_received", 0.0)
+            stats["trims_seen"] = stats.get("core.trims_seen", 0.0)
+            core = raw.get("core", {}) if isinstance(raw, dict) else {}
+            rtt = core.get("rtt", {}) if isinstance(core, dict) else {}
             if isinstance(rtt, dict) and rtt.get("count") and rtt.get("min"):
                 rtts.append(float(rtt["min"]))
                 stats["rtt_min_s"] = float(rtt["min"])

@@ -50,9 +50,13 @@ def test_switch_kill_fails_its_links(fabric: Fabric) -> None:
 
 
 def test_goodput_series_bins_deltas() -> None:
-    progress = [Progress(0.1, "a", 1000), Progress(0.6, "a", 3000), Progress(0.6, "b", 500)]
+    progress = [Progress(0.5, "a", 1000), Progress(1.0, "a", 3000), Progress(1.0, "b", 500)]
     series = goodput_series(progress, 1.0, 0.5)
-    assert series == [(0.5, 1000 * 8 / 0.5), (1.0, 2500 * 8 / 0.5)]
+    # Flow b's only sample spreads its 500 bytes over both bins.
+    assert series == [(0.5, pytest.approx(1250 * 8 / 0.5)), (1.0, pytest.approx(2250 * 8 / 0.5))]
+    # A late sample spreads its bytes over the bins since the previous one.
+    spread = goodput_series([Progress(1.0, "a", 2000)], 1.0, 0.5)
+    assert spread == [(0.5, 1000 * 8 / 0.5), (1.0, 1000 * 8 / 0.5)]
 
 
 def test_recovery_and_percentile() -> None:
