@@ -23,6 +23,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -335,25 +336,25 @@ def cmd_show(args: argparse.Namespace) -> int:
 def cmd_diff(args: argparse.Namespace) -> int:
     ctx = Context(args)
     tables = ctx.tables(args.switches)
-    differ = 0
-    for target in ctx.endpoints.select(args.switches):
-        client = ctx.client(target.name)
+
+    def compare(name: str) -> list[str]:
+        client = ctx.client(name)
         try:
             if not pipeline_matches(client, ctx.info, ctx.options.device_config):
-                print(f"{target.name}: pipeline missing or different")
-                differ += 1
-                continue
-            changes = diff(tables[target.name].entries, read_installed(client, ctx.info))
+                return [f"{name}: pipeline missing or different"]
+            changes = diff(tables[name].entries, read_installed(client, ctx.info))
         finally:
             client.close()
         if changes.empty:
-            print(f"{target.name}: in sync")
-            continue
-        differ += 1
-        print(f"{target.name}: {changes.count} entries differ")
-        for line in changes.lines():
-            print(f"  {line}")
-    return 1 if differ else 0
+            return []
+        return [f"{name}: {changes.count} entries differ"] + [f"  {x}" for x in changes.lines()]
+
+    names = [t.name for t in ctx.endpoints.select(args.switches)]
+    with ThreadPoolExecutor(max_workers=max(1, min(16, len(names)))) as pool:
+        results = list(pool.map(compare, names))
+    for name, lines in zip(names, results, strict=True):
+        print("\n".join(lines) if lines else f"{name}: in sync")
+    return 1 if any(results) else 0
 
 
 def cmd_counters(args: argparse.Namespace) -> int:

@@ -125,6 +125,21 @@ def _status_details(error: grpc.RpcError) -> Any:
     return None
 
 
+class _LazyUpdates(Sequence[Any]):
+    """Encoded updates, parsed into ``p4r.Update`` only when looked at (for error messages)."""
+
+    def __init__(self, encoded: Sequence[bytes]) -> None:
+        self._encoded = encoded
+
+    def __len__(self) -> int:
+        return len(self._encoded)
+
+    def __getitem__(self, index: Any) -> Any:
+        if isinstance(index, slice):
+            return [p4r.Update.FromString(u) for u in self._encoded[index]]
+        return p4r.Update.FromString(self._encoded[index])
+
+
 class SwitchClient:
     """A P4Runtime session with one switch (one device id), primary by election id."""
 
@@ -148,6 +163,7 @@ class SwitchClient:
         self._requests: queue.Queue[Any] = queue.Queue()
         self._arbitration: queue.Queue[Any] = queue.Queue()
         self._stream_call: Any = None
+        self._write_raw: Any = None
         self._reader: threading.Thread | None = None
         self._stream_error: str | None = None
         self._closed = False
@@ -321,6 +337,27 @@ class SwitchClient:
             self._stub.Write(request, timeout=max(self.timeout, 30.0))
         except grpc.RpcError as exc:
             raise self._write_error(updates, exc) from None
+
+    def write_encoded(self, updates: Sequence[bytes]) -> None:
+        """Like :meth:`write`, for updates already encoded (see :mod:`controller.encode`).
+
+        Skips the protobuf runtime on the way out; failed updates are parsed for the error.
+        """
+        if not updates:
+            return
+        from controller.encode import write_request
+
+        if self._write_raw is None:
+            self._write_raw = self._channel.unary_unary(
+                "/p4.v1.P4Runtime/Write",
+                request_serializer=None,
+                response_deserializer=p4r.WriteResponse.FromString,
+            )
+        request = write_request(self.device_id, self.election_id, updates)
+        try:
+            self._write_raw(request, timeout=max(self.timeout, 30.0))
+        except grpc.RpcError as exc:
+            raise self._write_error(_LazyUpdates(updates), exc) from None
 
     def _write_error(self, updates: Sequence[Any], exc: grpc.RpcError) -> Exception:
         status = _status_details(exc)

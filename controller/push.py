@@ -25,7 +25,10 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from typing import Any
 
+from p4.v1 import p4runtime_pb2 as p4r
+
 from controller.client import P4RuntimeError, SwitchClient, SwitchUnreachable
+from controller.encode import UpdateEncoder
 from controller.entries import IPV6_LPM, MANAGED_TABLES, Diff, Entry, SwitchTables, diff
 from controller.p4info import P4Info
 
@@ -132,24 +135,25 @@ def write_diff(
     client: SwitchClient, info: P4Info, changes: Diff, batch_size: int = DEFAULT_BATCH
 ) -> tuple[int, int, int, list[str]]:
     """Write a :class:`Diff` in batches; returns (added, modified, deleted, error lines)."""
+    encoder = UpdateEncoder(info)
     errors: list[str] = []
     done = {"delete": 0, "modify": 0, "insert": 0}
-    steps: list[tuple[str, Callable[[list[Any]], None], Sequence[Entry]]] = [
-        ("delete", client.delete, changes.deletes),
-        ("modify", client.modify, changes.modifies),
-        ("insert", client.insert, changes.inserts),
+    steps: list[tuple[str, int, Sequence[Entry]]] = [
+        ("delete", p4r.Update.DELETE, changes.deletes),
+        ("modify", p4r.Update.MODIFY, changes.modifies),
+        ("insert", p4r.Update.INSERT, changes.inserts),
     ]
-    for kind, send, entries in steps:
+    for name, kind, entries in steps:
         for batch in _batches(entries, batch_size):
             try:
-                send([e.to_proto(info) for e in batch])
-                done[kind] += len(batch)
+                client.write_encoded([encoder.update(kind, e) for e in batch])
+                done[name] += len(batch)
             except P4RuntimeError as exc:
                 if exc.errors:
-                    done[kind] += len(batch) - len(exc.errors)
+                    done[name] += len(batch) - len(exc.errors)
                     errors.extend(str(e) for e in exc.errors)
                 else:
-                    errors.append(f"{kind} of {len(batch)} entries: {exc}")
+                    errors.append(f"{name} of {len(batch)} entries: {exc}")
     return done["insert"], done["modify"], done["delete"], errors
 
 
