@@ -30,6 +30,7 @@ import logging
 import os
 import selectors
 import signal
+import socket
 import time
 from collections import deque
 from collections.abc import Callable
@@ -73,6 +74,12 @@ ETH_DST = slice(0, 6)
 IPV6_DST = slice(38, 54)
 
 POLICY_NAMES = tuple(POLICIES)
+
+
+def _drain(sock: socket.socket) -> None:
+    with contextlib.suppress(OSError):
+        while sock.recv(4096):
+            pass
 
 
 def qp_number(local_index: int, peer_index: int, policy: str) -> int:
@@ -271,13 +278,29 @@ class Agent:
 
     def run(self) -> int:
         """Serve until ``quit`` or a signal; returns the exit code."""
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            with contextlib.suppress(ValueError):  # not the main thread (tests)
+        # A signal only sets a flag; the wake-up socket makes select() return so the loop sees
+        # it (Python restarts an interrupted select with the remaining timeout).
+        wake_r, wake_w = socket.socketpair()
+        wake_r.setblocking(False)
+        wake_w.setblocking(False)
+        self.selector.register(wake_r, selectors.EVENT_READ, lambda mask: _drain(wake_r))
+        old_fd = -1
+        try:
+            old_fd = signal.set_wakeup_fd(wake_w.fileno(), warn_on_full_buffer=False)
+            for sig in (signal.SIGTERM, signal.SIGINT):
                 signal.signal(sig, self._on_signal)
+        except ValueError:  # not the main thread (embedded use): no signal handling
+            pass
         try:
             while not self.stopping:
                 self.step()
         finally:
+            with contextlib.suppress(ValueError):
+                signal.set_wakeup_fd(old_fd)
+            with contextlib.suppress(KeyError, ValueError):
+                self.selector.unregister(wake_r)
+            wake_r.close()
+            wake_w.close()
             self.close()
         return self.exit_code
 
@@ -307,6 +330,8 @@ class Agent:
                 self.core_errors += 1
                 log.exception("core: handle_timer failed")
         self.after_core(now)
+        if self.pcap is not None:
+            self.pcap.flush()  # a capture is readable while the agent runs
 
     def _select_timeout(self) -> float | None:
         timer = self._timer

@@ -50,7 +50,7 @@ class PcapWriter:
         if self._pending:
             self._file.write(b"".join(self._pending))
             self._pending.clear()
-        self._file.flush()
+            self._file.flush()
 
     def close(self) -> None:
         """Flush and close the file."""
