@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import random
+import shutil
 import subprocess
 import sys
 import time
@@ -19,6 +20,7 @@ import pytest
 
 from host import wire
 from host.agent import qp_number
+from host.agent_pcap import PcapWriter
 from host.agent_testnet import BackToBack, netns_available
 from host.control_client import ControlClient, ControlError
 from topologies import Fabric, load_topology
@@ -400,3 +402,26 @@ def test_start_errors_name_the_problem(net: BackToBack, tmp_path: Path) -> None:
     in_use = start("h0", "h0", net.control("h0"))
     assert in_use.returncode == 1 and "in use" in in_use.stderr
     assert net.client("h0").info()["host"] == "h0"  # the running agent is unharmed
+
+
+@pytest.mark.skipif(shutil.which("tshark") is None, reason="tshark is not installed")
+def test_agent_capture_dissects_as_roce(net: BackToBack, tmp_path: Path) -> None:
+    """h0 runs with --pcap: its capture of a transfer dissects as IPv6 / UDP / InfiniBand BTH."""
+    from test_agent_capture import check_dissection, read_pcap
+
+    with net.client("h0") as h0, net.client("h1") as h1:
+        region = h1.register("captured", 1 << 16)
+        started = h0.transfer("h1", region["addr"], region["rkey"], 1 << 16, seed=2, imm=9)
+        assert h0.wait([started["transfer"]], timeout=30)["complete"]
+        assert h0.stats()["stats"]["agent"]["pcap_frames"] > 0
+    # keep the frames the codec accepts (other tests inject garbage into h0 on purpose)
+    clean = tmp_path / "clean.pcap"
+    writer = PcapWriter(clean)
+    for frame in read_pcap(net.workdir / "h0.pcap"):
+        try:
+            wire.parse(frame)
+        except wire.WireError:
+            continue
+        writer.write(frame)
+    writer.close()
+    assert check_dissection(clean) >= 16  # data packets of this transfer at least
