@@ -27,6 +27,7 @@ from topologies import Path
 __all__ = ["CompletionQueue", "Context", "MemoryRegion", "NicLike", "QueuePair"]
 
 FIRST_QPN = 0x100
+_decode_data = wire.decode_data
 
 
 class NicLike(Protocol):
@@ -82,6 +83,7 @@ class Context:
         self._rng = random.Random(seed)
         self._regions = RegionTable(self._rng)
         self._shared = Shared(self.config, self._regions)
+        self._stats = self._shared.stats
         self._qps: dict[int, QueuePair] = {}
         self._next_qpn = FIRST_QPN
         self._next_cq = 1
@@ -191,10 +193,29 @@ class Context:
     def receive_frame(self, plane: int, frame: bytes | bytearray | memoryview, now: float) -> None:
         """Process one frame received on ``plane``'s NIC; bad frames are dropped and counted."""
         self._now = now
-        stats = self._shared.stats
+        stats = self._stats
+        size = len(frame)
         stats.packets_received += 1
-        stats.bytes_received += len(frame)
+        stats.bytes_received += size
         try:
+            if size <= self._max_frame:
+                fields = _decode_data(frame)
+                if fields is not None:
+                    qp = self._qps.get(fields[0])
+                    if qp is None:
+                        stats.drops["unknown_qp"] += 1
+                        return
+                    stats.data_packets_received += 1
+                    qp.on_data_fields(fields, now)
+                    return
+                ack = wire.decode_ack(frame)
+                if ack is not None:
+                    qp = self._qps.get(ack[0])
+                    if qp is None:
+                        stats.drops["unknown_qp"] += 1
+                        return
+                    qp.on_ack_fields(ack, now)
+                    return
             pkt = wire.parse(frame, self._max_frame)
             qp = self._qps.get(pkt.outer.dest_qp)
             if qp is None:

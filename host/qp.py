@@ -99,18 +99,21 @@ class _TxPacket:
     __slots__ = ("psn", "msg", "offset", "length", "last", "slot", "sent", "ts32", "tsn", "retx",
                  "in_net")  # fmt: skip
 
-    def __init__(self, psn: int, msg: _TxMessage, offset: int, length: int, last: bool) -> None:
+    def __init__(
+        self, psn: int, msg: _TxMessage, offset: int, length: int, last: bool, slot: EvSlot,
+        sent: float, ts32: int, tsn: int,
+    ) -> None:  # fmt: skip
         self.psn = psn
         self.msg = msg
         self.offset = offset
         self.length = length
         self.last = last
-        self.slot: EvSlot | None = None
-        self.sent = 0.0
-        self.ts32 = 0
-        self.tsn = 0
+        self.slot = slot
+        self.sent = sent
+        self.ts32 = ts32
+        self.tsn = tsn
         self.retx = 0
-        self.in_net = False
+        self.in_net = True
 
 
 class _RxMessage:
@@ -150,6 +153,7 @@ class QueuePair:
     ) -> None:
         cfg = shared.config
         self._shared = shared
+        self._regions = shared.regions.by_rkey
         self._cfg = cfg
         self._stats = shared.stats
         self.qpn = qpn
@@ -412,7 +416,6 @@ class QueuePair:
             if rec.in_net or outstanding.get(rec.psn) is not rec:
                 retx.popleft()
                 continue
-            assert rec.slot is not None
             slot = table.next_other(rec.slot)
             if slot is None:
                 return
@@ -427,25 +430,65 @@ class QueuePair:
         queue = self._send_queue
         if not queue:
             return
-        mtu = self._cfg.mtu
-        limit = min(self._cfg.max_outstanding, self._cfg.rx_window - 1)
-        while queue and self.inflight < cwnd and self._next_psn - self._snd_una < limit:
-            slot = table.next()
+        # the hot path: new packets, state in locals, one timestamp and one stats update per call
+        cfg = self._cfg
+        mtu = cfg.mtu
+        limit = min(cfg.max_outstanding, cfg.rx_window - 1)
+        next_ev = table.next
+        encode = wire.encode_data
+        append = out.append
+        remote_qpn = self.remote_qpn
+        ts32 = int(now * NS) & 0xFFFFFFFF
+        inflight = self.inflight
+        psn = self._next_psn
+        tsn = self._tsn
+        psn_limit = self._snd_una + limit
+        sent = 0
+        sent_bytes = 0
+        payload_bytes = 0
+        while queue and inflight < cwnd and psn < psn_limit:
+            slot = next_ev()
             if slot is None:
-                return
+                break
             msg = queue[0]
             offset = msg.offset
-            length = min(mtu, msg.length - offset)
-            last = offset + length >= msg.length
-            rec = _TxPacket(self._next_psn, msg, offset, length, last)
-            self._next_psn += 1
-            msg.offset = offset + length
-            msg.unacked += 1
-            if last:
+            length = msg.length - offset
+            if length > mtu:
+                length = mtu
+                last = False
+                flags = 0 if offset else wire.FLAG_FIRST
+                imm = None
+            else:
+                last = True
+                flags = wire.FLAG_LAST if offset else wire.FLAG_LAST | wire.FLAG_FIRST
+                imm = msg.imm
                 msg.all_sent = True
                 queue.popleft()
-            outstanding[rec.psn] = rec
-            self._transmit(rec, slot, now, out, False)
+            end = offset + length
+            msg.offset = end
+            msg.unacked += 1
+            outstanding[psn] = _TxPacket(psn, msg, offset, length, last, slot, now, ts32, tsn)
+            frame = encode(
+                slot.prefix, remote_qpn, psn, last, msg.remote_addr + offset, msg.rkey, imm, flags,
+                slot.plane, slot.spine_hint, slot.wire, msg.msg_id, msg.length, offset, ts32,
+                msg.data[offset:end],
+            )  # fmt: skip
+            append((slot.plane, frame))
+            psn += 1
+            tsn += 1
+            inflight += length
+            sent += 1
+            sent_bytes += len(frame)
+            payload_bytes += length
+        self.inflight = inflight
+        self._next_psn = psn
+        self._tsn = tsn
+        if sent:
+            stats = self._stats
+            stats.data_packets_sent += sent
+            stats.packets_sent += sent
+            stats.bytes_sent += sent_bytes
+            self.cc.on_packet_sent(nbytes=payload_bytes, now=now)
 
     def _transmit(
         self, rec: _TxPacket, slot: EvSlot, now: float, out: list[tuple[int, bytes | bytearray]], retx: bool
@@ -479,7 +522,7 @@ class QueuePair:
         self.inflight -= rec.length
         self._retx.append(rec)
         self._stats.retransmits[cause] += 1
-        if self.policy.failover and cause != "nack" and rec.slot is not None:
+        if self.policy.failover and cause != "nack":
             self._retire(rec.slot, cause, now)
 
     def _acked(self, rec: _TxPacket, now: float) -> int:
@@ -525,11 +568,20 @@ class QueuePair:
         self.inflight = 0
 
     def on_ack(self, pkt: wire.AckPacket, now: float) -> None:
-        """Process an ACK/SACK: free acknowledged packets, detect losses, feed congestion control."""
+        """Process a parsed ACK/SACK (see :meth:`on_ack_fields`)."""
+        self.on_ack_fields(
+            (pkt.outer.dest_qp, pkt.cum_psn, pkt.sack_base, pkt.sack_bitmap, pkt.ts_echo,
+             pkt.ce_count, pkt.pkt_count),
+            now,
+        )  # fmt: skip
+
+    def on_ack_fields(self, fields: wire.AckFields, now: float) -> None:
+        """Free acknowledged packets, detect losses, feed congestion control."""
+        _, cum_psn, sack_base, bitmap, ts_echo, ce_count, pkt_count = fields
         stats = self._stats
         stats.acks_received += 1
         una = self._snd_una
-        d = (pkt.cum_psn - una) & PSN_MASK
+        d = (cum_psn - una) & PSN_MASK
         if d > self._next_psn - una:
             stats.drops["ack_out_of_window"] += 1
             return
@@ -542,9 +594,8 @@ class QueuePair:
                 if rec is not None:
                     acked += self._acked(rec, now)
             self._snd_una = una = una + d
-        bitmap = pkt.sack_bitmap
         if bitmap:
-            base = una + ((pkt.sack_base - una) & PSN_MASK)
+            base = una + ((sack_base - una) & PSN_MASK)
             if base - una < self._cfg.rx_window:
                 while bitmap:
                     low = bitmap & -bitmap
@@ -552,16 +603,14 @@ class QueuePair:
                     if rec is not None:
                         acked += self._acked(rec, now)
                     bitmap ^= low
-        rtt = ((int(now * NS) - pkt.ts_echo) & 0xFFFFFFFF) / NS
-        if rtt < 60.0:
+        rtt: float | None = ((int(now * NS) - ts_echo) & 0xFFFFFFFF) / NS
+        if rtt is not None and rtt < 60.0:
             stats.rtt.append(rtt)
         else:
-            rtt = None  # type: ignore[assignment]
-        if pkt.ce_count:
-            stats.ecn_marked_seen += pkt.ce_count
-        self.cc.on_ack(
-            acked_bytes=acked, rtt=rtt, ce_count=pkt.ce_count, pkt_count=pkt.pkt_count, now=now
-        )
+            rtt = None
+        if ce_count:
+            stats.ecn_marked_seen += ce_count
+        self.cc.on_ack(acked_bytes=acked, rtt=rtt, ce_count=ce_count, pkt_count=pkt_count, now=now)
         if acked:
             self._backoff = 0
         limit = self._highest_acked_tsn - self._cfg.reorder_threshold
@@ -609,63 +658,81 @@ class QueuePair:
         return entry
 
     def on_data(self, pkt: wire.DataPacket, now: float) -> None:
-        """Place a data packet (or NACK it when trimmed) and schedule the ACK."""
+        """Place a parsed data packet (or NACK it when trimmed) and schedule the ACK."""
+        out = pkt.outer
+        self.on_data_fields(
+            (
+                out.dest_qp, out.psn, out.ack_req, out.ecn, pkt.opcode, pkt.va, pkt.rkey,
+                pkt.dma_len, pkt.imm, pkt.plane_hint, pkt.spine_hint, pkt.ev, pkt.msg_id,
+                pkt.msg_len, pkt.msg_offset, pkt.timestamp, pkt.payload, pkt.trimmed,
+            ),
+            now,
+        )  # fmt: skip
+
+    def on_data_fields(self, fields: wire.DataFields, now: float) -> None:
+        """The receiver's data path on the fields of :func:`host.wire.decode_data`."""
+        (
+            _, psn24, ack_req, ecn, _, va, rkey, dma_len, imm, plane, spine, ev, msg_id, msg_len,
+            msg_offset, ts, payload, trimmed,
+        ) = fields  # fmt: skip
         stats = self._stats
-        outer = pkt.outer
         cum = self._rcv_cum
-        d = (outer.psn - cum) & PSN_MASK
+        d = (psn24 - cum) & PSN_MASK
         if d >= PSN_HALF:
             stats.drops["duplicate"] += 1
-            self._note_ack(pkt, now, True)
+            self._note_ack(ev, ts, plane, spine, ecn, now, True)
             return
         if d >= self._cfg.rx_window:
             stats.drops["psn_out_of_window"] += 1
             return
         psn = cum + d
-        if psn in self._rcv_set:
+        rcv = self._rcv_set
+        if psn in rcv:
             stats.drops["duplicate"] += 1
-            self._note_ack(pkt, now, True)
+            self._note_ack(ev, ts, plane, spine, ecn, now, True)
             return
-        if pkt.trimmed:
+        if trimmed:
             stats.trims_seen += 1
             if self.policy.trim_nack:
-                self._nack(pkt, wire.FLAG_TRIMMED, now)
+                self._nack(wire.FLAG_TRIMMED, plane, spine, ev, ts, psn24, now)
             else:
                 stats.drops["trimmed_no_nack"] += 1
             return
         msgs = self._rx_msgs
-        msg = msgs.get(pkt.msg_id)
-        if msg is not None and msg.length != pkt.msg_len:
+        msg = msgs.get(msg_id)
+        if msg is None:
+            msg = msgs[msg_id] = _RxMessage(msg_len, va - msg_offset)
+        elif msg.length != msg_len:
             stats.drops["inconsistent_message"] += 1
             return
-        if msg is None:
-            msg = msgs[pkt.msg_id] = _RxMessage(pkt.msg_len, pkt.va - pkt.msg_offset)
-        region = self._shared.regions.get(pkt.rkey)
-        if region is None or not region.place(pkt.va, pkt.payload):
+        region = self._regions.get(rkey)
+        # bounds check, then copy: the only write the receiver ever makes
+        if region is not None and region.addr <= va and va + dma_len <= region.end:
+            start = va - region.addr
+            region.view[start : start + dma_len] = payload
+            stats.payload_bytes_placed += dma_len
+        else:
             stats.drops["bad_rkey" if region is None else "out_of_region"] += 1
             msg.failed = True
-            self._nack(pkt, wire.FLAG_ACCESS, now)
-        else:
-            stats.payload_bytes_placed += pkt.dma_len
+            self._nack(wire.FLAG_ACCESS, plane, spine, ev, ts, psn24, now)
         # the PSN is consumed either way
         if d == 0:
             cum += 1
-            rcv = self._rcv_set
             while cum in rcv:
                 rcv.remove(cum)
                 cum += 1
             self._rcv_cum = cum
         else:
-            self._rcv_set.add(psn)
+            rcv.add(psn)
             if psn > self._rcv_max:
                 self._rcv_max = psn
             if psn < self._ack_lo:
                 self._ack_lo = psn
-        if pkt.opcode == wire.OP_WRITE_ONLY_IMM:
-            msg.imm = pkt.imm
-        msg.received += pkt.dma_len
+        if imm is not None:
+            msg.imm = imm
+        msg.received += dma_len
         if msg.received >= msg.length:
-            del msgs[pkt.msg_id]
+            del msgs[msg_id]
             self._msn += 1
             if not msg.failed:
                 stats.messages_received += 1
@@ -676,14 +743,23 @@ class QueuePair:
                             msg.imm, msg.base, now,
                         )
                     )  # fmt: skip
-        if outer.ecn == wire.ECN_CE:
+        if ecn == wire.ECN_CE:
             self._ack_ce += 1
-        self._note_ack(pkt, now, outer.ack_req)
-
-    def _note_ack(self, pkt: wire.DataPacket, now: float, urgent: bool) -> None:
+        # inline of _note_ack for the common case
         self._ack_pending += 1
-        self._ack_echo = (pkt.ev, pkt.timestamp, pkt.plane_hint, pkt.spine_hint)
-        self._ack_flags = wire.FLAG_ECN_ECHO if pkt.outer.ecn == wire.ECN_CE else 0
+        self._ack_echo = (ev, ts, plane, spine)
+        self._ack_flags = wire.FLAG_ECN_ECHO if ecn == wire.ECN_CE else 0
+        if ack_req or self._ack_pending >= self._cfg.ack_every:
+            self._send_ack(now)
+        elif self._ack_deadline is None:
+            self._ack_deadline = now + self._cfg.ack_delay
+
+    def _note_ack(
+        self, ev: int, ts: int, plane: int, spine: int, ecn: int, now: float, urgent: bool
+    ) -> None:
+        self._ack_pending += 1
+        self._ack_echo = (ev, ts, plane, spine)
+        self._ack_flags = wire.FLAG_ECN_ECHO if ecn == wire.ECN_CE else 0
         if urgent or self._ack_pending >= self._cfg.ack_every:
             self._send_ack(now)
         elif self._ack_deadline is None:
@@ -722,15 +798,16 @@ class QueuePair:
         self._ack_deadline = None
         self._ack_lo = 1 << 62
 
-    def _nack(self, pkt: wire.DataPacket, flags: int, now: float) -> None:
+    def _nack(
+        self, flags: int, plane: int, spine: int, ev: int, ts: int, psn24: int, now: float
+    ) -> None:
         if self.remote_qpn is None:
             self._stats.drops["not_connected"] += 1
             return
-        out_plane, prefix = self._reply_path(pkt.plane_hint, pkt.spine_hint)
+        out_plane, prefix = self._reply_path(plane, spine)
         frame = wire.encode_nack(
-            prefix, self.remote_qpn, flags, pkt.plane_hint, pkt.spine_hint, pkt.ev, pkt.timestamp,
-            pkt.outer.psn, self._rcv_cum,
-        )  # fmt: skip
+            prefix, self.remote_qpn, flags, plane, spine, ev, ts, psn24, self._rcv_cum
+        )
         self._shared.outbox.append((out_plane, frame))
         stats = self._stats
         stats.nacks_sent += 1

@@ -57,6 +57,7 @@ class RegionTable:
     def __init__(self, rng: random.Random) -> None:
         self._rng = rng
         self._by_rkey: dict[int, MemoryRegion] = {}
+        self.by_rkey = self._by_rkey  #: read-only view for the receiver's hot path
 
     def register(self, addr: int, length: int, buffer: bytearray | None = None) -> MemoryRegion:
         """Register ``length`` bytes at ``addr`` (backed by ``buffer`` or a new zeroed one)."""

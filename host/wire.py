@@ -525,3 +525,94 @@ def parse(frame: bytes | bytearray | memoryview, max_frame: int = MAX_FRAME) -> 
             outer, kind == EXT_PROBE_REPLY, plane, spine, ev, ts, probe_id, src_qp & QPN_MASK
         )
     raise BadExtension(f"control extension type {kind}: expected 2 (ACK) .. 5 (PROBE_REPLY)")
+
+
+# -- fast path ----------------------------------------------------------------------------------
+
+_FAST_HEAD = struct.Struct("!12xHIHBB32xHHHHBBHII")  # Ethernet .. BTH, addresses skipped
+_FAST_DATA = struct.Struct("!QIIBBBBIIIII")  # RETH + data extension
+_FAST_DATA_IMM = struct.Struct("!QIIIBBBBIIIII")  # RETH + ImmDt + data extension
+
+DataFields = tuple[
+    int, int, bool, int, int, int, int, int, "int | None", int, int, int, int, int, int, int,
+    memoryview, bool,
+]  # fmt: skip
+
+
+_FAST_CTRL = struct.Struct("!12xHIHBB32xHHHHBBHIIIBBBBIIIIQHH")  # .. BTH, AETH, control ext
+
+AckFields = tuple[int, int, int, int, int, int, int]
+
+
+def decode_ack(frame: bytes | bytearray | memoryview) -> AckFields | None:
+    """Fast path for ACKs: ``(dest_qp, cum_psn, sack_base, sack_bitmap, ts_echo, ce_count,
+    pkt_count)`` of a plain ACK frame, or None for anything else (use :func:`parse`)."""
+    if len(frame) < CTRL_FRAME_LEN:
+        return None
+    (
+        ethertype, first, plen, nh, _, _, dport, udp_len, _, opcode, _, _, qp_word, _, _, kind, _,
+        _, _, _, ts, cum, base, bitmap, ce, count,
+    ) = _FAST_CTRL.unpack_from(frame, 0)  # fmt: skip
+    if (
+        ethertype != ETHERTYPE_IPV6
+        or nh != IPPROTO_UDP
+        or dport != ROCE_PORT
+        or opcode != OP_ACKNOWLEDGE
+        or kind != EXT_ACK
+        or udp_len != plen
+        or plen < CTRL_FRAME_LEN - OFF_UDP
+        or OFF_UDP + plen > len(frame)
+        or first >> 28 != 6
+    ):
+        return None
+    return qp_word & QPN_MASK, cum & PSN_MASK, base & PSN_MASK, bitmap, ts, ce, count
+
+
+def decode_data(frame: bytes | bytearray | memoryview) -> DataFields | None:
+    """The receiver's fast path: the fields of a plain data frame (no SRH) in one tuple.
+
+    Returns ``(dest_qp, psn, ack_req, ecn, opcode, va, rkey, dma_len, imm, plane_hint,
+    spine_hint, ev, msg_id, msg_len, msg_offset, timestamp, payload, trimmed)``, or None for
+    anything else (control packets, SRH, malformed frames): :func:`parse` handles those and
+    raises the :class:`WireError` that names the problem.
+    """
+    size = len(frame)
+    if size < DATA_HEADER_LEN:
+        return None
+    ethertype, first, plen, nh, _, _, dport, udp_len, _, opcode, _, _, qp_word, psn_word = (
+        _FAST_HEAD.unpack_from(frame, 0)
+    )
+    if (
+        ethertype != ETHERTYPE_IPV6
+        or nh != IPPROTO_UDP
+        or dport != ROCE_PORT
+        or udp_len != plen
+        or OFF_UDP + plen > size
+        or first >> 28 != 6
+    ):
+        return None
+    end = OFF_UDP + udp_len
+    if opcode == OP_WRITE_ONLY:
+        head = DATA_HEADER_LEN
+        va, rkey, dma_len, kind, _, plane, spine, ev, msg_id, msg_len, msg_off, ts = (
+            _FAST_DATA.unpack_from(frame, OFF_BTH + BTH_LEN)
+        )
+        imm: int | None = None
+    elif opcode == OP_WRITE_ONLY_IMM:
+        head = DATA_IMM_HEADER_LEN
+        if size < head:
+            return None
+        va, rkey, dma_len, imm, kind, _, plane, spine, ev, msg_id, msg_len, msg_off, ts = (
+            _FAST_DATA_IMM.unpack_from(frame, OFF_BTH + BTH_LEN)
+        )
+    else:
+        return None
+    present = end - head
+    if kind != EXT_DATA or present < 0 or present > dma_len or msg_off + dma_len > msg_len:
+        return None
+    tc = (first >> 20) & 0xFF
+    return (
+        qp_word & QPN_MASK, psn_word & PSN_MASK, psn_word >= 0x80000000, tc & 3, opcode, va,
+        rkey, dma_len, imm, plane, spine, ev, msg_id, msg_len, msg_off, ts,
+        memoryview(frame)[head:end], tc >> 2 == DSCP_TRIMMED or present < dma_len,
+    )  # fmt: skip

@@ -43,7 +43,7 @@ class CongestionControl(abc.ABC):
 
     @abc.abstractmethod
     def on_packet_sent(self, *, nbytes: int, now: float) -> None:
-        """A data packet of ``nbytes`` payload left."""
+        """New data packets with ``nbytes`` of payload left (called once per burst sent)."""
 
     @abc.abstractmethod
     def on_ack(
