@@ -14,7 +14,7 @@ between racks), so the switches forward the packets exactly like MRC's; the rece
 plane-0 address (one path, like MRC's single-path policy). MPTCP does the same over
 ``IPPROTO_MPTCP``; the receiver announces its other plane addresses (``ip mptcp endpoint ...
 signal``) and the sender's in-kernel path manager opens one subflow to each, so every plane
-carries one subflow. Afterwards IPv6 is turned off again, which removes addresses, routes and
+carries one subflow (the receiver listens on every address, so the joins find it). Afterwards IPv6 is turned off again, which removes addresses, routes and
 neighbours, and the MPTCP endpoints are flushed.
 """
 
@@ -157,7 +157,7 @@ class KernelFlows:
             address = str(self.fabric.host(dst).nic(0).address)
             rx_out = open(self.dir / f"rx{i}.jsonl", "wb")  # noqa: SIM115 -- owned by the child
             self.processes.append(self.node(dst).popen(
-                [py, "-m", "experiments.kernel_flow", "serve", "--bind", address, *common],
+                [py, "-m", "experiments.kernel_flow", "serve", "--bind", "::", *common],
                 stdout=rx_out, stderr=subprocess.DEVNULL))
             tx_out = open(self.dir / f"tx{i}.jsonl", "wb")  # noqa: SIM115
             self.processes.append(self.node(src).popen(

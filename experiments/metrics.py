@@ -68,6 +68,8 @@ class TransportResult:
     hosts: dict[str, dict[str, float]] = field(default_factory=dict)
     planes: dict[str, int] = field(default_factory=dict)  # plane -> bytes sent by host NICs
     base_rtt_s: float | None = None
+    # EV state changes reported by the agents: t, host, qpn, ev, path, old, new, reason
+    ev_transitions: list[dict[str, object]] = field(default_factory=list)
 
 
 def flow_name(src: str, dst: str) -> str:
@@ -241,6 +243,51 @@ def recovery(
     return None
 
 
+def affected_labels(fabric: Fabric, target: str) -> set[str]:
+    """Labels (``p0-s1``) of the paths that cross a failed link or switch."""
+    labels: set[str] = set()
+    hosts = [h.name for h in fabric.hosts]
+    if " <-> " in target:
+        a, b = target.split(" <-> ")
+        nodes = {a, b}
+    else:
+        nodes = {target}
+    for src in hosts:
+        for dst in hosts:
+            if src == dst:
+                continue
+            for path in fabric.paths(src, dst):
+                chain = [src, *(hop.switch for hop in path.hops), dst]
+                pairs = {frozenset(pair) for pair in zip(chain, chain[1:], strict=False)}
+                if (len(nodes) == 2 and frozenset(nodes) in pairs) or (
+                    len(nodes) == 1 and nodes <= set(chain)
+                ):
+                    labels.add(path.label)
+    return labels
+
+
+def detection(
+    fabric: Fabric, transitions: Sequence[Mapping[str, object]], mark: FaultMark,
+    window: float = 2.0,
+) -> tuple[float | None, float | None, int]:
+    """How fast senders stopped trusting the failed paths: (median, max, QPs) of the delay
+    from the fault to each QP's first EV on an affected path going ASSUMED_BAD."""
+    labels = affected_labels(fabric, mark.target)
+    first: dict[tuple[str, str], float] = {}
+    for tr in transitions:
+        t = float(tr.get("t", 0.0))  # type: ignore[arg-type]
+        if not mark.t <= t <= mark.t + window:
+            continue
+        if str(tr.get("new", "")).upper() != "ASSUMED_BAD" or str(tr.get("path")) not in labels:
+            continue
+        key = (str(tr.get("host")), str(tr.get("qpn")))
+        first[key] = min(first.get(key, math.inf), t - mark.t)
+    delays = sorted(first.values())
+    if not delays:
+        return None, None, 0
+    return percentile(delays, 0.5), delays[-1], len(delays)
+
+
 # -- the summary ---------------------------------------------------------------------------------
 
 
@@ -276,9 +323,16 @@ def summarise(
     for mark in result.faults:
         if mark.action in ("down", "kill"):
             took = recovery(series, capacity, mark.t, interval)
-            rtts = took / result.base_rtt_s if took is not None and result.base_rtt_s else None
-            recoveries.append({"t": mark.t, "fault": f"{mark.action} {mark.target}",
-                               "recovery_s": took, "recovery_rtts": rtts})
+            rtt = result.base_rtt_s
+            rtts = took / rtt if took is not None and rtt else None
+            median, worst, qps = detection(fabric, result.ev_transitions, mark)
+            recoveries.append({
+                "t": mark.t, "fault": f"{mark.action} {mark.target}",
+                "recovery_s": took, "recovery_rtts": rtts,
+                "ev_failover_p50_s": median, "ev_failover_max_s": worst,
+                "ev_failover_p50_rtts": median / rtt if median is not None and rtt else None,
+                "ev_failover_qps": qps,
+            })
     totals: dict[str, float] = {}
     for stats in result.hosts.values():
         for key, value in stats.items():
@@ -320,15 +374,15 @@ def summary_rows(metrics: Mapping[str, Mapping[str, object]]) -> list[list[str]]
     rows = []
     for name, m in metrics.items():
         rec = m.get("recovery") or []
-        rec_text = "-"
+        rec_text = ev_text = "-"
         if isinstance(rec, list) and rec:
             first = rec[0]
             took = first.get("recovery_s")
-            if took is None:
-                rec_text = "never"
-            else:
-                rtts = first.get("recovery_rtts")
-                rec_text = format_seconds(took) + (f" ({rtts:.0f} RTT)" if rtts else "")
+            rec_text = "never" if took is None else format_seconds(took)
+            failover = first.get("ev_failover_p50_s")
+            if failover is not None:
+                rtts = first.get("ev_failover_p50_rtts")
+                ev_text = f"{failover * 1000:.1f} ms" + (f" ({rtts:.1f} RTT)" if rtts else "")
         p50 = m.get("flow_completion_p50_s")
         worst = m.get("flow_completion_max_s")
         rows.append([
@@ -341,6 +395,7 @@ def summary_rows(metrics: Mapping[str, Mapping[str, object]]) -> list[list[str]]
             f"{int(float(m.get('nacks', 0)))}",  # type: ignore[arg-type]
             str(_get(m.get("switch_totals"), "trimmed")),
             rec_text,
+            ev_text,
         ])
     return rows
 
@@ -350,4 +405,4 @@ def _get(mapping: object, key: str) -> object:
 
 
 SUMMARY_COLUMNS = ["transport", "goodput/capacity", "goodput", "flow completion p50/max",
-                   "RTOs", "NACKs", "trims", "recovery after failure"]
+                   "RTOs", "NACKs", "trims", "goodput recovery", "EV failover p50"]

@@ -48,7 +48,8 @@ def plot_goodput(out: Path, fabric: Fabric, interval: float,
         ax.plot([t for t, _ in series], [g / 1e6 for _, g in series], label=r.name,
                 linewidth=1.6)
         if i == 0:
-            cap = capacity_series(fabric, r.flows, r.faults, r.duration, interval)
+            longest = max(x.duration for x in results)
+            cap = capacity_series(fabric, r.flows, r.faults, longest, interval)
             ax.plot([t for t, _ in cap], [c / 1e6 for _, c in cap], color="gray",
                     linestyle="--", linewidth=1, label="capacity (max-min, with faults)")
             _fault_markers(ax, r, label=True)

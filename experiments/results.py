@@ -10,6 +10,7 @@ A run writes its raw records; :func:`render` (the end of ``mrc-testbed run`` and
     completions.csv      transport, flow, message, size, start_s, end_s
     faults.csv           transport, time_s, action, target
     ev_states.csv        transport, time_s, GOOD, ASSUMED_BAD, UNKNOWN, DENIED
+    ev_transitions.csv   transport, t, host, qpn, ev, path, old, new, reason (agent EV changes)
     switches.csv         transport, switch, trimmed, ecn_marked, drops
     hosts/TRANSPORT.json per-host agent statistics (deltas over the transport's run)
     --- derived ---
@@ -43,6 +44,7 @@ from experiments.metrics import (
 from topologies import Fabric, parse_topology
 
 EV_STATES = ("GOOD", "ASSUMED_BAD", "UNKNOWN", "DENIED")
+TRANSITION_FIELDS = ("t", "host", "qpn", "ev", "path", "old", "new", "reason")
 
 
 class ResultsError(ValueError):
@@ -86,6 +88,9 @@ def write_raw(out: Path, scenario_raw: dict[str, Any], topology: dict[str, Any],
     _write_csv(out / "switches.csv", ["transport", "switch", "trimmed", "ecn_marked", "drops"],
                [[r.name, sw, c.get("trimmed", 0), c.get("ecn_marked", 0), c.get("drops", 0)]
                 for r in results for sw, c in sorted(r.switches.items())])
+    _write_csv(out / "ev_transitions.csv", ["transport", *TRANSITION_FIELDS],
+               [[r.name, *(tr.get(k, "") for k in TRANSITION_FIELDS)]
+                for r in results for tr in r.ev_transitions])
     hosts = out / "hosts"
     hosts.mkdir(exist_ok=True)
     for r in results:
@@ -133,6 +138,10 @@ def load_raw(out: Path) -> tuple[Fabric, float, list[TransportResult]]:
         for row in _read_csv(out, "ev_states.csv"):
             results[row["transport"]].ev_states.append(
                 {"t": float(row["time_s"]), **{k: float(row[k]) for k in EV_STATES}})
+        for row in _read_csv(out, "ev_transitions.csv"):
+            transition: dict[str, object] = {k: row[k] for k in TRANSITION_FIELDS}
+            transition["t"] = float(row["t"])
+            results[row["transport"]].ev_transitions.append(transition)
         for row in _read_csv(out, "switches.csv"):
             results[row["transport"]].switches[row["switch"]] = {
                 k: int(row[k]) for k in ("trimmed", "ecn_marked", "drops")}

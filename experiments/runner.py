@@ -367,6 +367,13 @@ class MrcFlows:
                     raw = c.stats().get("stats", {})
             except Exception:
                 continue
+            for tr in (raw.get("core", {}) if isinstance(raw, dict) else {}).get(
+                    "ev_transitions", []):
+                if isinstance(tr, dict) and "time" in tr:
+                    self.phase.result.ev_transitions.append({
+                        "t": round(float(tr["time"]) - self.phase.t0, 6), "host": host.name,
+                        **{k: tr.get(k, "") for k in ("qpn", "ev", "path", "old", "new",
+                                                      "reason")}})
             now = numbers(raw)
             base = self.stats_before.get(host.name, {})
             stats = {k: v - base.get(k, 0.0) for k, v in now.items()}

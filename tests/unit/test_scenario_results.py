@@ -84,6 +84,14 @@ def synthetic(name: str, rate_bps: float, fault: bool) -> TransportResult:
                      FaultMark(2.0, "up", "t0-p0-r0 <-> t1-p0-s0")]
     r.ev_states = [{"t": k * 0.5, "GOOD": 128 - (32 if 1 <= k * 0.5 < 2 else 0),
                     "ASSUMED_BAD": 32 if 1 <= k * 0.5 < 2 else 0} for k in range(9)]
+    r.ev_transitions = [
+        {"t": 1.004, "host": "h0", "qpn": 256, "ev": 3, "path": "p0-s0", "old": "GOOD",
+         "new": "ASSUMED_BAD", "reason": "rto"},
+        {"t": 1.010, "host": "h2", "qpn": 258, "ev": 9, "path": "p0-s0", "old": "GOOD",
+         "new": "ASSUMED_BAD", "reason": "rto"},
+        {"t": 1.002, "host": "h1", "qpn": 257, "ev": 5, "path": "p1-s1", "old": "GOOD",
+         "new": "ASSUMED_BAD", "reason": "rto"},
+    ] if fault else []
     r.switches = {"t0-p0-r0": {"trimmed": 12, "ecn_marked": 40, "drops": 0},
                   "t1-p0-s0": {"trimmed": 0, "ecn_marked": 3, "drops": 1}}
     r.hosts = {"h0": {"rtos": 0, "nacks": 5}, "h1": {"rtos": 1, "nacks": 7}}
@@ -102,7 +110,12 @@ def test_results_folder_round_trip(tmp_path: Path, fabric: Fabric) -> None:
     assert saved["mrc"]["goodput_fraction"] > saved["single-path"]["goodput_fraction"]
     assert saved["mrc"]["switch_totals"]["trimmed"] == 12
     assert saved["mrc"]["rtos"] == 1 and saved["mrc"]["nacks"] == 12
-    assert metrics["mrc"]["recovery"][0]["fault"] == "down t0-p0-r0 <-> t1-p0-s0"
+    first = metrics["mrc"]["recovery"][0]
+    assert first["fault"] == "down t0-p0-r0 <-> t1-p0-s0"
+    # Only the EVs of paths through the failed link count (p1-s1 does not cross it).
+    assert first["ev_failover_qps"] == 2
+    assert first["ev_failover_max_s"] == pytest.approx(0.010)
+    assert first["ev_failover_p50_rtts"] == pytest.approx(0.4)
     summary = (tmp_path / "summary.md").read_text()
     assert "| mrc |" in summary and "| single-path |" in summary
     # Re-rendering gives the same figures.
