@@ -206,7 +206,7 @@ class Context:
         except KeyError as exc:
             raise UsageError(str(exc.args[0])) from None
 
-    def client(self, name: str) -> SwitchClient:
+    def client(self, name: str, arbitrate: bool = False) -> SwitchClient:
         self.switch_of(name)
         try:
             target = self.endpoints.address_of(name)
@@ -219,7 +219,7 @@ class Context:
             timeout=self.options.timeout,
             name=name,
             p4info=self.info,
-        ).connect()
+        ).connect(arbitrate=arbitrate)
 
 
 def _console(stderr: bool = False) -> Any:

@@ -198,9 +198,11 @@ class SwitchClient:
                 self._stream_error = "stream closed by the switch"
             self._arbitration.put(None)
 
-    def connect(self) -> SwitchClient:
+    def connect(self, arbitrate: bool = True) -> SwitchClient:
         """Open the channel and the StreamChannel and win arbitration (or be backup).
 
+        With ``arbitrate`` False no StreamChannel is opened: enough for reads, which need no
+        arbitration, and it leaves the primary controller (e.g. ``mrc-ctl watch``) undisturbed.
         Raises :class:`SwitchUnreachable` (naming the switch and its address) when the server
         does not answer within ``timeout`` seconds.
         """
@@ -213,6 +215,8 @@ class SwitchClient:
                 self.name, self.address, f"no P4Runtime server answered within {self.timeout:g} s"
             ) from None
         self._stub = p4r_grpc.P4RuntimeStub(self._channel)
+        if not arbitrate:
+            return self
         self._stream_call = self._stub.StreamChannel(self._request_iter())
         self._reader = threading.Thread(
             target=self._read_stream, name=f"p4rt-stream-{self.name}", daemon=True

@@ -55,6 +55,7 @@ class SwitchWatch:
         self.client: SwitchClient | None = None
         self.reachable: bool | None = None  # None until the first attempt
         self.checks = 0
+        self.backup = False  # another controller with a higher election id is primary
         self.pushes: list[PushReport] = []  # every reconcile that wrote something
 
     def _connect(self) -> SwitchClient | None:
@@ -86,6 +87,12 @@ class SwitchWatch:
 
     def _reconcile(self, why: str) -> PushReport | None:
         assert self.client is not None
+        if not self.client.is_primary:
+            if not self.backup:
+                log.info("%s: another controller is primary; waiting", self.target.name)
+            self.backup = True
+            return None
+        self.backup = False
         intended = self.tables()[self.target.name]
         report = reconcile(self.client, self.info, intended, self.options)
         if report.changes or report.errors:
