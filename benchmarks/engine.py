@@ -18,7 +18,9 @@ from __future__ import annotations
 import argparse
 import cProfile
 import json
+import os
 import pstats
+import struct
 import sys
 import time
 from pathlib import Path
@@ -101,6 +103,18 @@ def run(packets: int, payload: int, message_packets: int, window: int, cc: str) 
     }
 
 
+def reference_ns() -> float:
+    """Nanoseconds per ``struct.pack_into`` of a data-packet tail: how fast this machine is now."""
+    tail = struct.Struct("!HHBBHIIQIIBBBBIIIII")
+    buf = bytearray(256)
+    args = tuple(range(19))
+    n = 200_000
+    start = time.process_time()
+    for _ in range(n):
+        tail.pack_into(buf, 58, *args)
+    return (time.process_time() - start) / n * 1e9
+
+
 def main(argv: list[str] | None = None) -> int:
     """Command line: run, print, optionally write JSON."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -114,6 +128,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--profile", action="store_true", help="print the 25 costliest functions")
     args = parser.parse_args(argv)
     results = []
+    reference = reference_ns()
+    load = os.getloadavg()[0]
+    print(f"machine: one struct.pack_into of a data-packet tail takes {reference:.0f} ns now; "
+          f"load average {load:.1f} on {os.cpu_count()} CPUs")  # fmt: skip
     for payload in args.payload:
         print(f"engine: {args.packets} packets of {payload} B, h0 -> h2, cc {args.cc} ...",
               flush=True)  # fmt: skip
@@ -125,6 +143,8 @@ def main(argv: list[str] | None = None) -> int:
             pstats.Stats(profiler).sort_stats("tottime").print_stats(25)
         else:
             figures = run(args.packets, payload, args.message_packets, args.window, args.cc)
+        figures["reference_pack_into_ns"] = reference
+        figures["load_average"] = load
         results.append(figures)
         print(
             f"  {figures['packets_per_second']:>10,.0f} packets per CPU second  "

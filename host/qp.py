@@ -155,6 +155,9 @@ class QueuePair:
         self._shared = shared
         self._regions = shared.regions.by_rkey
         self._cfg = cfg
+        self._rx_window = cfg.rx_window
+        self._ack_every = cfg.ack_every
+        self._ack_delay = cfg.ack_delay
         self._stats = shared.stats
         self.qpn = qpn
         self.remote_host = remote_host
@@ -682,7 +685,7 @@ class QueuePair:
             stats.drops["duplicate"] += 1
             self._note_ack(ev, ts, plane, spine, ecn, now, True)
             return
-        if d >= self._cfg.rx_window:
+        if d >= self._rx_window:
             stats.drops["psn_out_of_window"] += 1
             return
         psn = cum + d
@@ -746,13 +749,14 @@ class QueuePair:
         if ecn == wire.ECN_CE:
             self._ack_ce += 1
         # inline of _note_ack for the common case
-        self._ack_pending += 1
+        pending = self._ack_pending + 1
+        self._ack_pending = pending
         self._ack_echo = (ev, ts, plane, spine)
         self._ack_flags = wire.FLAG_ECN_ECHO if ecn == wire.ECN_CE else 0
-        if ack_req or self._ack_pending >= self._cfg.ack_every:
+        if ack_req or pending >= self._ack_every:
             self._send_ack(now)
         elif self._ack_deadline is None:
-            self._ack_deadline = now + self._cfg.ack_delay
+            self._ack_deadline = now + self._ack_delay
 
     def _note_ack(
         self, ev: int, ts: int, plane: int, spine: int, ecn: int, now: float, urgent: bool

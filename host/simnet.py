@@ -173,6 +173,14 @@ class SimNet:
         self._seq += 1
         heapq.heappush(self._heap, (when, self._seq, kind, a, b))
 
+    def inject(self, host: str, plane: int, frame: bytes | bytearray) -> None:
+        """Send a raw frame from ``host``'s NIC on ``plane`` (tests of the network itself)."""
+        self._enqueue(self._ports[(host, plane)], bytearray(frame))
+
+    def port_name(self, node: str, port: int) -> str:
+        """The counter name of a switch port (or of a host NIC when ``port`` is its plane)."""
+        return self._ports[(node, port)].name
+
     def kick(self, host: str) -> None:
         """Let a host send what it can now (call after posting work)."""
         self._push(self.now, _PUMP, host)
@@ -264,6 +272,7 @@ class SimNet:
         assert frame is not None
         port.current = None
         port.busy = False
+        self.port_counters[port.name]["tx"] += 1
         if port.high or port.low:
             self._start(port)
         faults = port.faults
