@@ -16,9 +16,11 @@ path to every other host -- and never computes an address or a path itself. It t
   a control request or a core timer;
 - serves the control socket (:mod:`host.control`; commands in :mod:`host.agent_commands`).
 
-``direct`` mode (testing and debugging back-to-back hosts with no switch in between): a frame
-whose destination carrier still holds uSIDs ending with this NIC's uSID is accepted as if the
-switches had consumed them (its destination address and MAC are set to the NIC's).
+A frame reaches the core only when its IPv6 destination is the NIC's address (the carrier a
+packet has once the switches consumed every uSID before the NIC's); anything else is counted as
+``misaddressed`` on its plane and dropped. ``direct`` mode (testing and debugging back-to-back
+hosts with no switch in between) also accepts a frame whose carrier still holds uSIDs, provided
+the last one is this NIC's: the frame is handed to the core as it arrived.
 """
 
 from __future__ import annotations
@@ -173,7 +175,8 @@ class Agent:
         self.loop_wakeups = 0
         self.timer_runs = 0
         self.core_errors = 0
-        self.direct_rewrites = 0
+        self.direct_accepted = 0  # frames accepted with uSIDs left (direct mode)
+        self._direct_ok: dict[bytes, bool] = {}  # destination -> accepted, per carrier seen
         self.regions: dict[str, MemoryRegion] = {}
         self.region_cursor = 1 << 32  # virtual address of the next region
         self._timer: float | None = None
@@ -354,7 +357,6 @@ class Agent:
         The core's output is sent after every round, at most :data:`BATCH` frames per plane.
         """
         ctx = self.context
-        direct = self.options.direct
         pcap = self.pcap
         active = list(planes)
         while active:
@@ -375,8 +377,10 @@ class Agent:
                     index = plane.nic.plane
                     address = plane.address
                     for frame in frames:
-                        if direct and frame[IPV6_DST] != address:
-                            frame = self._direct(plane, frame)
+                        if frame[IPV6_DST] != address and not self._other_destination(
+                            plane, frame
+                        ):
+                            continue
                         try:
                             ctx.receive_frame(index, frame, now)
                         except Exception:
@@ -385,17 +389,23 @@ class Agent:
                                 log.exception("core: receive_frame raised (%d bytes)", len(frame))
             self.after_core(now)
 
-    def _direct(self, plane: PlaneNic, frame: bytes) -> bytes:
-        """Direct mode: consume the uSIDs left before this NIC's, as the switches would have."""
-        try:
-            dst = ipaddress.IPv6Address(frame[IPV6_DST])
-        except ValueError:
-            return frame
-        left = usidlib.usids(dst)
-        if not left or left[-1] != plane.nic.usid or dst not in self.fabric.block:
-            return frame
-        self.direct_rewrites += 1
-        return plane.mac + frame[6:38] + plane.address + frame[54:]
+    def _other_destination(self, plane: PlaneNic, frame: bytes) -> bool:
+        """A frame not addressed to the NIC: accepted in direct mode when its carrier ends
+        with the NIC's uSID, else counted as misaddressed (returns False: drop it)."""
+        if self.options.direct:
+            dst = frame[IPV6_DST]
+            ok = self._direct_ok.get(dst)
+            if ok is None:
+                address = ipaddress.IPv6Address(dst)
+                left = usidlib.usids(address)
+                ok = bool(left) and left[-1] == plane.nic.usid and address in self.fabric.block
+                if len(self._direct_ok) < 4096:
+                    self._direct_ok[dst] = ok
+            if ok:
+                self.direct_accepted += 1
+                return True
+        plane.sock.misaddressed += 1
+        return False
 
     def after_core(self, now: float) -> None:
         """Send what the core has, drain its events, advance transfers, re-arm the timer."""
@@ -560,7 +570,7 @@ class Agent:
                 "loop_wakeups": self.loop_wakeups,
                 "timer_runs": self.timer_runs,
                 "core_errors": self.core_errors,
-                "direct_rewrites": self.direct_rewrites,
+                "direct_accepted": self.direct_accepted,
                 "control_requests": self.control.requests if self.control else 0,
                 "control_errors": self.control.errors if self.control else 0,
                 "pcap_frames": self.pcap.frames if self.pcap else 0,

@@ -81,6 +81,7 @@ class PlaneSocket:
         self.tx_packets = 0
         self.tx_bytes = 0
         self.ignored = 0  # frames that are not MRC (kernel noise, other protocols)
+        self.misaddressed = 0  # MRC frames for another address (counted by the agent)
         self.tx_errors = 0
         self.backlog_drops = 0
         self.backlog_peak = 0
@@ -174,6 +175,7 @@ class PlaneSocket:
             "tx_packets": self.tx_packets,
             "tx_bytes": self.tx_bytes,
             "ignored": self.ignored,
+            "misaddressed": self.misaddressed,
             "tx_errors": self.tx_errors,
             "backlog": len(self.backlog),
             "backlog_peak": self.backlog_peak,

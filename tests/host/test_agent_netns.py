@@ -224,17 +224,23 @@ def test_garbage_frames_are_counted_and_ignored(net: BackToBack, small: Fabric) 
         b"\xff" * 6 + bytes.fromhex(h1nic.mac.replace(":", "")) + b"\x08\x06" + b"\x00" * 28,
         bytes.fromhex(h0nic.mac.replace(":", "")) * 2 + b"\x88\xb5" + rng.randbytes(100),
     ]
+    # MRC frames for other NICs: h2's address, and (direct mode) a carrier ending with h1's uSID
+    h2addr = small.host("h2").nic(0).address.packed
+    leaf_to_h1 = next(p.carrier for p in small.paths("h0", "h1") if p.plane == 0).packed
+    misaddressed = [good[:38] + h2addr + good[54:], good[:38] + leaf_to_h1 + good[54:]]
     with net.client("h0") as h0:
         before = stats(h0)
-        inject(net, "h1", "h1-p0", mrc_like + not_mrc + ignored_by_socket)
+        inject(net, "h1", "h1-p0", mrc_like + not_mrc + ignored_by_socket + misaddressed)
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline:
             after = stats(h0)
-            if after["core"]["packets_received"] - before["core"]["packets_received"] >= len(
-                mrc_like
-            ) and after["planes"]["0"]["ignored"] - before["planes"]["0"]["ignored"] >= len(
-                not_mrc
-            ):
+            counts = (
+                after["core"]["packets_received"] - before["core"]["packets_received"],
+                after["planes"]["0"]["ignored"] - before["planes"]["0"]["ignored"],
+                after["planes"]["0"]["misaddressed"] - before["planes"]["0"]["misaddressed"],
+            )
+            wanted = (len(mrc_like), len(not_mrc), len(misaddressed))
+            if all(n >= w for n, w in zip(counts, wanted, strict=True)):
                 break
             time.sleep(0.05)
         assert h0.info()["host"] == "h0"  # alive
@@ -248,6 +254,9 @@ def test_garbage_frames_are_counted_and_ignored(net: BackToBack, small: Fabric) 
             reason
         )
     assert after["planes"]["0"]["ignored"] - before["planes"]["0"]["ignored"] == len(not_mrc)
+    assert after["planes"]["0"]["misaddressed"] - before["planes"]["0"]["misaddressed"] == len(
+        misaddressed
+    )
     assert after["agent"]["core_errors"] == 0
     # and the agent still moves data
     with net.client("h0") as h0, net.client("h1") as h1:
