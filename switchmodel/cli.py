@@ -142,6 +142,13 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="DIR",
         help="write IFACE_in.pcap and IFACE_out.pcap per port into DIR",
     )
+    parser.add_argument(
+        "--profile",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="profile the data path (cProfile) and write the stats to FILE at exit",
+    )
     parser.add_argument("--log-level", choices=LOG_LEVELS, default="info")
     parser.add_argument("--log-file", type=Path, default=None, help="log here instead of stderr")
     return parser
@@ -200,7 +207,11 @@ def main(argv: list[str] | None = None) -> int:
         return 1
 
     dataplane = DataPlane(
-        ports, priorities=args.priority_queues, queue_depth=args.queue_depth, pcap_dir=args.pcap
+        ports,
+        priorities=args.priority_queues,
+        queue_depth=args.queue_depth,
+        pcap_dir=args.pcap,
+        profile=args.profile,
     )
     try:
         dataplane.open()

@@ -47,6 +47,8 @@ PACKET_MR_PROMISC = 1
 PACKET_IGNORE_OUTGOING = 23
 PACKET_OUTGOING = 4
 SIOCGIFMTU = 0x8921
+SO_SNDBUFFORCE = 32
+SO_RCVBUFFORCE = 33
 ETH_HEADER = 14
 
 RX_BATCH = 256  # frames read from one socket before looking at the others
@@ -118,8 +120,14 @@ def open_port_socket(intf: str) -> tuple[socket.socket, bool]:
         sock.bind((intf, ETH_P_ALL))
         mreq = struct.pack("iHH8s", ifindex, PACKET_MR_PROMISC, 0, b"")
         sock.setsockopt(SOL_PACKET, PACKET_ADD_MEMBERSHIP, mreq)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, SOCKET_BUFFER)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, SOCKET_BUFFER)
+        for force, plain in (
+            (SO_RCVBUFFORCE, socket.SO_RCVBUF),
+            (SO_SNDBUFFORCE, socket.SO_SNDBUF),
+        ):
+            try:  # as root, beyond net.core.rmem_max / wmem_max
+                sock.setsockopt(socket.SOL_SOCKET, force, SOCKET_BUFFER)
+            except PermissionError:
+                sock.setsockopt(socket.SOL_SOCKET, plain, SOCKET_BUFFER)
     except OSError as exc:
         sock.close()
         raise DataPlaneError(f"interface '{intf}': {exc.strerror}") from None
@@ -141,6 +149,7 @@ class DataPlane:
         priorities: int = 2,
         queue_depth: int = 64,
         pcap_dir: Path | None = None,
+        profile: Path | None = None,
     ) -> None:
         self.priorities = priorities
         self.queue_depth = queue_depth
@@ -156,6 +165,7 @@ class DataPlane:
         self._stopping = False
         self._thread: threading.Thread | None = None
         self._buffer = bytearray(RX_BUFFER)
+        self._profile = profile
         self.unknown_port_drops = 0
 
     # -- life cycle --------------------------------------------------------------------------
@@ -190,7 +200,7 @@ class DataPlane:
         """Open the ports (if not yet) and run the event loop in its own thread."""
         if not self._ports:
             self.open()
-        self._thread = threading.Thread(target=self.run, name="dataplane", daemon=True)
+        self._thread = threading.Thread(target=self._run_thread, name="dataplane", daemon=True)
         self._thread.start()
 
     def stop(self) -> None:
@@ -201,6 +211,18 @@ class DataPlane:
             self._thread.join(timeout=5)
             self._thread = None
         self.close()
+
+    def _run_thread(self) -> None:
+        if self._profile is None:
+            self.run()
+            return
+        import cProfile
+
+        profiler = cProfile.Profile()
+        try:
+            profiler.runcall(self.run)
+        finally:
+            profiler.dump_stats(str(self._profile))
 
     def wake(self) -> None:
         """Make the event loop look at its queues again (from another thread)."""
@@ -280,6 +302,7 @@ class DataPlane:
         max_frame = port.max_frame
         pcap = port.pcap_in
         received = 0
+        now = time.monotonic()
         with self.lock:
             state = self.state
             for _ in range(RX_BATCH):
@@ -314,7 +337,23 @@ class DataPlane:
                     self.unknown_port_drops += 1
                     continue
                 queue = target.queue
-                if queue.enqueue((out, n, priority, queue.length), len(out), priority) is None:
+                if not target.blocked and queue.admit(len(out), now):
+                    # cut-through: the port is idle, the packet leaves at once (enq_qdepth 0)
+                    try:
+                        target.sock.send(out)
+                    except BlockingIOError:
+                        queue.push_front((out, n, priority, 0), len(out), priority)
+                        self._block(target)
+                        continue
+                    except OSError as exc:
+                        target.tx_errors += 1
+                        log.debug("port %d (%s): send failed: %s", out_port, target.intf, exc)
+                        continue
+                    target.tx_frames += 1
+                    egress(state, out_port, 0, n)
+                    if target.pcap_out is not None:
+                        target.pcap_out.write(out)
+                elif queue.enqueue((out, n, priority, queue.length), len(out), priority) is None:
                     count_drop(state, DropReason.QUEUE_FULL, n)
         port.rx_frames += received
 
@@ -338,10 +377,7 @@ class DataPlane:
                         sock.send(frame)
                     except BlockingIOError:
                         queue.push_front(item, len(frame), priority)
-                        port.blocked = True
-                        self._selector.modify(
-                            sock, selectors.EVENT_READ | selectors.EVENT_WRITE, port
-                        )
+                        self._block(port)
                         break
                     except OSError as exc:
                         port.tx_errors += 1
@@ -358,6 +394,11 @@ class DataPlane:
         if earliest is None:
             return None
         return max(0.0, earliest - now)
+
+    def _block(self, port: _Port) -> None:
+        """The port's socket is full: wait until it is writable before sending more."""
+        port.blocked = True
+        self._selector.modify(port.sock, selectors.EVENT_READ | selectors.EVENT_WRITE, port)
 
     def _flush_pcaps(self) -> None:
         for port in self._ports.values():

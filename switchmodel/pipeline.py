@@ -63,7 +63,8 @@ MRC_DATA_LEN = 24
 
 QDEPTH_MASK = (1 << 19) - 1  # port_qdepth is bit<19>
 
-_IPV6_FIXED = struct.Struct("!IHBB")  # version|tc|flow label, payload length, next hdr, hop limit
+# version|tc|flow label, payload length, next header, hop limit, (source), destination
+_IPV6 = struct.Struct("!IHBB16xQQ")
 _ADDR = struct.Struct("!QQ")
 _SRH_FIXED = struct.Struct("!BBBBBBH")  # next hdr, hdr ext len, type, SL, last entry, flags, tag
 _U16 = struct.Struct("!H")
@@ -120,8 +121,7 @@ def ingress(frame: bytes | bytearray | memoryview, in_port: int, state: Pipeline
         return _drop(state, _NOT_IPV6, n)
     if n < ETH_LEN + IPV6_LEN:
         return _drop(state, _PARSE_ERROR, n)
-    vtf, _plen, next_hdr, hop_limit = _IPV6_FIXED.unpack_from(frame, ETH_LEN)
-    hi, lo = _ADDR.unpack_from(frame, 38)
+    vtf, _plen, next_hdr, hop_limit, hi, lo = _IPV6.unpack_from(frame, ETH_LEN)
     dst = hi << 64 | lo
     off = ETH_LEN + IPV6_LEN
     srh_off = -1
@@ -169,12 +169,16 @@ def ingress(frame: bytes | bytearray | memoryview, in_port: int, state: Pipeline
 
     new_dst = dst
     end_done = False
-    action = state.my_sid.lookup(dst)
-    if action is None:
+    action = None
+    for shift, bucket in state.my_sid._probes:  # LpmTable.lookup, inlined
+        action = bucket.get(dst >> shift)
+        if action is not None:
+            break
+    else:
         action = state.my_sid_default
     if action is not _NO_ACTION:
         if action is _USID_UN and dst & _LOW80:
-            new_dst = usid_shift(dst)
+            new_dst = (dst >> 96 << 96) | ((dst << 16) & _LOW96)  # usid_shift()
         elif srh_off >= 0 and segments_left > 0:  # End behaviour
             segments_left -= 1
             seg = srh_off + SRH_FIXED_LEN + SEGMENT_LEN * segments_left
@@ -184,7 +188,11 @@ def ingress(frame: bytes | bytearray | memoryview, in_port: int, state: Pipeline
         else:
             return _drop(state, _SID_END, n)
 
-    hop: NextHop | None = state.ipv6_lpm.lookup(new_dst)
+    hop: NextHop | None = None
+    for shift, routes in state.ipv6_lpm._probes:  # LpmTable.lookup, inlined
+        hop = routes.get(new_dst >> shift)
+        if hop is not None:
+            break
     hit = hop is not None
     if hop is None:
         hop = state.ipv6_lpm_default
@@ -192,7 +200,7 @@ def ingress(frame: bytes | bytearray | memoryview, in_port: int, state: Pipeline
     if port < 0:
         return _drop(state, _NO_ROUTE, n)
 
-    tc = (vtf >> 20) & 0xFF
+    tc = tc_in = (vtf >> 20) & 0xFF
     dscp = tc >> 2
     ecn = tc & 3
     trim = False
@@ -211,15 +219,15 @@ def ingress(frame: bytes | bytearray | memoryview, in_port: int, state: Pipeline
             tc = DSCP_TRIMMED << 2 | ecn
             priority = PRIORITY_HIGH
             counters.trimmed.count(port, n)
-        elif (ecn in (ECN_ECT0, ECN_ECT1)) and depth >= qos.ecn_threshold:
+        elif 0 < ecn < ECN_CE and depth >= qos.ecn_threshold:  # ECT(1) or ECT(0)
             tc = tc | ECN_CE
             counters.ecn_marked.count(port, n)
 
     # -- deparser --------------------------------------------------------------------------
     out = bytearray(frame[:headers_end]) if trim else bytearray(frame)
-    out[0:6] = hop.dmac
-    out[6:12] = hop.smac
-    _U32.pack_into(out, ETH_LEN, (vtf & 0xF00FFFFF) | (tc << 20))
+    out[0:12] = hop.macs
+    if tc != tc_in:
+        _U32.pack_into(out, ETH_LEN, (vtf & 0xF00FFFFF) | (tc << 20))
     out[21] = hop_limit
     if new_dst != dst:
         _ADDR.pack_into(out, 38, new_dst >> 64, new_dst & _LOW64)
@@ -248,4 +256,6 @@ def egress(state: PipelineState, port: int, enq_qdepth: int, length: int) -> Non
     """
     if 0 <= port < len(state.port_qdepth):
         state.port_qdepth[port] = enq_qdepth & QDEPTH_MASK
-    state.counters.port_out.count(port, length)
+        out = state.counters.port_out
+        out.packets[port] += 1
+        out.bytes[port] += length

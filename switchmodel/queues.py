@@ -78,6 +78,22 @@ class PortQueue(Generic[T]):
         self.length = observed + 1
         return observed
 
+    def admit(self, size: int, now: float) -> bool:
+        """Cut-through: True when an empty port may send a ``size``-byte packet at ``now``.
+
+        The packet then leaves without being queued (it would be the next one dequeued
+        anyway); its bits are taken from the bucket. False: enqueue it instead.
+        """
+        if self.length:
+            return False
+        if not self.rate_bps:
+            return True
+        self._refill(now)
+        if self._tokens < 0:
+            return False
+        self._tokens -= size * 8
+        return True
+
     def _refill(self, now: float) -> None:
         elapsed = now - self._last
         if elapsed > 0:

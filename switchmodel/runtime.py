@@ -26,10 +26,10 @@ from switchmodel.tables import (
     DROP_NO_ROUTE,
     NO_QOS,
     CounterArray,
-    NextHop,
     PipelineState,
     PortQos,
     SidAction,
+    next_hop,
 )
 
 Key = tuple[int, int]  # (value, prefix length); exact keys use the full width as length
@@ -362,7 +362,7 @@ class SwitchRuntime:
             elif table.name == contract.IPV6_LPM:
                 hop = DROP_NO_ROUTE
                 if action == contract.SET_NEXT_HOP:
-                    hop = NextHop(
+                    hop = next_hop(
                         params["port"],
                         params["smac"].to_bytes(6, "big"),
                         params["dmac"].to_bytes(6, "big"),

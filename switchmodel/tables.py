@@ -48,11 +48,17 @@ class SidAction(enum.IntEnum):
 
 
 class NextHop(NamedTuple):
-    """Action data of ``MrcIngress.set_next_hop``."""
+    """Action data of ``MrcIngress.set_next_hop`` (build it with :func:`next_hop`)."""
 
     port: int
     smac: bytes  # 6 bytes
     dmac: bytes  # 6 bytes
+    macs: bytes  # dmac + smac: the first 12 bytes of the rewritten Ethernet header
+
+
+def next_hop(port: int, smac: bytes, dmac: bytes) -> NextHop:
+    """The action data of ``set_next_hop(port, smac, dmac)``."""
+    return NextHop(port, smac, dmac, dmac + smac)
 
 
 class PortQos(NamedTuple):
@@ -63,7 +69,7 @@ class PortQos(NamedTuple):
 
 
 # ``drop_no_route`` as ipv6_lpm action data: a next hop no packet can leave by.
-DROP_NO_ROUTE = NextHop(-1, b"", b"")
+DROP_NO_ROUTE = NextHop(-1, b"", b"", b"")
 # ``NoAction`` as port_qos action data: thresholds no bit<19> queue depth ever reaches.
 NO_QOS = PortQos(1 << 19, 1 << 19)
 

@@ -15,10 +15,10 @@ from switchmodel.tables import (
     DROP_NO_ROUTE,
     NO_QOS,
     DropReason,
-    NextHop,
     PipelineState,
     PortQos,
     SidAction,
+    next_hop,
 )
 from topologies import usid as usidlib
 
@@ -47,7 +47,7 @@ def t1_state() -> PipelineState:
     state.my_sid.insert(*net(T1.usid_prefix), SidAction.USID_UN)
     state.my_sid.insert(int(T1.end_sid), 128, SidAction.SRV6_END)
     state.ipv6_lpm.insert(
-        *net(T0_DST.usid_prefix), NextHop(OUT_PORT, mac(NEXT_SMAC), mac(NEXT_DMAC))
+        *net(T0_DST.usid_prefix), next_hop(OUT_PORT, mac(NEXT_SMAC), mac(NEXT_DMAC))
     )
     return state
 
@@ -131,7 +131,7 @@ def test_explicit_drop_no_route_entry() -> None:
 def test_longest_prefix_wins() -> None:
     state = t1_state()
     target = usidlib.carrier(FABRIC.block, [T0_DST.usid, H2.usid])
-    state.ipv6_lpm.insert(int(target), 128, NextHop(7, mac(NEXT_SMAC), mac(NEXT_DMAC)))
+    state.ipv6_lpm.insert(int(target), 128, next_hop(7, mac(NEXT_SMAC), mac(NEXT_DMAC)))
     expect_forward(ingress(mrc_frame(target), 1, state), 7, 0)
     other = usidlib.carrier(FABRIC.block, [T0_DST.usid, H0.usid])
     expect_forward(ingress(mrc_frame(other), 1, state), OUT_PORT, 0)
@@ -139,7 +139,7 @@ def test_longest_prefix_wins() -> None:
 
 def test_modified_default_route_forwards_without_priority_or_trim() -> None:
     state = t1_state()
-    state.ipv6_lpm_default = NextHop(9, mac(NEXT_SMAC), mac(NEXT_DMAC))
+    state.ipv6_lpm_default = next_hop(9, mac(NEXT_SMAC), mac(NEXT_DMAC))
     state.port_qos.entries[9] = PortQos(0, 0)
     frame = mrc_frame("2001:db8::1", dscp=48, ecn=2)
     out = expect_forward(ingress(frame, 1, state), 9, 0)  # the program returns on a miss
@@ -268,7 +268,7 @@ def test_four_segments_are_accepted() -> None:
     state.ipv6_lpm.insert(
         int(ipaddress.IPv6Address("fcbb:bb00:1::2")),
         128,
-        NextHop(5, mac(NEXT_SMAC), mac(NEXT_DMAC)),
+        next_hop(5, mac(NEXT_SMAC), mac(NEXT_DMAC)),
     )
     out = expect_forward(ingress(frame, 1, state), 5, 0)
     assert out == mrc_frame(

@@ -8,7 +8,7 @@ from sm_packets import mrc_frame, small_fabric
 
 from switchmodel.pipeline import Forward, count_drop, egress, ingress
 from switchmodel.queues import PortQueue
-from switchmodel.tables import DropReason, NextHop, PipelineState, PortQos
+from switchmodel.tables import DropReason, PipelineState, PortQos, next_hop
 
 FABRIC = small_fabric()
 DST = FABRIC.host("h0").nic(0).address
@@ -100,7 +100,7 @@ def test_bad_configuration_is_named() -> None:
 
 def _switch(trim_threshold: int | None) -> PipelineState:
     state = PipelineState()
-    state.ipv6_lpm.insert(int(DST), 48, NextHop(2, b"\x02" * 6, b"\x04" * 6))
+    state.ipv6_lpm.insert(int(DST), 48, next_hop(2, b"\x02" * 6, b"\x04" * 6))
     if trim_threshold is not None:
         state.port_qos.entries[2] = PortQos(trim_threshold, trim_threshold)
     return state
