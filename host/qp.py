@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import collections
 import random
+import zlib
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
@@ -52,6 +53,9 @@ if TYPE_CHECKING:
 
 PSN_MASK = wire.PSN_MASK
 PSN_HALF = 1 << 23
+# a reply arriving after probe_timeout (slow emulated paths) still reinstates its EV if it comes
+# within this many timeouts of the probe
+LATE_PROBE_FACTOR = 64
 NS = 1_000_000_000
 
 
@@ -175,7 +179,8 @@ class QueuePair:
         if not policy.spray:
             if policy.single_ev == "hash":
                 salt = rng.getrandbits(32)
-                chosen = slots[hash((qpn, remote_host, salt)) % len(slots)]
+                key = zlib.crc32(f"{qpn}/{remote_host}".encode()) ^ salt
+                chosen = slots[key % len(slots)]
             else:
                 chosen = slots[0]
             self.ev_table.pin(chosen)
@@ -193,7 +198,8 @@ class QueuePair:
         for slot in slots:
             self._groups[self._group_of(slot)].append(slot)
         self._probe_due: dict[int, float] = {}
-        self._probes: dict[int, tuple[EvSlot, float]] = {}
+        self._probes: dict[int, tuple[EvSlot, float]] = {}  # waiting for a reply
+        self._late_probes: dict[int, tuple[EvSlot, float]] = {}  # timed out, reply still welcome
         self._next_probe_id = 1
         # sender
         self._send_queue: collections.deque[_TxMessage] = collections.deque()
@@ -201,6 +207,7 @@ class QueuePair:
         self._retx: collections.deque[_TxPacket] = collections.deque()
         self._next_psn = 0
         self._snd_una = 0
+        self._psn_origin = 0
         self._next_msg_id = 1
         self._tsn = 0
         self._highest_acked_tsn = -1
@@ -209,6 +216,7 @@ class QueuePair:
         self._pending_messages = 0
         # receiver
         self._rcv_cum = 0
+        self._rcv_origin = 0
         self._rcv_set: set[int] = set()
         self._rcv_max = -1
         self._rx_msgs: dict[int, _RxMessage] = {}
@@ -240,11 +248,22 @@ class QueuePair:
 
     # -- public API ------------------------------------------------------------------------------
 
-    def connect(self, remote_qpn: int) -> None:
-        """Bind this QP to the remote QP number (exchanged out of band)."""
+    def connect(self, remote_qpn: int, *, send_psn: int = 0, expect_psn: int = 0) -> None:
+        """Bind this QP to the remote QP number (exchanged out of band).
+
+        ``send_psn`` is the first PSN this QP sends, ``expect_psn`` the first it expects (the
+        peer's ``send_psn``); both default to 0, as in RDMA's sq_psn / rq_psn.
+        """
         if not 0 < remote_qpn <= wire.QPN_MASK:
             raise ValueError(f"remote QP number {remote_qpn}: expected 1..{wire.QPN_MASK}")
+        for name, value in (("send_psn", send_psn), ("expect_psn", expect_psn)):
+            if not 0 <= value <= wire.PSN_MASK:
+                raise ValueError(f"{name} {value}: expected a 24-bit PSN")
+        if self._next_psn != self._psn_origin or self._rcv_cum != self._rcv_origin:
+            raise RuntimeError(f"QP {self.qpn} already carried traffic: connect it before posting")
         self.remote_qpn = remote_qpn
+        self._next_psn = self._snd_una = self._psn_origin = send_psn
+        self._rcv_cum = self._rcv_origin = expect_psn
 
     def post_write(
         self, data: bytes | bytearray | memoryview, remote_addr: int, rkey: int, wr_id: int = 0
@@ -361,7 +380,7 @@ class QueuePair:
 
     def on_probe_reply(self, pkt: wire.ProbePacket, now: float) -> None:
         """A probe came back: reinstate its EV (and path)."""
-        found = self._probes.pop(pkt.probe_id, None)
+        found = self._probes.pop(pkt.probe_id, None) or self._late_probes.pop(pkt.probe_id, None)
         if found is None:
             self._stats.drops["unknown_probe"] += 1
             return
@@ -388,9 +407,13 @@ class QueuePair:
 
     def _run_probes(self, now: float) -> None:
         cfg = self._cfg
+        late = self._late_probes
+        for probe_id, (_, sent) in list(late.items()):
+            if sent + LATE_PROBE_FACTOR * cfg.probe_timeout <= now:
+                del late[probe_id]
         for probe_id, (slot, sent) in list(self._probes.items()):
             if sent + cfg.probe_timeout <= now:
-                del self._probes[probe_id]
+                late[probe_id] = self._probes.pop(probe_id)
                 self._stats.probes_timed_out += 1
                 self._shared.events.append(PathProbeTimedOut(self.qpn, slot.ev, probe_id, now))
         for key, due in list(self._probe_due.items()):

@@ -203,3 +203,66 @@ def test_unknown_qp_and_garbage_are_counted(make_net: Any) -> None:
     ctx.receive_frame(0, frame, 0.0)
     drops = ctx.stats()["drops"]
     assert drops["truncated"] == 1 and drops["not_ipv6"] == 1 and drops["unknown_qp"] == 1
+
+
+def test_psns_wrap_at_24_bits(make_net: Any) -> None:
+    net = make_net(seed=11)
+    net.sim.set_faults(loss=0.02, reorder=0.2)
+    a, b = net.host("h0"), net.host("h2")
+    qa = a.create_qp("h2", net.fabric.paths("h0", "h2"), cq=net.cqs["h0"])
+    qb = b.create_qp("h0", net.fabric.paths("h2", "h0"), cq=net.cqs["h2"])
+    start = (1 << 24) - 60
+    qa.connect(qb.qpn, send_psn=start, expect_psn=0)
+    qb.connect(qa.qpn, send_psn=0, expect_psn=start)
+    data = pattern(200 * 4096, 5)
+    qa.post_write_imm(data, BASE, net.regions["h2"].rkey, imm=1)
+    net.sim.kick("h0")
+    net.run(30.0, stop=lambda: len(net.cqs["h0"]) == 1)
+    assert net.cqs["h0"].poll()[0].status == "ok"
+    assert net.regions["h2"].read(BASE, len(data)) == data
+    assert [c.imm for c in net.cqs["h2"].poll()] == [1]
+    with pytest.raises(RuntimeError, match="already carried traffic"):
+        qa.connect(qb.qpn)
+    with pytest.raises(ValueError, match="24-bit PSN"):
+        qb.connect(qa.qpn, send_psn=1 << 24)
+
+
+def test_ecmp_choice_is_reproducible(make_net: Any) -> None:
+    chosen = []
+    for _ in range(2):
+        net = make_net(seed=1)
+        flow = net.connect("h0", "h2", policy="ecmp")
+        chosen.append(flow.sender.ev_table.pinned.ev)
+    assert chosen[0] == chosen[1]
+
+
+def test_operator_release_probes_an_ev_back(make_net: Any) -> None:
+    net = make_net()
+    flow = net.connect("h0", "h2")
+    ctx = net.hosts["h0"]
+    ev = flow.sender.ev_table.evs()[5].ev
+    ctx.set_ev_state(flow.sender.qpn, ev, EvState.DENIED, now=0.0)
+    net.sim.kick("h0")
+    net.run(0.05)
+    assert flow.sender.ev_table.state(ev) is EvState.DENIED  # never probed while denied
+    ctx.set_ev_state(flow.sender.qpn, ev, EvState.UNKNOWN, now=net.sim.now)
+    net.sim.kick("h0")
+    net.run(0.1)
+    assert flow.sender.ev_table.state(ev) is EvState.GOOD
+    changes = [(e.old, e.new, e.reason) for e in net.events if isinstance(e, EvStateChanged)]
+    assert changes == [("good", "denied", "operator"), ("denied", "unknown", "operator"),
+                       ("unknown", "good", "probe_reply")]  # fmt: skip
+
+
+def test_a_late_probe_reply_still_reinstates(make_net: Any) -> None:
+    config = StackConfig(probe_timeout=50e-6, probe_interval=10e-3)  # far below the RTT
+    net = make_net(config=config)
+    flow = net.connect("h0", "h2")
+    ctx = net.hosts["h0"]
+    ev = flow.sender.ev_table.evs()[0].ev
+    ctx.set_ev_state(flow.sender.qpn, ev, EvState.UNKNOWN, now=0.0)
+    net.sim.kick("h0")
+    net.run(0.009)
+    assert flow.sender.ev_table.state(ev) is EvState.GOOD
+    stats = ctx.stats()
+    assert stats["probes_timed_out"] >= 1 and stats["probe_replies_received"] >= 1
