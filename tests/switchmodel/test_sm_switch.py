@@ -115,7 +115,7 @@ def route(client: SwitchClient, trim: int | None = None) -> None:
 
 def test_no_pipeline_drops_then_forwards_with_pcap(make_rig, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     pcaps = tmp_path / "pcap"
-    rig = make_rig("fw", pcap_dir=pcaps)
+    rig = make_rig("fw", pcap_dir=pcaps, mtu=1000)
     frame = mrc_frame(DST, hlim=9)
     rig.inbound.send(frame)
     assert rig.outbound.recv(0.5) is None  # no pipeline: everything is dropped
@@ -127,13 +127,17 @@ def test_no_pipeline_drops_then_forwards_with_pcap(make_rig, tmp_path: Path) -> 
     assert got == mrc_frame(DST, hlim=8, smac=OUT_SMAC, dmac=OUT_DMAC)
     assert rig.client.read_counter("MrcIngress.port_in")[1] == (1, len(frame))
     assert rig.client.read_counter("MrcEgress.port_out")[2] == (1, len(frame))
+    oversize = mrc_frame(DST, payload=bytes(1000))  # an IPv6 packet beyond --mtu 1000
+    rig.inbound.send(oversize)
+    assert rig.outbound.recv(0.5) is None
+    assert rig.client.read_counter("MrcIngress.drops")[DropReason.OVERSIZE] == (1, len(oversize))
     rig.switch.stop()  # flushes the capture files
     names = sorted(p.name for p in pcaps.iterdir())
     assert names == sorted(f"{rig.switch.ports[n]}_{d}.pcap" for n in (1, 2) for d in ("in", "out"))
     captured_out = [bytes(p) for p in rdpcap(str(pcaps / f"{rig.switch.ports[2]}_out.pcap"))]
     assert captured_out == [got]
     captured_in = [bytes(p) for p in rdpcap(str(pcaps / f"{rig.switch.ports[1]}_in.pcap"))]
-    assert captured_in == [frame, frame]
+    assert captured_in == [frame, frame, oversize]
 
 
 def test_idle_switch_sleeps(make_rig) -> None:  # type: ignore[no-untyped-def]
