@@ -28,6 +28,9 @@ __all__ = ["CompletionQueue", "Context", "MemoryRegion", "NicLike", "QueuePair"]
 
 FIRST_QPN = 0x100
 _decode_data = wire.decode_data
+_decode_ack = wire.decode_ack
+_OPCODE_AT = wire.OFF_BTH
+_OP_ACK = wire.OP_ACKNOWLEDGE
 
 
 class NicLike(Protocol):
@@ -198,24 +201,27 @@ class Context:
         stats.packets_received += 1
         stats.bytes_received += size
         try:
-            if size <= self._max_frame:
-                fields = _decode_data(frame)
-                if fields is not None:
-                    qp = self._qps.get(fields[0])
-                    if qp is None:
-                        stats.drops["unknown_qp"] += 1
+            if size <= self._max_frame and size > _OPCODE_AT:
+                opcode = frame[_OPCODE_AT]
+                if opcode == _OP_ACK:
+                    ack = _decode_ack(frame)
+                    if ack is not None:
+                        qp = self._qps.get(ack[0])
+                        if qp is None:
+                            stats.drops["unknown_qp"] += 1
+                            return
+                        qp.on_ack_fields(ack, now)
                         return
-                    stats.data_packets_received += 1
-                    qp.on_data_fields(fields, now)
-                    return
-                ack = wire.decode_ack(frame)
-                if ack is not None:
-                    qp = self._qps.get(ack[0])
-                    if qp is None:
-                        stats.drops["unknown_qp"] += 1
+                else:
+                    fields = _decode_data(frame)
+                    if fields is not None:
+                        qp = self._qps.get(fields[0])
+                        if qp is None:
+                            stats.drops["unknown_qp"] += 1
+                            return
+                        stats.data_packets_received += 1
+                        qp.on_data_fields(fields, now)
                         return
-                    qp.on_ack_fields(ack, now)
-                    return
             pkt = wire.parse(frame, self._max_frame)
             qp = self._qps.get(pkt.outer.dest_qp)
             if qp is None:

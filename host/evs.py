@@ -146,9 +146,8 @@ class EvTable:
         self._by_ev = {s.ev: s for s in slots}
         self._rng = rng
         self._good: list[EvSlot] = []
-        self._by_plane: list[list[EvSlot]] = []
-        self._rr = rng.randrange(1 << 16)
-        self._plane_rr = rng.randrange(1 << 16)
+        self.order: list[EvSlot] = []  #: the spraying cycle over GOOD EVs
+        self.rr = rng.randrange(1 << 30)  #: position in the cycle (random start)
         self._fixed: EvSlot | None = None
         self._refresh()
 
@@ -157,7 +156,11 @@ class EvTable:
         planes: dict[int, list[EvSlot]] = {}
         for s in self._good:
             planes.setdefault(s.plane, []).append(s)
-        self._by_plane = [planes[p] for p in sorted(planes)]
+        lists = [planes[p] for p in sorted(planes)]
+        # one spraying cycle: planes in turn, each plane's GOOD EVs in turn, so every plane
+        # (every NIC) carries the same share however many of its EVs are GOOD
+        longest = max((len(x) for x in lists), default=0)
+        self.order = [x[i % len(x)] for i in range(longest) for x in lists]
 
     def pin(self, slot: EvSlot) -> None:
         """Use only ``slot`` from now on, whatever its state (single-path and ECMP policies)."""
@@ -173,20 +176,14 @@ class EvTable:
         return len(self._good)
 
     def next(self) -> EvSlot | None:
-        """The EV for the next packet (None if none is GOOD).
-
-        Round robin over the planes that have a GOOD EV, and within the plane over its GOOD
-        EVs: every NIC carries an equal share however many paths of its plane are retired.
-        """
+        """The EV for the next packet (None if none is GOOD): the next one of the cycle."""
         if self._fixed is not None:
             return self._fixed
-        planes = self._by_plane
-        if not planes:
+        order = self.order
+        if not order:
             return None
-        self._plane_rr += 1
-        good = planes[self._plane_rr % len(planes)]
-        self._rr += 1
-        return good[(self._rr // len(planes)) % len(good)]
+        self.rr = rr = self.rr + 1
+        return order[rr % len(order)]
 
     def next_other(self, avoid: EvSlot) -> EvSlot | None:
         """Like :meth:`next` but not ``avoid`` when another GOOD EV exists (retransmissions)."""

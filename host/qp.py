@@ -460,7 +460,6 @@ class QueuePair:
         cfg = self._cfg
         mtu = cfg.mtu
         limit = min(cfg.max_outstanding, cfg.rx_window - 1)
-        next_ev = table.next
         encode = wire.encode_data
         append = out.append
         remote_qpn = self.remote_qpn
@@ -472,10 +471,13 @@ class QueuePair:
         sent = 0
         sent_bytes = 0
         payload_bytes = 0
-        while queue and inflight < cwnd and psn < psn_limit:
-            slot = next_ev()
-            if slot is None:
-                break
+        pinned = table.pinned
+        order = table.order if pinned is None else [pinned]
+        count = len(order)
+        rr = table.rr
+        while queue and inflight < cwnd and psn < psn_limit and count:
+            rr += 1
+            slot = order[rr % count]
             msg = queue[0]
             offset = msg.offset
             length = msg.length - offset
@@ -506,6 +508,7 @@ class QueuePair:
             sent += 1
             sent_bytes += len(frame)
             payload_bytes += length
+        table.rr = rr
         self.inflight = inflight
         self._next_psn = psn
         self._tsn = tsn
@@ -612,23 +615,41 @@ class QueuePair:
             stats.drops["ack_out_of_window"] += 1
             return
         outstanding = self._outstanding
-        acked = 0
+        pop = outstanding.pop
+        freed: list[_TxPacket] = []
         if d:
-            pop = outstanding.pop
             for psn in range(una, una + d):
                 rec = pop(psn, None)
                 if rec is not None:
-                    acked += self._acked(rec, now)
+                    freed.append(rec)
             self._snd_una = una = una + d
         if bitmap:
             base = una + ((sack_base - una) & PSN_MASK)
-            if base - una < self._cfg.rx_window:
+            if base - una < self._rx_window:
                 while bitmap:
                     low = bitmap & -bitmap
-                    rec = outstanding.pop(base + low.bit_length() - 1, None)
+                    rec = pop(base + low.bit_length() - 1, None)
                     if rec is not None:
-                        acked += self._acked(rec, now)
+                        freed.append(rec)
                     bitmap ^= low
+        acked = 0
+        if freed:
+            # inline of _acked: free the packets, complete finished messages
+            inflight = self.inflight
+            top = self._highest_acked_tsn
+            for rec in freed:
+                length = rec.length
+                acked += length
+                if rec.in_net:
+                    inflight -= length
+                if rec.tsn > top and rec.retx == 0:
+                    top = rec.tsn
+                msg = rec.msg
+                msg.unacked -= 1
+                if msg.all_sent and msg.unacked == 0:
+                    self._complete(msg, now)
+            self.inflight = inflight
+            self._highest_acked_tsn = top
         rtt: float | None = ((int(now * NS) - ts_echo) & 0xFFFFFFFF) / NS
         if rtt is not None and rtt < 60.0:
             stats.rtt.append(rtt)
