@@ -266,3 +266,67 @@ def test_a_late_probe_reply_still_reinstates(make_net: Any) -> None:
     assert flow.sender.ev_table.state(ev) is EvState.GOOD
     stats = ctx.stats()
     assert stats["probes_timed_out"] >= 1 and stats["probe_replies_received"] >= 1
+
+
+def _frame_to(flow: Any, psn: int, payload: bytes, *, ecn: int = wire.ECN_ECT0,
+              dscp: int = wire.DSCP_TRIMMABLE, ack_req: bool = False) -> tuple[int, bytearray]:  # fmt: skip
+    slot = flow.sender.ev_table.slots[3]
+    nic = slot.path.src_nic
+    prefix = wire.frame_prefix(
+        src_mac=wire.mac_bytes(nic.mac), dst_mac=wire.mac_bytes(nic.gateway_mac),
+        src=nic.address.packed, dst=slot.path.carrier.packed, dscp=dscp, ecn=ecn, ev=slot.wire,
+    )  # fmt: skip
+    frame = wire.encode_data(
+        prefix, flow.receiver.qpn, psn, ack_req, BASE, flow.region.rkey, None, 0, slot.plane,
+        slot.spine_hint, slot.wire, 1, 4096, 0, 777, payload,
+    )  # fmt: skip
+    return slot.wire, frame
+
+
+def test_each_trimmed_packet_gets_a_nack_echoing_its_ev(make_net: Any) -> None:
+    net = make_net()
+    flow = net.connect("h0", "h2")
+    ctx = net.hosts["h2"]
+    ev, frame = _frame_to(flow, 0, bytes(4096))
+    trimmed = bytearray(frame[: wire.DATA_HEADER_LEN])
+    trimmed[15] = (trimmed[15] & 0x0F) | ((((wire.DSCP_TRIMMED << 2) | 2) & 0xF) << 4)
+    trimmed[14] = (trimmed[14] & 0xF0) | (((wire.DSCP_TRIMMED << 2) | 2) >> 4)
+    trimmed[18:20] = (wire.DATA_HEADER_LEN - 54).to_bytes(2, "big")
+    trimmed[58:60] = (wire.DATA_HEADER_LEN - 54).to_bytes(2, "big")
+    for _ in range(2):
+        ctx.receive_frame(0, trimmed, 1.0)
+    out = [wire.parse(f) for _, f in ctx.frames_to_send(1.0)]
+    assert len(out) == 2 and all(isinstance(p, wire.NackPacket) for p in out)
+    for nack in out:
+        assert isinstance(nack, wire.NackPacket)
+        assert (nack.ev, nack.psn, nack.ts_echo, nack.flags) == (ev, 0, 777, wire.FLAG_TRIMMED)
+        assert nack.outer.dest_qp == flow.sender.qpn and nack.outer.dscp == wire.DSCP_CONTROL
+    assert flow.region.read(BASE, 16) == bytes(16)  # nothing placed
+    assert ctx.stats()["trims_seen"] == 2 and ctx.stats()["nacks_sent"] == 2
+
+
+def test_trimmed_packets_are_not_nacked_under_no_trim_nack(make_net: Any) -> None:
+    net = make_net()
+    flow = net.connect("h0", "h2", policy="no-trim-nack")
+    ctx = net.hosts["h2"]
+    _, frame = _frame_to(flow, 0, bytes(4096))
+    short = bytearray(frame[:-100])  # a shorter payload than RETH says: trimmed
+    short[18:20] = (len(short) - 54).to_bytes(2, "big")
+    short[58:60] = (len(short) - 54).to_bytes(2, "big")
+    ctx.receive_frame(0, short, 1.0)
+    assert ctx.frames_to_send(1.0) == []
+    assert ctx.stats()["drops"]["trimmed_no_nack"] == 1
+
+
+def test_ce_marks_are_echoed(make_net: Any) -> None:
+    net = make_net()
+    flow = net.connect("h0", "h2")
+    ctx = net.hosts["h2"]
+    payload = pattern(4096, 1)
+    _, frame = _frame_to(flow, 0, payload, ecn=wire.ECN_CE, ack_req=True)
+    ctx.receive_frame(1, frame, 1.0)
+    (ack,) = [wire.parse(f) for _, f in ctx.frames_to_send(1.0)]
+    assert isinstance(ack, wire.AckPacket)
+    assert ack.flags & wire.FLAG_ECN_ECHO and ack.ce_count == 1 and ack.pkt_count == 1
+    assert ack.cum_psn == 1 and ack.ts_echo == 777
+    assert flow.region.read(BASE, 4096) == payload
