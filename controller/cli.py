@@ -138,8 +138,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--interval",
         type=float,
-        default=0.25,
-        help="seconds between checks of each switch (default 0.25)",
+        default=0.5,
+        help="seconds between checks of each switch (default 0.5)",
     )
 
     p = sub.add_parser("shell", parents=[common], help="p4runtime-shell on one switch")

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import queue
 import threading
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -164,10 +164,13 @@ class SwitchClient:
         self._arbitration: queue.Queue[Any] = queue.Queue()
         self._stream_call: Any = None
         self._write_raw: Any = None
+        self._read_raw: Any = None
         self._reader: threading.Thread | None = None
         self._stream_error: str | None = None
         self._closed = False
         self.is_primary = False
+        #: called (from the stream's thread) when the switch ends the stream, e.g. on restart
+        self.on_stream_end: Callable[[], None] | None = None
 
     # -- session -----------------------------------------------------------------------------
 
@@ -197,6 +200,8 @@ class SwitchClient:
             if not self._closed and self._stream_error is None:
                 self._stream_error = "stream closed by the switch"
             self._arbitration.put(None)
+            if not self._closed and self.on_stream_end is not None:
+                self.on_stream_end()
 
     def connect(self, arbitrate: bool = True) -> SwitchClient:
         """Open the channel and the StreamChannel and win arbitration (or be backup).
@@ -431,6 +436,26 @@ class SwitchClient:
         except grpc.RpcError as exc:
             raise self._rpc_error("Read", exc) from None
         return found
+
+    def read_raw(self, entities: Sequence[Any]) -> list[bytes]:
+        """Like :meth:`read`, but the undecoded ``p4r.ReadResponse`` messages.
+
+        Lets a caller that polls (``watch``) compare replies without paying for the protobuf
+        runtime when nothing changed.
+        """
+        if self._read_raw is None:
+            self._read_raw = self._channel.unary_stream(
+                "/p4.v1.P4Runtime/Read",
+                request_serializer=p4r.ReadRequest.SerializeToString,
+                response_deserializer=None,
+            )
+        request = p4r.ReadRequest()
+        request.device_id = self.device_id
+        request.entities.extend(entities)
+        try:
+            return list(self._read_raw(request, timeout=max(self.timeout, 30.0)))
+        except grpc.RpcError as exc:
+            raise self._rpc_error("Read", exc) from None
 
     def _info(self) -> P4Info:
         if self.p4info is None:

@@ -110,21 +110,48 @@ def pipeline_matches(client: SwitchClient, info: P4Info, device_config: bytes = 
     return bool(config.p4info == info.proto)
 
 
+def installed_patterns(
+    info: P4Info,
+    tables: Sequence[str] = MANAGED_TABLES,
+    defaults: Sequence[str] = (IPV6_LPM,),
+) -> list[Any]:
+    """Read patterns (``p4r.Entity``) for the entries of ``tables`` and defaults of ``defaults``."""
+    patterns = []
+    for table in tables:
+        entity = p4r.Entity()
+        entity.table_entry.table_id = info.table_id(table)
+        patterns.append(entity)
+    for table in defaults:
+        entity = p4r.Entity()
+        entity.table_entry.table_id = info.table_id(table)
+        entity.table_entry.is_default_action = True
+        patterns.append(entity)
+    return patterns
+
+
+def decode_entities(info: P4Info, entities: Sequence[Any]) -> list[Entry]:
+    """The table entries among read ``p4r.Entity`` messages, as :class:`Entry` values."""
+    return [Entry.from_proto(info, e.table_entry) for e in entities if e.HasField("table_entry")]
+
+
 def read_installed(
     client: SwitchClient,
     info: P4Info,
     tables: Sequence[str] = MANAGED_TABLES,
     defaults: Sequence[str] = (IPV6_LPM,),
 ) -> list[Entry]:
-    """The installed entries of ``tables`` plus the default entries of ``defaults``."""
-    found: list[Entry] = []
-    for table in tables:
-        found.extend(Entry.from_proto(info, e) for e in client.read_table_entries(table))
-    for table in defaults:
-        entry = client.read_default_entry(table)
-        if entry is not None:
-            found.append(dataclasses.replace(Entry.from_proto(info, entry), is_default=True))
-    return found
+    """The installed entries of ``tables`` plus the default entries of ``defaults``.
+
+    One Read request carries every pattern; a switch that refuses to read default entries is
+    asked again for the tables alone.
+    """
+    try:
+        found = client.read(installed_patterns(info, tables, defaults))
+    except P4RuntimeError as exc:
+        if exc.code not in ("UNIMPLEMENTED", "INVALID_ARGUMENT") or not defaults:
+            raise
+        found = client.read(installed_patterns(info, tables, ()))
+    return decode_entities(info, found)
 
 
 def _batches(items: Sequence[Entry], size: int) -> list[Sequence[Entry]]:

@@ -4,7 +4,8 @@ One thread per switch keeps a P4Runtime session open and, every ``interval`` sec
 not a busy loop):
 
 - if the session is down (the StreamChannel broke: the switch process died or restarted),
-  reconnects and reconciles fully -- pipeline, then entries;
+  reconnects and reconciles fully -- pipeline, then entries; a broken stream wakes the switch's
+  thread at once instead of waiting for the next tick;
 - otherwise reads the managed tables back and, when they differ from the intended ones (an
   emptied switch, an entry changed by hand), reconciles; a read refused because the switch has
   no pipeline also triggers a full reconcile;
@@ -21,6 +22,8 @@ import logging
 import threading
 from collections.abc import Callable, Mapping, Sequence
 
+from p4.v1 import p4runtime_pb2 as p4r
+
 from controller.client import P4RuntimeError, SwitchClient, SwitchUnreachable
 from controller.entries import SwitchTables, diff
 from controller.p4info import P4Info
@@ -28,8 +31,9 @@ from controller.push import (
     PushOptions,
     PushReport,
     SwitchAddress,
+    decode_entities,
+    installed_patterns,
     pipeline_matches,
-    read_installed,
     reconcile,
 )
 
@@ -56,6 +60,10 @@ class SwitchWatch:
         self.reachable: bool | None = None  # None until the first attempt
         self.checks = 0
         self.backup = False  # another controller with a higher election id is primary
+        self.wake = threading.Event()  # set when the session breaks: check at once
+        self._patterns = installed_patterns(info)
+        # the raw Read reply last found in sync, and the intended tables it was compared with
+        self._in_sync: tuple[list[bytes] | None, SwitchTables | None] = (None, None)
         self.pushes: list[PushReport] = []  # every reconcile that wrote something
 
     def _connect(self) -> SwitchClient | None:
@@ -67,6 +75,7 @@ class SwitchWatch:
             name=self.target.name,
             p4info=self.info,
         )
+        client.on_stream_end = self.wake.set
         try:
             client.connect()
         except SwitchUnreachable as exc:
@@ -118,12 +127,20 @@ class SwitchWatch:
             ):
                 return self._reconcile("pipeline missing or different")
             try:
-                installed = read_installed(self.client, self.info)
+                raw = self.client.read_raw(self._patterns)
             except P4RuntimeError as exc:
                 return self._reconcile(f"read refused ({exc.code})")
-            changes = diff(self.tables()[self.target.name].entries, installed)
+            intended = self.tables()[self.target.name]
+            if raw == self._in_sync[0] and intended is self._in_sync[1]:
+                return None  # the same reply as when last found in sync: nothing to decode
+            installed = decode_entities(
+                self.info, [e for chunk in raw for e in p4r.ReadResponse.FromString(chunk).entities]
+            )
+            changes = diff(intended.entries, installed)
             if not changes.empty:
+                self._in_sync = (None, None)
                 return self._reconcile(f"{changes.count} entries differ")
+            self._in_sync = (raw, intended)
             return None
         except SwitchUnreachable as exc:
             self._drop(exc.reason)
@@ -135,7 +152,8 @@ class SwitchWatch:
         """Check every ``interval`` seconds until ``stop`` is set."""
         while not stop.is_set():
             self.check()
-            stop.wait(interval)
+            self.wake.wait(interval)
+            self.wake.clear()
         if self.client is not None:
             self.client.close()
             self.client = None
@@ -147,10 +165,17 @@ def watch(
     tables: Callable[[], Mapping[str, SwitchTables]],
     options: PushOptions,
     stop: threading.Event,
-    interval: float = 0.25,
+    interval: float = 0.5,
 ) -> list[SwitchWatch]:
     """Run one :class:`SwitchWatch` thread per switch until ``stop`` is set."""
     watches = [SwitchWatch(t, info, tables, options) for t in targets]
+
+    def wake_all_on_stop() -> None:
+        stop.wait()
+        for w in watches:
+            w.wake.set()
+
+    threading.Thread(target=wake_all_on_stop, name="watch-stop", daemon=True).start()
     threads = [
         threading.Thread(target=w.run, args=(stop, interval), name=f"watch-{w.target.name}")
         for w in watches
