@@ -133,3 +133,39 @@ def test_receive_frame_never_raises_nor_writes_outside_the_region(make_net: Any,
     assert stats["drops"].get("internal_error", 0) == 0
     assert stats["payload_bytes_placed"] <= stats["bytes_received"]
 
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_forged_control_frames_never_break_a_sender(make_net: Any, data: Any) -> None:
+    _, _, flow = _valid_frames(make_net)
+    sender = Context("h0", [p.src_nic for p in flow.sender.paths[::2]], seed=3)
+    qp = sender.create_qp("h2", flow.sender.paths, cq=sender.create_cq(), qpn=flow.sender.qpn)
+    qp.connect(flow.receiver.qpn)
+    qp.post_write(bytes(50_000), BASE, 1)
+    sender.frames_to_send(0.0)
+    prefix = flow.receiver.ev_table.slots[0].prefix
+    now = 0.0
+    for _ in range(data.draw(st.integers(1, 25))):
+        now += data.draw(st.floats(0, 0.2))
+        kind = data.draw(st.sampled_from(["ack", "nack", "probe"]))
+        psn = data.draw(st.integers(0, wire.PSN_MASK))
+        if kind == "ack":
+            frame = wire.encode_ack(
+                prefix, qp.qpn, 0, data.draw(st.integers(0, 255)), 0, 0, 0,
+                data.draw(st.integers(0, 2**32 - 1)), psn, data.draw(st.integers(0, wire.PSN_MASK)),
+                data.draw(st.integers(0, 2**64 - 1)), data.draw(st.integers(0, 0xFFFF)),
+                data.draw(st.integers(0, 0xFFFF)),
+            )  # fmt: skip
+        elif kind == "nack":
+            frame = wire.encode_nack(prefix, qp.qpn, data.draw(st.integers(0, 255)), 0, 0, 0,
+                                     data.draw(st.integers(0, 2**32 - 1)), psn, psn)  # fmt: skip
+        else:
+            frame = wire.encode_probe(prefix, qp.qpn, data.draw(st.booleans()), 0, 0, 0, 0,
+                                      data.draw(st.integers(0, 2**32 - 1)), qp.qpn)  # fmt: skip
+        sender.receive_frame(0, frame, now)
+        sender.frames_to_send(now)
+        when = sender.next_timer()
+        if when is not None and when <= now:
+            sender.handle_timer(now)
+    assert sender.stats()["drops"].get("internal_error", 0) == 0
