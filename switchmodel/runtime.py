@@ -106,6 +106,8 @@ class SwitchRuntime:
         actions = p4r.SetForwardingPipelineConfigRequest
         with self._lock:
             if action == actions.COMMIT:
+                if config.HasField("p4info"):
+                    raise _invalid("COMMIT takes no config: it commits the one saved before")
                 if self._saved is None:
                     raise RuntimeStatus(
                         code_pb2.FAILED_PRECONDITION,
@@ -139,9 +141,9 @@ class SwitchRuntime:
                 if old == config.p4info.SerializeToString(deterministic=True):
                     self._committed = new  # same program: keep the forwarding state
                     return
-                raise RuntimeStatus(
-                    code_pb2.UNIMPLEMENTED,
-                    "RECONCILE_AND_COMMIT with a different P4Info: use VERIFY_AND_COMMIT",
+                raise _invalid(
+                    "RECONCILE_AND_COMMIT: the forwarding state is kept only for the same "
+                    "P4Info; use VERIFY_AND_COMMIT to change it"
                 )
             self._commit(new)
 

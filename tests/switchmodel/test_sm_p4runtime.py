@@ -216,11 +216,12 @@ def _without(kind: str, name: str) -> p4i.P4Info:
     return info
 
 
-def _set_config(switch: Switch, info: p4i.P4Info, action: int, election: int = 10) -> None:
+def _set_config(switch: Switch, info: p4i.P4Info | None, action: int, election: int = 10) -> None:
     request = p4r.SetForwardingPipelineConfigRequest(device_id=DEVICE, action=action)
     request.election_id.low = election
-    request.config.p4info.CopyFrom(info)
-    request.config.cookie.cookie = 42
+    if info is not None:
+        request.config.p4info.CopyFrom(info)
+        request.config.cookie.cookie = 42
     with grpc.insecure_channel(switch.address) as channel:
         p4r_grpc.P4RuntimeStub(channel).SetForwardingPipelineConfig(request, timeout=5)
 
@@ -282,14 +283,27 @@ def test_verify_save_commit_and_get(switch: Switch) -> None:
         assert switch.slot.state is None
         _set_config(switch, INFO.proto, actions.VERIFY_AND_SAVE)
         assert switch.slot.state is None
-        _set_config(switch, INFO.proto, actions.COMMIT)
+        with pytest.raises(grpc.RpcError) as caught:
+            _set_config(switch, INFO.proto, actions.COMMIT)  # COMMIT takes no config
+        assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        _set_config(switch, None, actions.COMMIT)
         assert switch.slot.state is not None
         config = _get_config(switch)
         assert config.cookie.cookie == 42
         assert config.p4info == INFO.proto
         with pytest.raises(grpc.RpcError) as caught:
-            _set_config(switch, INFO.proto, actions.COMMIT)  # nothing saved any more
+            _set_config(switch, None, actions.COMMIT)  # nothing saved any more
         assert caught.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+        # reconcile keeps the state for the same program and refuses another one
+        state = switch.slot.state
+        _set_config(switch, INFO.proto, actions.RECONCILE_AND_COMMIT)
+        assert switch.slot.state is state
+        other = p4i.P4Info()
+        other.CopyFrom(INFO.proto)
+        other.tables[0].size = 7
+        with pytest.raises(grpc.RpcError) as caught:
+            _set_config(switch, other, actions.RECONCILE_AND_COMMIT)
+        assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
 
 
 def test_ids_come_from_the_given_p4info(switch: Switch) -> None:
