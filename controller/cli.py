@@ -162,8 +162,7 @@ class Context:
                 overrides=args.overrides,
             )
         except EndpointsError as exc:
-            usage = args.switch or args.target is not None
-            raise (UsageError if usage and "expected" in str(exc) else Failure)(str(exc)) from None
+            raise (UsageError if exc.usage else Failure)(str(exc)) from None
         if need_switches and not self.endpoints.switches:
             raise Failure("no switch addresses: give --switch NAME=HOST:PORT or a state file")
         self.info = P4Info.load(args.p4info or default_p4info_path())

@@ -29,7 +29,11 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
 class EndpointsError(RuntimeError):
-    """The switches to talk to could not be determined."""
+    """The switches to talk to could not be determined (``usage``: because of bad flags)."""
+
+    def __init__(self, message: str, usage: bool = False) -> None:
+        super().__init__(message)
+        self.usage = usage
 
 
 @dataclass(frozen=True)
@@ -93,7 +97,9 @@ def resolve(
     """
     state_file = state or default_path()
     if target is not None and target not in TARGETS:
-        raise EndpointsError(f"--target {target!r}: expected one of {', '.join(TARGETS)}")
+        raise EndpointsError(
+            f"--target {target!r}: expected one of {', '.join(TARGETS)}", usage=True
+        )
     flags = [parse_switch_flag(s) for s in switch_flags]
     if topo is not None:
         fabric = Fabric(load_topology(topo))
@@ -110,14 +116,16 @@ def resolve(
             try:
                 switch = fabric.switch(name)
             except KeyError as exc:
-                raise EndpointsError(f"--switch {name}: {exc.args[0]}") from None
+                raise EndpointsError(f"--switch {name}: {exc.args[0]}", usage=True) from None
             switches.append(SwitchAddress(name, address, switch.device_id))
         switches.sort(key=lambda s: fabric.switch(s.name).device_id)
         return Endpoints(
             fabric, target or "model", tuple(switches), overrides or overrides_path(state_file)
         )
     if flags:
-        raise EndpointsError("--switch needs --topo FILE (the fabric the switches belong to)")
+        raise EndpointsError(
+            "--switch needs --topo FILE (the fabric the switches belong to)", usage=True
+        )
     try:
         loaded = TestbedState.load(state_file)
     except StateError as exc:
