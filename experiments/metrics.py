@@ -322,13 +322,15 @@ def summarise(
     recoveries = []
     for mark in result.faults:
         if mark.action in ("down", "kill"):
-            took = recovery(series, capacity, mark.t, interval)
+            active = mark.t < end - interval  # the flows still ran after the fault
+            took = recovery([x for x in series if x[0] <= end + interval], capacity, mark.t,
+                            interval) if active else None
             rtt = result.base_rtt_s
             rtts = took / rtt if took is not None and rtt else None
             median, worst, qps = detection(fabric, result.ev_transitions, mark)
             recoveries.append({
                 "t": mark.t, "fault": f"{mark.action} {mark.target}",
-                "recovery_s": took, "recovery_rtts": rtts,
+                "flows_active": active, "recovery_s": took, "recovery_rtts": rtts,
                 "ev_failover_p50_s": median, "ev_failover_max_s": worst,
                 "ev_failover_p50_rtts": median / rtt if median is not None and rtt else None,
                 "ev_failover_qps": qps,
@@ -379,6 +381,8 @@ def summary_rows(metrics: Mapping[str, Mapping[str, object]]) -> list[list[str]]
             first = rec[0]
             took = first.get("recovery_s")
             rec_text = "never" if took is None else format_seconds(took)
+            if not first.get("flows_active", True):
+                rec_text = "done before"
             failover = first.get("ev_failover_p50_s")
             if failover is not None:
                 rtts = first.get("ev_failover_p50_rtts")

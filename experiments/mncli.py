@@ -12,7 +12,6 @@ Besides Mininet's commands (``h0 ip link``, ``nodes``, ``links``...)::
 
 from __future__ import annotations
 
-import collections
 import time
 from typing import Any
 
@@ -106,15 +105,16 @@ class TestbedCLI(CLI):
             print(f"counters: {exc}")
 
 
-def summarise_paths(paths: Any) -> dict[str, dict[str, collections.Counter[str]]]:
+def summarise_paths(paths: Any) -> dict[str, dict[str, dict[str, int]]]:
     """peer -> path label -> state -> number of EVs, from an agent's ``paths`` reply."""
-    out: dict[str, dict[str, collections.Counter[str]]] = {}
-    items = paths.items() if isinstance(paths, dict) else [("?", paths)]
-    for peer, evs in items:
-        table = out.setdefault(str(peer), {})
-        rows = evs if isinstance(evs, list) else []
-        for row in rows:
-            if isinstance(row, dict):
-                label = str(row.get("path", row.get("label", "?")))
-                table.setdefault(label, collections.Counter())[str(row.get("state", "?"))] += 1
+    out: dict[str, dict[str, dict[str, int]]] = {}
+    if not isinstance(paths, dict):
+        return out
+    for peer, table in paths.items():
+        by_path = table.get("paths", {}) if isinstance(table, dict) else {}
+        out[str(peer)] = {
+            str(label): {str(k): int(v) for k, v in entry.get("states", {}).items()}
+            for label, entry in by_path.items()
+            if isinstance(entry, dict)
+        }
     return out

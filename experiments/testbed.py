@@ -235,16 +235,28 @@ class Testbed:
         self.start_agents()
         self._save_state()
 
+    def set_qos(self, switch: str, trim: int, ecn: int, port: int | None = None) -> None:
+        """Set the trim and ECN thresholds (packets) of a switch, or of one port of it."""
+        args = ["set-qos", switch, "--trim", str(trim), "--ecn", str(ecn)]
+        if port is not None:
+            args += ["--port", str(port)]
+        self._ctl(args, "set the QoS thresholds")
+
+    def reset_qos(self) -> None:
+        """Back to the controller's default thresholds on every switch (trimming on)."""
+        from controller.qos import overrides_path
+
+        with contextlib.suppress(FileNotFoundError):
+            overrides_path(self.state_path).unlink()
+        self.push()
+        self.trimming = True
+
     def set_trimming(self, on: bool) -> None:
         """Switch trimming on (the controller's default thresholds) or off on every switch."""
         if on == self.trimming:
             return
         if on:
-            from controller.qos import overrides_path
-
-            with contextlib.suppress(FileNotFoundError):
-                overrides_path(self.state_path).unlink()
-            self.push()
+            self.reset_qos()
         else:
             for name in self.net.switches:
                 self._ctl(["set-qos", name, "--trim", str((1 << 19) - 1)], "turn trimming off")
