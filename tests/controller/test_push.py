@@ -174,10 +174,13 @@ def test_counters_are_read_per_port_and_drop_reason(
     client = connect(model_fabric, switch.name, info)
     try:
         counters = read_counters(client, [p.number for p in switch.ports])
+        depths = client.read_register("port_qdepth")
     finally:
         client.close()
     assert [row.port for row in counters.ports] == [p.number for p in switch.ports]
-    assert all(row.rx_packets >= 0 and row.trimmed >= 0 for row in counters.ports)
+    assert all(row.rx_packets == 0 and row.trimmed == 0 for row in counters.ports)  # no traffic
+    assert counters.drops == {}
+    assert depths and set(depths) <= set(range(512)) and set(depths.values()) == {0}
     code, out, _ = run_cli(["counters", *model_fabric.state_flags(), switch.name], capsys)
     assert code == 0
     assert "t0-p0-r0 counters" in out and "t1-p0-s0" in out and "drops:" in out
