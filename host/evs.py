@@ -66,7 +66,7 @@ class EvSlot:
     """One EV of a QP and what the sender needs to use it."""
 
     __slots__ = ("index", "ev", "wire", "path_index", "path", "state", "since", "prefix",
-                 "plane", "spine_hint")  # fmt: skip
+                 "head", "mid", "plane", "spine_hint")  # fmt: skip
 
     def __init__(self, index: int, ev: int, wire: int, path_index: int, path: Path) -> None:
         self.index = index
@@ -77,6 +77,8 @@ class EvSlot:
         self.state = EvState.GOOD
         self.since = 0.0
         self.prefix = b""  #: the data frame prefix (filled by the QP)
+        self.head = b""  #: the prefix up to the IPv6 payload length
+        self.mid = b""  #: the prefix after the IPv6 payload length
         self.plane = path.plane
         self.spine_hint = 0xFF if path.spine is None else path.spine
 

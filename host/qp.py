@@ -175,6 +175,7 @@ class QueuePair:
         dscp = wire.DSCP_TRIMMABLE if policy.trimmable else wire.DSCP_DEFAULT
         for slot in slots:
             slot.prefix = self._prefix(slot.path, dscp, wire.ECN_ECT0, slot.wire)
+            slot.head, slot.mid = wire.split_prefix(slot.prefix)
         self.ev_table = EvTable(slots, rng)
         if not policy.spray:
             if policy.single_ev == "hash":
@@ -460,7 +461,7 @@ class QueuePair:
         cfg = self._cfg
         mtu = cfg.mtu
         limit = min(cfg.max_outstanding, cfg.rx_window - 1)
-        encode = wire.encode_data
+        encode = wire.encode_data_split
         append = out.append
         remote_qpn = self.remote_qpn
         ts32 = int(now * NS) & 0xFFFFFFFF
@@ -497,9 +498,9 @@ class QueuePair:
             msg.unacked += 1
             outstanding[psn] = _TxPacket(psn, msg, offset, length, last, slot, now, ts32, tsn)
             frame = encode(
-                slot.prefix, remote_qpn, psn, last, msg.remote_addr + offset, msg.rkey, imm, flags,
-                slot.plane, slot.spine_hint, slot.wire, msg.msg_id, msg.length, offset, ts32,
-                msg.data[offset:end],
+                slot.head, slot.mid, remote_qpn, psn, last, msg.remote_addr + offset, msg.rkey, imm,
+                flags, slot.plane, slot.spine_hint, slot.wire, msg.msg_id, msg.length, offset,
+                ts32, msg.data[offset:end],
             )  # fmt: skip
             append((slot.plane, frame))
             psn += 1

@@ -293,6 +293,11 @@ def frame_prefix(
     )
 
 
+def split_prefix(prefix: bytes) -> tuple[bytes, bytes]:
+    """A frame prefix cut around the IPv6 payload length (what :func:`encode_data_split` takes)."""
+    return prefix[:_PAYLOAD_LEN_AT], prefix[_PAYLOAD_LEN_AT + 2 :]
+
+
 def encode_data(
     prefix: bytes,
     dest_qp: int,
@@ -310,35 +315,55 @@ def encode_data(
     msg_offset: int,
     timestamp: int,
     payload: bytes | memoryview,
-) -> bytearray:
+) -> bytes:
     """A complete data frame: WRITE Only (imm None) or WRITE Only with Immediate."""
+    head, mid = split_prefix(prefix)
+    return encode_data_split(
+        head, mid, dest_qp, psn, ack_req, va, rkey, imm, flags, plane_hint, spine_hint, ev,
+        msg_id, msg_len, msg_offset, timestamp, payload,
+    )  # fmt: skip
+
+
+def encode_data_split(
+    head: bytes,
+    mid: bytes,
+    dest_qp: int,
+    psn: int,
+    ack_req: bool,
+    va: int,
+    rkey: int,
+    imm: int | None,
+    flags: int,
+    plane_hint: int,
+    spine_hint: int,
+    ev: int,
+    msg_id: int,
+    msg_len: int,
+    msg_offset: int,
+    timestamp: int,
+    payload: bytes | memoryview,
+) -> bytes:
+    """:func:`encode_data` on a prefix already split by :func:`split_prefix` (the hot path)."""
     n = len(payload)
     ack_psn = (0x80000000 if ack_req else 0) | (psn & PSN_MASK)
     ev32 = ev & 0xFFFFFFFF
     if imm is None:
-        frame = bytearray(DATA_HEADER_LEN + n)
-        frame[:PREFIX_LEN] = prefix
         udp_len = UDP_LEN + BTH_LEN + RETH_LEN + DATA_EXT_LEN + n
-        _DATA_TAIL.pack_into(
-            frame, _UDP_LEN_AT, udp_len, 0,
+        tail = _DATA_TAIL.pack(
+            udp_len, 0,
             OP_WRITE_ONLY, 0, 0xFFFF, dest_qp & QPN_MASK, ack_psn,
             va, rkey, n,
             EXT_DATA, flags, plane_hint, spine_hint, ev32, msg_id, msg_len, msg_offset, timestamp,
         )  # fmt: skip
-        frame[DATA_HEADER_LEN:] = payload
     else:
-        frame = bytearray(DATA_IMM_HEADER_LEN + n)
-        frame[:PREFIX_LEN] = prefix
         udp_len = UDP_LEN + BTH_LEN + RETH_LEN + IMM_LEN + DATA_EXT_LEN + n
-        _DATA_IMM_TAIL.pack_into(
-            frame, _UDP_LEN_AT, udp_len, 0,
+        tail = _DATA_IMM_TAIL.pack(
+            udp_len, 0,
             OP_WRITE_ONLY_IMM, 0, 0xFFFF, dest_qp & QPN_MASK, ack_psn,
             va, rkey, n, imm & 0xFFFFFFFF,
             EXT_DATA, flags, plane_hint, spine_hint, ev32, msg_id, msg_len, msg_offset, timestamp,
         )  # fmt: skip
-        frame[DATA_IMM_HEADER_LEN:] = payload
-    _U16.pack_into(frame, _PAYLOAD_LEN_AT, udp_len)
-    return frame
+    return b"".join((head, _U16.pack(udp_len), mid, tail, payload))
 
 
 def _control(prefix: bytes) -> bytearray:

@@ -24,10 +24,10 @@ def prefix(dscp: int = wire.DSCP_TRIMMABLE, ecn: int = wire.ECN_ECT0) -> bytes:
 
 
 def data_frame(imm: int | None = None, payload: bytes = b"abcdefgh" * 50) -> bytearray:
-    return wire.encode_data(
+    return bytearray(wire.encode_data(
         prefix(), 0x123, 0xABCDEF, True, 0x7F00_0000_1000, 0xDEADBEEF, imm,
         wire.FLAG_FIRST | wire.FLAG_LAST, 1, 0, EV, 77, 4096, 1000, 0x1234_5678, payload,
-    )  # fmt: skip
+    ))  # fmt: skip
 
 
 @pytest.mark.parametrize("imm", [None, 0xCAFEF00D])
