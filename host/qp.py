@@ -56,6 +56,8 @@ PSN_HALF = 1 << 23
 # a reply arriving after probe_timeout (slow emulated paths) still reinstates its EV if it comes
 # within this many timeouts of the probe
 LATE_PROBE_FACTOR = 64
+# messages a receiver tracks at once (partly received); packets of more are dropped, unplaced
+MAX_RX_MESSAGES = 1 << 16
 NS = 1_000_000_000
 
 
@@ -749,6 +751,9 @@ class QueuePair:
         msgs = self._rx_msgs
         msg = msgs.get(msg_id)
         if msg is None:
+            if len(msgs) >= MAX_RX_MESSAGES:
+                stats.drops["too_many_messages"] += 1
+                return
             msg = msgs[msg_id] = _RxMessage(msg_len, va - msg_offset)
         elif msg.length != msg_len:
             stats.drops["inconsistent_message"] += 1
