@@ -41,7 +41,7 @@ from controller.push import (
     read_installed,
 )
 from controller.qos import PortQos, QosError, QosOverrides, default_qos
-from topologies import TopologyError
+from topologies import Fabric, Switch, TopologyError
 
 
 class UsageError(Exception):
@@ -191,7 +191,7 @@ class Context:
             ) from None
 
     @property
-    def fabric(self) -> Any:
+    def fabric(self) -> Fabric:
         return self.endpoints.fabric
 
     def tables(self, names: Sequence[str] = ()) -> dict[str, SwitchTables]:
@@ -199,7 +199,7 @@ class Context:
             self.switch_of(name)
         return fabric_tables(self.fabric, self.overrides, list(names) or None)
 
-    def switch_of(self, name: str) -> Any:
+    def switch_of(self, name: str) -> Switch:
         try:
             return self.fabric.switch(name)
         except KeyError as exc:

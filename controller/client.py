@@ -50,6 +50,9 @@ _CHANNEL_OPTIONS = [
     ("grpc.max_reconnect_backoff_ms", 1000),
 ]
 _STREAM_END = object()
+#: Deadline (s) of Write, Read and SetForwardingPipelineConfig: a bulk write or a read of a full
+#: table on a pure-Python target takes seconds; connecting uses the client's own timeout.
+BULK_DEADLINE = 300.0
 
 
 def code_name(code: int) -> str:
@@ -303,7 +306,7 @@ class SwitchClient:
         if cookie:
             request.config.cookie.cookie = cookie
         try:
-            self._stub.SetForwardingPipelineConfig(request, timeout=max(self.timeout, 30.0))
+            self._stub.SetForwardingPipelineConfig(request, timeout=max(self.timeout, BULK_DEADLINE))
         except grpc.RpcError as exc:
             raise self._rpc_error("SetForwardingPipelineConfig", exc) from None
         self.p4info = info
@@ -343,7 +346,7 @@ class SwitchClient:
         request.atomicity = p4r.WriteRequest.CONTINUE_ON_ERROR
         request.updates.extend(updates)
         try:
-            self._stub.Write(request, timeout=max(self.timeout, 30.0))
+            self._stub.Write(request, timeout=max(self.timeout, BULK_DEADLINE))
         except grpc.RpcError as exc:
             raise self._write_error(updates, exc) from None
 
@@ -364,7 +367,7 @@ class SwitchClient:
             )
         request = write_request(self.device_id, self.election_id, updates)
         try:
-            self._write_raw(request, timeout=max(self.timeout, 30.0))
+            self._write_raw(request, timeout=max(self.timeout, BULK_DEADLINE))
         except grpc.RpcError as exc:
             raise self._write_error(_LazyUpdates(updates), exc) from None
 
@@ -431,7 +434,7 @@ class SwitchClient:
         request.entities.extend(entities)
         found: list[Any] = []
         try:
-            for response in self._stub.Read(request, timeout=max(self.timeout, 30.0)):
+            for response in self._stub.Read(request, timeout=max(self.timeout, BULK_DEADLINE)):
                 found.extend(response.entities)
         except grpc.RpcError as exc:
             raise self._rpc_error("Read", exc) from None
@@ -453,7 +456,7 @@ class SwitchClient:
         request.device_id = self.device_id
         request.entities.extend(entities)
         try:
-            return list(self._read_raw(request, timeout=max(self.timeout, 30.0)))
+            return list(self._read_raw(request, timeout=max(self.timeout, BULK_DEADLINE)))
         except grpc.RpcError as exc:
             raise self._rpc_error("Read", exc) from None
 
