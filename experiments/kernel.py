@@ -125,7 +125,9 @@ class KernelFlows:
     def prepare(self) -> None:
         """Stop the agents, give the kernel the NICs, set the SRv6 routes."""
         self.testbed.stop_agents()
-        self.testbed.set_trimming(self.phase.transport.trimming)
+        scenario = self.phase.scenario
+        self.testbed.set_trimming(self.phase.transport.trimming, scenario.trim_threshold,
+                                  scenario.ecn_threshold)
         self.dir.mkdir(parents=True, exist_ok=True)
         for host in self.fabric.hosts:
             node = self.node(host.name)

@@ -35,28 +35,6 @@ PLACED = "core.payload_bytes_placed"  # agent statistic: payload bytes written i
 TRIM_OFF = (1 << 19) - 1  # a trim threshold no queue reaches: the switch drops instead
 
 
-def count_ev_states(reply: Any) -> dict[str, int]:
-    """EVs per state in an agent's ``paths`` reply (whatever its nesting)."""
-    counts = dict.fromkeys(EV_STATES, 0)
-
-    def walk(node: Any) -> None:
-        if isinstance(node, dict):
-            state = node.get("state")
-            if isinstance(state, str) and state.upper() in counts and (
-                "ev" in node or "path" in node or "label" in node
-            ):
-                counts[state.upper()] += 1
-                return
-            for value in node.values():
-                walk(value)
-        elif isinstance(node, list):
-            for value in node:
-                walk(value)
-
-    walk(reply)
-    return counts
-
-
 def numbers(stats: Any, prefix: str = "") -> dict[str, float]:
     """Flatten the numeric fields of an agent's stats (``retransmits.rto``...)."""
     out: dict[str, float] = {}
@@ -255,6 +233,10 @@ class MrcFlows:
         self.flows = phase.scenario.flows()
         self.receivers = sorted({d for _, _, d in self.flows})
         self.senders = sorted({s for _, s, _ in self.flows})
+        self.peers: dict[str, list[str]] = {}
+        for _, src, dst in self.flows:
+            if dst not in self.peers.setdefault(src, []):
+                self.peers[src].append(dst)
         self.stats_before: dict[str, dict[str, float]] = {}
 
     def client(self, host: str, timeout: float = 10.0) -> Any:
@@ -265,7 +247,9 @@ class MrcFlows:
     def prepare(self) -> None:
         """Restart the agents (a clean slate), set trimming, register the receive regions."""
         self.testbed.restart_agents()
-        self.testbed.set_trimming(self.phase.transport.trimming)
+        scenario = self.phase.scenario
+        self.testbed.set_trimming(self.phase.transport.trimming, scenario.trim_threshold,
+                                  scenario.ecn_threshold)
         for i, (w, _src, dst) in enumerate(self.flows):
             size = self.phase.scenario.workloads[w].total_bytes
             with self.client(dst) as c:
@@ -339,18 +323,19 @@ class MrcFlows:
             with phase.lock:
                 phase.result.progress.append(Progress(t, f"rx:{host}", int(placed)))
         counts = dict.fromkeys(EV_STATES, 0)
-        for host in self.senders:
+        policy = phase.transport.kind
+        for src, peers in self.peers.items():
             try:
-                with self.client(host, timeout=2.0) as c:
-                    stats = numbers(c.stats().get("stats", {}))
+                with self.client(src, timeout=2.0) as c:
+                    for dst in peers:
+                        reply = c.request("paths", peer=dst, policy=policy)
+                        table = reply["paths"][dst]["paths"]
+                        for entry in table.values():
+                            for state, n in entry.get("states", {}).items():
+                                if state.upper() in counts:
+                                    counts[state.upper()] += int(n)
             except Exception:
                 continue
-            for key, value in stats.items():
-                parts = key.split(".")  # core.qps.QPN.evs.STATE
-                if len(parts) == 5 and parts[:2] == ["core", "qps"] and parts[3] == "evs":
-                    state = parts[4].upper()
-                    if state in counts:
-                        counts[state] += int(value)
         with phase.lock:
             phase.result.ev_states.append({"t": t, **{k: float(v) for k, v in counts.items()}})
 
@@ -419,7 +404,7 @@ def run_scenario(
                 bar.start(transport)
                 results.append(phase.run())
                 errors += [f"{transport.name}: {e}" for e in phase.errors]
-        tb.set_trimming(True)
+        tb.reset_qos()
     finally:
         if own:
             tb.down()
@@ -543,4 +528,4 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     report.set_defaults(func=cmd_report)
 
 
-__all__ = ["Phase", "count_ev_states", "register", "run_scenario"]
+__all__ = ["MrcFlows", "Phase", "SwitchCounters", "register", "run_scenario"]

@@ -160,6 +160,8 @@ class Scenario:
     transports: tuple[Transport, ...]
     faults: tuple[Fault, ...]
     sample_interval_s: float = 0.25
+    trim_threshold: int | None = None  # packets; None: the controller's default
+    ecn_threshold: int | None = None  # packets; None: the controller's default
     source: str = "<memory>"
     raw: Mapping[str, Any] = field(default_factory=dict, compare=False, hash=False)
 
@@ -298,6 +300,8 @@ _TOP = (
     "link_rate_mbps",
     "link_delay_us",
     "queue_depth",
+    "trim_threshold",
+    "ecn_threshold",
     "duration_s",
     "sample_interval_s",
     "workloads",
@@ -467,8 +471,16 @@ def parse_scenario(data: object, source: str = "<memory>", base: Path | None = N
     if not isinstance(raw_faults, list):
         raise p.fail("faults", raw_faults, "a list of faults")
     faults = tuple(_fault(p, i, f, fabric, duration) for i, f in enumerate(raw_faults))
+    thresholds: list[int | None] = []
+    for key in ("trim_threshold", "ecn_threshold"):
+        value = d.get(key)
+        if value is not None:
+            value = p.integer(key, value, 0)
+            if value > topo.queue_depth:
+                raise p.fail(key, value, f"at most the queue depth ({topo.queue_depth} packets)")
+        thresholds.append(value)
     return Scenario(name, description, topo, duration, workloads, transports, faults, interval,
-                    source, dict(d))
+                    thresholds[0], thresholds[1], source, dict(d))
 
 
 def load_scenario(path: str | Path) -> Scenario:

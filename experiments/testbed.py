@@ -103,6 +103,7 @@ class Testbed:
         self._logs: list[IO[bytes]] = []
         self.state: TestbedState | None = None
         self.trimming = True
+        self.qos_changed = False
 
     # -- paths -------------------------------------------------------------------------------
 
@@ -250,16 +251,26 @@ class Testbed:
             overrides_path(self.state_path).unlink()
         self.push()
         self.trimming = True
+        self.qos_changed = False
 
-    def set_trimming(self, on: bool) -> None:
-        """Switch trimming on (the controller's default thresholds) or off on every switch."""
-        if on == self.trimming:
+    def set_trimming(self, on: bool, trim: int | None = None, ecn: int | None = None) -> None:
+        """Trimming on (at ``trim`` packets, else the controller's default) or off everywhere.
+
+        ``ecn`` sets the ECN threshold too (default: the controller's). With no thresholds
+        given and trimming already as asked, nothing is pushed.
+        """
+        if on == self.trimming and trim is None and ecn is None and not self.qos_changed:
             return
-        if on:
-            self.reset_qos()
-        else:
+        self.reset_qos()
+        if not on or trim is not None or ecn is not None:
+            from controller.qos import default_qos
+
+            default = default_qos(self.topology)
+            t = (1 << 19) - 1 if not on else (trim if trim is not None else default.trim)
+            e = ecn if ecn is not None else default.ecn
             for name in self.net.switches:
-                self._ctl(["set-qos", name, "--trim", str((1 << 19) - 1)], "turn trimming off")
+                self.set_qos(name, t, e)
+            self.qos_changed = True
         self.trimming = on
 
     def _open_log(self, name: str) -> IO[bytes]:

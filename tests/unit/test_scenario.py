@@ -80,6 +80,12 @@ def test_overrides_change_the_topology() -> None:
     assert (topo.link_rate_mbps, topo.queue_depth, topo.link_delay_us) == (20.0, 16, 0.0)
 
 
+def test_thresholds() -> None:
+    scenario = parse_scenario(base() | {"trim_threshold": 2, "ecn_threshold": 6})
+    assert (scenario.trim_threshold, scenario.ecn_threshold) == (2, 6)
+    assert parse_scenario(base()).trim_threshold is None
+
+
 def test_flap_expands_to_down_up_pairs() -> None:
     data = base()
     data["faults"] = [{"kind": "link_flap", "at_s": 1, "until_s": 7, "rate_per_min": 20,
@@ -131,6 +137,8 @@ BAD: list[tuple[str, Any, str]] = [
      "faults[0].at_s"),
     ("faults", [{"kind": "switch_reboot", "at_s": 1, "switch": "t9-p0-s0"}], "faults[0].switch"),
     ("faults", [{"kind": "explode", "at_s": 1}], "faults[0].kind"),
+    ("trim_threshold", 65, "trim_threshold"),
+    ("ecn_threshold", -1, "ecn_threshold"),
     ("faults", [{"kind": "link_flap", "at_s": 1, "rate_per_min": 60, "down_s": 2,
                  "link": ["t0-p0-r0", "t1-p0-s0"]}], "faults[0].down_s"),
     ("faults", [{"kind": "link_flap", "at_s": 1, "rate_per_min": 0,
