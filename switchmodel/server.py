@@ -320,6 +320,12 @@ class P4RuntimeServicer(p4r_grpc.P4RuntimeServicer):
                 error.canonical_code = exc.code
                 error.message = exc.message
                 error.space = "switchmodel"
+            except Exception as exc:  # a bug must not cost the other updates their answer
+                log.exception("write: update %d failed unexpectedly", len(errors))
+                failed += 1
+                error.canonical_code = code_pb2.INTERNAL
+                error.message = f"internal error: {exc!r}"
+                error.space = "switchmodel"
             errors.append(error)
         if failed:
             status = status_pb2.Status(

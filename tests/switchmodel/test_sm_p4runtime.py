@@ -13,6 +13,8 @@ import grpc
 import pytest
 from google.protobuf import text_format
 from google.rpc import code_pb2, status_pb2
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from p4.config.v1 import p4info_pb2 as p4i
 from p4.v1 import p4runtime_pb2 as p4r
 from p4.v1 import p4runtime_pb2_grpc as p4r_grpc
@@ -21,7 +23,7 @@ from sm_packets import mrc_frame
 from controller.client import P4RuntimeError, SwitchClient
 from controller.p4info import P4Info, default_p4info_path
 from switchmodel.pipeline import Forward, egress, ingress
-from switchmodel.runtime import TargetSlot
+from switchmodel.runtime import RuntimeStatus, SwitchRuntime, TargetSlot
 from switchmodel.server import P4RuntimeServicer, serve
 
 DEVICE = 7
@@ -517,3 +519,55 @@ def test_p4runtime_shell_connects_writes_and_reads(switch: Switch, tmp_path: Pat
     assert state is not None and len(state.ipv6_lpm) == 1 and 3 in state.port_qos.entries
     text = text_format.MessageToString(INFO.proto)
     assert "MrcIngress.ipv6_lpm" in text
+
+
+# -- robustness: any update gets an answer ---------------------------------------------------
+
+
+_IDS = [t.preamble.id for t in INFO.proto.tables] + [0, 0x02FFFFFF]
+_ACTIONS = [a.preamble.id for a in INFO.proto.actions] + [0, 0x01FFFFFF]
+
+
+@st.composite
+def random_updates(draw: st.DrawFn) -> p4r.Update:
+    u = p4r.Update(type=draw(st.integers(0, 3)))
+    te = u.entity.table_entry
+    te.table_id = draw(st.sampled_from(_IDS))
+    te.is_default_action = draw(st.booleans())
+    te.priority = draw(st.sampled_from([0, 0, 0, 5]))
+    for _ in range(draw(st.integers(0, 2))):
+        fm = te.match.add()
+        fm.field_id = draw(st.integers(0, 2))
+        if draw(st.booleans()):
+            fm.lpm.value = draw(st.binary(max_size=18))
+            fm.lpm.prefix_len = draw(st.integers(-1, 130))
+        else:
+            fm.exact.value = draw(st.binary(max_size=3))
+    if draw(st.booleans()):
+        action = te.action.action
+        action.action_id = draw(st.sampled_from(_ACTIONS))
+        for _ in range(draw(st.integers(0, 4))):
+            action.params.add(param_id=draw(st.integers(0, 4)), value=draw(st.binary(max_size=8)))
+    return u
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(random_updates(), max_size=5))
+def test_fuzz_updates_are_applied_or_refused_with_a_status(updates: list[p4r.Update]) -> None:
+    slot = TargetSlot()
+    runtime = SwitchRuntime(slot)
+    runtime.set_pipeline(
+        p4r.SetForwardingPipelineConfigRequest.VERIFY_AND_COMMIT,
+        p4r.ForwardingPipelineConfig(p4info=INFO.proto),
+    )
+    for u in updates:
+        try:
+            runtime.write(u)
+        except RuntimeStatus as exc:
+            assert exc.code != code_pb2.OK and exc.message
+    # whatever was accepted reads back, and the data path still runs over it
+    entity = p4r.Entity()
+    entity.table_entry.table_id = 0
+    assert isinstance(list(runtime.read(entity)), list)
+    assert slot.state is not None
+    ingress(mrc_frame("fcbb:bb00:100::"), 1, slot.state)
