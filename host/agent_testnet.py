@@ -8,6 +8,14 @@ carrier still holds the leaf's uSID). The agents are real ``mrc-host`` processes
 the namespaces. Everything made here is named with the given prefix and removed by
 :meth:`BackToBack.close`, also after a failure.
 
+:class:`SwitchedRack` is the same with the real data plane in between: the rack's leaf of every
+plane (``t0-p{plane}-r{rack}``) runs as an ``mrc-switch`` process in a third namespace, wired
+with the fabric's switch interface names and MACs and given its tables by the controller
+(``controller.push``). The agents then run without ``--direct``: frames arrive with the
+carrier the switch shifted, exactly as in the testbed. ``python -m host.agent_testnet
+switches ...`` is the small server that runs inside the switch namespace (starts the switches,
+pushes their tables, prints ``switches ready``, stops them on SIGTERM).
+
 Used by tests/host/test_agent*.py (prefix ``ag``) and benchmarks/agent_pps.py (prefix ``agb``).
 """
 
@@ -181,4 +189,177 @@ class BackToBack:
         self.close()
 
 
-__all__ = ["BackToBack", "TestnetError", "netns_available"]
+class SwitchedRack(BackToBack):
+    """Two hosts of one rack and, per plane, their leaf as an ``mrc-switch`` in namespace ``-sw``."""
+
+    GRPC_BASE = 50100  # in the switch namespace's own loopback: no clash with anything
+
+    def __init__(
+        self,
+        fabric: Fabric,
+        topo_file: Path,
+        hosts: tuple[str, str] = ("h0", "h1"),
+        prefix: str = "ag",
+        workdir: Path | None = None,
+    ) -> None:
+        super().__init__(fabric, topo_file, hosts, prefix, workdir)
+        self.switch_proc: subprocess.Popen[str] | None = None
+        self.leaves: list[str] = []
+
+    def create(self) -> SwitchedRack:
+        """Namespaces for the hosts and the switches; veths host NIC <-> leaf port per plane."""
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        a, b = (self.fabric.host(h) for h in self.hosts)
+        if a.rack != b.rack:
+            raise TestnetError(f"{a.name} and {b.name} are in different racks: expected one rack")
+        sw_ns = f"{self.tag}-sw"
+        for name, ns in ((a.name, self.namespace(a.name)), (b.name, self.namespace(b.name)),
+                         ("sw", sw_ns)):  # fmt: skip
+            _ip("netns", "add", ns)
+            self.namespaces[name] = ns
+            _ip("-n", ns, "link", "set", "lo", "up")
+        mtu = str(self.fabric.topology.link_mtu)
+        for plane in range(self.fabric.topology.planes):
+            leaf = self.fabric.switch(Fabric.t0_name(plane, a.rack))
+            self.leaves.append(leaf.name)
+            for host in (a, b):
+                nic = host.nic(plane)
+                port = leaf.port_to(host.name)
+                _ip(
+                    "link", "add", nic.intf, "netns", self.namespace(host.name), "address", nic.mac,
+                    "type", "veth", "peer", "name", port.intf, "netns", sw_ns, "address", port.mac,
+                )  # fmt: skip
+                _ip("-n", sw_ns, "link", "set", port.intf, "mtu", mtu)
+                subprocess.run(
+                    ["ip", "netns", "exec", sw_ns, "sysctl", "-qw",
+                     f"net.ipv6.conf.{port.intf}.disable_ipv6=1"],
+                    capture_output=True, check=False,
+                )  # fmt: skip
+                _ip("-n", sw_ns, "link", "set", port.intf, "up")
+        return self
+
+    def start_switches(self, timeout: float = 60.0) -> None:
+        """Run the leaves in the switch namespace and push their tables; wait until ready."""
+        log = self.workdir / "switches.log"
+        argv = [
+            sys.executable, "-m", "host.agent_testnet", "switches", "--topo", str(self.topo_file),
+            "--workdir", str(self.workdir), "--hosts", ",".join(self.hosts), *self.leaves,
+        ]  # fmt: skip
+        self.switch_proc = subprocess.Popen(
+            ["ip", "netns", "exec", self.namespaces["sw"], *argv],
+            stdout=subprocess.PIPE,
+            stderr=open(log, "w"),  # noqa: SIM115 -- the child keeps it
+            text=True,
+            cwd=Path(__file__).resolve().parent.parent,
+        )
+        assert self.switch_proc.stdout is not None
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            line = self.switch_proc.stdout.readline()
+            if not line:
+                break
+            if line.startswith("switches ready"):
+                return
+        raise TestnetError(f"switches did not start: {log.read_text()[-2000:]}")
+
+    def start_agent(self, host: str, *extra: str, wait: bool = True) -> subprocess.Popen[bytes]:
+        """Start ``mrc-host`` (not direct: the switch consumes the uSIDs) for ``host``."""
+        log = self.workdir / f"{host}.log"
+        self.logs[host] = log
+        argv = [
+            sys.executable, "-m", "host.agent_cli", "--topo", str(self.topo_file),
+            "--host", host, "--control", str(self.control(host)), "--log-file", str(log), *extra,
+        ]  # fmt: skip
+        proc = subprocess.Popen(
+            self.exec_argv(host, argv),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            cwd=Path(__file__).resolve().parent.parent,
+        )
+        self.agents[host] = proc
+        if wait:
+            self.wait_ready(host)
+        return proc
+
+    def close(self) -> None:
+        """Stop agents and switches, delete the namespaces."""
+        for host in list(self.agents):
+            with contextlib.suppress(Exception):
+                self.stop_agent(host)
+        if self.switch_proc is not None and self.switch_proc.poll() is None:
+            self.switch_proc.send_signal(signal.SIGTERM)
+            try:
+                self.switch_proc.wait(15)
+            except subprocess.TimeoutExpired:
+                self.switch_proc.kill()
+                self.switch_proc.wait()
+        super().close()
+
+
+def serve_switches(argv: list[str]) -> int:
+    """Inside the switch namespace: run leaves as mrc-switch, push their tables, wait."""
+    import argparse
+
+    from controller.entries import switch_tables
+    from controller.p4info import P4Info, default_p4info_path
+    from controller.push import SwitchAddress, push_switch
+    from switchmodel.launcher import ModelSwitch
+    from topologies import load_topology
+
+    parser = argparse.ArgumentParser(prog="python -m host.agent_testnet switches")
+    parser.add_argument("--topo", type=Path, required=True)
+    parser.add_argument("--workdir", type=Path, required=True)
+    parser.add_argument("--hosts", required=True, help="hosts whose ports are wired, h0,h1")
+    parser.add_argument("leaves", nargs="+")
+    args = parser.parse_args(argv)
+    fabric = Fabric(load_topology(args.topo))
+    topo = fabric.topology
+    hosts = set(args.hosts.split(","))
+    info = P4Info.load(path=default_p4info_path())
+    switches: list[ModelSwitch] = []
+    stop = False
+
+    def on_signal(signum: int, frame: object) -> None:
+        nonlocal stop
+        stop = True
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    try:
+        for name in args.leaves:
+            leaf = fabric.switch(name)
+            ports = {p.number: p.intf for p in leaf.ports if p.peer in hosts}
+            grpc = f"127.0.0.1:{SwitchedRack.GRPC_BASE + leaf.device_id}"
+            switch = ModelSwitch(
+                name, ports, leaf.device_id, grpc,
+                rate_bps=int(topo.link_rate_mbps * 1e6), queue_depth=topo.queue_depth,
+                log_dir=args.workdir, mtu=topo.link_mtu, log_level="warning",
+            )  # fmt: skip
+            switch.start()
+            switches.append(switch)
+            switch.wait_ready(30)
+            report = push_switch(
+                SwitchAddress(name, grpc, leaf.device_id), info, switch_tables(fabric, leaf)
+            )
+            if not report.ok:
+                print(f"push {name}: {report.summary()}", file=sys.stderr, flush=True)
+                return 1
+            print(f"pushed {report.summary()}", file=sys.stderr, flush=True)
+        print("switches ready", flush=True)
+        while not stop:
+            signal.pause()
+    finally:
+        for switch in switches:
+            switch.stop()
+    return 0
+
+
+__all__ = ["BackToBack", "SwitchedRack", "TestnetError", "netns_available"]
+
+
+if __name__ == "__main__":
+    if sys.argv[1:2] == ["switches"]:
+        sys.exit(serve_switches(sys.argv[2:]))
+    print("usage: python -m host.agent_testnet switches --topo F --workdir D --hosts h0,h1 LEAF...",
+          file=sys.stderr)  # fmt: skip
+    sys.exit(2)

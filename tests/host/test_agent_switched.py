@@ -1,0 +1,92 @@
+"""Two mrc-host agents with the real data plane between them: each plane's leaf is an mrc-switch.
+
+h0 and h1 of topologies/small.yaml sit in rack 0; t0-p0-r0 and t0-p1-r0 run as switchmodel
+processes in namespace ``ag<pid>-sw`` with the tables the controller computes from the fabric.
+The agents run in normal (not direct) mode: a frame reaches a NIC only once the leaf has
+shifted the carrier down to the NIC's address.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from collections.abc import Iterator
+
+import pytest
+
+from host import wire
+from host.agent_testnet import SwitchedRack, netns_available
+from topologies import Fabric, load_topology
+from topologies.config import shipped_topology
+
+pytestmark = pytest.mark.netns
+
+SKIP = netns_available()
+if SKIP is not None:
+    pytest.skip(f"agent namespace tests: {SKIP}", allow_module_level=True)
+if importlib.util.find_spec("switchmodel.launcher") is None:
+    pytest.skip("the switchmodel (mrc-switch) is not available", allow_module_level=True)
+
+TOPO = shipped_topology("small")
+
+
+@pytest.fixture(scope="module")
+def small() -> Fabric:
+    return Fabric(load_topology(TOPO))
+
+
+@pytest.fixture(scope="module")
+def rack(small: Fabric, tmp_path_factory: pytest.TempPathFactory) -> Iterator[SwitchedRack]:
+    work = tmp_path_factory.mktemp("switched")
+    net = SwitchedRack(small, TOPO, ("h0", "h1"), prefix="ag", workdir=work)
+    try:
+        net.create()
+        net.start_switches()
+        net.start_agent("h0")
+        net.start_agent("h1", "--pcap", str(work / "h1.pcap"))
+        yield net
+    finally:
+        net.close()
+
+
+def test_transfer_through_the_leaves_of_every_plane(rack: SwitchedRack, small: Fabric) -> None:
+    size = 1 << 20
+    with rack.client("h0") as h0, rack.client("h1") as h1:
+        region = h1.register("viaswitch", size)
+        started = h0.transfer("h1", region["addr"], region["rkey"], size, seed=17, imm=5)
+        done = h0.wait([started["transfer"]], timeout=90)
+        assert done["complete"] and not done["failed"], done
+        assert h1.verify("viaswitch", seed=17)["match"]
+        s0, s1 = h0.stats()["stats"], h1.stats()["stats"]
+    for stats in (s0, s1):
+        assert stats["agent"]["direct_accepted"] == 0
+        for plane in stats["planes"].values():
+            assert plane["misaddressed"] == 0
+            assert plane["rx_packets"] > 0 and plane["tx_packets"] > 0
+    assert any(r["imm"] == 5 for r in s1["received_imm"])
+    # what arrived at h1 went through a leaf: carrier shifted to the NIC address, hop limit - 1
+    from test_agent_capture import read_pcap
+
+    nics = {nic.address.packed for nic in small.host("h1").nics}
+    arrived = [
+        p
+        for p in (wire.parse(f) for f in read_pcap(rack.workdir / "h1.pcap"))
+        if isinstance(p, wire.DataPacket)
+    ]
+    assert arrived
+    assert all(p.outer.dst in nics for p in arrived)
+    assert all(p.outer.hop_limit == 63 for p in arrived)
+    assert {p.outer.dst for p in arrived} == nics  # both planes
+
+
+def test_denied_plane_through_the_switch(rack: SwitchedRack) -> None:
+    with rack.client("h0") as h0, rack.client("h1") as h1:
+        h0.set_ev("h1", "DENIED", path="p1")
+        try:
+            before = h0.stats()["stats"]["planes"]["1"]["tx_packets"]
+            region = h1.register("p0only", 1 << 18)
+            started = h0.transfer("h1", region["addr"], region["rkey"], 1 << 18, seed=8)
+            assert h0.wait([started["transfer"]], timeout=90)["complete"]
+            assert h1.verify("p0only", seed=8)["match"]
+            assert h0.stats()["stats"]["planes"]["1"]["tx_packets"] == before
+        finally:
+            h0.set_ev("h1", "GOOD", path="p1")
