@@ -248,6 +248,8 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         log.info("stopping")
         server.stop(grace=0.5).wait()
+        for number, stats in sorted(dataplane.port_stats().items()):
+            log.info("port %d (%s): %s", number, ports[number].intf, stats)
         dataplane.stop()
     return 0
 
