@@ -58,6 +58,7 @@ PSN_HALF = 1 << 23
 LATE_PROBE_FACTOR = 64
 # messages a receiver tracks at once (partly received); packets of more are dropped, unplaced
 MAX_RX_MESSAGES = 1 << 16
+_DATA_UDP_BASE = wire.UDP_LEN + wire.BTH_LEN + wire.RETH_LEN + wire.DATA_EXT_LEN
 NS = 1_000_000_000
 
 
@@ -464,6 +465,9 @@ class QueuePair:
         mtu = cfg.mtu
         limit = min(cfg.max_outstanding, cfg.rx_window - 1)
         encode = wire.encode_data_split
+        join = b"".join
+        pack_len = wire.U16.pack
+        pack_tail = wire.DATA_TAIL.pack
         append = out.append
         remote_qpn = self.remote_qpn
         ts32 = int(now * NS) & 0xFFFFFFFF
@@ -488,22 +492,35 @@ class QueuePair:
                 length = mtu
                 last = False
                 flags = 0 if offset else wire.FLAG_FIRST
-                imm = None
             else:
                 last = True
                 flags = wire.FLAG_LAST if offset else wire.FLAG_LAST | wire.FLAG_FIRST
-                imm = msg.imm
                 msg.all_sent = True
                 queue.popleft()
             end = offset + length
             msg.offset = end
             msg.unacked += 1
             outstanding[psn] = _TxPacket(psn, msg, offset, length, last, slot, now, ts32, tsn)
-            frame = encode(
-                slot.head, slot.mid, remote_qpn, psn, last, msg.remote_addr + offset, msg.rkey, imm,
-                flags, slot.plane, slot.spine_hint, slot.wire, msg.msg_id, msg.length, offset,
-                ts32, msg.data[offset:end],
-            )  # fmt: skip
+            if last and msg.imm is not None:
+                frame = encode(
+                    slot.head, slot.mid, remote_qpn, psn, True, msg.remote_addr + offset, msg.rkey,
+                    msg.imm, flags, slot.plane, slot.spine_hint, slot.wire, msg.msg_id,
+                    msg.length, offset, ts32, msg.data[offset:end],
+                )  # fmt: skip
+            else:
+                # inline of wire.encode_data_split for WRITE Only, the common packet
+                udp_len = _DATA_UDP_BASE + length
+                frame = join((
+                    slot.head, pack_len(udp_len), slot.mid,
+                    pack_tail(
+                        udp_len, 0, wire.OP_WRITE_ONLY, 0, 0xFFFF, remote_qpn,
+                        (0x80000000 | (psn & PSN_MASK)) if last else psn & PSN_MASK,
+                        msg.remote_addr + offset, msg.rkey, length, wire.EXT_DATA, flags,
+                        slot.plane, slot.spine_hint, slot.wire, msg.msg_id, msg.length, offset,
+                        ts32,
+                    ),
+                    msg.data[offset:end],
+                ))  # fmt: skip
             append((slot.plane, frame))
             psn += 1
             tsn += 1

@@ -105,6 +105,9 @@ _ACK_TAIL = struct.Struct("!HH" "BBHII" "I" "BBBBII" "IIQHH")
 _NACK_TAIL = struct.Struct("!HH" "BBHII" "I" "BBBBII" "II12x")
 _PROBE_TAIL = struct.Struct("!HH" "BBHII" "I" "BBBBII" "II12x")
 _PAYLOAD_LEN_AT = OFF_IPV6 + 4
+# public for the sender's inlined hot loop (host/qp.py)
+U16 = _U16
+DATA_TAIL = _DATA_TAIL
 _UDP_LEN_AT = OFF_UDP + 4
 
 
