@@ -113,8 +113,8 @@ def build_slots(paths: Sequence[Path], profile: EvProfile, default_count: int) -
     triples: list[tuple[int, int, int]]
     if isinstance(profile, GeneratedEvProfile):
         count = default_count if profile.count is None else profile.count
-        if not 1 <= count <= 1 << 20:
-            raise EvProfileError(f"generated EV count {count}: expected 1..1048576")
+        if not 1 <= count < 1 << 20:
+            raise EvProfileError(f"generated EV count {count}: expected 1..1048575")
         triples = _generated(paths, count)
     elif isinstance(profile, ExplicitEvProfile):
         if not profile.evs:
