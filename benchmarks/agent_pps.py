@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import tempfile
 import time
@@ -42,14 +43,14 @@ def parse_size(text: str) -> int:
             return int(float(text[:-1]) * units[text[-1]])
         return int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"size {text!r}: expected bytes such as 4096, 64M, 1G") from None
+        raise argparse.ArgumentTypeError(
+            f"size {text!r}: expected bytes such as 4096, 64M, 1G"
+        ) from None
 
 
 def cpu_seconds(pid: int) -> float:
     """User + system CPU seconds of a process, from /proc."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    import os
-
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
@@ -65,19 +66,25 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     fabric = Fabric(load_topology(topo_file))
     mtu = fabric.topology.mtu
     extra = ["--log-level", "warning", "--window", str(args.window), "--cc", args.cc]
+    for param in args.cc_param:
+        extra += ["--cc-param", param]
     with BackToBack(fabric, topo_file, ("h0", "h1"), prefix="agb", workdir=work) as net:
         net.start_agent("h0", *extra)
         net.start_agent("h1", *extra)
         pids = {h: net.agents[h].pid for h in ("h0", "h1")}
+        idle0 = {h: cpu_seconds(pid) for h, pid in pids.items()}
+        time.sleep(args.idle)
+        idle = {h: (cpu_seconds(pid) - idle0[h]) / args.idle for h, pid in pids.items()}
         with net.client("h0", timeout=30) as h0, net.client("h1", timeout=30) as h1:
             region = h1.register("bench", args.size)
             s0, s1 = h0.stats()["stats"], h1.stats()["stats"]
-            cpu0 = {h: cpu_seconds(pid) for h, pid in pids.items()}
-            started = time.monotonic()
             t = h0.transfer(
                 "h1", region["addr"], region["rkey"], args.size, seed=1,
                 message_size=args.message_size, policy=args.policy,
             )  # fmt: skip
+            # the pattern data is made before the reply: measure from here
+            cpu0 = {h: cpu_seconds(pid) for h, pid in pids.items()}
+            started = time.monotonic()
             last = 0
             while True:
                 reply = h0.wait([t["transfer"]], timeout=1.0)
@@ -112,6 +119,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "message_size": args.message_size,
         "policy": args.policy,
         "cc": args.cc,
+        "cc_params": args.cc_param,
         "window_messages": args.window,
         "state": done["state"],
         "verified": verified,
@@ -124,6 +132,15 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "retransmits": retx_after - retx_before,
         "cpu_h0_sender": (cpu1["h0"] - cpu0["h0"]) / wall,
         "cpu_h1_receiver": (cpu1["h1"] - cpu0["h1"]) / wall,
+        "cpu_us_per_data_packet_sender": (cpu1["h0"] - cpu0["h0"]) / max(data_pkts, 1) * 1e6,
+        "cpu_us_per_data_packet_receiver": (cpu1["h1"] - cpu0["h1"]) / max(data_pkts, 1) * 1e6,
+        "cpu_idle_h0": idle["h0"],
+        "cpu_idle_h1": idle["h1"],
+        "rtt_p50_ms": e0["core"]["rtt"].get("p50", 0.0) * 1e3,
+        "rtt_p99_ms": e0["core"]["rtt"].get("p99", 0.0) * 1e3,
+        "cwnd_packets_end": e0["core"]["qps"][str(t["qpn"])]["cwnd"] / mtu,
+        "load_average": os.getloadavg()[0],
+        "kernel_drops_receiver": sum(p["kernel_drops"] for p in e1["planes"].values()),
         "target_pps": TARGET_PPS,
     }
     return result
@@ -140,6 +157,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--cc", default="nscc", help="congestion control of both agents (nscc, fixed)"
     )
+    parser.add_argument(
+        "--cc-param", action="append", default=[], metavar="NAME=VALUE",
+        help="congestion control parameter for both agents (repeatable), e.g. window=512",
+    )  # fmt: skip
+    parser.add_argument("--idle", type=float, default=2.0, help="seconds of idle CPU measurement")
     parser.add_argument("--out", type=Path, help="write the figures as JSON here")
     parser.add_argument("--quiet", action="store_true")
     args = parser.parse_args(argv)
@@ -153,10 +175,17 @@ def main(argv: list[str] | None = None) -> int:
         f"{result['size_bytes'] / 2**20:.0f} MiB in {result['elapsed_s']:.2f} s "
         f"({result['state']}, verified {result['verified']})\n"
         f"  h0 -> h1 data    {result['data_pps']:10,.0f} packets/s  "
-        f"({result['goodput_mbps']:,.0f} Mb/s goodput, {result['retransmits']} retransmits)\n"
+        f"({result['goodput_mbps']:,.0f} Mb/s goodput, {result['retransmits']} retransmits, "
+        f"{result['kernel_drops_receiver']} dropped by the receiver's socket buffer)\n"
         f"  h1 -> h0 control {result['control_pps']:10,.0f} packets/s\n"
-        f"  CPU: sender {100 * result['cpu_h0_sender']:.0f}% of a core, "
-        f"receiver {100 * result['cpu_h1_receiver']:.0f}%\n"
+        f"  CPU: sender {100 * result['cpu_h0_sender']:.0f}% of a core "
+        f"({result['cpu_us_per_data_packet_sender']:.1f} us/packet), "
+        f"receiver {100 * result['cpu_h1_receiver']:.0f}% "
+        f"({result['cpu_us_per_data_packet_receiver']:.1f} us/packet); idle: "
+        f"{100 * result['cpu_idle_h0']:.1f}% / {100 * result['cpu_idle_h1']:.1f}%\n"
+        f"  RTT p50 {result['rtt_p50_ms']:.2f} ms, p99 {result['rtt_p99_ms']:.2f} ms, "
+        f"cwnd {result['cwnd_packets_end']:.0f} packets, "
+        f"load average {result['load_average']:.1f} on {os.cpu_count()} CPUs\n"
         f"  target {TARGET_PPS:,} packets/s: "
         f"{'met' if result['data_pps'] >= TARGET_PPS else 'not met'}"
     )

@@ -47,6 +47,7 @@ from host.agent_io import BATCH, PlaneSocket
 from host.agent_pcap import PcapWriter
 from host.agent_setup import NicSetup, SetupError, prepare_nic, require_interface
 from host.api import MemoryRegion
+from host.cc import CcProfile
 from host.config import StackConfig
 from host.control import ControlServer, SocketInUse
 from host.events import (
@@ -111,6 +112,7 @@ class AgentOptions:
     host: str
     control: Path | None = None  # default: default_control_path(host)
     cc: str = "nscc"
+    cc_params: tuple[tuple[str, float], ...] = ()  # overrides of the algorithm's defaults
     ev_count: int = 128
     direct: bool = False  # accept frames whose carrier still holds uSIDs (back-to-back hosts)
     setup: bool = True  # prepare the NICs (MTU, MAC, kernel IPv6 off, offloads off)
@@ -207,7 +209,7 @@ class Agent:
             paths,
             cq=self.cq,
             policy=policy,
-            cc=self.options.cc,
+            cc=CcProfile(self.options.cc, dict(self.options.cc_params)),
             ev_profile=GeneratedEvProfile(count=self.options.ev_count),
             remote_qpn=qp_number(peer.index, self.host.index, policy),
         )
@@ -377,9 +379,7 @@ class Agent:
                     index = plane.nic.plane
                     address = plane.address
                     for frame in frames:
-                        if frame[IPV6_DST] != address and not self._other_destination(
-                            plane, frame
-                        ):
+                        if frame[IPV6_DST] != address and not self._other_destination(plane, frame):
                             continue
                         try:
                             ctx.receive_frame(index, frame, now)

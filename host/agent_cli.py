@@ -3,7 +3,7 @@
 Run an agent (inside the host's network namespace, as root)::
 
     mrc-host --topo topologies/small.yaml --host h0 [--control /run/mrc-testbed/h0.sock]
-             [--cc nscc] [--ev-count 128] [--log-file F] [--stats-file F] [--pcap F] [--direct]
+             [--cc nscc] [--cc-param NAME=VALUE] [--ev-count 128] [--log-file F] [--stats-file F] [--pcap F] [--direct]
 
 Control a running agent (``--control PATH``, or ``--host h0`` for the default socket path)::
 
@@ -29,7 +29,9 @@ from typing import Any
 
 from host.agent import Agent, AgentError, AgentOptions, default_control_path
 from host.agent_setup import SetupError, require_root
+from host.cc import CcProfile
 from host.cc import available as cc_available
+from host.cc import create as cc_create
 from host.control_client import ControlClient, ControlError
 from host.policy import POLICIES
 from topologies import Fabric, TopologyError, load_topology
@@ -73,6 +75,13 @@ def agent_parser() -> argparse.ArgumentParser:
         "--control", type=Path, help="control socket path (default /run/mrc-testbed/HOST.sock)"
     )
     parser.add_argument("--cc", default="nscc", help="congestion control (default nscc)")
+    parser.add_argument(
+        "--cc-param",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="congestion control parameter, e.g. max_cwnd=512 or window=256 (repeatable)",
+    )
     parser.add_argument("--ev-count", type=int, default=128, help="EVs per QP (default 128)")
     parser.add_argument("--log-file", type=Path, help="log here instead of stderr")
     parser.add_argument(
@@ -107,6 +116,19 @@ def run_agent(argv: list[str]) -> int:
         return _fail(f"--window {args.window}: expected a positive number of messages")
     if args.cc not in cc_available():
         return _fail(f"--cc {args.cc}: expected one of {', '.join(cc_available())}")
+    cc_params: list[tuple[str, float]] = []
+    for text in args.cc_param:
+        name, sep, value = text.partition("=")
+        try:
+            cc_params.append((name.strip(), float(value)))
+        except ValueError:
+            sep = ""
+        if not sep or not name.strip():
+            return _fail(f"--cc-param {text!r}: expected NAME=NUMBER, e.g. max_cwnd=512")
+    try:
+        cc_create(CcProfile(args.cc, dict(cc_params)), mtu=4096)
+    except ValueError as exc:
+        return _fail(f"--cc-param: {exc}")
     handlers: list[logging.Handler] = []
     if args.log_file is not None:
         try:
@@ -133,6 +155,7 @@ def run_agent(argv: list[str]) -> int:
         host=args.host,
         control=args.control,
         cc=args.cc,
+        cc_params=tuple(cc_params),
         ev_count=args.ev_count,
         direct=args.direct,
         setup=args.setup,

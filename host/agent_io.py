@@ -13,7 +13,8 @@
   per-plane backlog (bounded) and the agent selects the socket for writing until it drains.
 
 Large socket buffers (``SO_RCVBUFFORCE``/``SO_SNDBUFFORCE`` as root) absorb bursts of a window
-of packets. The qdisc is *not* bypassed: a fabric link's delay line (netem) sits there.
+of packets; the kernel's count of frames dropped on a full receive buffer
+(``PACKET_STATISTICS``) is reported as ``kernel_drops``. The qdisc is *not* bypassed: a fabric link's delay line (netem) sits there.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import socket
+import struct
 from collections import deque
 
 ETH_P_IPV6 = 0x86DD
@@ -28,7 +30,9 @@ SOL_PACKET = 263
 PACKET_IGNORE_OUTGOING = 23
 SO_RCVBUFFORCE = 33
 SO_SNDBUFFORCE = 32
-SOCKET_BUFFER = 8 << 20
+PACKET_STATISTICS = 6
+RECV_SOCKET_BUFFER = 32 << 20  # a window of ~2000 full-size frames (skb truesize ~2x the frame)
+SEND_SOCKET_BUFFER = 8 << 20
 RECV_BUFFER = 16384  # larger than any frame of a fabric (link_mtu <= 9500)
 BATCH = 128  # frames read per readiness event before the loop looks at timers and sends
 MAX_BACKLOG = 16384  # frames waiting for socket space on one plane (then the oldest are dropped)
@@ -63,15 +67,15 @@ class PlaneSocket:
             raise OSError(exc.errno, f"cannot bind to interface '{intf}': {exc.strerror}") from None
         with contextlib.suppress(OSError):
             self.sock.setsockopt(SOL_PACKET, PACKET_IGNORE_OUTGOING, 1)
-        for force, plain in (
-            (SO_RCVBUFFORCE, socket.SO_RCVBUF),
-            (SO_SNDBUFFORCE, socket.SO_SNDBUF),
+        for force, plain, size in (
+            (SO_RCVBUFFORCE, socket.SO_RCVBUF, RECV_SOCKET_BUFFER),
+            (SO_SNDBUFFORCE, socket.SO_SNDBUF, SEND_SOCKET_BUFFER),
         ):
             try:
-                self.sock.setsockopt(socket.SOL_SOCKET, force, SOCKET_BUFFER)
+                self.sock.setsockopt(socket.SOL_SOCKET, force, size)
             except OSError:
                 with contextlib.suppress(OSError):
-                    self.sock.setsockopt(socket.SOL_SOCKET, plain, SOCKET_BUFFER)
+                    self.sock.setsockopt(socket.SOL_SOCKET, plain, size)
         self.sock.setblocking(False)
         self._buffer = bytearray(RECV_BUFFER)
         self._view = memoryview(self._buffer)
@@ -85,6 +89,7 @@ class PlaneSocket:
         self.tx_errors = 0
         self.backlog_drops = 0
         self.backlog_peak = 0
+        self.kernel_drops = 0  # frames the kernel dropped because the socket buffer was full
 
     def fileno(self) -> int:
         """The socket's file descriptor."""
@@ -167,8 +172,18 @@ class PlaneSocket:
             backlog.popleft()
         return True
 
+    def _kernel_stats(self) -> None:
+        """Add the kernel's socket drop count (PACKET_STATISTICS resets on every read)."""
+        try:
+            raw = self.sock.getsockopt(SOL_PACKET, PACKET_STATISTICS, 8)
+        except OSError:
+            return
+        _, drops = struct.unpack("II", raw)
+        self.kernel_drops += drops
+
     def counters(self) -> dict[str, int]:
         """Per-plane packet counters (JSON-ready)."""
+        self._kernel_stats()
         return {
             "rx_packets": self.rx_packets,
             "rx_bytes": self.rx_bytes,
@@ -180,6 +195,7 @@ class PlaneSocket:
             "backlog": len(self.backlog),
             "backlog_peak": self.backlog_peak,
             "backlog_drops": self.backlog_drops,
+            "kernel_drops": self.kernel_drops,
         }
 
     def close(self) -> None:
