@@ -11,6 +11,7 @@ Arbitration and device ids are the adapter's business.
 
 from __future__ import annotations
 
+import ipaddress
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -333,8 +334,6 @@ class SwitchRuntime:
     def _describe(table: TableBinding, key: Key) -> str:
         value, length = key
         if table.match_type == p4i.MatchField.LPM:
-            import ipaddress
-
             return (
                 f"{ipaddress.IPv6Address(value)}/{length}"
                 if table.width == 128
