@@ -42,7 +42,7 @@ def _fault_markers(ax: plt.Axes, result: TransportResult, label: bool) -> None:
 def plot_goodput(out: Path, fabric: Fabric, interval: float,
                  results: Sequence[TransportResult]) -> Path:
     """Goodput over time per transport with fault markers and surviving capacity."""
-    fig, ax = plt.subplots(figsize=(9, 4.5))
+    fig, ax = plt.subplots(figsize=(11, 4.5))
     for i, r in enumerate(results):
         series = goodput_series(r.progress, r.duration, interval)
         ax.plot([t for t, _ in series], [g / 1e6 for _, g in series], label=r.name,
@@ -57,7 +57,8 @@ def plot_goodput(out: Path, fabric: Fabric, interval: float,
     ax.set_ylabel("aggregate goodput (Mb/s)")
     ax.set_title(f"goodput: {fabric.summary().split(',')[0]}")
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8, loc="lower right")
+    ax.set_ylim(bottom=0)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     path = out / "goodput.png"
     fig.tight_layout()
     fig.savefig(path, dpi=110)
@@ -103,7 +104,7 @@ def plot_ev_states(out: Path, results: Sequence[TransportResult]) -> Path:
         ax.set_ylabel("EVs")
         ax.set_title(f"EV states: {r.name}", fontsize=9)
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=7, loc="center right")
+        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     if not with_evs:
         axes[0, 0].text(0.5, 0.5, "no transport with EVs in this run", ha="center",
                         transform=axes[0, 0].transAxes)

@@ -135,6 +135,11 @@ class Testbed:
                                "stop it with 'mrc-testbed down'")
         if existing is not None:
             teardown(self.state_path, say)
+        taken = [intf for intf in fabric_interface_names(self.fabric)
+                 if Path(f"/sys/class/net/{intf}").exists()]
+        if taken:
+            raise TestbedError(f"interface {taken[0]} already exists: another fabric with these "
+                               "names is running (stop it with 'mrc-testbed down')")
         try:
             self._up(say)
         except BaseException:
@@ -403,6 +408,11 @@ def _kill(pid: int, marker: str, timeout: float = 3.0) -> bool:
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
     return True
+
+
+def fabric_interface_names(fabric: Fabric) -> list[str]:
+    """The root-namespace interfaces of ``fabric``'s switches."""
+    return [p.intf for sw in fabric.switches for p in sw.ports]
 
 
 def node_names(fabric: Fabric) -> list[str]:
