@@ -662,7 +662,9 @@ class QueuePair:
                 acked += length
                 if rec.in_net:
                     inflight -= length
-                if rec.tsn > top and rec.retx == 0:
+                # a retransmitted packet may have been acknowledged by an earlier copy; only
+                # when the ACK echoes this copy's timestamp does its send order count
+                if rec.tsn > top and (rec.retx == 0 or rec.ts32 == ts_echo):
                     top = rec.tsn
                 msg = rec.msg
                 msg.unacked -= 1
@@ -919,7 +921,10 @@ class QueuePair:
         if first is not None:
             timeout = self._timeout()
             if first.sent + timeout <= now:
-                lost = [r for r in self._outstanding.values() if r.in_net and r.sent + timeout <= now]
+                # every packet older than the un-backed-off timeout is lost, not just the oldest:
+                # else each packet of a lost window would cost one more doubled timeout
+                base = self._cfg.ack_timeout
+                lost = [r for r in self._outstanding.values() if r.in_net and r.sent + base <= now]
                 nbytes = 0
                 for rec in lost:
                     nbytes += rec.length
