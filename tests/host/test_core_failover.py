@@ -161,3 +161,20 @@ def test_retry_limit_puts_the_qp_in_error(make_net: Any) -> None:
     assert (entry.wr_id, entry.status) == (5, "retry_exceeded")
     assert any(isinstance(e, QpError) for e in net.events)
     assert flow.sender.error is not None
+
+
+def test_one_timeout_recovers_a_whole_lost_window(make_net: Any) -> None:
+    net = make_net(seed=10)
+    flow = net.connect("h0", "h2", policy="single-path")
+    first = flow.sender.ev_table.pinned.path.hops[0]
+    net.sim.fail_link(first.switch, net.fabric.switch(first.switch).port(first.out_port).peer,
+                      start=0.05, end=0.3)  # fmt: skip
+    flow.sender.post_write(pattern(4 << 20, 1), BASE, flow.region.rkey)
+    net.sim.kick("h0")
+    end = net.run(30.0, stop=lambda: len(net.cqs["h0"]) == 1)
+    assert net.cqs["h0"].poll()[0].status == "ok"
+    timeouts = [e for e in net.events if isinstance(e, RetransmitTimeout)]
+    # the window lost at 0.05 s is resent by the first timeouts after the repair, not one
+    # packet per (doubling) timeout
+    assert len(timeouts) <= 3
+    assert end < 1.0  # simulated seconds: 4 MiB at 100 Mb/s is 0.34 s plus the outage
