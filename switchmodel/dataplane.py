@@ -51,6 +51,7 @@ SO_SNDBUFFORCE = 32
 SO_RCVBUFFORCE = 33
 ETH_HEADER = 14
 
+TX_TRACE = "tx port %d priority %d bytes %d enq_qdepth %d"
 RX_BATCH = 256  # frames read from one socket before looking at the others
 RX_BUFFER = 1 << 16
 SOCKET_BUFFER = 4 << 20
@@ -166,6 +167,7 @@ class DataPlane:
         self._thread: threading.Thread | None = None
         self._buffer = bytearray(RX_BUFFER)
         self._profile = profile
+        self._trace = False  # log every transmitted frame (at debug level)
         self.unknown_port_drops = 0
 
     # -- life cycle --------------------------------------------------------------------------
@@ -197,9 +199,14 @@ class DataPlane:
         self._selector.register(self._wake_r, selectors.EVENT_READ, None)
 
     def start(self) -> None:
-        """Open the ports (if not yet) and run the event loop in its own thread."""
+        """Open the ports (if not yet) and run the event loop in its own thread.
+
+        At debug log level every transmitted frame is logged (:data:`TX_TRACE`): its port,
+        priority class, length and the queue depth it saw.
+        """
         if not self._ports:
             self.open()
+        self._trace = log.isEnabledFor(logging.DEBUG)
         self._thread = threading.Thread(target=self._run_thread, name="dataplane", daemon=True)
         self._thread.start()
 
@@ -353,6 +360,8 @@ class DataPlane:
                     egress(state, out_port, 0, n)
                     if target.pcap_out is not None:
                         target.pcap_out.write(out)
+                    if self._trace:
+                        log.debug(TX_TRACE, out_port, priority, len(out), 0)
                 elif queue.enqueue((out, n, priority, queue.length), len(out), priority) is None:
                     count_drop(state, DropReason.QUEUE_FULL, n)
         port.rx_frames += received
@@ -388,6 +397,8 @@ class DataPlane:
                         egress(state, port.number, enq_qdepth, length)
                     if pcap is not None:
                         pcap.write(frame)
+                    if self._trace:
+                        log.debug(TX_TRACE, port.number, priority, len(frame), enq_qdepth)
             ready = queue.next_ready(now)
             if ready is not None and not port.blocked:
                 earliest = ready if earliest is None or ready < earliest else earliest

@@ -5,13 +5,17 @@ and is given to ``mrc-switch`` (:class:`switchmodel.launcher.ModelSwitch`) as po
 peer ``smd<id>t<n>`` goes into the namespace ``smd<id>``, where the test sends and receives with
 AF_PACKET sockets. The pipeline is the committed P4Info, pushed with
 :class:`controller.client.SwitchClient` (no device config: switchmodel implements the program
-itself); entries and counters go over the same gRPC session.
+itself); entries and counters go over the same gRPC session. The switch runs at debug log
+level, where it logs the priority class of every frame it sends: :meth:`priority_of_last`
+reads it from there.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import socket
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -50,6 +54,7 @@ class ModelTarget(DataplaneTarget):
         self._sockets: dict[int, PacketPort] = {}
         self._installed: list[Any] = []
         self._defaults: set[int] = set()  # tables whose default entry was changed
+        self._log_mark = 0  # size of the switch's log when the last frame was sent
 
     @property
     def p4info(self) -> P4Info:
@@ -108,7 +113,31 @@ class ModelTarget(DataplaneTarget):
             self._installed = list(entries)
 
     def send(self, port: int, frame: bytes) -> None:
+        self._log_mark = self._log_size()
         self._sockets[port].send(frame)
+
+    def _log_size(self) -> int:
+        try:
+            return self._switch.log_path.stat().st_size if self._switch is not None else 0
+        except FileNotFoundError:
+            return 0
+
+    def priority_of_last(self, port: int) -> int | None:
+        """The priority class mrc-switch logged (at debug level) for its last frame out of
+        ``port`` since the last :meth:`send`; None when it logged none within a second."""
+        if self._switch is None:
+            return None
+        pattern = re.compile(rf"tx port {port} priority (\d+) ")
+        deadline = time.monotonic() + 1.0
+        while True:
+            with open(self._switch.log_path, "rb") as log:
+                log.seek(self._log_mark)
+                found = pattern.findall(log.read().decode(errors="replace"))
+            if found:
+                return int(found[-1])
+            if time.monotonic() > deadline:
+                return None
+            time.sleep(0.02)
 
     def expect(self, port: int, timeout: float) -> bytes | None:
         return self._sockets[port].recv(timeout)
