@@ -58,6 +58,9 @@ PSN_HALF = 1 << 23
 LATE_PROBE_FACTOR = 64
 # messages a receiver tracks at once (partly received); packets of more are dropped, unplaced
 MAX_RX_MESSAGES = 1 << 16
+# wire constants as module globals for the hot paths (one lookup instead of two)
+_FLAG_FIRST, _FLAG_LAST, _FLAG_ECN_ECHO = wire.FLAG_FIRST, wire.FLAG_LAST, wire.FLAG_ECN_ECHO
+_OP_WRITE_ONLY, _EXT_DATA, _ECN_CE = wire.OP_WRITE_ONLY, wire.EXT_DATA, wire.ECN_CE
 _DATA_UDP_BASE = wire.UDP_LEN + wire.BTH_LEN + wire.RETH_LEN + wire.DATA_EXT_LEN
 NS = 1_000_000_000
 
@@ -491,10 +494,10 @@ class QueuePair:
             if length > mtu:
                 length = mtu
                 last = False
-                flags = 0 if offset else wire.FLAG_FIRST
+                flags = 0 if offset else _FLAG_FIRST
             else:
                 last = True
-                flags = wire.FLAG_LAST if offset else wire.FLAG_LAST | wire.FLAG_FIRST
+                flags = _FLAG_LAST if offset else _FLAG_LAST | _FLAG_FIRST
                 msg.all_sent = True
                 queue.popleft()
             end = offset + length
@@ -513,9 +516,9 @@ class QueuePair:
                 frame = join((
                     slot.head, pack_len(udp_len), slot.mid,
                     pack_tail(
-                        udp_len, 0, wire.OP_WRITE_ONLY, 0, 0xFFFF, remote_qpn,
+                        udp_len, 0, _OP_WRITE_ONLY, 0, 0xFFFF, remote_qpn,
                         (0x80000000 | (psn & PSN_MASK)) if last else psn & PSN_MASK,
-                        msg.remote_addr + offset, msg.rkey, length, wire.EXT_DATA, flags,
+                        msg.remote_addr + offset, msg.rkey, length, _EXT_DATA, flags,
                         slot.plane, slot.spine_hint, slot.wire, msg.msg_id, msg.length, offset,
                         ts32,
                     ),
@@ -815,13 +818,13 @@ class QueuePair:
                             msg.imm, msg.base, now,
                         )
                     )  # fmt: skip
-        if ecn == wire.ECN_CE:
+        if ecn == _ECN_CE:
             self._ack_ce += 1
         # inline of _note_ack for the common case
         pending = self._ack_pending + 1
         self._ack_pending = pending
         self._ack_echo = (ev, ts, plane, spine)
-        self._ack_flags = wire.FLAG_ECN_ECHO if ecn == wire.ECN_CE else 0
+        self._ack_flags = _FLAG_ECN_ECHO if ecn == _ECN_CE else 0
         if ack_req or pending >= self._ack_every:
             self._send_ack(now)
         elif self._ack_deadline is None:
