@@ -381,7 +381,10 @@ class QueuePair:
         )  # fmt: skip
         self._shared.outbox.append((slot.plane, frame))
         self._probes[probe_id] = (slot, now)
-        self._stats.probes_sent += 1
+        stats = self._stats
+        stats.probes_sent += 1
+        stats.packets_sent += 1
+        stats.bytes_sent += len(frame)
         self._shared.events.append(PathProbeSent(self.qpn, slot.ev, probe_id, now))
         return probe_id
 
@@ -401,6 +404,10 @@ class QueuePair:
             if member.state in (EvState.ASSUMED_BAD, EvState.UNKNOWN):
                 self.set_ev_state(member, EvState.GOOD, "probe_reply", now)
         self._probe_due.pop(key, None)
+        # other probes of the group are moot now: no timeout events for them
+        for probe_id, (other, sent) in list(self._probes.items()):
+            if self._group_of(other) == key:
+                self._late_probes[probe_id] = self._probes.pop(probe_id)
 
     def answer_probe(self, pkt: wire.ProbePacket, now: float) -> None:
         """Answer a peer's probe on the mirror path of the one it probed."""
@@ -410,7 +417,10 @@ class QueuePair:
             pkt.probe_id, self.qpn,
         )  # fmt: skip
         self._shared.outbox.append((plane, frame))
-        self._stats.probe_replies_sent += 1
+        stats = self._stats
+        stats.probe_replies_sent += 1
+        stats.packets_sent += 1
+        stats.bytes_sent += len(frame)
 
     def _run_probes(self, now: float) -> None:
         cfg = self._cfg
