@@ -405,7 +405,7 @@ class QueuePair:
                 self.set_ev_state(member, EvState.GOOD, "probe_reply", now)
         self._probe_due.pop(key, None)
         # other probes of the group are moot now: no timeout events for them
-        for probe_id, (other, sent) in list(self._probes.items()):
+        for probe_id, (other, _) in list(self._probes.items()):
             if self._group_of(other) == key:
                 self._late_probes[probe_id] = self._probes.pop(probe_id)
 
