@@ -119,6 +119,7 @@ class AgentOptions:
     pcap: Path | None = None  # capture every MRC frame sent and received
     stats_file: Path | None = None  # rewrite the statistics JSON here every second and at exit
     window: int = DEFAULT_WINDOW
+    rx_ring: bool = True  # receive through a PACKET_RX_RING (else one recv per frame)
     seed: int | None = None  # the core's random seed (default: derived from the host index)
 
 
@@ -238,7 +239,12 @@ class Agent:
                     raise AgentError(str(exc)) from None
                 done = None
             try:
-                sock = PlaneSocket(nic.plane, nic.intf)
+                sock = PlaneSocket(
+                    nic.plane,
+                    nic.intf,
+                    ring=self.options.rx_ring,
+                    max_frame=self.topology.link_mtu + 14,
+                )
             except PermissionError:
                 raise AgentError(
                     "mrc-host needs root (CAP_NET_RAW) for AF_PACKET sockets: run it with sudo"

@@ -104,6 +104,12 @@ def agent_parser() -> argparse.ArgumentParser:
         "--window", type=int, default=64, help="messages of a transfer in flight (default 64)"
     )
     parser.add_argument("--seed", type=int, help="random seed of the transport core")
+    parser.add_argument(
+        "--no-rx-ring",
+        dest="rx_ring",
+        action="store_false",
+        help="read frames with one recv per frame instead of the PACKET_RX_RING",
+    )
     return parser
 
 
@@ -163,6 +169,7 @@ def run_agent(argv: list[str]) -> int:
         stats_file=args.stats_file,
         window=args.window,
         seed=args.seed,
+        rx_ring=args.rx_ring,
     )
     try:
         agent = Agent(fabric, options)

@@ -3,7 +3,7 @@
 A transfer writes ``size`` bytes to a peer's registered region as a series of WRITE messages of
 ``message_size`` bytes (the last one WRITE_IMM when an immediate is given). Its bytes are either
 a file's contents or deterministic *pattern data*: :func:`pattern` (``seed``, ``size``) is the
-same byte string on every host and Python version (``random.Random(seed).randbytes``), so a
+same byte string on every host and Python version (``random.Random(seed)``), so a
 receiver can check what arrived without the data crossing the control interface
 (:func:`verify_region`). Every transfer also reports the SHA-256 of what it sent.
 """
@@ -17,14 +17,22 @@ from typing import Any
 
 DEFAULT_MESSAGE_SIZE = 1 << 16
 DEFAULT_SEED = 1
+PATTERN_CHUNK = 1 << 20
 MAX_TRANSFER = 1 << 32  # bytes in one transfer (pattern data is held in memory)
 
 
 def pattern(seed: int, size: int) -> bytes:
-    """``size`` bytes of deterministic pattern data for ``seed``."""
+    """``size`` bytes of deterministic pattern data for ``seed``.
+
+    The bytes of ``random.Random(seed)``, drawn 1 MiB at a time (one draw is limited to less
+    than 256 MiB); a shorter pattern of the same seed is a prefix of a longer one.
+    """
     if size <= 0:
         return b""
-    return random.Random(seed).randbytes(size)
+    rng = random.Random(seed)
+    return b"".join(
+        rng.randbytes(min(PATTERN_CHUNK, size - offset)) for offset in range(0, size, PATTERN_CHUNK)
+    )
 
 
 def sha256_hex(data: bytes | bytearray | memoryview) -> str:

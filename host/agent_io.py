@@ -5,10 +5,12 @@
 - bound to the interface for ``ETH_P_IPV6`` only: protocol-specific packet sockets never see
   the frames this host sends (no ``PACKET_OUTGOING`` copies to filter), and
   ``PACKET_IGNORE_OUTGOING`` is set as well where the kernel has it;
-- :meth:`PlaneSocket.receive_batch` reads with ``recv_into`` into one reusable buffer until
-  ``EAGAIN`` (or a batch limit, so timers and other planes get their turn) and keeps only
-  frames that :func:`is_mrc_frame` accepts (IPv6, then UDP to port 4791 or a routing header);
-  the rest is counted as ``ignored`` and dropped -- a filter in Python, no BPF program;
+- :meth:`PlaneSocket.receive_batch` takes frames from a memory-mapped ``PACKET_RX_RING``
+  (:class:`RxRing`: no system call per frame) or, without a ring, with ``recv_into`` into one
+  reusable buffer, until the socket is empty (or a batch limit, so timers and other planes get
+  their turn), and keeps only frames that :func:`is_mrc_frame` accepts (IPv6, then UDP to port
+  4791 or a routing header); the rest is counted as ``ignored`` and dropped -- a filter in
+  Python, no BPF program;
 - :meth:`PlaneSocket.send` writes one frame; when the socket buffer is full the frame waits in a
   per-plane backlog (bounded) and the agent selects the socket for writing until it drains.
 
@@ -21,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import mmap
 import socket
 import struct
 from collections import deque
@@ -36,6 +39,15 @@ SEND_SOCKET_BUFFER = 8 << 20
 RECV_BUFFER = 16384  # larger than any frame of a fabric (link_mtu <= 9500)
 BATCH = 128  # frames read per readiness event before the loop looks at timers and sends
 MAX_BACKLOG = 16384  # frames waiting for socket space on one plane (then the oldest are dropped)
+
+PACKET_VERSION = 10
+PACKET_RX_RING = 5
+TPACKET_V2 = 1
+TP_STATUS_USER = 1
+RING_BYTES = 16 << 20  # receive ring per plane
+RING_BLOCK = 1 << 17
+_TP2_LEN_MAC = struct.Struct("=IIH")  # tp_len, tp_snaplen, tp_mac (after the 4-byte tp_status)
+_RELEASE = b"\x00\x00\x00\x00"  # TP_STATUS_KERNEL
 
 _IPV6_TYPE = b"\x86\xdd"
 _ROCE_PORT = b"\x12\xb7"  # 4791
@@ -53,17 +65,53 @@ def is_mrc_frame(frame: bytes) -> bool:
     return next_header == _ROUTING
 
 
+class RxRing:
+    """A ``PACKET_RX_RING`` (TPACKET_V2) receive ring mapped into the process.
+
+    The kernel writes each frame into the next free slot (a ``tpacket2_hdr`` then the frame at
+    ``tp_mac``) and sets ``TP_STATUS_USER``; the reader copies it out and hands the slot back by
+    writing ``TP_STATUS_KERNEL``. Slots are read in order, so one index (:attr:`slot`) follows
+    the kernel. A full ring drops frames (counted in ``PACKET_STATISTICS``), like a full buffer.
+    """
+
+    def __init__(self, sock: socket.socket, max_frame: int) -> None:
+        frame_size = 1 << (max_frame + 128 - 1).bit_length()  # header + frame, power of two
+        block = max(RING_BLOCK, frame_size)
+        blocks = max(RING_BYTES // block, 1)
+        self.frame_size = frame_size
+        self.count = blocks * (block // frame_size)
+        self.slot = 0
+        sock.setsockopt(SOL_PACKET, PACKET_VERSION, TPACKET_V2)
+        sock.setsockopt(
+            SOL_PACKET, PACKET_RX_RING, struct.pack("IIII", block, blocks, frame_size, self.count)
+        )
+        self.mem = mmap.mmap(
+            sock.fileno(), block * blocks, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE
+        )
+
+    def close(self) -> None:
+        """Unmap the ring."""
+        self.mem.close()
+
+
 class PlaneSocket:
     """The raw socket of one plane NIC and its counters."""
 
-    def __init__(self, plane: int, intf: str) -> None:
+    def __init__(self, plane: int, intf: str, *, ring: bool = True, max_frame: int = 9600) -> None:
         self.plane = plane
         self.intf = intf
-        self.sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETH_P_IPV6))
+        # Protocol 0 receives nothing until bind(): no frame of another interface slips in.
+        self.sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, 0)
+        self.ring: RxRing | None = None
+        if ring:
+            try:
+                self.ring = RxRing(self.sock, max_frame)
+            except OSError:
+                self.ring = None  # no ring (old kernel, locked memory limit): plain reads
         try:
             self.sock.bind((intf, ETH_P_IPV6))
         except OSError as exc:
-            self.sock.close()
+            self.close()
             raise OSError(exc.errno, f"cannot bind to interface '{intf}': {exc.strerror}") from None
         with contextlib.suppress(OSError):
             self.sock.setsockopt(SOL_PACKET, PACKET_IGNORE_OUTGOING, 1)
@@ -90,6 +138,7 @@ class PlaneSocket:
         self.backlog_drops = 0
         self.backlog_peak = 0
         self.kernel_drops = 0  # frames the kernel dropped because the socket buffer was full
+        self.truncated = 0  # frames larger than a receive ring slot
 
     def fileno(self) -> int:
         """The socket's file descriptor."""
@@ -97,6 +146,8 @@ class PlaneSocket:
 
     def receive_batch(self, limit: int = BATCH) -> tuple[list[bytes], bool]:
         """Up to ``limit`` MRC frames; the flag is True when the socket may hold more."""
+        if self.ring is not None:
+            return self._receive_ring(self.ring, limit)
         frames: list[bytes] = []
         recv_into = self.sock.recv_into
         view = self._view
@@ -124,6 +175,40 @@ class PlaneSocket:
                 self.ignored += 1
         self.rx_packets += len(frames)
         return frames, True
+
+    def _receive_ring(self, ring: RxRing, limit: int) -> tuple[list[bytes], bool]:
+        """:meth:`receive_batch` from the memory-mapped ring: no system call per frame."""
+        frames: list[bytes] = []
+        mem = ring.mem
+        slot = ring.slot
+        count = ring.count
+        size = ring.frame_size
+        unpack = _TP2_LEN_MAC.unpack_from
+        more = True
+        for _ in range(limit):
+            off = slot * size
+            if not mem[off] & TP_STATUS_USER:
+                more = False
+                break
+            length, snaplen, mac = unpack(mem, off + 4)
+            start = off + mac
+            frame = mem[start : start + snaplen]
+            mem[off : off + 4] = _RELEASE  # the slot goes back to the kernel
+            slot = slot + 1 if slot + 1 < count else 0
+            if snaplen < length:
+                self.truncated += 1  # larger than a ring slot: cannot be an MRC frame of ours
+            elif (
+                frame[12:14] == _IPV6_TYPE
+                and snaplen >= 58
+                and ((frame[20] == _UDP and frame[56:58] == _ROCE_PORT) or frame[20] == _ROUTING)
+            ):
+                frames.append(frame)
+                self.rx_bytes += snaplen
+            else:
+                self.ignored += 1
+        ring.slot = slot
+        self.rx_packets += len(frames)
+        return frames, more
 
     def send(self, frame: bytes | bytearray) -> bool:
         """Send (or queue) one frame; False when it had to wait in the backlog."""
@@ -196,10 +281,14 @@ class PlaneSocket:
             "backlog_peak": self.backlog_peak,
             "backlog_drops": self.backlog_drops,
             "kernel_drops": self.kernel_drops,
+            "truncated": self.truncated,
         }
 
     def close(self) -> None:
-        """Close the socket."""
+        """Unmap the ring, close the socket."""
+        if self.ring is not None:
+            self.ring.close()
+            self.ring = None
         self.sock.close()
 
 

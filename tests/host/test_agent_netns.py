@@ -1,8 +1,9 @@
 """Two real mrc-host agents in network namespaces, their plane NICs joined back to back by veths.
 
 h0 and h1 of topologies/small.yaml (same rack, two planes) run as ``mrc-host --direct`` in
-namespaces ``ag<pid>-h0`` / ``ag<pid>-h1``; every test talks to them over their control
-sockets and sends or captures real frames on the veths.
+namespaces ``ag<pid>-h0`` / ``ag<pid>-h1`` (h0 receives through its PACKET_RX_RING, h1 with one
+recv per frame, so both receive paths are exercised); every test talks to them over their
+control sockets and sends or captures real frames on the veths.
 """
 
 from __future__ import annotations
@@ -56,7 +57,7 @@ def net(small: Fabric, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Bac
     try:
         b2b.create()
         b2b.start_agent("h0", "--pcap", str(work / "h0.pcap"))
-        b2b.start_agent("h1")
+        b2b.start_agent("h1", "--no-rx-ring")  # h0 reads through its ring, h1 with recv
         yield b2b
     finally:
         b2b.close()
