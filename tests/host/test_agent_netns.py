@@ -57,7 +57,8 @@ def net(small: Fabric, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Bac
     try:
         b2b.create()
         b2b.start_agent("h0", "--pcap", str(work / "h0.pcap"))
-        b2b.start_agent("h1", "--no-rx-ring")  # h0 reads through its ring, h1 with recv
+        # h0 reads through its ring, h1 with one recv per frame
+        b2b.start_agent("h1", "--no-rx-ring", "--stats-file", str(work / "h1-stats.json"))
         yield b2b
     finally:
         b2b.close()
@@ -435,3 +436,32 @@ def test_agent_capture_dissects_as_roce(net: BackToBack, tmp_path: Path) -> None
         writer.write(frame)
     writer.close()
     assert check_dissection(clean) >= 16  # data packets of this transfer at least
+
+
+def test_idle_agent_sleeps(net: BackToBack) -> None:
+    """No busy polling: an idle agent wakes up only for what it is asked (here: two requests)."""
+    with net.client("h0") as h0:
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:  # EVs being probed back keep timers running
+            tables = [h0.paths(policy=p)["paths"] for p in ("mrc", "no-trim-nack")]
+            states = {e["state"] for t in tables for peer in t.values() for e in peer["evs"]}
+            if states == {"good"}:
+                break
+            time.sleep(0.2)
+        first = h0.stats()["stats"]["agent"]
+        time.sleep(1.0)
+        second = h0.stats()["stats"]["agent"]
+    assert second["loop_wakeups"] - first["loop_wakeups"] <= 5
+    assert second["timer_runs"] - first["timer_runs"] <= 2
+
+
+def test_stats_file_is_rewritten(net: BackToBack) -> None:
+    import json
+
+    path = net.workdir / "h1-stats.json"
+    deadline = time.monotonic() + 10
+    while not path.exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    data = json.loads(path.read_text())
+    assert data["host"] == "h1" and set(data["planes"]) == {"0", "1"}
+    assert "retransmits" in data["core"] and "ev_transitions" in data["core"]
