@@ -188,9 +188,9 @@ class ControlClient:
         """The agent's statistics (``reply["stats"]``)."""
         return self.request("stats")
 
-    def paths(self, peer: str | None = None) -> dict[str, Any]:
-        """The EV -> path -> state table (``reply["paths"]``)."""
-        return self.request("paths", peer=peer)
+    def paths(self, peer: str | None = None, policy: str | None = None) -> dict[str, Any]:
+        """The EV -> path -> state table of one policy's QPs (``reply["paths"]``)."""
+        return self.request("paths", peer=peer, policy=policy)
 
     def set_ev(
         self,
@@ -199,9 +199,10 @@ class ControlClient:
         *,
         ev: int | None = None,
         path: str | None = None,
+        policy: str | None = None,
     ) -> dict[str, Any]:
         """Set EVs towards ``peer`` (one EV, or every EV of a path label) DENIED or GOOD."""
-        return self.request("set-ev", peer=peer, state=state, ev=ev, path=path)
+        return self.request("set-ev", peer=peer, state=state, ev=ev, path=path, policy=policy)
 
     def verify(
         self,
