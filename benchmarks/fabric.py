@@ -28,6 +28,7 @@ import json
 import os
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -50,13 +51,29 @@ def ticks(pid: int) -> int:
 
 
 class CpuMeter:
-    """CPU seconds used by the testbed's processes, accumulated per pid between reads."""
+    """CPU seconds used by the testbed's processes, accumulated per pid between reads.
+
+    A background thread reads every 0.2 s, so processes that are restarted (the agents, between
+    transports) are counted up to shortly before they exit; a process first seen after
+    :meth:`reset` counts from its start.
+    """
 
     def __init__(self, testbed: Testbed) -> None:
         self.testbed = testbed
         self.last: dict[int, int] = {}
         self.used = 0.0
         self.by_kind = {"switches": 0.0, "agents": 0.0, "watch": 0.0}
+        self.lock = threading.Lock()
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._loop, daemon=True)
+        self.thread.start()
+
+    def _loop(self) -> None:
+        while not self.stop.wait(0.2):
+            try:
+                self.read()
+            except Exception:  # the testbed is being rebuilt
+                continue
 
     def pids(self) -> dict[int, str]:
         out = {sw.process.pid: "switches" for sw in self.testbed.net.switches.values()
@@ -67,19 +84,21 @@ class CpuMeter:
         return out
 
     def read(self) -> None:
-        for pid, kind in self.pids().items():
-            now = ticks(pid)
-            before = self.last.get(pid, now)
-            if now >= before:
-                seconds = (now - before) / HZ
-                self.used += seconds
-                self.by_kind[kind] += seconds
-            self.last[pid] = now
+        with self.lock:
+            for pid, kind in self.pids().items():
+                now = ticks(pid)
+                before = self.last.get(pid, 0)
+                if now >= before:
+                    seconds = (now - before) / HZ
+                    self.used += seconds
+                    self.by_kind[kind] += seconds
+                    self.last[pid] = now
 
     def reset(self) -> None:
-        self.read()
-        self.used = 0.0
-        self.by_kind = dict.fromkeys(self.by_kind, 0.0)
+        with self.lock:
+            self.last = {pid: ticks(pid) for pid in self.pids()}
+            self.used = 0.0
+            self.by_kind = dict.fromkeys(self.by_kind, 0.0)
 
 
 def scenario(name: str, rate: float, size: str, transports: list[Any], duration: float,
@@ -114,8 +133,8 @@ def main(argv: list[str] | None = None) -> int:
                                "cores": os.cpu_count()}
     quiet = lambda _line: None  # noqa: E731 -- the runner's chatter is not wanted here
     testbed.up()
+    cpu = CpuMeter(testbed)
     try:
-        cpu = CpuMeter(testbed)
         cpu.reset()
         time.sleep(5.0)
         cpu.read()
@@ -179,6 +198,7 @@ def main(argv: list[str] | None = None) -> int:
         # The incast needs the shallow buffer: it runs on a fabric of its own.
         testbed.down()
         testbed = Testbed(incast.topology, args.target, state_path=out / "run" / "state.json")
+        cpu.testbed = testbed
         testbed.up()
         m3 = run_scenario(incast, out / "incast", testbed=testbed, progress=False, show=quiet)
         figures["incast"] = {
@@ -187,6 +207,7 @@ def main(argv: list[str] | None = None) -> int:
                 "drops": v["switch_totals"]["drops"], "complete": v["complete"]}
             for k, v in m3.items()}
     finally:
+        cpu.stop.set()
         testbed.down()
     (out / "fabric.json").write_text(json.dumps(figures, indent=2) + "\n")
     report(figures)

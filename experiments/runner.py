@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -502,7 +503,13 @@ def cmd_run(args: argparse.Namespace) -> int:
     scenario = load_scenario(path)
     require_root("mrc-testbed run")
     out = Path(args.out) if args.out else default_out(scenario)
-    run_scenario(scenario, out, args.target, progress=not args.no_progress)
+    from experiments.testbed import STARTUP_ERRORS
+
+    try:
+        run_scenario(scenario, out, args.target, progress=not args.no_progress)
+    except STARTUP_ERRORS as exc:
+        print(f"mrc-testbed: {exc}", file=sys.stderr)
+        return 1
     return 0
 
 

@@ -46,6 +46,17 @@ class TestbedError(RuntimeError):
     """The testbed could not be brought up or reached; the message says what to do."""
 
 
+def _startup_errors() -> tuple[type[Exception], ...]:
+    from controller.targets import SwitchConfigError, SwitchStartError
+
+    errors: tuple[type[Exception], ...] = (TestbedError, SwitchStartError, SwitchConfigError)
+    try:  # Mininet may be missing where only 'report' or 'topo' is used
+        from topologies.mininet import TargetUnavailable
+    except ImportError:
+        return errors
+    return (*errors, TargetUnavailable)
+
+
 def tool(name: str) -> str:
     """Path of one of the project's commands (next to this Python, else on PATH)."""
     beside = Path(sys.executable).parent / name
@@ -71,6 +82,10 @@ def require_root(what: str) -> None:
     if os.geteuid() != 0:
         raise TestbedError(f"{what} needs root (network namespaces, interfaces): "
                            f"run it with sudo")
+
+
+#: what 'up' and 'run' report in one line instead of a traceback
+STARTUP_ERRORS: tuple[type[Exception], ...] = _startup_errors()
 
 
 class Testbed:
@@ -535,7 +550,7 @@ def cmd_up(args: argparse.Namespace) -> int:
                 signal.pause()
     except KeyboardInterrupt:
         pass
-    except TestbedError as exc:
+    except STARTUP_ERRORS as exc:
         print(f"mrc-testbed: {exc}", file=sys.stderr)
         return 1
     finally:
