@@ -51,7 +51,25 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def switch_command() -> list[str]:
+# The switchmodel's own P4Runtime service with no data path, for an mrc-switch that insists on
+# data-plane ports (this benchmark needs none).
+P4RUNTIME_ONLY = """
+import argparse, signal, threading
+from switchmodel.runtime import TargetSlot
+from switchmodel.server import P4RuntimeServicer, serve
+parser = argparse.ArgumentParser()
+parser.add_argument("--device-id", type=int, required=True)
+parser.add_argument("--grpc-addr", required=True)
+parser.add_argument("--log-level", default="warning")
+args = parser.parse_args()
+server = serve(P4RuntimeServicer(TargetSlot(), args.device_id), args.grpc_addr)
+stop = threading.Event()
+signal.signal(signal.SIGTERM, lambda *_: stop.set())
+stop.wait()
+"""
+
+
+def mrc_switch() -> list[str]:
     """$MRC_SWITCH, the mrc-switch script beside this Python, else ``python -m``."""
     if os.environ.get("MRC_SWITCH"):
         return os.environ["MRC_SWITCH"].split()
@@ -61,10 +79,28 @@ def switch_command() -> list[str]:
     return [sys.executable, "-m", "switchmodel.cli"]
 
 
+def switch_command(log_dir: Path) -> list[str]:
+    """mrc-switch if it runs without ports, else the switchmodel's P4Runtime service alone."""
+    address = f"127.0.0.1:{free_port()}"
+    argv = mrc_switch() + ["--device-id", "1", "--grpc-addr", address]
+    with open(log_dir / "probe.log", "wb") as log:
+        probe = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        probe.wait(timeout=3)
+    except subprocess.TimeoutExpired:
+        probe.kill()
+        probe.wait()
+        return mrc_switch()  # it stayed up: ports are optional
+    if "no ports" in (log_dir / "probe.log").read_text(errors="replace"):
+        print("(mrc-switch needs data-plane ports: using its P4Runtime service alone)")
+        return [sys.executable, "-c", P4RUNTIME_ONLY]
+    return mrc_switch()
+
+
 class Switches:
     """mrc-switch processes for some switches, on free loopback ports."""
 
-    def __init__(self, devices: list[tuple[str, int]], log_dir: Path) -> None:
+    def __init__(self, devices: list[tuple[str, int]], log_dir: Path, command: list[str]) -> None:
         self.addresses: list[SwitchAddress] = []
         self.processes: list[subprocess.Popen[bytes]] = []
         for name, device_id in devices:
@@ -72,7 +108,7 @@ class Switches:
             with open(log_dir / f"{name}.log", "wb") as log:
                 self.processes.append(
                     subprocess.Popen(
-                        switch_command()
+                        command
                         + [
                             "--device-id",
                             str(device_id),
@@ -110,10 +146,10 @@ class Switches:
             process.wait()
 
 
-def bench_fabric(topology: str, info: P4Info, log_dir: Path) -> dict[str, Any]:
+def bench_fabric(topology: str, info: P4Info, log_dir: Path, command: list[str]) -> dict[str, Any]:
     fabric = Fabric(load_topology(shipped_topology(topology)))
     tables = fabric_tables(fabric)
-    switches = Switches([(s.name, s.device_id) for s in fabric.switches], log_dir)
+    switches = Switches([(s.name, s.device_id) for s in fabric.switches], log_dir, command)
     try:
         switches.wait_ready()
         print(f"{fabric.summary()}", flush=True)
@@ -160,7 +196,7 @@ def synthetic_routes(count: int) -> list[Entry]:
 
 
 def bench_one_switch(
-    info: P4Info, count: int, batches: list[int], log_dir: Path
+    info: P4Info, count: int, batches: list[int], log_dir: Path, command: list[str]
 ) -> list[dict[str, Any]]:
     big = type(info.proto)()
     big.CopyFrom(info.proto)
@@ -170,7 +206,7 @@ def bench_one_switch(
     bench_info = P4Info(big, "mrc_switch with a large ipv6_lpm")
     routes = synthetic_routes(count)
     encoder = UpdateEncoder(bench_info)
-    switches = Switches([("bench", 1)], log_dir)
+    switches = Switches([("bench", 1)], log_dir, command)
     results = []
     try:
         switches.wait_ready()
@@ -279,8 +315,9 @@ def main(argv: list[str] | None = None) -> int:
     info = P4Info.load()
     with tempfile.TemporaryDirectory(prefix="mrc-bench-push-") as tmp:
         try:
-            fabric = bench_fabric(args.topology, info, Path(tmp))
-            one = bench_one_switch(info, args.entries, batches, Path(tmp))
+            command = switch_command(Path(tmp))
+            fabric = bench_fabric(args.topology, info, Path(tmp), command)
+            one = bench_one_switch(info, args.entries, batches, Path(tmp), command)
         except (SwitchUnreachable, P4RuntimeError) as exc:
             print(f"benchmarks/push.py: {exc}", file=sys.stderr)
             return 1

@@ -48,6 +48,31 @@ def mrc_switch_command() -> list[str]:
     return [sys.executable, "-m", "switchmodel.cli"]
 
 
+# The switchmodel's own P4Runtime service (switchmodel.server with a target that has no data
+# path), for an mrc-switch that insists on data-plane ports: the controller tests need no ports.
+P4RUNTIME_ONLY = """
+import argparse, signal, threading
+from switchmodel.runtime import TargetSlot
+from switchmodel.server import P4RuntimeServicer, serve
+parser = argparse.ArgumentParser()
+parser.add_argument("--device-id", type=int, required=True)
+parser.add_argument("--grpc-addr", required=True)
+parser.add_argument("--log-level", default="warning")
+args = parser.parse_args()
+server = serve(P4RuntimeServicer(TargetSlot(), args.device_id), args.grpc_addr)
+stop = threading.Event()
+signal.signal(signal.SIGTERM, lambda *_: stop.set())
+stop.wait()
+server.stop(0.5).wait()
+"""
+_fallback = False  # set once mrc-switch has refused to start without ports
+
+
+def switch_command() -> list[str]:
+    """mrc-switch, or its P4Runtime service alone once mrc-switch refused to run without ports."""
+    return [sys.executable, "-c", P4RUNTIME_ONLY] if _fallback else mrc_switch_command()
+
+
 @dataclass
 class ModelProcess:
     """One mrc-switch process serving one switch of the fabric."""
@@ -63,7 +88,7 @@ class ModelProcess:
         return f"127.0.0.1:{self.port}"
 
     def start(self) -> None:
-        argv = mrc_switch_command() + [
+        argv = switch_command() + [
             "--device-id",
             str(self.device_id),
             "--grpc-addr",
@@ -154,11 +179,29 @@ class ModelFabric:
             proc.stop()
 
 
+def _check_ports_optional(directory: Path) -> None:
+    """Fall back to the bare P4Runtime service if mrc-switch refuses to run without ports."""
+    global _fallback
+    if _fallback or os.environ.get("MRC_SWITCH"):
+        return
+    probe = ModelProcess("probe", 1, free_port(), directory / "probe.log")
+    probe.start()
+    try:
+        probe.wait_ready()
+    except RuntimeError as exc:
+        if "no ports" not in str(exc):
+            raise
+        _fallback = True
+    finally:
+        probe.stop()
+
+
 def start_model_fabric(topology: str, directory: Path) -> ModelFabric:
     """Start one mrc-switch per switch of a shipped topology."""
     topo_path = shipped_topology(topology)
     fabric = Fabric(load_topology(topo_path))
     model = ModelFabric(fabric, topo_path, directory)
+    _check_ports_optional(directory)
     try:
         for switch in fabric.switches:
             proc = ModelProcess(
