@@ -34,6 +34,7 @@ class StackConfig:
     ev_count: int = 128  #: EVs per QP for the generated profile (split evenly over planes)
     ev_min_active: int = 1  #: never retire an EV if fewer GOOD ones would remain
     retire_path: bool = True  #: a loss retires every EV of the lost packet's path, not only its EV
+    ecn_steering: bool = True  #: halve the share of a path whose packets come back CE-marked
     rx_window: int = 1 << 16  #: PSNs a receiver accepts ahead of its cumulative PSN
     max_outstanding: int = 1 << 15  #: packets in flight per QP (also bounded by cwnd)
     max_frame: int = 9600  #: frames longer than this are dropped as oversize

@@ -62,13 +62,24 @@ class Srv6EvProfile:
 EvProfile = GeneratedEvProfile | ExplicitEvProfile | Srv6EvProfile
 
 
+class PathLoad:
+    """Congestion seen on one path, shared by all its EVs (ECN-steered spraying)."""
+
+    __slots__ = ("marked_until",)
+
+    def __init__(self) -> None:
+        self.marked_until = 0.0  #: an ACK echoed a CE mark on this path; lighten it until then
+
+
 class EvSlot:
     """One EV of a QP and what the sender needs to use it."""
 
     __slots__ = ("index", "ev", "wire", "path_index", "path", "state", "since", "prefix",
-                 "head", "mid", "plane", "spine_hint")  # fmt: skip
+                 "head", "mid", "plane", "spine_hint", "load")  # fmt: skip
 
-    def __init__(self, index: int, ev: int, wire: int, path_index: int, path: Path) -> None:
+    def __init__(
+        self, index: int, ev: int, wire: int, path_index: int, path: Path, load: PathLoad
+    ) -> None:
         self.index = index
         self.ev = ev  #: the EV value (up to 128 bits for the SRv6 profile)
         self.wire = wire  #: the 32-bit form carried in packets
@@ -81,6 +92,7 @@ class EvSlot:
         self.mid = b""  #: the prefix after the IPv6 payload length
         self.plane = path.plane
         self.spine_hint = 0xFF if path.spine is None else path.spine
+        self.load = load
 
 
 @dataclass(frozen=True)
@@ -136,7 +148,8 @@ def build_slots(paths: Sequence[Path], profile: EvProfile, default_count: int) -
     wires = [w for _, w, _ in triples]
     if len(set(wires)) != len(wires):
         raise EvProfileError("EV profile gives two EVs the same 32-bit value: expected unique EVs")
-    return [EvSlot(i, ev, w, idx, paths[idx]) for i, (ev, w, idx) in enumerate(triples)]
+    loads = [PathLoad() for _ in paths]
+    return [EvSlot(i, ev, w, idx, paths[idx], loads[idx]) for i, (ev, w, idx) in enumerate(triples)]
 
 
 class EvTable:

@@ -168,6 +168,9 @@ class QueuePair:
         self._rx_window = cfg.rx_window
         self._ack_every = cfg.ack_every
         self._ack_delay = cfg.ack_delay
+        self._steer = cfg.ecn_steering and policy.spray
+        self._steer_skip = False
+        self._steer_hold = cfg.ack_delay * 10
         self._stats = shared.stats
         self.qpn = qpn
         self.remote_host = remote_host
@@ -231,7 +234,7 @@ class QueuePair:
         self._ack_pending = 0
         self._ack_deadline: float | None = None
         self._ack_ce = 0
-        self._ack_flags = 0
+        self._ack_ce_ev = 0  # EV of the latest CE-marked packet since the previous ACK
         self._ack_echo = (0, 0, 0, 0xFF)  # EV, timestamp, plane, spine
         self._ack_lo = 1 << 62  # lowest out-of-order PSN received since the last ACK
 
@@ -495,9 +498,18 @@ class QueuePair:
         order = table.order if pinned is None else [pinned]
         count = len(order)
         rr = table.rr
+        steer = self._steer and count > 1
+        skip = self._steer_skip
         while queue and inflight < cwnd and psn < psn_limit and count:
             rr += 1
             slot = order[rr % count]
+            if steer and slot.load.marked_until > now:
+                # ECN steering: every other pick of a marked path goes to the next EV instead,
+                # halving that path's share while its queue drains
+                skip = not skip
+                if skip:
+                    rr += 1
+                    slot = order[rr % count]
             msg = queue[0]
             offset = msg.offset
             length = msg.length - offset
@@ -542,6 +554,7 @@ class QueuePair:
             sent_bytes += len(frame)
             payload_bytes += length
         table.rr = rr
+        self._steer_skip = skip
         self.inflight = inflight
         self._next_psn = psn
         self._tsn = tsn
@@ -633,13 +646,13 @@ class QueuePair:
         """Process a parsed ACK/SACK (see :meth:`on_ack_fields`)."""
         self.on_ack_fields(
             (pkt.outer.dest_qp, pkt.cum_psn, pkt.sack_base, pkt.sack_bitmap, pkt.ts_echo,
-             pkt.ce_count, pkt.pkt_count),
+             pkt.ce_count, pkt.pkt_count, pkt.flags, pkt.ev),
             now,
         )  # fmt: skip
 
     def on_ack_fields(self, fields: wire.AckFields, now: float) -> None:
         """Free acknowledged packets, detect losses, feed congestion control."""
-        _, cum_psn, sack_base, bitmap, ts_echo, ce_count, pkt_count = fields
+        _, cum_psn, sack_base, bitmap, ts_echo, ce_count, pkt_count, flags, ev = fields
         stats = self._stats
         stats.acks_received += 1
         una = self._snd_una
@@ -692,6 +705,11 @@ class QueuePair:
             rtt = None
         if ce_count:
             stats.ecn_marked_seen += ce_count
+        if flags & _FLAG_ECN_ECHO and self._steer:
+            # the packet that triggered this ACK was CE-marked: lighten its path for an RTT
+            marked = self.ev_table.by_wire.get(ev)
+            if marked is not None:
+                marked.load.marked_until = now + (rtt if rtt is not None else self._steer_hold)
         self.cc.on_ack(acked_bytes=acked, rtt=rtt, ce_count=ce_count, pkt_count=pkt_count, now=now)
         if acked:
             self._backoff = 0
@@ -830,11 +848,11 @@ class QueuePair:
                     )  # fmt: skip
         if ecn == _ECN_CE:
             self._ack_ce += 1
+            self._ack_ce_ev = ev
         # inline of _note_ack for the common case
         pending = self._ack_pending + 1
         self._ack_pending = pending
         self._ack_echo = (ev, ts, plane, spine)
-        self._ack_flags = _FLAG_ECN_ECHO if ecn == _ECN_CE else 0
         if ack_req or pending >= self._ack_every:
             self._send_ack(now)
         elif self._ack_deadline is None:
@@ -845,7 +863,6 @@ class QueuePair:
     ) -> None:
         self._ack_pending += 1
         self._ack_echo = (ev, ts, plane, spine)
-        self._ack_flags = wire.FLAG_ECN_ECHO if ecn == wire.ECN_CE else 0
         if urgent or self._ack_pending >= self._cfg.ack_every:
             self._send_ack(now)
         elif self._ack_deadline is None:
@@ -856,6 +873,11 @@ class QueuePair:
             self._stats.drops["not_connected"] += 1
             return
         ev, ts, plane, spine = self._ack_echo
+        flags = 0
+        if self._ack_ce:
+            # echo the EV of a CE-marked packet, so the sender knows which path is loaded
+            flags = _FLAG_ECN_ECHO
+            ev = self._ack_ce_ev
         cum = self._rcv_cum
         rcv = self._rcv_set
         bitmap = 0
@@ -871,7 +893,7 @@ class QueuePair:
                     bitmap |= 1 << i
         out_plane, prefix = self._reply_path(plane, spine)
         frame = wire.encode_ack(
-            prefix, self.remote_qpn, self._msn, self._ack_flags, plane, spine, ev, ts, cum, base,
+            prefix, self.remote_qpn, self._msn, flags, plane, spine, ev, ts, cum, base,
             bitmap, self._ack_ce, self._ack_pending,
         )  # fmt: skip
         self._shared.outbox.append((out_plane, frame))

@@ -569,17 +569,17 @@ DataFields = tuple[
 
 _FAST_CTRL = struct.Struct("!12xHIHBB32xHHHHBBHIIIBBBBIIIIQHH")  # .. BTH, AETH, control ext
 
-AckFields = tuple[int, int, int, int, int, int, int]
+AckFields = tuple[int, int, int, int, int, int, int, int, int]
 
 
 def decode_ack(frame: bytes | bytearray | memoryview) -> AckFields | None:
     """Fast path for ACKs: ``(dest_qp, cum_psn, sack_base, sack_bitmap, ts_echo, ce_count,
-    pkt_count)`` of a plain ACK frame, or None for anything else (use :func:`parse`)."""
+    pkt_count, flags, ev)`` of a plain ACK frame, or None for anything else (use :func:`parse`)."""
     if len(frame) < CTRL_FRAME_LEN:
         return None
     (
-        ethertype, first, plen, nh, _, _, dport, udp_len, _, opcode, _, _, qp_word, _, _, kind, _,
-        _, _, _, ts, cum, base, bitmap, ce, count,
+        ethertype, first, plen, nh, _, _, dport, udp_len, _, opcode, _, _, qp_word, _, _, kind,
+        flags, _, _, ev, ts, cum, base, bitmap, ce, count,
     ) = _FAST_CTRL.unpack_from(frame, 0)  # fmt: skip
     if (
         ethertype != ETHERTYPE_IPV6
@@ -593,7 +593,7 @@ def decode_ack(frame: bytes | bytearray | memoryview) -> AckFields | None:
         or first >> 28 != 6
     ):
         return None
-    return qp_word & QPN_MASK, cum & PSN_MASK, base & PSN_MASK, bitmap, ts, ce, count
+    return qp_word & QPN_MASK, cum & PSN_MASK, base & PSN_MASK, bitmap, ts, ce, count, flags, ev
 
 
 def decode_data(frame: bytes | bytearray | memoryview) -> DataFields | None:

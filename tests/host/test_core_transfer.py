@@ -330,3 +330,30 @@ def test_ce_marks_are_echoed(make_net: Any) -> None:
     assert ack.flags & wire.FLAG_ECN_ECHO and ack.ce_count == 1 and ack.pkt_count == 1
     assert ack.cum_psn == 1 and ack.ts_echo == 777
     assert flow.region.read(BASE, 4096) == payload
+
+
+@pytest.mark.parametrize("steering", [True, False])
+def test_ecn_echo_halves_the_share_of_the_marked_path(make_net: Any, steering: bool) -> None:
+    from host.cc import CcProfile
+
+    net = make_net(config=StackConfig(ecn_steering=steering))
+    ctx = net.host("h0")
+    qp = ctx.create_qp("h2", net.fabric.paths("h0", "h2"), cq=net.cqs["h0"],
+                       cc=CcProfile("fixed", {"window": 1000}))  # fmt: skip
+    qp.connect(0x999)
+    marked = next(s for s in qp.ev_table.slots if s.path.label == "p0-s0")
+    reply = qp.ev_table.slots[0].prefix
+    now = 1.0
+    ts = int((now - 0.01) * 1e9) & 0xFFFFFFFF  # an RTT of 10 ms: the path stays marked that long
+    ack = wire.encode_ack(reply, qp.qpn, 0, wire.FLAG_ECN_ECHO, 0, 0, marked.wire, ts, 0, 0, 0,
+                          1, 1)  # fmt: skip
+    ctx.receive_frame(0, ack, now)
+    qp.post_write(bytes(400 * 4096), BASE, 1)
+    frames = ctx.frames_to_send(now)
+    assert len(frames) == 400
+    on_marked = sum(1 for _, f in frames if wire.parse(f).ev in
+                    {s.wire for s in qp.ev_table.slots if s.path.label == "p0-s0"})  # fmt: skip
+    if steering:
+        assert 40 <= on_marked <= 60  # half of its quarter
+    else:
+        assert 95 <= on_marked <= 105  # a quarter: four paths
