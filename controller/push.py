@@ -82,13 +82,14 @@ class PushReport:
         """True when everything intended is installed."""
         return not self.errors and not self.failure
 
-    def summary(self) -> str:
-        """One line such as ``t0-p0-r0  +11 ~0 -0  0 errors  0.04 s``."""
+    def summary(self, with_name: bool = True) -> str:
+        """One line such as ``t0-p0-r0: +11 ~0 -0, 0 errors, 0.04 s``."""
+        name = f"{self.switch}: " if with_name else ""
         if self.failure:
-            return f"{self.switch}: FAILED: {self.failure}"
+            return f"{name}FAILED: {self.failure}"
         pipeline = "pipeline set, " if self.pipeline_set else ""
         return (
-            f"{self.switch}: {pipeline}+{self.added} ~{self.modified} -{self.deleted}, "
+            f"{name}{pipeline}+{self.added} ~{self.modified} -{self.deleted}, "
             f"{len(self.errors)} errors, {self.seconds:.2f} s"
         )
 

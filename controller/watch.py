@@ -106,7 +106,7 @@ class SwitchWatch:
         report = reconcile(self.client, self.info, intended, self.options)
         if report.changes or report.errors:
             self.pushes.append(report)
-            log.info("%s: %s -> %s", self.target.name, why, report.summary())
+            log.info("%s: %s -> %s", self.target.name, why, report.summary(with_name=False))
             for error in report.errors:
                 log.error("%s: %s", self.target.name, error)
         return report

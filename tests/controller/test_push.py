@@ -289,7 +289,7 @@ def test_watch_restores_a_restarted_and_an_emptied_switch(
         code = watcher.wait(timeout=15)
     text = log_path.read_text()
     assert code == 0, text
-    assert "t1-p0-s0: connected -> t1-p0-s0: pipeline set" in text
+    assert "t1-p0-s0: connected -> pipeline set" in text
     assert "t0-p0-r0: " in text and "entries differ" in text
     assert "watch stopped" in text
 
