@@ -306,7 +306,9 @@ class SwitchClient:
         if cookie:
             request.config.cookie.cookie = cookie
         try:
-            self._stub.SetForwardingPipelineConfig(request, timeout=max(self.timeout, BULK_DEADLINE))
+            self._stub.SetForwardingPipelineConfig(
+                request, timeout=max(self.timeout, BULK_DEADLINE)
+            )
         except grpc.RpcError as exc:
             raise self._rpc_error("SetForwardingPipelineConfig", exc) from None
         self.p4info = info
