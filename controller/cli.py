@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from controller.client import P4RuntimeError, SwitchClient, SwitchUnreachable
-from controller.counters import read_counters
+from controller.counters import SwitchCounters, read_counters
 from controller.endpoints import TARGETS, Endpoints, EndpointsError, resolve
 from controller.entries import Entry, SwitchTables, diff, fabric_tables
 from controller.p4info import P4Info, P4InfoError, default_bmv2_json_path, default_p4info_path
@@ -361,13 +361,19 @@ def cmd_counters(args: argparse.Namespace) -> int:
 
     ctx = Context(args)
     console = _console()
-    for target in ctx.endpoints.select(args.switches):
-        switch = ctx.fabric.switch(target.name)
-        client = ctx.client(target.name)
+
+    def read(name: str) -> SwitchCounters:
+        client = ctx.client(name)
         try:
-            counters = read_counters(client, [p.number for p in switch.ports])
+            return read_counters(client, [p.number for p in ctx.fabric.switch(name).ports])
         finally:
             client.close()
+
+    targets = ctx.endpoints.select(args.switches)
+    with ThreadPoolExecutor(max_workers=max(1, min(16, len(targets)))) as pool:
+        everything = list(pool.map(read, [t.name for t in targets]))
+    for target, counters in zip(targets, everything, strict=True):
+        switch = ctx.fabric.switch(target.name)
         table = Table(title=f"{target.name} counters", title_justify="left")
         for column in (
             "port",
