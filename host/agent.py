@@ -72,6 +72,7 @@ DEFAULT_WINDOW = 64  # messages of one transfer posted to its QP at a time
 MAX_EVENT_LOG = 4096  # EV transitions, RTOs, probe results, receiver completions kept
 READ_TURN = 8  # frames read from one plane before the next plane gets its turn
 MIN_TIMER_WAIT = 50e-6  # never select shorter than this after a timer fired without progress
+STATS_FINISHED = 32  # finished transfers listed in the statistics
 STATS_FILE_INTERVAL = 1.0  # seconds between --stats-file rewrites
 ETH_DST = slice(0, 6)
 IPV6_DST = slice(38, 54)
@@ -171,6 +172,7 @@ class Agent:
         self.transfers: dict[int, Transfer] = {}
         self._next_transfer = 1
         self._wr_transfer: dict[int, int] = {}  # wr_id -> transfer id
+        self._finished: deque[int] = deque(maxlen=STATS_FINISHED)  # latest finished transfers
         self._next_wr = 1
         self.waiters: list[Waiter] = []
         self.event_log: deque[dict[str, Any]] = deque(maxlen=MAX_EVENT_LOG)
@@ -499,12 +501,16 @@ class Agent:
                     f"message at offset {done.remote_addr - transfer.addr}: {done.status}"
                 )
                 transfer.finished = done.time
+                transfer.data = b""  # the core keeps what it still needs of posted messages
+                self._finished.append(transfer.id)
             return
         transfer.messages_completed += 1
         transfer.completed_bytes += done.byte_len
         if transfer.messages_completed >= transfer.messages and transfer.error is None:
             transfer.finished = done.time
-            log.info(
+            transfer.data = b""
+            self._finished.append(transfer.id)
+            log.debug(
                 "transfer %d to %s done: %d bytes in %.3f s",
                 transfer.id, transfer.peer, transfer.size, transfer.finished - transfer.started,
             )  # fmt: skip
@@ -583,8 +589,24 @@ class Agent:
             },
             "events": list(self.event_log),
             "received_imm": list(self.received_imm),
-            "transfers": {str(t.id): t.summary(now) for t in self.transfers.values()},
+            "transfer_totals": self._transfer_totals(),
+            # running transfers and the last finished ones ("wait" answers for any of them)
+            "transfers": {
+                str(i): self.transfers[i].summary(now)
+                for i in sorted(self._running_ids() | set(self._finished))
+            },
         }
+
+    def _running_ids(self) -> set[int]:
+        return {i for i, t in self.transfers.items() if t.finished is None}
+
+    def _transfer_totals(self) -> dict[str, int]:
+        totals = {"started": len(self.transfers), "running": 0, "done": 0, "failed": 0,
+                  "bytes_completed": 0}  # fmt: skip
+        for t in self.transfers.values():
+            totals[t.state] += 1
+            totals["bytes_completed"] += t.completed_bytes
+        return totals
 
     def write_stats_file(self, now: float | None = None) -> None:
         """Rewrite the ``--stats-file`` atomically."""
