@@ -465,3 +465,20 @@ def test_stats_file_is_rewritten(net: BackToBack) -> None:
     data = json.loads(path.read_text())
     assert data["host"] == "h1" and set(data["planes"]) == {"0", "1"}
     assert "retransmits" in data["core"] and "ev_transitions" in data["core"]
+
+
+def test_bad_rkey_fails_the_transfer_not_the_agent(net: BackToBack) -> None:
+    with net.client("h0") as h0, net.client("h1") as h1:
+        region = h1.register("guarded", 1 << 16)
+        wrong = (region["rkey"] + 1) & 0xFFFFFFFF
+        started = h0.transfer("h1", region["addr"], wrong, 1 << 16, seed=4, policy="ecmp")
+        done = h0.wait([started["transfer"]], timeout=60)
+        assert done["complete"] and done["failed"] == [started["transfer"]], done
+        summary = done["transfers"][str(started["transfer"])]
+        assert "remote_access_error" in summary["error"]
+        assert h1.verify("guarded", sha256="0" * 64)["match"] is False
+        assert h1.stats()["stats"]["core"]["drops"].get("bad_rkey", 0) >= 1
+        # the agent (and the QP) go on: the right key works
+        again = h0.transfer("h1", region["addr"], region["rkey"], 1 << 16, seed=4, policy="ecmp")
+        assert h0.wait([again["transfer"]], timeout=60)["failed"] == []
+        assert h1.verify("guarded", seed=4)["match"]
