@@ -154,7 +154,7 @@ def run_agent(argv: list[str]) -> int:
     except TopologyError as exc:
         return _fail(str(exc))
     try:
-        require_root()
+        require_root("the agent")
     except SetupError as exc:
         return _fail(str(exc))
     options = AgentOptions(

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
 import selectors
+import shutil
 import socket
 import struct
 import subprocess
@@ -233,3 +235,20 @@ def test_cli_errors_are_one_line(tmp_path: Path) -> None:
     assert done.returncode == 1 and "no agent control socket" in done.stderr
     done = run_cli("--topo", "small", "--host", "h0", "--cc", "vegas")
     assert done.returncode == 1 and "--cc vegas" in done.stderr
+
+
+@pytest.mark.skipif(
+    os.geteuid() != 0 or shutil.which("setpriv") is None,
+    reason="needs root and setpriv to run the command line as an unprivileged user",
+)
+def test_cli_says_it_needs_root(tmp_path: Path) -> None:
+    done = subprocess.run(
+        ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", sys.executable,
+         "-m", "host.agent_cli", "--topo", "small", "--host", "h0",
+         "--control", str(tmp_path / "x.sock")],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    if "Permission denied" in done.stderr and "needs root" not in done.stderr:
+        pytest.skip("the unprivileged user cannot read the Python environment")
+    assert done.returncode == 1
+    assert "needs root" in done.stderr and len(done.stderr.strip().splitlines()) == 1
