@@ -165,6 +165,22 @@ def capacity_bps(
     return sum(rates)
 
 
+ACK_FRAME_BYTES = 128  # an ACK frame of the host stack, rounded up
+
+
+def serialization_rtt(fabric: Fabric) -> float:
+    """The unloaded round trip of a full-size data frame and its ACK between racks.
+
+    Four links each way (NIC, leaf, spine, leaf, NIC), each serialising the frame at the link
+    rate, plus the links' propagation delay: the floor under any data packet's RTT.
+    """
+    topo = fabric.topology
+    rate = topo.link_rate_mbps * 1e6
+    frame = topo.link_mtu + 14
+    links = 4
+    return links * (frame + ACK_FRAME_BYTES) * 8 / rate + 2 * links * topo.link_delay_us / 1e6
+
+
 # -- series --------------------------------------------------------------------------------------
 
 
@@ -320,12 +336,15 @@ def summarise(
     ) or capacity_bps(fabric, result.flows) * max(end - first, 1e-9)
     latencies = [c.end - c.start for c in done if c.end is not None]
     recoveries = []
+    # A data packet's RTT cannot be below the serialisation floor; an agent's smallest sample
+    # may come from a small packet (a probe), so the larger of the two is the base RTT.
+    base_rtt = max(serialization_rtt(fabric), result.base_rtt_s or 0.0)
     for mark in result.faults:
         if mark.action in ("down", "kill"):
             active = mark.t < end - interval  # the flows still ran after the fault
             took = recovery([x for x in series if x[0] <= end + interval], capacity, mark.t,
                             interval) if active else None
-            rtt = result.base_rtt_s
+            rtt = base_rtt
             rtts = took / rtt if took is not None and rtt else None
             median, worst, qps = detection(fabric, result.ev_transitions, mark)
             recoveries.append({
@@ -358,7 +377,8 @@ def summarise(
         "nacks": totals.get("nacks", 0.0),
         "host_totals": totals,
         "switch_totals": switch_totals,
-        "base_rtt_s": result.base_rtt_s,
+        "base_rtt_s": base_rtt,
+        "agent_min_rtt_s": result.base_rtt_s,
         "recovery": recoveries,
         "planes_bytes": dict(result.planes),
     }

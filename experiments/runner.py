@@ -313,18 +313,20 @@ class MrcFlows:
     def sample(self) -> None:
         """Delivered bytes at every receiver and EV states at every sender."""
         phase = self.phase
-        t = phase.now()
         for host in self.receivers:
+            asked = phase.now()
             try:
                 with self.client(host, timeout=2.0) as c:
                     stats = numbers(c.stats().get("stats", {}))
             except Exception:
                 continue
+            t = (asked + phase.now()) / 2  # the agent answered somewhere in between
             placed = stats.get(PLACED, 0.0) - self.stats_before.get(host, {}).get(PLACED, 0.0)
             with phase.lock:
                 phase.result.progress.append(Progress(t, f"rx:{host}", int(placed)))
         counts = dict.fromkeys(EV_STATES, 0)
         policy = phase.transport.kind
+        asked = phase.now()
         for src, peers in self.peers.items():
             try:
                 with self.client(src, timeout=2.0) as c:
@@ -337,6 +339,7 @@ class MrcFlows:
                                     counts[state.upper()] += int(n)
             except Exception:
                 continue
+        t = (asked + phase.now()) / 2
         with phase.lock:
             phase.result.ev_states.append({"t": t, **{k: float(v) for k, v in counts.items()}})
 
