@@ -144,7 +144,9 @@ class Context:
                     f"{self.host} -> {remote_host}"
                 )
             if path.plane not in self.nics:
-                raise ValueError(f"path {path.label} uses plane {path.plane}: {self.host} has no NIC there")
+                raise ValueError(
+                    f"path {path.label} uses plane {path.plane}: {self.host} has no NIC there"
+                )
         if qpn is None:
             while self._next_qpn in self._qps:
                 self._next_qpn += 1

@@ -23,7 +23,9 @@ class StackConfig:
     """Every tunable of the transport core."""
 
     mtu: int = 4096  #: payload bytes per data packet
-    ack_timeout_exp: int = 17  #: t: ACK timeout = 1.024 us x 2^t (17 -> 134 ms, above emulated RTTs)
+    ack_timeout_exp: int = (
+        17  #: t: ACK timeout = 1.024 us x 2^t (17 -> 134 ms, above emulated RTTs)
+    )
     max_backoff_exp: int = 22  #: t never grows beyond this on repeated timeouts (4.3 s)
     max_retransmits: int = 64  #: a packet retransmitted more often fails its message
     reorder_threshold: int = 16  #: a packet is lost when one sent this many packets later is acked
@@ -44,8 +46,11 @@ class StackConfig:
         checks: list[tuple[str, bool, str]] = [
             ("mtu", 64 <= self.mtu <= 9000, "64..9000 bytes"),
             ("ack_timeout_exp", 0 <= self.ack_timeout_exp <= 31, "0..31"),
-            ("max_backoff_exp", self.ack_timeout_exp <= self.max_backoff_exp <= 31,
-             "ack_timeout_exp..31"),
+            (
+                "max_backoff_exp",
+                self.ack_timeout_exp <= self.max_backoff_exp <= 31,
+                "ack_timeout_exp..31",
+            ),
             ("max_retransmits", self.max_retransmits >= 1, ">= 1"),
             ("reorder_threshold", self.reorder_threshold >= 1, ">= 1"),
             ("ack_every", self.ack_every >= 1, ">= 1"),
@@ -61,7 +66,9 @@ class StackConfig:
         ]
         for name, ok, expected in checks:
             if not ok:
-                raise ConfigError(f"StackConfig.{name} = {getattr(self, name)!r}: expected {expected}")
+                raise ConfigError(
+                    f"StackConfig.{name} = {getattr(self, name)!r}: expected {expected}"
+                )
 
     @property
     def ack_timeout(self) -> float:

@@ -27,16 +27,30 @@ POLICIES: dict[str, Policy] = {
     for p in (
         Policy("mrc", spray=True, single_ev=None, failover=True, trimmable=True, trim_nack=True),
         Policy(
-            "single-path", spray=False, single_ev="first", failover=False, trimmable=True,
+            "single-path",
+            spray=False,
+            single_ev="first",
+            failover=False,
+            trimmable=True,
             trim_nack=True,
         ),
-        Policy("ecmp", spray=False, single_ev="hash", failover=False, trimmable=True, trim_nack=True),
         Policy(
-            "spray-no-failover", spray=True, single_ev=None, failover=False, trimmable=True,
+            "ecmp", spray=False, single_ev="hash", failover=False, trimmable=True, trim_nack=True
+        ),
+        Policy(
+            "spray-no-failover",
+            spray=True,
+            single_ev=None,
+            failover=False,
+            trimmable=True,
             trim_nack=True,
         ),
         Policy(
-            "no-trim-nack", spray=True, single_ev=None, failover=True, trimmable=False,
+            "no-trim-nack",
+            spray=True,
+            single_ev=None,
+            failover=True,
+            trimmable=False,
             trim_nack=False,
         ),
     )

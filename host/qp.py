@@ -346,7 +346,9 @@ class QueuePair:
         old = self.ev_table.set_state(slot, new, now)
         if old is None:
             return
-        event = EvStateChanged(self.qpn, slot.ev, slot.path.label, old.value, new.value, reason, now)
+        event = EvStateChanged(
+            self.qpn, slot.ev, slot.path.label, old.value, new.value, reason, now
+        )
         self._shared.events.append(event)
         self._stats.ev_transitions.append(
             {"time": now, "qpn": self.qpn, "ev": slot.ev, "path": slot.path.label,
@@ -399,7 +401,9 @@ class QueuePair:
             return
         slot, sent = found
         self._stats.probe_replies_received += 1
-        self._shared.events.append(PathProbeReplied(self.qpn, slot.ev, pkt.probe_id, now - sent, now))
+        self._shared.events.append(
+            PathProbeReplied(self.qpn, slot.ev, pkt.probe_id, now - sent, now)
+        )
         if slot.state not in (EvState.ASSUMED_BAD, EvState.UNKNOWN):
             return
         key = self._group_of(slot)
@@ -566,7 +570,12 @@ class QueuePair:
             self.cc.on_packet_sent(nbytes=payload_bytes, now=now)
 
     def _transmit(
-        self, rec: _TxPacket, slot: EvSlot, now: float, out: list[tuple[int, bytes | bytearray]], retx: bool
+        self,
+        rec: _TxPacket,
+        slot: EvSlot,
+        now: float,
+        out: list[tuple[int, bytes | bytearray]],
+        retx: bool,
     ) -> None:
         msg = rec.msg
         ts32 = int(now * NS) & 0xFFFFFFFF
@@ -970,7 +979,9 @@ class QueuePair:
                     self._backoff + 1, self._cfg.max_backoff_exp - self._cfg.ack_timeout_exp
                 )
                 self._shared.events.append(
-                    RetransmitTimeout(self.qpn, len(lost), self._cfg.ack_timeout_exp + self._backoff, now)
+                    RetransmitTimeout(
+                        self.qpn, len(lost), self._cfg.ack_timeout_exp + self._backoff, now
+                    )
                 )
         if self._probe_due or self._probes:
             self._run_probes(now)

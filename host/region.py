@@ -68,7 +68,9 @@ class RegionTable:
         if buffer is None:
             buffer = bytearray(length)
         elif len(buffer) != length:
-            raise RegionError(f"buffer of {len(buffer)} bytes for a region of {length}: expected equal")
+            raise RegionError(
+                f"buffer of {len(buffer)} bytes for a region of {length}: expected equal"
+            )
         while True:
             rkey = self._rng.getrandbits(32)
             if rkey and rkey not in self._by_rkey:

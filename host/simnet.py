@@ -161,7 +161,12 @@ class SimNet:
                    reorder_delay: float = 1e-3) -> None:  # fmt: skip
         """The same random faults on every link."""
         for f in self._faults.values():
-            f.loss, f.duplicate, f.reorder, f.reorder_delay = loss, duplicate, reorder, reorder_delay
+            f.loss, f.duplicate, f.reorder, f.reorder_delay = (
+                loss,
+                duplicate,
+                reorder,
+                reorder_delay,
+            )
 
     def fail_link(self, a: str, b: str, start: float, end: float = float("inf")) -> None:
         """The link between ``a`` and ``b`` drops everything from ``start`` until ``end``."""

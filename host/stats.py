@@ -57,9 +57,7 @@ class Stats:
     def as_dict(self) -> dict[str, Any]:
         """Everything, JSON-ready."""
         out: dict[str, Any] = {
-            k: v
-            for k, v in vars(self).items()
-            if isinstance(v, int) and not isinstance(v, bool)
+            k: v for k, v in vars(self).items() if isinstance(v, int) and not isinstance(v, bool)
         }
         out["retransmits"] = dict(self.retransmits)
         out["drops"] = dict(self.drops)

@@ -99,11 +99,11 @@ _U16 = struct.Struct("!H")
 
 # Everything after the prefix's UDP ports, packed in one call: UDP length + checksum, BTH, RETH,
 # [ImmDt], data extension.
-_DATA_TAIL = struct.Struct("!HH" "BBHII" "QII" "BBBBIIIII")
-_DATA_IMM_TAIL = struct.Struct("!HH" "BBHII" "QII" "I" "BBBBIIIII")
-_ACK_TAIL = struct.Struct("!HH" "BBHII" "I" "BBBBII" "IIQHH")
-_NACK_TAIL = struct.Struct("!HH" "BBHII" "I" "BBBBII" "II12x")
-_PROBE_TAIL = struct.Struct("!HH" "BBHII" "I" "BBBBII" "II12x")
+_DATA_TAIL = struct.Struct("!HHBBHIIQIIBBBBIIIII")
+_DATA_IMM_TAIL = struct.Struct("!HHBBHIIQIIIBBBBIIIII")
+_ACK_TAIL = struct.Struct("!HHBBHIIIBBBBIIIIQHH")
+_NACK_TAIL = struct.Struct("!HHBBHIIIBBBBIIII12x")
+_PROBE_TAIL = struct.Struct("!HHBBHIIIBBBBIIII12x")
 _PAYLOAD_LEN_AT = OFF_IPV6 + 4
 # public for the sender's inlined hot loop (host/qp.py)
 U16 = _U16

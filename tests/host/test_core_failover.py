@@ -17,7 +17,9 @@ def pattern(n: int, seed: int) -> bytes:
 
 def transitions(net: Any, qpn: int | None = None) -> list[EvStateChanged]:
     net.drain_events()
-    return [e for e in net.events if isinstance(e, EvStateChanged) and (qpn is None or e.qpn == qpn)]
+    return [
+        e for e in net.events if isinstance(e, EvStateChanged) and (qpn is None or e.qpn == qpn)
+    ]
 
 
 def test_failed_path_is_retired_at_first_loss_and_probed_back(make_net: Any) -> None:

@@ -19,7 +19,9 @@ def pattern(n: int, seed: int) -> bytes:
     return bytes((i * 7 + seed * 13 + (i >> 8)) & 0xFF for i in range(n))
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(
     seed=st.integers(0, 1 << 16),
     loss=st.sampled_from([0.0, 0.01, 0.05]),
@@ -51,7 +53,9 @@ def test_any_fault_mix_delivers_every_message_intact(
     total = len(sizes)
 
     def done() -> bool:
-        return all(len(net.cqs[s]) == total for s in ("h0", "h1")) and len(net.cqs[dst]) == 2 * total
+        return (
+            all(len(net.cqs[s]) == total for s in ("h0", "h1")) and len(net.cqs[dst]) == 2 * total
+        )
 
     net.run(120.0, stop=done)
     for src in ("h0", "h1"):
@@ -92,7 +96,9 @@ def _valid_frames(make_net: Any) -> tuple[Context, list[bytes], Any]:
     return net.hosts["h2"], frames, flow
 
 
-@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(data=st.data())
 def test_receive_frame_never_raises_nor_writes_outside_the_region(make_net: Any, data: Any) -> None:
     receiver, frames, flow = _valid_frames(make_net)
@@ -134,8 +140,9 @@ def test_receive_frame_never_raises_nor_writes_outside_the_region(make_net: Any,
     assert stats["payload_bytes_placed"] <= stats["bytes_received"]
 
 
-
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(
+    max_examples=150, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
 @given(data=st.data())
 def test_forged_control_frames_never_break_a_sender(make_net: Any, data: Any) -> None:
     _, _, flow = _valid_frames(make_net)

@@ -44,7 +44,7 @@ def test_every_path_is_followed_hop_by_hop(fabric: Any) -> None:
             net.attach(sink)  # type: ignore[arg-type]
             net.inject(src, path.plane, data_frame(path))
             net.run(1.0)
-            (plane, frame), = sink.got
+            ((plane, frame),) = sink.got
             assert plane == path.plane
             # arrives with the carrier exhausted: the destination NIC's own address
             assert frame[38:54] == path.dst_nic.address.packed

@@ -74,7 +74,12 @@ def test_receiver_completion_reports_where_the_message_was_placed(make_net: Any)
     net.sim.kick("h1")
     net.run(5.0, stop=lambda: len(net.cqs["h3"]) == 1)
     (entry,) = net.cqs["h3"].poll()
-    assert (entry.remote_addr, entry.byte_len, entry.imm, entry.status) == (BASE + 12345, 10_000, 9, "ok")
+    assert (entry.remote_addr, entry.byte_len, entry.imm, entry.status) == (
+        BASE + 12345,
+        10_000,
+        9,
+        "ok",
+    )
 
 
 def test_bad_rkey_and_out_of_region_are_refused(make_net: Any) -> None:
@@ -83,7 +88,9 @@ def test_bad_rkey_and_out_of_region_are_refused(make_net: Any) -> None:
     before = bytes(flow.region.buffer)
     flow.sender.post_write(pattern(9000, 1), BASE, flow.region.rkey ^ 0x5A5A, wr_id=1)
     end = BASE + len(flow.region.buffer)
-    flow.sender.post_write(pattern(9000, 2), end - 4000, flow.region.rkey, wr_id=2)  # crosses the end
+    flow.sender.post_write(
+        pattern(9000, 2), end - 4000, flow.region.rkey, wr_id=2
+    )  # crosses the end
     flow.sender.post_write(pattern(100, 3), BASE - 50, flow.region.rkey, wr_id=3)  # starts before
     net.sim.kick("h0")
     net.run(5.0, stop=lambda: len(net.cqs["h0"]) == 3)
