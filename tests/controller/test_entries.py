@@ -11,6 +11,8 @@ import ipaddress
 from dataclasses import dataclass, field
 
 import pytest
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
 
 from controller.entries import (
     DROP_NO_ROUTE,
@@ -255,3 +257,29 @@ def test_diff_inserts_modifies_and_deletes() -> None:
     assert d.deletes == (stray,)
     assert d.count == 3
     assert any(line.startswith("- ") and "fcbb:bb00:ffff::/48" in line for line in d.lines())
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    planes=st.integers(1, 3),
+    racks=st.integers(1, 3),
+    spines=st.integers(1, 3),
+    hosts_per_rack=st.integers(1, 3),
+)
+def test_any_small_fabric_routes_every_path(
+    planes: int, racks: int, spines: int, hosts_per_rack: int
+) -> None:
+    topology = load_topology(shipped_topology("small")).with_(
+        name="generated",
+        planes=planes,
+        racks=racks,
+        spines_per_plane=spines,
+        hosts_per_rack=hosts_per_rack,
+    )
+    assume(topology.hosts >= 2)
+    fabric = Fabric(topology)
+    tables = fabric_tables(fabric)
+    for path in all_paths(fabric):
+        arrival = walk(fabric, tables, path.src_nic, Packet(path.carrier))
+        assert (arrival.nic, arrival.dst) == (path.dst_nic.intf, path.dst_nic.address)
+        assert arrival.hops == [(h.switch, h.in_port, h.out_port) for h in path.hops]
