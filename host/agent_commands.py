@@ -9,6 +9,7 @@ into ``{"ok": false, "error": "...", "field": "..."}``.
 from __future__ import annotations
 
 import os
+import stat
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -41,7 +42,7 @@ if TYPE_CHECKING:
     from host.agent import Agent
 
 REGION_ALIGN = 1 << 16  # regions are placed at 64 KiB-aligned virtual addresses
-MAX_REGION = 1 << 32
+MAX_REGION = 1 << 31  # bytes: a region is a zeroed bytearray in the agent
 EV_STATES = {"good": EvState.GOOD, "denied": EvState.DENIED, "unknown": EvState.UNKNOWN}
 
 
@@ -222,20 +223,22 @@ class Commands:
     def _read_file(name: str) -> bytes:
         path = Path(name)
         try:
+            info = path.stat()
+            if not stat.S_ISREG(info.st_mode):
+                raise BadRequest(f"field 'file': {name} is not a regular file", "file")
+            if info.st_size > MAX_TRANSFER:
+                raise BadRequest(
+                    f"field 'file': {name} has {info.st_size} bytes, more than {MAX_TRANSFER}",
+                    "file",
+                )
             data = path.read_bytes()
         except FileNotFoundError:
             raise BadRequest(f"field 'file': no file {name}", "file") from None
-        except IsADirectoryError:
-            raise BadRequest(
-                f"field 'file': {name} is a directory, expected a file", "file"
-            ) from None
         except OSError as exc:
             raise BadRequest(f"field 'file': cannot read {name}: {exc.strerror}", "file") from None
         if not data:
             raise BadRequest(f"field 'file': {name} is empty (nothing to transfer)", "file")
-        if len(data) > MAX_TRANSFER:
-            raise BadRequest(f"field 'file': {name} is larger than {MAX_TRANSFER} bytes", "file")
-        return data
+        return data[:MAX_TRANSFER]
 
     def wait(self, request: Mapping[str, Any]) -> Reply | Deferred:
         """Answer when the transfers are done or failed, or when ``timeout`` seconds pass."""

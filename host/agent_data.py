@@ -18,7 +18,7 @@ from typing import Any
 DEFAULT_MESSAGE_SIZE = 1 << 16
 DEFAULT_SEED = 1
 PATTERN_CHUNK = 1 << 20
-MAX_TRANSFER = 1 << 32  # bytes in one transfer (pattern data is held in memory)
+MAX_TRANSFER = 1 << 31  # bytes in one transfer (its data is held in memory until it completes)
 
 
 def pattern(seed: int, size: int) -> bytes:

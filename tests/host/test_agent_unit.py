@@ -16,6 +16,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from host.agent import qp_number
 from host.agent_data import pattern, sha256_hex, verify_bytes
@@ -252,3 +254,97 @@ def test_cli_says_it_needs_root(tmp_path: Path) -> None:
         pytest.skip("the unprivileged user cannot read the Python environment")
     assert done.returncode == 1
     assert "needs root" in done.stderr and len(done.stderr.strip().splitlines()) == 1
+
+
+# -- the real command handlers, fuzzed (an agent without sockets: no root needed) -------------
+
+FIELDS = ["name", "size", "peer", "addr", "rkey", "policy", "message_size", "imm", "seed",
+          "file", "transfers", "timeout", "region", "offset", "sha256", "state", "ev", "path"]  # fmt: skip
+COMMANDS = ["info", "register", "regions", "transfer", "write", "wait", "stats", "paths",
+            "set-ev", "verify", "nope", ""]  # fmt: skip
+
+
+def json_values() -> st.SearchStrategy[Any]:
+    scalars = st.one_of(
+        st.none(),
+        st.booleans(),
+        st.integers(-3, 70_000),
+        st.sampled_from([1 << 40, -(1 << 63), 2**64, 0xFFFFFFFF]),
+        st.floats(allow_nan=False, allow_infinity=False, min_value=-1e6, max_value=1e6),
+        st.text(max_size=12),
+        st.sampled_from(
+            [
+                "h0",
+                "h1",
+                "h3",
+                "h9",
+                "mrc",
+                "ecmp",
+                "p0",
+                "p1-s0",
+                "DENIED",
+                "good",
+                "/dev/zero",
+                "/nonexistent",
+                "0" * 64,
+                "rx",
+            ]
+        ),  # fmt: skip
+    )
+    return st.recursive(scalars, lambda inner: st.lists(inner, max_size=3), max_leaves=4)
+
+
+requests_strategy = st.fixed_dictionaries(
+    {"cmd": st.sampled_from(COMMANDS)},
+    optional={f: json_values() for f in FIELDS},
+)
+
+
+@pytest.fixture(scope="module")
+def commands_server(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[tuple[ControlServer, Any]]:
+    from host.agent import Agent, AgentOptions
+    from host.agent_commands import Commands
+    from topologies import load_topology
+    from topologies.config import shipped_topology
+
+    work = tmp_path_factory.mktemp("commands")
+    fabric = Fabric(load_topology(shipped_topology("small")))
+    agent = Agent(fabric, AgentOptions(host="h0", control=work / "h0.sock", ev_count=8))
+    agent.regions["rx"] = agent.context.register_region(1 << 32, 4096)
+    server = ControlServer(work / "h0.sock", Commands(agent).handle)
+    yield server, agent
+    server.close()
+
+
+@settings(
+    max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(request=requests_strategy)
+def test_commands_answer_every_request(
+    commands_server: tuple[ControlServer, Any], request: dict[str, Any]
+) -> None:
+    server, agent = commands_server
+    reply, _ = server.dispatch(json.dumps(request).encode())
+    if isinstance(reply, Deferred):
+        assert request["cmd"] == "wait"
+        return
+    assert isinstance(reply["ok"], bool)
+    if not reply["ok"]:
+        assert reply["error"] and "internal error" not in reply["error"], (request, reply)
+    json.dumps(reply)  # JSON-ready
+    agent.stopping = False
+
+
+@settings(
+    max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(line=st.binary(max_size=80))
+def test_control_lines_of_garbage_get_errors(
+    commands_server: tuple[ControlServer, Any], line: bytes
+) -> None:
+    server, _ = commands_server
+    reply, _ = server.dispatch(line)
+    if isinstance(reply, dict) and not reply["ok"]:
+        assert reply["error"]
