@@ -614,6 +614,9 @@ def main(argv: list[str] | None = None) -> int:
     except P4RuntimeError as exc:
         print(f"mrc-ctl: error: {exc}", file=sys.stderr)
         return 1
+    except OSError as exc:  # e.g. the overrides file cannot be written
+        print(f"mrc-ctl: error: {exc}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         print("mrc-ctl: interrupted", file=sys.stderr)
         return 1
