@@ -284,6 +284,12 @@ def test_watch_restores_a_restarted_and_an_emptied_switch(
         finally:
             client.close()
         wait_in_sync(model_fabric, capsys)
+        # an override saved without pushing is applied by watch (diff reads the same file)
+        flags = model_fabric.state_flags()
+        assert run_cli(["set-qos", *flags, "t0-p1-r1", "--trim", "5", "--no-push"], capsys)[0] == 0
+        wait_in_sync(model_fabric, capsys)
+        (model_fabric.directory / "qos-overrides.json").unlink()
+        wait_in_sync(model_fabric, capsys)
     finally:
         watcher.terminate()
         code = watcher.wait(timeout=15)
@@ -291,6 +297,7 @@ def test_watch_restores_a_restarted_and_an_emptied_switch(
     assert code == 0, text
     assert "t1-p0-s0: connected -> pipeline set" in text
     assert "t0-p0-r0: " in text and "entries differ" in text
+    assert "t0-p1-r1: 4 entries differ -> +0 ~4 -0" in text  # the override, then back
     assert "watch stopped" in text
 
 
