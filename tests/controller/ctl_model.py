@@ -1,5 +1,11 @@
 """Real ``mrc-switch`` processes on loopback gRPC ports, for the controller tests.
 
+The controller needs only the switches' P4Runtime service, so they run without data-plane ports
+when mrc-switch allows it. When it insists on ports (checked once), each switch gets one port on
+a veth whose peer stays down (no traffic reaches it) if the tests run as root; otherwise the
+switchmodel's own P4Runtime server runs alone (``switchmodel.server`` with a target that has no
+data path).
+
 The switches run without data-plane ports (no ``-i``): the controller only needs their
 P4Runtime service. Ports are chosen free at start. Tests that need them skip, naming the reason,
 while the switchmodel's P4Runtime server (``switchmodel.server``) does not exist.
@@ -9,6 +15,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -65,12 +72,21 @@ signal.signal(signal.SIGTERM, lambda *_: stop.set())
 stop.wait()
 server.stop(0.5).wait()
 """
-_fallback = False  # set once mrc-switch has refused to start without ports
+# how switches are run: "bare" (mrc-switch without ports), "veth" (mrc-switch with one port on
+# a veth of ours) or "service" (the P4Runtime service alone); decided once per test session
+_mode: str | None = None
+VETH_PREFIX = f"mct{os.getpid() % 10000:04d}"  # interface names unique to these tests
 
 
 def switch_command() -> list[str]:
-    """mrc-switch, or its P4Runtime service alone once mrc-switch refused to run without ports."""
-    return [sys.executable, "-c", P4RUNTIME_ONLY] if _fallback else mrc_switch_command()
+    """The command of a switch process (without its per-switch options)."""
+    if _mode == "service":
+        return [sys.executable, "-c", P4RUNTIME_ONLY]
+    return mrc_switch_command()
+
+
+def _ip(*args: str) -> None:
+    subprocess.run(["ip", *args], check=True, capture_output=True)
 
 
 @dataclass
@@ -82,20 +98,46 @@ class ModelProcess:
     port: int
     log: Path
     process: subprocess.Popen[bytes] | None = None
+    veth: str = ""  # the switch's one data-plane port in "veth" mode
+
+    def make_port(self, index: int) -> None:
+        """In "veth" mode: a veth pair whose peer stays down, so the port never sees traffic."""
+        if _mode != "veth" or self.veth:
+            return
+        name = f"{VETH_PREFIX}{index:02d}"
+        _ip("link", "add", f"{name}a", "type", "veth", "peer", "name", f"{name}b")
+        self.veth = f"{name}a"
+        for end in (f"{name}a", f"{name}b"):
+            subprocess.run(
+                ["sysctl", "-qw", f"net.ipv6.conf.{end}.disable_ipv6=1"],
+                check=False,
+                capture_output=True,
+            )
+        _ip("link", "set", self.veth, "up")
+
+    def remove_port(self) -> None:
+        if self.veth:
+            subprocess.run(["ip", "link", "del", self.veth], check=False, capture_output=True)
+            self.veth = ""
 
     @property
     def address(self) -> str:
         return f"127.0.0.1:{self.port}"
 
     def start(self) -> None:
-        argv = switch_command() + [
-            "--device-id",
-            str(self.device_id),
-            "--grpc-addr",
-            self.address,
-            "--log-level",
-            "warning",
-        ]
+        ports = ["-i", f"1@{self.veth}"] if self.veth else []
+        argv = (
+            switch_command()
+            + ports
+            + [
+                "--device-id",
+                str(self.device_id),
+                "--grpc-addr",
+                self.address,
+                "--log-level",
+                "warning",
+            ]
+        )
         with open(self.log, "ab") as log:
             self.process = subprocess.Popen(
                 argv,
@@ -177,13 +219,18 @@ class ModelFabric:
     def stop(self) -> None:
         for proc in self.switches.values():
             proc.stop()
+            proc.remove_port()
 
 
-def _check_ports_optional(directory: Path) -> None:
-    """Fall back to the bare P4Runtime service if mrc-switch refuses to run without ports."""
-    global _fallback
-    if _fallback or os.environ.get("MRC_SWITCH"):
+def _choose_mode(directory: Path) -> None:
+    """Find out once whether mrc-switch runs without ports, and what to do if not."""
+    global _mode
+    if _mode is not None:
         return
+    if os.environ.get("MRC_SWITCH"):
+        _mode = "bare"
+        return
+    _mode = "bare"
     probe = ModelProcess("probe", 1, free_port(), directory / "probe.log")
     probe.start()
     try:
@@ -191,7 +238,7 @@ def _check_ports_optional(directory: Path) -> None:
     except RuntimeError as exc:
         if "no ports" not in str(exc):
             raise
-        _fallback = True
+        _mode = "veth" if os.geteuid() == 0 and shutil.which("ip") else "service"
     finally:
         probe.stop()
 
@@ -201,13 +248,14 @@ def start_model_fabric(topology: str, directory: Path) -> ModelFabric:
     topo_path = shipped_topology(topology)
     fabric = Fabric(load_topology(topo_path))
     model = ModelFabric(fabric, topo_path, directory)
-    _check_ports_optional(directory)
+    _choose_mode(directory)
     try:
-        for switch in fabric.switches:
+        for index, switch in enumerate(fabric.switches):
             proc = ModelProcess(
                 switch.name, switch.device_id, free_port(), directory / f"{switch.name}.log"
             )
             model.switches[switch.name] = proc
+            proc.make_port(index)
             proc.start()
         for proc in model.switches.values():
             proc.wait_ready()
