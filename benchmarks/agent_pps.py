@@ -111,6 +111,10 @@ def one_run(
         "goodput_mbps": args.size * 8 / elapsed / 1e6,
         "retransmits": sum(e0["core"]["retransmits"].values())
         - sum(s0["core"]["retransmits"].values()),
+        "retransmits_by_cause": {
+            cause: n - s0["core"]["retransmits"].get(cause, 0)
+            for cause, n in e0["core"]["retransmits"].items()
+        },
         "cpu_h0_sender": used["h0"] / wall,
         "cpu_h1_receiver": used["h1"] / wall,
         "cpu_us_per_data_packet_sender": used["h0"] / max(data_pkts, 1) * 1e6,
