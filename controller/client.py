@@ -170,6 +170,8 @@ class SwitchClient:
         self._read_raw: Any = None
         self._reader: threading.Thread | None = None
         self._stream_error: str | None = None
+        self._stream_code = ""
+        self._stream_details = ""
         self._closed = False
         self.is_primary = False
         #: called (from the stream's thread) when the switch ends the stream, e.g. on restart
@@ -198,6 +200,8 @@ class SwitchClient:
                     self._arbitration.put(response.arbitration)
         except grpc.RpcError as exc:
             if not self._closed:
+                self._stream_code = exc.code().name
+                self._stream_details = str(exc.details())
                 self._stream_error = f"{exc.code().name}: {exc.details()}"
         finally:
             if not self._closed and self._stream_error is None:
@@ -245,7 +249,15 @@ class SwitchClient:
             ) from None
         if reply is None:
             reason = self._stream_error or "stream closed"
+            code = self._stream_code
             self.close()
+            if code and code not in ("UNAVAILABLE", "DEADLINE_EXCEEDED", "CANCELLED"):
+                raise P4RuntimeError(
+                    self.name,
+                    f"arbitration for device id {self.device_id}",
+                    code,
+                    self._stream_details,
+                )
             raise SwitchUnreachable(
                 self.name,
                 self.address,

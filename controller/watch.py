@@ -83,6 +83,11 @@ class SwitchWatch:
                 log.warning("%s: unreachable (%s); retrying", self.target.name, exc.reason)
             self.reachable = False
             return None
+        except P4RuntimeError as exc:  # e.g. a device id that is not this switch's
+            if self.reachable is not False:
+                log.error("%s: %s; retrying", self.target.name, exc)
+            self.reachable = False
+            return None
         if self.reachable is False:
             log.info("%s: reachable again at %s", self.target.name, self.target.address)
         self.reachable = True

@@ -381,3 +381,17 @@ def test_shell_runs_p4runtime_shell_on_a_switch(
     routes = [e for e in fabric_tables(model_fabric.fabric)["t0-p0-r0"].by_table(IPV6_LPM)]
     assert code == 0
     assert f"entries {len([e for e in routes if not e.is_default])}" in out
+
+
+def test_wrong_device_id_and_duplicate_election_id_are_refused_by_name(
+    model_fabric: ModelFabric,
+) -> None:
+    proc = model_fabric.switches["t0-p1-r1"]
+    with pytest.raises(P4RuntimeError, match=r"t0-p1-r1: arbitration for device id 99 failed"):
+        SwitchClient(proc.address, 99, election_id=3, timeout=5.0, name="t0-p1-r1").connect()
+    first = SwitchClient(proc.address, proc.device_id, election_id=4, name="t0-p1-r1").connect()
+    try:
+        with pytest.raises(P4RuntimeError, match="INVALID_ARGUMENT"):
+            SwitchClient(proc.address, proc.device_id, election_id=4, name="t0-p1-r1").connect()
+    finally:
+        first.close()
