@@ -337,7 +337,10 @@ def cmd_diff(args: argparse.Namespace) -> int:
     tables = ctx.tables(args.switches)
 
     def compare(name: str) -> list[str]:
-        client = ctx.client(name)
+        try:
+            client = ctx.client(name)
+        except (SwitchUnreachable, P4RuntimeError) as exc:
+            return [f"{name}: cannot compare: {exc}"]
         try:
             if not pipeline_matches(client, ctx.info, ctx.options.device_config):
                 return [f"{name}: pipeline missing or different"]
