@@ -65,7 +65,7 @@ class Result:
 
 
 def _packet_socket(intf: str) -> socket.socket:
-    sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETH_P_ALL))
+    sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, 0)  # nothing until bind()
     sock.bind((intf, ETH_P_ALL))
     return sock
 

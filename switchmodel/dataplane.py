@@ -114,7 +114,9 @@ def open_port_socket(intf: str) -> tuple[socket.socket, bool]:
     except OSError:
         raise DataPlaneError(f"interface '{intf}' does not exist") from None
     try:
-        sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETH_P_ALL))
+        # Protocol 0: the socket receives nothing until bind() names the interface and the
+        # protocol (a socket opened for ETH_P_ALL would see every interface's frames until then).
+        sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, 0)
     except PermissionError:
         raise DataPlaneError(f"interface '{intf}': raw sockets need root (CAP_NET_RAW)") from None
     try:

@@ -14,6 +14,7 @@ import os
 import select
 import shutil
 import socket
+import struct
 import subprocess
 import time
 from collections.abc import Iterator
@@ -22,6 +23,7 @@ CLONE_NEWNET = 0x40000000
 ETH_P_ALL = 0x0003
 PACKET_OUTGOING = 4
 SO_RCVBUFFORCE = 33
+SO_TIMESTAMPNS = 35
 
 _libc = ctypes.CDLL(None, use_errno=True)
 
@@ -58,7 +60,8 @@ class HostPort:
 
     def __init__(self, intf: str, netns: str) -> None:
         with inside(netns):
-            self.sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETH_P_ALL))
+            # protocol 0 until bind(): no frame of another interface gets in meanwhile
+            self.sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, 0)
             self.sock.bind((intf, ETH_P_ALL))
         self.sock.setsockopt(socket.SOL_SOCKET, SO_RCVBUFFORCE, 16 << 20)
         self.sock.setblocking(False)
@@ -79,13 +82,26 @@ class HostPort:
                 return frame
 
     def recv_all(self, quiet: float) -> list[tuple[float, bytes]]:
-        """Every frame until none arrives for ``quiet`` seconds: (arrival time, frame)."""
+        """Every frame until none arrives for ``quiet`` seconds: (kernel arrival time, frame).
+
+        The time is the kernel's receive timestamp (SO_TIMESTAMPNS), so a test process that is
+        scheduled late does not distort the arrival times.
+        """
+        self.sock.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
         frames = []
         while True:
-            frame = self.recv(quiet)
-            if frame is None:
+            ready, _, _ = select.select([self.sock], [], [], quiet)
+            if not ready:
                 return frames
-            frames.append((time.monotonic(), frame))
+            frame, ancillary, _flags, address = self.sock.recvmsg(65535, 64)
+            if address[2] == PACKET_OUTGOING:
+                continue
+            stamp = time.time()
+            for level, kind, data in ancillary:
+                if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS:
+                    seconds, nanoseconds = struct.unpack("qq", data[:16])
+                    stamp = seconds + nanoseconds / 1e9
+            frames.append((stamp, frame))
 
     def close(self) -> None:
         self.sock.close()

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -91,6 +91,14 @@ def make_rig(tmp_path: Path) -> Iterator:  # type: ignore[type-arg]
         lab.cleanup()
 
 
+def eventually(condition: Callable[[], bool], what: str, timeout: float = 5.0) -> None:
+    """Wait (bounded) until ``condition`` holds: the switch is another process."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, f"{what}: not within {timeout:g} s"
+        time.sleep(0.05)
+
+
 def route(client: SwitchClient, trim: int | None = None) -> None:
     client.set_pipeline(INFO)
     entries = [
@@ -118,19 +126,26 @@ def test_no_pipeline_drops_then_forwards_with_pcap(make_rig, tmp_path: Path) -> 
     rig = make_rig("fw", pcap_dir=pcaps, mtu=1000)
     frame = mrc_frame(DST, hlim=9)
     rig.inbound.send(frame)
-    assert rig.outbound.recv(0.5) is None  # no pipeline: everything is dropped
+    # the capture shows when the switch has read the frame (it flushes every second)
+    captured = pcaps / f"{rig.switch.ports[1]}_in.pcap"
+    eventually(lambda: captured.stat().st_size > 24, "the switch reads the first frame")
+    assert rig.outbound.recv(0.2) is None  # no pipeline: everything is dropped
     route(rig.client)
     assert sum(p for p, _ in rig.client.read_counter("MrcIngress.port_in").values()) == 0
     rig.inbound.send(frame)
-    got = rig.outbound.recv(3.0)
+    got = rig.outbound.recv(5.0)
     assert got is not None
     assert got == mrc_frame(DST, hlim=8, smac=OUT_SMAC, dmac=OUT_DMAC)
     assert rig.client.read_counter("MrcIngress.port_in")[1] == (1, len(frame))
     assert rig.client.read_counter("MrcEgress.port_out")[2] == (1, len(frame))
     oversize = mrc_frame(DST, payload=bytes(1000))  # an IPv6 packet beyond --mtu 1000
     rig.inbound.send(oversize)
-    assert rig.outbound.recv(0.5) is None
+    eventually(
+        lambda: rig.client.read_counter("MrcIngress.drops")[DropReason.OVERSIZE][0] > 0,
+        "an oversize frame is counted",
+    )
     assert rig.client.read_counter("MrcIngress.drops")[DropReason.OVERSIZE] == (1, len(oversize))
+    assert rig.outbound.recv(0.2) is None
     rig.switch.stop()  # flushes the capture files
     names = sorted(p.name for p in pcaps.iterdir())
     assert names == sorted(f"{rig.switch.ports[n]}_{d}.pcap" for n in (1, 2) for d in ("in", "out"))
@@ -178,14 +193,19 @@ def test_congested_port_trims_and_serves_trimmed_first(make_rig) -> None:  # typ
     rig = make_rig("trm", rate_bps=2_000_000, queue_depth=16)
     route(rig.client, trim=4)
     frame = mrc_frame(DST, dscp=10, payload=bytes(1000))
-    # 16 frames fill the low-priority queue; once egress has sent a few of them, port_qdepth
-    # holds the depth they saw at enqueue (>= 4) and later data packets are trimmed
+    # 16 frames fill the low-priority queue (the first two leave at once: the bucket holds
+    # one frame and a half). Once egress has sent the 7th, port_qdepth holds the depth it saw
+    # at enqueue (>= 4) and later data packets are trimmed.
     for _ in range(16):
         rig.inbound.send(frame)
-    time.sleep(0.05)
+    arrivals: list[bytes] = []
+    while len(arrivals) < 8:
+        got = rig.outbound.recv(5.0)
+        assert got is not None, f"only {len(arrivals)} of the first 16 frames left the switch"
+        arrivals.append(got)
     for _ in range(12):
         rig.inbound.send(frame)
-    arrivals = [f for _, f in rig.outbound.recv_all(quiet=1.5)]
+    arrivals += [f for _, f in rig.outbound.recv_all(quiet=1.5)]
     full = [f for f in arrivals if IPv6(f[14:]).tc >> 2 == 10]
     trimmed = [f for f in arrivals if IPv6(f[14:]).tc >> 2 == 12]
     assert len(full) + len(trimmed) == len(arrivals)
