@@ -365,8 +365,9 @@ class Agent:
         were readable when select returned), keeps the order in which the core sees packets of
         different planes close to their arrival order: a long run of one plane before the
         other looks like reordering and triggers SACK-inferred losses. With the receive ring a
-        turn on an empty plane costs no system call. The core's output is sent after every
-        :data:`BATCH` frames and when the planes are empty.
+        turn on an empty plane costs no system call. What the core has to send goes out after
+        every round; events, transfers and the timer are looked at after every :data:`BATCH`
+        frames and when the planes are empty.
         """
         ctx = self.context
         pcap = self.pcap
@@ -399,6 +400,7 @@ class Agent:
                 if not got:
                     break
                 taken += got
+                self._send(ctx.frames_to_send(now))  # ACKs leave without waiting for the batch
             if taken:
                 self.after_core(now)
             if taken < BATCH:  # the last round found every plane empty
