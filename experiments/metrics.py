@@ -190,7 +190,8 @@ def goodput_series(
     """(bin end time, aggregate goodput in b/s) per ``interval`` from cumulative progress.
 
     The bytes a flow delivered between two of its samples are spread evenly over the time
-    between them, so a late sample does not show as a gap followed by a spike.
+    between them, so a late sample does not show as a gap followed by a spike; what falls
+    after ``duration`` is left out of the series (not out of the delivered totals).
     """
     bins = max(1, math.ceil(duration / interval - 1e-9))
     totals = [0.0] * bins
@@ -206,8 +207,6 @@ def goodput_series(
                 lo, hi = max(start, i * interval), min(end, (i + 1) * interval)
                 if hi > lo:
                     totals[i] += delta * (hi - lo) / span
-            if end >= bins * interval:
-                totals[-1] += delta * max(0.0, end - max(start, bins * interval)) / span
         if p.delivered >= d_prev:
             last[p.flow] = (p.t, p.delivered)
     return [((i + 1) * interval, totals[i] * 8 / interval) for i in range(bins)]

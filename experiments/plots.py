@@ -26,6 +26,8 @@ from experiments.metrics import (  # noqa: E402
 from topologies import Fabric  # noqa: E402
 
 FAULT_COLOURS = {"down": "tab:red", "up": "tab:green", "kill": "tab:purple", "start": "tab:olive"}
+FAULT_LABELS = {"down": "link down", "up": "link up", "kill": "switch killed",
+                "start": "switch started"}
 STATE_COLOURS = {"GOOD": "tab:green", "ASSUMED_BAD": "tab:red", "UNKNOWN": "tab:gray",
                  "DENIED": "black"}
 
@@ -34,7 +36,8 @@ def _fault_markers(ax: plt.Axes, result: TransportResult, label: bool) -> None:
     seen: set[str] = set()
     for mark in result.faults:
         colour = FAULT_COLOURS.get(mark.action, "black")
-        text = f"{mark.action} {mark.target}" if mark.action not in seen and label else None
+        text = FAULT_LABELS.get(mark.action, mark.action) if mark.action not in seen and label \
+            else None
         ax.axvline(mark.t, color=colour, linestyle=":", linewidth=1, label=text)
         seen.add(mark.action)
 
