@@ -188,7 +188,7 @@ def main(argv: list[str] | None = None) -> int:
         # 3. incast with trimming on and off
         incast = parse_scenario({
             "name": "incast", "topology": "small", "link_rate_mbps": args.rate,
-            "link_delay_us": 0, "queue_depth": 8, "trim_threshold": 2, "ecn_threshold": 6,
+            "link_delay_us": 0, "queue_depth": 8, "trim_threshold": 4, "ecn_threshold": 2,
             "duration_s": 20, "sample_interval_s": 0.1,
             "transports": [{"name": "mrc-trim", "transport": "mrc", "trimming": True},
                            {"name": "mrc-no-trim", "transport": "mrc", "trimming": False}],

@@ -495,6 +495,22 @@ def default_out(scenario: Scenario) -> Path:
     return Path("results") / f"{scenario.name}-{stamp}"
 
 
+def run_shipped(name: str, target: str = "auto", out: Path | None = None,
+                progress: bool = True) -> int:
+    """Run a shipped scenario (``demo``, ``incast``, ``flaps``, ``baselines``); exit status."""
+    from experiments.scenario import shipped_scenario
+    from experiments.testbed import STARTUP_ERRORS, require_root
+
+    scenario = load_scenario(shipped_scenario(name))
+    try:
+        require_root(f"mrc-testbed {name}")
+        run_scenario(scenario, out or default_out(scenario), target, progress=progress)
+    except STARTUP_ERRORS as exc:
+        print(f"mrc-testbed: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     """``mrc-testbed run SCENARIO``."""
     from experiments.scenario import shipped_scenario
@@ -538,4 +554,4 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     report.set_defaults(func=cmd_report)
 
 
-__all__ = ["MrcFlows", "Phase", "SwitchCounters", "register", "run_scenario"]
+__all__ = ["MrcFlows", "Phase", "SwitchCounters", "register", "run_scenario", "run_shipped"]
