@@ -125,6 +125,7 @@ class FabricSwitch(MnSwitch):
         grpc_addr: str = "",
         rate_bps: int = 0,
         queue_depth: int = 0,
+        mtu: int = 1500,
         log_dir: Path | None = None,
         pcap_dir: Path | None = None,
         **params: Any,
@@ -138,6 +139,7 @@ class FabricSwitch(MnSwitch):
         self.grpc_addr = grpc_addr
         self.rate_bps = rate_bps
         self.queue_depth = queue_depth
+        self.mtu = mtu  # largest IPv6 packet a port carries (the topology's link_mtu)
         self.log_dir = log_dir
         self.pcap_dir = pcap_dir
         self.process: SwitchProcess = self.make_process()
@@ -197,6 +199,7 @@ class ModelFabricSwitch(FabricSwitch):
             queue_depth=self.queue_depth,
             pcap_dir=self.pcap_dir,
             log_dir=self.log_dir,
+            mtu=self.mtu,
         )
         return process
 
@@ -220,6 +223,7 @@ class Bmv2FabricSwitch(FabricSwitch):
             queue_depth=self.queue_depth,
             pcap_dir=self.pcap_dir,
             log_dir=self.log_dir,
+            mtu=self.mtu,
         )
         return process
 
@@ -303,6 +307,7 @@ class FabricNet:
                 grpc_addr=self.grpc_addr(model.name),
                 rate_bps=rate_bps,
                 queue_depth=topo.queue_depth,
+                mtu=topo.link_mtu,
                 log_dir=self.log_dir,
                 pcap_dir=pcap_dir,
             )
