@@ -64,15 +64,29 @@ def inside(netns: str | None) -> Iterator[None]:
 
 
 class PacketPort:
-    """An AF_PACKET socket on one interface: send frames, receive the frames that arrive."""
+    """An AF_PACKET socket on one interface: send frames, receive the frames that arrive.
+
+    The socket is opened for protocol 0, so it receives nothing until ``bind()`` names the
+    interface together with ETH_P_ALL; a socket opened for ETH_P_ALL would queue every
+    interface's frames (loopback gRPC traffic, other tests' veths) in the meantime. Whatever
+    arrived on the interface before the port was ready is drained.
+    """
 
     def __init__(self, intf: str, netns: str | None = None) -> None:
         self.intf = intf
         self.netns = netns
         with inside(netns):
-            self.sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETH_P_ALL))
-            self.sock.bind((intf, ETH_P_ALL))
+            self.sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, 0)
+            try:
+                self.sock.bind((intf, ETH_P_ALL))
+            except OSError as exc:
+                self.sock.close()
+                where = f" in namespace {netns}" if netns else ""
+                raise OSError(
+                    exc.errno, f"packet socket on {intf}{where}: {exc.strerror}"
+                ) from None
         self.sock.setblocking(False)
+        self.drain()
 
     def send(self, frame: bytes) -> None:
         """Transmit ``frame`` (a whole Ethernet frame) on the interface."""
