@@ -10,6 +10,10 @@ Addresses, MACs, ports and paths come from :class:`topologies.Fabric` (paths ``h
 between racks and ``h0 -> h1`` within a rack, plane 0, spine 0); expected frames are built
 with the same builders, with the rewrites the switch must make (uSID shift by
 :func:`topologies.usid.shift`, hop limit, MACs, SRH segments left, trimming).
+
+A :class:`Burst` (:func:`burst_cases`) is the table for what one frame cannot show, the
+priority classes: frames sent back to back into a switch whose output port is shaped to a low
+rate, and the order in which they must leave it (``test_priority.py``).
 """
 
 from __future__ import annotations
@@ -70,7 +74,6 @@ class Case:
     out: tuple[tuple[int, bytes], ...] = ()
     drop: int | None = None
     counters: tuple[tuple[str, int, int], ...] = ()
-    priority: int | None = None  # class of the frame out, checked where the target exposes it
 
     def expected_counters(self) -> dict[tuple[str, int], int]:
         """(counter, index) -> packet delta, including the implied ones."""
@@ -144,6 +147,39 @@ def _path(src: str, dst: str) -> Path:
     return next(p for p in fabric().paths(src, dst) if p.plane == 0 and p.spine in (0, None))
 
 
+def _hop_of(sw: Switch, path: Path) -> tuple[int, int]:
+    """(in port, out port) of ``sw`` on ``path``."""
+    hop = next(h for h in path.hops if h.switch == sw.name)
+    return hop.in_port, hop.out_port
+
+
+@dataclass(frozen=True)
+class Builder:
+    """Tables and frames around one switch, for packets from one source NIC address."""
+
+    fabric: Fabric
+    src: ipaddress.IPv6Address
+
+    def tables(self, sw: Switch, *extra: Entry) -> tuple[Entry, ...]:
+        """The switch's SIDs and static routes, then ``extra``."""
+        return sid_entries(sw) + route_entries(self.fabric, sw) + extra
+
+    def frame_in(self, sw: Switch, in_port: int, dst: Any, upper: Any, **ip: Any) -> bytes:
+        """A frame as the neighbour on ``in_port`` sends it to ``sw``."""
+        port = sw.port(in_port)
+        return pk.ipv6_frame(
+            src_mac=port.peer_mac, dst_mac=port.mac, src=self.src, dst=dst, upper=upper, **ip
+        )
+
+    def frame_out(self, sw: Switch, out_port: int, dst: Any, upper: Any, **ip: Any) -> bytes:
+        """The frame ``sw`` sends out of ``out_port``: next-hop MACs, hop limit 63."""
+        port = sw.port(out_port)
+        ip.setdefault("hop_limit", 63)
+        return pk.ipv6_frame(
+            src_mac=port.mac, dst_mac=port.peer_mac, src=self.src, dst=dst, upper=upper, **ip
+        )
+
+
 @cache
 def all_cases() -> tuple[Case, ...]:
     """Every case, in table order."""
@@ -155,28 +191,8 @@ def all_cases() -> tuple[Case, ...]:
     dst_leaf = fab.switch(inter.hops[2].switch)
     assert spine.tier is Tier.T1 and dst_leaf.tier is Tier.T0
     src_nic, dst_nic = inter.src_nic, inter.dst_nic
-
-    def tables(sw: Switch, *extra: Entry) -> tuple[Entry, ...]:
-        return sid_entries(sw) + route_entries(fab, sw) + extra
-
-    def hop_of(sw: Switch, path: Path) -> tuple[int, int]:
-        hop = next(h for h in path.hops if h.switch == sw.name)
-        return hop.in_port, hop.out_port
-
-    def frame_in(sw: Switch, in_port: int, dst: Any, upper: Any, **ip: Any) -> bytes:
-        """A frame as the neighbour on ``in_port`` sends it to ``sw``."""
-        port = sw.port(in_port)
-        return pk.ipv6_frame(
-            src_mac=port.peer_mac, dst_mac=port.mac, src=src_nic.address, dst=dst, upper=upper, **ip
-        )
-
-    def frame_out(sw: Switch, out_port: int, dst: Any, upper: Any, **ip: Any) -> bytes:
-        """The frame ``sw`` sends out of ``out_port``: next-hop MACs, hop limit 63."""
-        port = sw.port(out_port)
-        ip.setdefault("hop_limit", 63)
-        return pk.ipv6_frame(
-            src_mac=port.mac, dst_mac=port.peer_mac, src=src_nic.address, dst=dst, upper=upper, **ip
-        )
+    build = Builder(fab, src_nic.address)
+    tables, frame_in, frame_out = build.tables, build.frame_in, build.frame_out
 
     data = pk.payload_bytes(256)
     write = pk.mrc_udp(pk.OPCODE_WRITE_ONLY, data)
@@ -188,10 +204,10 @@ def all_cases() -> tuple[Case, ...]:
     ack = pk.ack_udp()
     plain = pk.plain_udp(data)
 
-    s_in, s_out = hop_of(spine, inter)
-    l_in, l_out = hop_of(dst_leaf, inter)
-    src_in, src_out = hop_of(src_leaf, inter)
-    i_in, i_out = hop_of(src_leaf, intra)
+    s_in, s_out = _hop_of(spine, inter)
+    l_in, l_out = _hop_of(dst_leaf, inter)
+    src_in, src_out = _hop_of(src_leaf, inter)
+    i_in, i_out = _hop_of(src_leaf, intra)
     shifted = usidlib.shift(inter.carrier)  # what the spine sends on
     at_nic = usidlib.shift(shifted)  # what the destination leaf sends to the host
     exhausted_here = dst_leaf.usid_prefix.network_address  # block:uSID(leaf)::, nothing after
@@ -211,7 +227,6 @@ def all_cases() -> tuple[Case, ...]:
             src_leaf.name, tables(src_leaf), src_in,
             frame_in(src_leaf, src_in, inter.carrier, write, **dscp),
             out=((src_out, frame_out(src_leaf, src_out, inter.carrier, write, **dscp)),),
-            priority=0,
         ),
         Case(
             "usid_shift_at_spine",
@@ -332,7 +347,6 @@ def all_cases() -> tuple[Case, ...]:
             out=((s_out, frame_out(spine, s_out, shifted, write_trimmed,
                                    dscp=pk.DSCP_TRIMMED)),),
             counters=((TRIMMED, s_out, 1),),
-            priority=1,
         ),
         Case(
             "trim_keeps_srh",
@@ -342,7 +356,6 @@ def all_cases() -> tuple[Case, ...]:
             out=((s_out, frame_out(spine, s_out, classic[1], write_trimmed, segments=classic,
                                    segments_left=1, dscp=pk.DSCP_TRIMMED)),),
             counters=((TRIMMED, s_out, 1),),
-            priority=1,
         ),
         Case(
             "trim_write_with_immediate",
@@ -351,7 +364,6 @@ def all_cases() -> tuple[Case, ...]:
             out=((s_out, frame_out(spine, s_out, shifted, write_imm_trimmed,
                                    dscp=pk.DSCP_TRIMMED)),),
             counters=((TRIMMED, s_out, 1),),
-            priority=1,
         ),
         Case(
             "no_trim_for_dscp_0",
@@ -359,7 +371,6 @@ def all_cases() -> tuple[Case, ...]:
             spine.name, trim_at_0, s_in, frame_in(spine, s_in, inter.carrier, write),
             out=((s_out, frame_out(spine, s_out, shifted, write)),),
             counters=((TRIMMED, s_out, 0),),
-            priority=0,
         ),
         Case(
             "no_trim_without_port_qos",
@@ -387,13 +398,12 @@ def all_cases() -> tuple[Case, ...]:
         ),
         # ---- control traffic ------------------------------------------------------------------
         Case(
-            "control_high_priority_never_trimmed",
-            "an ACK (DSCP 48) goes in the high-priority class and is not trimmed at threshold 0",
+            "control_never_trimmed",
+            "an ACK (DSCP 48) is not trimmed at threshold 0 (its priority: burst cases below)",
             spine.name, trim_at_0, s_in,
             frame_in(spine, s_in, inter.carrier, ack, dscp=pk.DSCP_CONTROL),
             out=((s_out, frame_out(spine, s_out, shifted, ack, dscp=pk.DSCP_CONTROL)),),
             counters=((TRIMMED, s_out, 0),),
-            priority=1,
         ),
     )  # fmt: skip
 
@@ -403,3 +413,151 @@ def case_by_name(name: str) -> Case:
         if case.name == name:
             return case
     raise KeyError(f"no data-plane case {name!r}")
+
+
+# -- bursts: priority, checked by the order frames leave a shaped port ------------------------
+
+#: The rate the burst cases' output port is shaped to: a full frame of the burst takes ~18 ms,
+#: so a burst sent back to back queues up and the queue drains in ~0.3 s.
+SHAPED_RATE_BPS = 500_000
+#: Ordinary packets queued ahead of the frame that must overtake them.
+BURST = 16
+BURST_PAYLOAD = 1000
+#: Trim threshold of the trimming burst (packets of queue depth).
+TRIM_AT = 2
+
+
+@dataclass(frozen=True)
+class Send:
+    """One frame of a burst: a label, the frame sent in, the exact frame that must leave.
+
+    ``after``: the frame is sent once that many frames of the burst have left the output port
+    (0: at once, back to back with the frames before it). Waiting for departures, not for time,
+    is how a burst makes sure the queue (and the depth the switch recorded) has built up.
+    """
+
+    label: str
+    frame: bytes
+    out: bytes
+    after: int = 0
+
+
+@dataclass(frozen=True)
+class Burst:
+    """Frames into a switch whose output port is shaped to :data:`SHAPED_RATE_BPS`, and the
+    order they must leave in.
+
+    Every frame leaves ``out_port`` exactly as its :attr:`Send.out`; the frames not named first
+    in ``overtakes`` share one FIFO class and leave in the order sent; for each ``(a, b)`` of
+    ``overtakes``, ``a`` (sent after ``b``) leaves before ``b``: it went into the high-priority
+    queue. Only order is asserted, never time. ``counters`` as in :class:`Case`.
+    """
+
+    name: str
+    intent: str
+    switch: str
+    entries: tuple[Entry, ...]
+    in_port: int
+    out_port: int
+    sends: tuple[Send, ...]
+    overtakes: tuple[tuple[str, str], ...]
+    counters: tuple[tuple[str, int, int], ...] = ()
+
+    def fifo(self) -> list[str]:
+        """Labels of the low-priority frames, in the order they are sent (and must leave)."""
+        high = {a for a, _ in self.overtakes}
+        return [s.label for s in self.sends if s.label not in high]
+
+    def expected_counters(self) -> dict[tuple[str, int], int]:
+        """(counter, index) -> packet delta, including port_in and port_out of every frame."""
+        deltas = {
+            (PORT_IN, self.in_port): len(self.sends),
+            (PORT_OUT, self.out_port): len(self.sends),
+        }
+        for name, index, delta in self.counters:
+            deltas[(name, index)] = delta
+        return deltas
+
+    def __str__(self) -> str:
+        return self.name
+
+
+@cache
+def burst_cases() -> tuple[Burst, ...]:
+    """The priority cases: on the spine of path ``h0 -> h2``, towards the destination leaf."""
+    fab = fabric()
+    inter = _path("h0", "h2")
+    spine = fab.switch(inter.hops[1].switch)
+    s_in, s_out = _hop_of(spine, inter)
+    build = Builder(fab, inter.src_nic.address)
+    shifted = usidlib.shift(inter.carrier)
+    data = pk.payload_bytes(BURST_PAYLOAD)
+    write = pk.mrc_udp(pk.OPCODE_WRITE_ONLY, data)
+    write_trimmed = pk.mrc_udp(pk.OPCODE_WRITE_ONLY, b"", dma_length=len(data))
+    flow_labels = iter(range(0x1B000, 0x1C000))  # one per frame: tells the frames apart
+
+    def through(
+        label: str,
+        upper: Any,
+        out_upper: Any = None,
+        out_dscp: int | None = None,
+        *,
+        after: int = 0,
+        dscp: int = pk.DSCP_ORDINARY,
+    ) -> Send:
+        """``upper`` in from the source leaf, out (uSID shifted) towards the destination leaf."""
+        fl = next(flow_labels)
+        return Send(
+            label,
+            build.frame_in(spine, s_in, inter.carrier, upper, dscp=dscp, flow_label=fl),
+            build.frame_out(
+                spine,
+                s_out,
+                shifted,
+                upper if out_upper is None else out_upper,
+                dscp=dscp if out_dscp is None else out_dscp,
+                flow_label=fl,
+            ),
+            after,
+        )
+
+    def queued(after: int) -> tuple[Send, ...]:
+        """:data:`BURST` ordinary (DSCP 0, never trimmed) WRITEs, back to back."""
+        return tuple(through(f"data{i}", write, after=after) for i in range(BURST))
+
+    last = f"data{BURST - 1}"
+    return (
+        Burst(
+            "control_overtakes_queued_data",
+            f"an ACK (DSCP 48) sent right behind {BURST} ordinary packets leaves before the last "
+            "of them: control goes in the high-priority queue",
+            spine.name, build.tables(spine, qos(s_out, NEVER, NEVER)), s_in, s_out,
+            sends=(*queued(0), through("ack", pk.ack_udp(), dscp=pk.DSCP_CONTROL)),
+            overtakes=(("ack", last),),
+            counters=((TRIMMED, s_out, 0), (ECN_MARKED, s_out, 0)),
+        ),
+        Burst(
+            "trimmed_header_overtakes_queued_data",
+            f"trim threshold {TRIM_AT}: a DSCP 10 WRITE at the idle port leaves whole; one sent "
+            "once the queue has built is trimmed and its header leaves before the last queued "
+            "packet: trimmed packets go in the high-priority queue",
+            spine.name, build.tables(spine, qos(s_out, TRIM_AT, NEVER)), s_in, s_out,
+            sends=(
+                # alone through the idle port: the depth the port recorded is 0 again
+                through("lone", write),
+                through("early", write, dscp=pk.DSCP_TRIMMABLE, after=1),
+                *queued(1),
+                # burst frame k (0 = early) saw >= k - 1 queued; once frame k = TRIM_AT + 2
+                # left, the recorded depth is >= TRIM_AT (one frame to spare)
+                through("late", write, write_trimmed, pk.DSCP_TRIMMED,
+                        dscp=pk.DSCP_TRIMMABLE, after=TRIM_AT + 4),
+            ),
+            overtakes=(("late", last),),
+            counters=((TRIMMED, s_out, 1), (ECN_MARKED, s_out, 0)),
+        ),
+    )  # fmt: skip
+
+
+def shaped_ports() -> dict[int, int]:
+    """Port -> rate (bit/s) a target must be shaped with to run :func:`burst_cases`."""
+    return {burst.out_port: SHAPED_RATE_BPS for burst in burst_cases()}

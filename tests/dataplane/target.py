@@ -17,12 +17,21 @@ Entries are ``p4r.TableEntry`` messages built with :attr:`DataplaneTarget.p4info
 the target was given: p4c's for BMv2, the committed one for switchmodel), so ids always match.
 ``targets_model.py`` must define ``ModelTarget`` with this constructor; it imports this module
 relatively (``from .target import DataplaneTarget``).
+
+``port_rates`` (port -> bit/s) shapes egress ports from the start, so that a burst queues up
+and priority shows in the order frames leave (``test_priority.py``). A target that cannot
+shape a port says why in :attr:`DataplaneTarget.cannot_shape`; the tests that need shaping skip
+with that reason.
 """
 
 from __future__ import annotations
 
 import abc
-from collections.abc import Sequence
+import itertools
+import os
+import string
+import time
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -38,10 +47,20 @@ class DataplaneTarget(abc.ABC):
 
     #: short name used in test ids ("bmv2", "model")
     name = "target"
+    #: why this target cannot shape an egress port to ``port_rates`` (None: it can)
+    cannot_shape: str | None = "the target does not implement port_rates"
 
-    def __init__(self, ports: Sequence[int], workdir: Path) -> None:
+    def __init__(
+        self, ports: Sequence[int], workdir: Path, port_rates: Mapping[int, int] | None = None
+    ) -> None:
         self.ports = list(ports)
         self.workdir = workdir
+        self.port_rates = dict(port_rates or {})
+        for port, rate in self.port_rates.items():
+            if port not in self.ports or rate <= 0:
+                raise ValueError(
+                    f"port_rates {port}={rate}: expected one of ports {self.ports} and a rate > 0"
+                )
 
     @property
     @abc.abstractmethod
@@ -83,7 +102,31 @@ class DataplaneTarget(abc.ABC):
             while self.expect(port, 0.0) is not None:
                 pass
 
-    def priority_of_last(self, port: int) -> int | None:
-        """Priority class (0 low, 1 high) of the last frame sent out of ``port``, if the target
-        can tell; None when it cannot (BMv2 does not expose it)."""
-        return None
+
+_instances = itertools.count()
+
+
+def instance_tag() -> str:
+    """A short tag for the names of one target instance (namespace, interfaces): the process
+    id and a letter counting the instances of this process, so two never share a name."""
+    return f"{os.getpid() % 100000}{string.ascii_lowercase[next(_instances) % 26]}"
+
+
+def counter_deltas(
+    target: DataplaneTarget,
+    before: Mapping[str, Mapping[int, tuple[int, int]]],
+    wanted: Mapping[tuple[str, int], int],
+    wait: float = 3.0,
+) -> dict[tuple[str, int], int]:
+    """Packet deltas of the ``wanted`` cells since ``before``, read again until each reached its
+    wanted value or ``wait`` seconds passed (counters are read over gRPC after the frames)."""
+    deadline = time.monotonic() + wait
+    while True:
+        now = {name: target.counters(name) for name in before}
+        deltas = {
+            (name, index): now[name].get(index, (0, 0))[0] - before[name].get(index, (0, 0))[0]
+            for name, index in wanted
+        }
+        if all(deltas[k] >= v for k, v in wanted.items()) or time.monotonic() > deadline:
+            return deltas
+        time.sleep(0.05)

@@ -4,25 +4,27 @@ For every data-plane port ``n`` a veth pair is made: ``dpb<id>s<n>`` stays in th
 and is given to BMv2 as port ``n``; its peer ``dpb<id>t<n>`` goes into the namespace
 ``dpb<id>``, where the test sends and receives with AF_PACKET sockets. The pipeline is the
 program compiled by p4c (:func:`controller.bmv2.p4_build`), pushed with
-:class:`controller.client.SwitchClient` together with p4c's P4Info.
+:class:`controller.client.SwitchClient` together with p4c's P4Info. ``port_rates`` are set once
+the switch is up with ``set_queue_rate`` through its Thrift runtime CLI, in packets per second
+(:func:`controller.bmv2.queue_rate_pps`: the bit rate as if every frame were full size).
 """
 
 from __future__ import annotations
 
-import os
 import socket
-from collections.abc import Sequence
+import subprocess
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from p4.v1 import p4runtime_pb2 as p4r
 
-from controller.bmv2 import Bmv2Switch, ToolMissing, missing_tools, p4_build
+from controller.bmv2 import Bmv2Switch, ToolMissing, missing_tools, p4_build, queue_rate_pps
 from controller.client import SwitchClient
 from controller.p4info import P4Info
 
 from .netns import NetnsLab, PacketPort, netns_available
-from .target import DataplaneTarget, TargetUnavailable
+from .target import DataplaneTarget, TargetUnavailable, instance_tag
 
 
 def _free_tcp_port() -> int:
@@ -35,10 +37,13 @@ class Bmv2Target(DataplaneTarget):
     """One BMv2 switch with a veth pair per data-plane port."""
 
     name = "bmv2"
+    cannot_shape = None  # simple_switch_CLI set_queue_rate
 
-    def __init__(self, ports: Sequence[int], workdir: Path) -> None:
-        super().__init__(ports, workdir)
-        tag = os.getpid() % 100000
+    def __init__(
+        self, ports: Sequence[int], workdir: Path, port_rates: Mapping[int, int] | None = None
+    ) -> None:
+        super().__init__(ports, workdir, port_rates)
+        tag = instance_tag()
         self.netns = f"dpb{tag}"
         self.switch_intf = {p: f"dpb{tag}s{p}" for p in self.ports}
         self.test_intf = {p: f"dpb{tag}t{p}" for p in self.ports}
@@ -85,12 +90,37 @@ class Bmv2Target(DataplaneTarget):
             )
             self._switch.start()
             self._switch.wait_ready(timeout=30.0)
+            self._shape(self._switch)
             self._client = SwitchClient(grpc_addr, device_id=1, name="dpb-switch")
             self._client.connect()
             self._client.set_pipeline(self._info, device_config=json_path.read_bytes())
         except BaseException:
             self.stop()
             raise
+
+    def _shape(self, switch: Bmv2Switch) -> None:
+        """``set_queue_rate`` of every port of ``port_rates`` (all its priority queues)."""
+        if not self.port_rates:
+            return
+        commands = [
+            f"set_queue_rate {queue_rate_pps(rate, switch.mtu)} {port}"
+            for port, rate in sorted(self.port_rates.items())
+        ]
+        result = subprocess.run(
+            switch.cli_command(),
+            input="\n".join(commands) + "\n",
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+        )
+        output = result.stdout + result.stderr
+        bad = [line for line in output.splitlines() if "Error" in line or "Invalid" in line]
+        if result.returncode != 0 or bad:
+            raise RuntimeError(
+                f"BMv2 target: {' '.join(switch.cli_command())} could not shape the ports "
+                f"({'; '.join(commands)}): {'; '.join(bad) or f'status {result.returncode}'}"
+            )
 
     def _require(self) -> SwitchClient:
         if self._client is None:

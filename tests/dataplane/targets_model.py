@@ -5,18 +5,14 @@ and is given to ``mrc-switch`` (:class:`switchmodel.launcher.ModelSwitch`) as po
 peer ``smd<id>t<n>`` goes into the namespace ``smd<id>``, where the test sends and receives with
 AF_PACKET sockets. The pipeline is the committed P4Info, pushed with
 :class:`controller.client.SwitchClient` (no device config: switchmodel implements the program
-itself); entries and counters go over the same gRPC session. The switch runs at debug log
-level, where it logs the priority class of every frame it sends: :meth:`priority_of_last`
-reads it from there.
+itself); entries and counters go over the same gRPC session. ``port_rates`` become
+``--port-rate-bps-of PORT=BPS`` options: mrc-switch shapes those ports from the start.
 """
 
 from __future__ import annotations
 
-import os
-import re
 import socket
-import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +23,7 @@ from controller.p4info import P4Info
 from switchmodel.launcher import ModelSwitch
 
 from .netns import NetnsLab, PacketPort, netns_available
-from .target import DataplaneTarget, TargetUnavailable
+from .target import DataplaneTarget, TargetUnavailable, instance_tag
 
 
 def _free_tcp_port() -> int:
@@ -40,10 +36,13 @@ class ModelTarget(DataplaneTarget):
     """One mrc-switch with a veth pair per data-plane port."""
 
     name = "model"
+    cannot_shape = None  # mrc-switch --port-rate-bps-of
 
-    def __init__(self, ports: Sequence[int], workdir: Path) -> None:
-        super().__init__(ports, workdir)
-        tag = os.getpid() % 100000
+    def __init__(
+        self, ports: Sequence[int], workdir: Path, port_rates: Mapping[int, int] | None = None
+    ) -> None:
+        super().__init__(ports, workdir, port_rates)
+        tag = instance_tag()
         self.netns = f"smd{tag}"
         self.switch_intf = {p: f"smd{tag}s{p}" for p in self.ports}
         self.test_intf = {p: f"smd{tag}t{p}" for p in self.ports}
@@ -54,7 +53,6 @@ class ModelTarget(DataplaneTarget):
         self._sockets: dict[int, PacketPort] = {}
         self._installed: list[Any] = []
         self._defaults: set[int] = set()  # tables whose default entry was changed
-        self._log_mark = 0  # size of the switch's log when the last frame was sent
 
     @property
     def p4info(self) -> P4Info:
@@ -76,7 +74,8 @@ class ModelTarget(DataplaneTarget):
                 device_id=1,
                 grpc_addr=grpc_addr,
                 log_dir=self.workdir,
-                log_level="debug",
+                log_level="debug",  # every frame sent is logged: port, priority, queue depth
+                port_rates=self.port_rates,
             )
             self._switch.start()
             self._switch.wait_ready(timeout=30.0)
@@ -113,31 +112,7 @@ class ModelTarget(DataplaneTarget):
             self._installed = list(entries)
 
     def send(self, port: int, frame: bytes) -> None:
-        self._log_mark = self._log_size()
         self._sockets[port].send(frame)
-
-    def _log_size(self) -> int:
-        try:
-            return self._switch.log_path.stat().st_size if self._switch is not None else 0
-        except FileNotFoundError:
-            return 0
-
-    def priority_of_last(self, port: int) -> int | None:
-        """The priority class mrc-switch logged (at debug level) for its last frame out of
-        ``port`` since the last :meth:`send`; None when it logged none within a second."""
-        if self._switch is None:
-            return None
-        pattern = re.compile(rf"tx port {port} priority (\d+) ")
-        deadline = time.monotonic() + 1.0
-        while True:
-            with open(self._switch.log_path, "rb") as log:
-                log.seek(self._log_mark)
-                found = pattern.findall(log.read().decode(errors="replace"))
-            if found:
-                return int(found[-1])
-            if time.monotonic() > deadline:
-                return None
-            time.sleep(0.02)
 
     def expect(self, port: int, timeout: float) -> bytes | None:
         return self._sockets[port].recv(timeout)

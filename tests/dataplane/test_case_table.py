@@ -1,8 +1,9 @@
 """The case table itself: complete, consistent with the contract and with the fabric model.
 
 These run everywhere (no target needed) and keep the shared cases honest: every drop reason the
-program counts is exercised, names are unique, and each expected trimmed frame is exactly the
-input's headers with the contract's rewrites.
+program counts is exercised, names are unique, each expected trimmed frame is exactly the
+input's headers with the contract's rewrites, and every burst can be run to its end and
+really puts a high-priority frame behind low-priority ones.
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ from scapy.layers.l2 import Ether
 from topologies import usid as usidlib
 
 from .cases import (
+    BURST,
+    BURST_PAYLOAD,
     HOP_LIMIT,
     NO_ROUTE,
     NOT_IPV6,
@@ -23,9 +26,11 @@ from .cases import (
     SRH_INVALID,
     TRIMMED,
     all_cases,
+    burst_cases,
     case_by_name,
+    shaped_ports,
 )
-from .packets import DSCP_TRIMMABLE, DSCP_TRIMMED, MRC_DATA_EXT
+from .packets import DSCP_CONTROL, DSCP_ORDINARY, DSCP_TRIMMABLE, DSCP_TRIMMED, MRC_DATA_EXT
 
 
 def test_names_are_unique_and_every_drop_reason_is_exercised() -> None:
@@ -65,3 +70,41 @@ def test_shift_cases_follow_the_fabric_model() -> None:
         ((_, frame),) = case.out
         sent = ipaddress.IPv6Address(Ether(case.frame)[IPv6].dst)
         assert ipaddress.IPv6Address(Ether(frame)[IPv6].dst) == usidlib.shift(sent), name
+
+
+def _dscp(frame: bytes) -> int:
+    return int(Ether(frame)[IPv6].tc) >> 2
+
+
+def test_bursts_can_run_and_put_high_priority_behind_a_queue() -> None:
+    names = [b.name for b in burst_cases()] + [c.name for c in all_cases()]
+    assert len(names) == len(set(names))
+    for burst in burst_cases():
+        labels = [s.label for s in burst.sends]
+        assert len(labels) == len(set(labels)), burst.name
+        assert len({s.out for s in burst.sends}) == len(burst.sends), f"{burst.name}: frames alike"
+        for sent_before, send in enumerate(burst.sends):
+            # a frame can only wait for departures of frames sent before it
+            assert send.after <= sent_before, f"{burst.name}: {send.label} would wait forever"
+        assert [s.after for s in burst.sends] == sorted(s.after for s in burst.sends)
+        assert shaped_ports().get(burst.out_port), f"{burst.name}: output port not shaped"
+        fifo = burst.fifo()
+        for first, then in burst.overtakes:
+            assert labels.index(first) > labels.index(then), f"{burst.name}: {first} sent last"
+            assert first not in fifo and then in fifo
+        ordinary = [s for s in burst.sends if s.label.startswith("data")]
+        assert len(ordinary) == BURST
+        assert all(_dscp(s.frame) == _dscp(s.out) == DSCP_ORDINARY for s in ordinary)
+        high = {_dscp(s.out) for s in burst.sends if s.label not in fifo}
+        assert high <= {DSCP_CONTROL, DSCP_TRIMMED}, f"{burst.name}: high class by the contract"
+
+
+def test_trimming_burst_trims_only_behind_a_queue() -> None:
+    trimming = next(b for b in burst_cases() if any(n == TRIMMED and d for n, _, d in b.counters))
+    sends = {s.label: s for s in trimming.sends}
+    early, late = sends["early"], sends["late"]
+    assert _dscp(early.frame) == _dscp(early.out) == DSCP_TRIMMABLE
+    assert len(early.out) == len(early.frame), "the early frame leaves whole"
+    assert _dscp(late.frame) == DSCP_TRIMMABLE and _dscp(late.out) == DSCP_TRIMMED
+    assert len(late.frame) - len(late.out) == BURST_PAYLOAD, "the late frame loses its payload"
+    assert late.after > 1, "the late frame waits until the queue has built"

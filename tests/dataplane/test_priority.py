@@ -1,0 +1,80 @@
+"""Priority classes, checked by behaviour: what overtakes a queue on a shaped port.
+
+Neither BMv2 nor switchmodel says which queue a frame went through, so priority is checked the
+way a host would see it. The burst cases of ``cases.py`` run on ``shaped_target`` (the output
+port shaped to :data:`cases.SHAPED_RATE_BPS`): ordinary packets sent back to back queue up
+there, and a control packet (DSCP 48) or a trimmed header (DSCP 12) sent behind them must leave
+before the last of them, while the ordinary packets keep their order. Frames that wait for
+departures (``Send.after``) are sent once that many frames have left the port. Every frame must
+leave exactly as expected (bytes), and the counters must move as the case says. Only the order
+of departures is asserted, never a time.
+"""
+
+from __future__ import annotations
+
+import pytest
+from scapy.layers.inet6 import IPv6
+from scapy.layers.l2 import Ether
+
+from .cases import Burst, burst_cases
+from .packets import describe
+from .target import DataplaneTarget, counter_deltas
+
+OUT_TIMEOUT = 3.0  # longest wait for the next frame of a burst (the queue drains in ~0.3 s)
+QUIET = 0.1  # how long every port must stay silent after the burst
+COUNTER_WAIT = 3.0
+
+
+def _flow_label(frame: bytes) -> int | None:
+    packet = Ether(frame)
+    return int(packet[IPv6].fl) if packet.haslayer(IPv6) else None
+
+
+@pytest.mark.parametrize("burst", burst_cases(), ids=str)
+def test_priority_by_overtaking(shaped_target: DataplaneTarget, burst: Burst) -> None:
+    target = shaped_target
+    target.install([entry.build(target.p4info) for entry in burst.entries])
+    target.drain()
+    wanted = burst.expected_counters()
+    before = {name: target.counters(name) for name in sorted({n for n, _ in wanted})}
+    label_of = {send.out: send.label for send in burst.sends}
+    by_flow = {_flow_label(send.out): send for send in burst.sends}
+    waiting = list(burst.sends)
+    left: list[str] = []  # labels, in the order their frames left the output port
+
+    def send_due() -> None:
+        while waiting and waiting[0].after <= len(left):
+            target.send(burst.in_port, waiting.pop(0).frame)
+
+    send_due()
+    while len(left) < len(burst.sends):
+        got = target.expect(burst.out_port, OUT_TIMEOUT)
+        missing = [s.label for s in burst.sends if s.label not in left]
+        assert got is not None, (
+            f"{burst.name}: after {left} nothing more left port {burst.out_port}; "
+            f"still expected {missing}"
+        )
+        label = label_of.get(got)
+        if label is None:
+            meant = by_flow.get(_flow_label(got))
+            expected = describe(meant.out) if meant is not None else f"one of {missing}"
+            pytest.fail(
+                f"{burst.name} ({burst.intent}): after {left}, a wrong frame left port "
+                f"{burst.out_port}\nexpected:\n{expected}\ngot ({len(got)} bytes):\n{describe(got)}"
+            )
+        assert label not in left, f"{burst.name}: {label} left twice (after {left})"
+        left.append(label)
+        send_due()
+
+    order = f"{burst.name} ({burst.intent}): frames left in the order {left}"
+    fifo = burst.fifo()
+    assert [label for label in left if label in fifo] == fifo, f"{order}: low class out of order"
+    for first, then in burst.overtakes:
+        assert left.index(first) < left.index(then), f"{order}: {first} did not overtake {then}"
+
+    assert counter_deltas(target, before, wanted, COUNTER_WAIT) == wanted, burst.intent
+    for port in target.ports:
+        extra = target.expect(port, QUIET)
+        assert extra is None, (
+            f"{burst.name}: unexpected frame out of port {port}:\n{describe(extra)}"
+        )
