@@ -74,7 +74,6 @@ READ_TURN = 8  # frames read from one plane before the next plane gets its turn
 MIN_TIMER_WAIT = 50e-6  # never select shorter than this after a timer fired without progress
 STATS_FINISHED = 32  # finished transfers listed in the statistics
 STATS_FILE_INTERVAL = 1.0  # seconds between --stats-file rewrites
-ETH_DST = slice(0, 6)
 IPV6_DST = slice(38, 54)
 
 POLICY_NAMES = tuple(POLICIES)
