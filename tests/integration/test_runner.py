@@ -20,12 +20,14 @@ def test_scenario_writes_a_complete_results_folder(testbed: Any, tmp_path: Path)
         "topology": "small",
         "link_rate_mbps": 20,
         "link_delay_us": 0,
-        "duration_s": 12,
+        "duration_s": 20,
         "transports": ["mrc", "tcp", "mptcp"],
-        "workloads": [{"kind": "permutation", "message_bytes": "256KiB", "total_bytes": "3MiB",
+        "workloads": [{"kind": "permutation", "message_bytes": "256KiB", "total_bytes": "6MiB",
                        "start_s": 0.2}],
-        "faults": [{"kind": "link_down", "at_s": 1.0, "link": ["t0-p0-r0", "t1-p0-s0"]},
-                   {"kind": "link_up", "at_s": 2.0, "link": ["t0-p0-r0", "t1-p0-s0"]}],
+        # Early enough that every transport is still sending when they happen.
+        "faults": [{"kind": "link_down", "at_s": 0.5, "link": ["t0-p0-r0", "t1-p0-s0"]},
+                   {"kind": "link_up", "at_s": 1.0, "link": ["t0-p0-r0", "t1-p0-s0"]},
+                   {"kind": "switch_reboot", "at_s": 1.2, "down_s": 0.3, "switch": "t1-p1-s1"}],
     })
     lines: list[str] = []
     metrics = run_scenario(scenario, tmp_path, testbed=testbed, progress=False,
@@ -38,15 +40,23 @@ def test_scenario_writes_a_complete_results_folder(testbed: Any, tmp_path: Path)
     for name in ("mrc", "tcp", "mptcp"):
         m = saved[name]
         assert m["complete"], (name, lines)
-        assert m["delivered_bytes"] >= 4 * (3 << 20), name
-        assert [r["fault"] for r in m["recovery"]] == ["down t0-p0-r0 <-> t1-p0-s0"]
+        assert m["delivered_bytes"] >= 4 * (6 << 20), name
+        assert [r["fault"] for r in m["recovery"]] == ["down t0-p0-r0 <-> t1-p0-s0",
+                                                       "kill t1-p1-s1"]
+    faults = (tmp_path / "faults.csv").read_text().splitlines()
+    for name in ("mrc", "tcp", "mptcp"):
+        actions = [line.split(",")[2] for line in faults if line.startswith(name + ",")]
+        assert actions == ["down", "up", "kill", "start"], (name, actions)
     # MRC sprays over both planes, kernel TCP keeps to one, MPTCP opens a subflow per plane.
     for name, planes_used in (("mrc", 2), ("tcp", 1), ("mptcp", 2)):
         sent = saved[name]["planes_bytes"]
-        busy = [p for p, n in sent.items() if n > (3 << 20) // 4]
+        busy = [p for p, n in sent.items() if n > (6 << 20) // 4]
         assert len(busy) == planes_used, (name, sent)
-    # The fabric is back to normal afterwards: every agent answers, every link is up.
+    # The fabric is back to normal afterwards: every agent answers, every switch is in sync.
     from host.control_client import ControlClient
+
+    assert all(sw.process.alive for sw in testbed.net.switches.values())
+    assert "in sync" in testbed.ctl("diff", "t1-p1-s1")
 
     for host in testbed.fabric.hosts:
         with ControlClient(testbed.control_path(host.name)) as c:
