@@ -243,16 +243,20 @@ def recovery(
 ) -> float | None:
     """Seconds from ``fault_t`` until goodput is back to ``level`` of what survives.
 
-    What survives is the capacity after the fault, capped by the goodput the transport had
-    before it (a transport that never filled the fabric is not asked to do better after).
-    The answer has the resolution of one sampling interval; None when it never recovers.
+    What survives is the capacity after the fault, scaled by the share of the capacity the
+    transport reached just before the fault (a transport that filled 60% of the fabric before
+    is asked for 60% of what survives, not more). The answer has the resolution of one
+    sampling interval; None when it never recovers within the series.
     """
     before = [g for t, g in series if fault_t - 4 * interval <= t - interval and t <= fault_t]
-    level_before = sum(before) / len(before) if before else math.inf
+    caps_before = [c for t, c in capacity if t <= fault_t]
+    share = 1.0
+    if before and caps_before and caps_before[-1] > 0:
+        share = min(1.0, (sum(before) / len(before)) / caps_before[-1])
     for (t, g), (_, cap) in zip(series, capacity, strict=False):
         if t - interval < fault_t - 1e-9:
             continue
-        target = level * min(cap, level_before)
+        target = level * cap * share
         if g >= target and target > 0:
             return max(0.0, t - fault_t)
     return None

@@ -74,6 +74,14 @@ def test_recovery_and_percentile() -> None:
     assert percentile([3, 1, 2, 4], 0.5) == 2 and percentile([], 0.5) is None
 
 
+def test_recovery_is_relative_to_the_share_used_before() -> None:
+    # Half the capacity before; the fault takes the capacity from 100 to 80; 40 is enough.
+    series = [(t / 10, 50.0 if t <= 30 else (0.0 if t < 35 else 40.0)) for t in range(1, 60)]
+    capacity = [(t, 100.0 if t <= 3.0 else 80.0) for t, _ in series]
+    took = recovery(series, capacity, 3.0, 0.1)
+    assert took is not None and took == pytest.approx(0.5, abs=1e-6)
+
+
 def synthetic(name: str, rate_bps: float, fault: bool) -> TransportResult:
     r = TransportResult(name=name, kind="mrc", duration=4.0, flows=PERMUTATION, base_rtt_s=0.01)
     per_flow = rate_bps / 4
