@@ -2,8 +2,8 @@
 
 Each transport of the scenario runs in turn on the same fabric (a *phase*): the agents are
 restarted so every phase starts clean, the workload's flows start at their times, the faults
-fire at theirs, and a sampler records delivered bytes, EV states and counters every
-``sample_interval_s``. A phase ends when every flow completed or at ``duration_s``; then every
+fire at theirs, and a sampler records delivered bytes and EV states every
+``sample_interval_s``; switch counters and agent statistics are read before and after. A phase ends when every flow completed or at ``duration_s``; then every
 fault is undone (links up, switches started) before the next phase.
 
 Classes and functions:
@@ -33,7 +33,6 @@ from experiments.testbed import Testbed
 
 WINDOW = 2  # messages in flight per flow
 PLACED = "core.payload_bytes_placed"  # agent statistic: payload bytes written into regions
-TRIM_OFF = (1 << 19) - 1  # a trim threshold no queue reaches: the switch drops instead
 
 
 def numbers(stats: Any, prefix: str = "") -> dict[str, float]:

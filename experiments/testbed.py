@@ -39,6 +39,7 @@ from topologies import Fabric, Topology, load_topology
 from topologies.config import shipped_topology
 
 AGENT_READY_TIMEOUT = 30.0
+TRIM_NEVER = (1 << 19) - 1  # a trim threshold no queue reaches: the switch drops instead
 Progress = Callable[[str], None]
 
 
@@ -286,7 +287,7 @@ class Testbed:
             from controller.qos import default_qos
 
             default = default_qos(self.topology)
-            t = (1 << 19) - 1 if not on else (trim if trim is not None else default.trim)
+            t = TRIM_NEVER if not on else (trim if trim is not None else default.trim)
             e = ecn if ecn is not None else default.ecn
             for name in self.net.switches:
                 self.set_qos(name, t, e)
