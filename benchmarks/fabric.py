@@ -234,7 +234,10 @@ def report(f: dict[str, Any]) -> None:
               f"{'' if v['complete'] else '  (incomplete)'}")
     print("2. link failure: goodput recovery and EV failover (target <= 10 RTTs)")
     for k, v in f["failure"].items():
+        rtts = (v["goodput_recovery_ms"] / v["base_rtt_ms"]
+                if v["goodput_recovery_ms"] is not None and v["base_rtt_ms"] else None)
         print(f"   {k:<12} goodput back to 90% after {_fmt(v['goodput_recovery_ms'], '.0f')} ms"
+              f" ({_fmt(rtts, '.0f')} RTTs)"
               f"; EV failover p50 {_fmt(v['ev_failover_p50_ms'], '.1f')} ms "
               f"(max {_fmt(v['ev_failover_max_ms'], '.1f')} ms, "
               f"{_fmt(v['ev_failover_p50_rtts'], '.1f')} RTTs of {_fmt(v['base_rtt_ms'])} ms)")
