@@ -275,7 +275,14 @@ class Agent:
     def _make_reader(self, plane: PlaneNic) -> Callable[[int], None]:
         def ready(mask: int) -> None:
             if mask & selectors.EVENT_READ:
-                self._readable.append(plane)
+                if plane.sock.has_frames():
+                    self._readable.append(plane)
+                else:
+                    # readable with nothing to read: a socket error (the link went down) that
+                    # would wake select() forever unless it is taken
+                    error = plane.sock.take_error()
+                    if error:
+                        log.warning("%s: %s", plane.nic.intf, os.strerror(error))
             if mask & selectors.EVENT_WRITE and plane.sock.drain():
                 self.selector.modify(plane.sock.sock, selectors.EVENT_READ, ready)
 

@@ -139,10 +139,26 @@ class PlaneSocket:
         self.backlog_peak = 0
         self.kernel_drops = 0  # frames the kernel dropped because the socket buffer was full
         self.truncated = 0  # frames larger than a receive ring slot
+        self.link_errors = 0  # socket errors reported by the kernel (link down)
 
     def fileno(self) -> int:
         """The socket's file descriptor."""
         return self.sock.fileno()
+
+    def has_frames(self) -> bool:
+        """True when a frame may be waiting (always, without a ring: recv will tell)."""
+        ring = self.ring
+        return ring is None or bool(ring.mem[ring.slot * ring.frame_size] & TP_STATUS_USER)
+
+    def take_error(self) -> int:
+        """Take (and so clear) the socket's pending error, e.g. ENETDOWN; 0 when none."""
+        try:
+            error = self.sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
+        except OSError:
+            return 0
+        if error:
+            self.link_errors += 1
+        return error
 
     def receive_batch(self, limit: int = BATCH) -> tuple[list[bytes], bool]:
         """Up to ``limit`` MRC frames; the flag is True when the socket may hold more."""
@@ -160,6 +176,7 @@ class PlaneSocket:
                 return frames, False
             except OSError as exc:
                 if exc.errno in (errno.ENETDOWN, errno.ENXIO, errno.ENODEV):
+                    self.link_errors += 1
                     self.rx_packets += len(frames)
                     return frames, False
                 raise
@@ -282,6 +299,7 @@ class PlaneSocket:
             "backlog_drops": self.backlog_drops,
             "kernel_drops": self.kernel_drops,
             "truncated": self.truncated,
+            "link_errors": self.link_errors,
         }
 
     def close(self) -> None:

@@ -222,6 +222,38 @@ def test_denied_plane_carries_nothing_until_reinstated(net: BackToBack, small: F
         assert {t["new"] for t in transitions} >= {"denied", "good"}
 
 
+def test_plane_link_down_and_up(net: BackToBack, small: Fabric) -> None:
+    """A plane NIC going down: the agent reports it, does not spin, and moves data on the
+    other plane; once it is up again the plane carries data again."""
+    with net.client("h0") as h0, net.client("h1") as h1:
+        before = stats(h0)
+        net.run("h0", ["ip", "link", "set", "h0-p0", "down"])
+        try:
+            time.sleep(0.5)
+            down = stats(h0)
+            assert down["agent"]["loop_wakeups"] - before["agent"]["loop_wakeups"] <= 10
+            assert down["planes"]["0"]["link_errors"] > before["planes"]["0"]["link_errors"]
+            region = h1.register("linkdown", 1 << 20)
+            started = h0.transfer("h1", region["addr"], region["rkey"], 1 << 20, seed=31)
+            assert h0.wait([started["transfer"]], timeout=60)["failed"] == []
+            assert h1.verify("linkdown", seed=31)["match"]
+        finally:
+            net.run("h0", ["ip", "link", "set", "h0-p0", "up"])
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:  # retired EVs come back on a probe reply
+            table = h0.paths("h1")["paths"]["h1"]["paths"]
+            if table["p0"]["states"].get("good") == table["p0"]["evs"]:
+                break
+            time.sleep(0.1)
+        capture = net.workdir / "h0.pcap"
+        seen = len(read_pcap(capture))
+        started = h0.transfer("h1", region["addr"], region["rkey"], 1 << 20, seed=32)
+        assert h0.wait([started["transfer"]], timeout=60)["failed"] == []
+        assert h1.verify("linkdown", seed=32)["match"]
+        assert data_sent_by(read_pcap(capture)[seen:], small.host("h0"))[0] > 0
+    assert h0.info()["host"] == "h0"
+
+
 # -- bad input ----------------------------------------------------------------------------------
 
 
