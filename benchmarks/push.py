@@ -51,24 +51,6 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-# The switchmodel's own P4Runtime service with no data path, for an mrc-switch that insists on
-# data-plane ports (this benchmark needs none).
-P4RUNTIME_ONLY = """
-import argparse, signal, threading
-from switchmodel.runtime import TargetSlot
-from switchmodel.server import P4RuntimeServicer, serve
-parser = argparse.ArgumentParser()
-parser.add_argument("--device-id", type=int, required=True)
-parser.add_argument("--grpc-addr", required=True)
-parser.add_argument("--log-level", default="warning")
-args = parser.parse_args()
-server = serve(P4RuntimeServicer(TargetSlot(), args.device_id), args.grpc_addr)
-stop = threading.Event()
-signal.signal(signal.SIGTERM, lambda *_: stop.set())
-stop.wait()
-"""
-
-
 def mrc_switch() -> list[str]:
     """$MRC_SWITCH, the mrc-switch script beside this Python, else ``python -m``."""
     if os.environ.get("MRC_SWITCH"):
@@ -77,24 +59,6 @@ def mrc_switch() -> list[str]:
     if beside.is_file():
         return [str(beside)]
     return [sys.executable, "-m", "switchmodel.cli"]
-
-
-def switch_command(log_dir: Path) -> list[str]:
-    """mrc-switch if it runs without ports, else the switchmodel's P4Runtime service alone."""
-    address = f"127.0.0.1:{free_port()}"
-    argv = mrc_switch() + ["--device-id", "1", "--grpc-addr", address]
-    with open(log_dir / "probe.log", "wb") as log:
-        probe = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
-    try:
-        probe.wait(timeout=3)
-    except subprocess.TimeoutExpired:
-        probe.kill()
-        probe.wait()
-        return mrc_switch()  # it stayed up: ports are optional
-    if "no ports" in (log_dir / "probe.log").read_text(errors="replace"):
-        print("(mrc-switch needs data-plane ports: using its P4Runtime service alone)")
-        return [sys.executable, "-c", P4RUNTIME_ONLY]
-    return mrc_switch()
 
 
 class Switches:
@@ -315,7 +279,7 @@ def main(argv: list[str] | None = None) -> int:
     info = P4Info.load()
     with tempfile.TemporaryDirectory(prefix="mrc-bench-push-") as tmp:
         try:
-            command = switch_command(Path(tmp))
+            command = mrc_switch()
             fabric = bench_fabric(args.topology, info, Path(tmp), command)
             one = bench_one_switch(info, args.entries, batches, Path(tmp), command)
         except (SwitchUnreachable, P4RuntimeError) as exc:

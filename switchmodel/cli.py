@@ -157,8 +157,6 @@ def build_parser() -> argparse.ArgumentParser:
 def _check(parser: argparse.ArgumentParser, args: argparse.Namespace) -> dict[int, PortConfig]:
     from switchmodel.dataplane import PortConfig
 
-    if not args.interface:
-        parser.error("no ports: give at least one -i PORT@IFACE")
     ports: dict[int, PortConfig] = {}
     seen: set[str] = set()
     for number, intf in args.interface:
@@ -232,7 +230,7 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     dataplane.start()
-    port_list = " ".join(f"{n}@{p.intf}" for n, p in sorted(ports.items()))
+    port_list = " ".join(f"{n}@{p.intf}" for n, p in sorted(ports.items())) or "none"
     log.info(
         "ready: device %d, P4Runtime on %s, ports %s, %d priority queues of %d packets, "
         "no pipeline yet",

@@ -166,6 +166,7 @@ class DataPlane:
         self._wake_r.setblocking(False)
         self._wake_w.setblocking(False)
         self._stopping = False
+        self._opened = False
         self._thread: threading.Thread | None = None
         self._buffer = bytearray(RX_BUFFER)
         self._profile = profile
@@ -199,6 +200,7 @@ class DataPlane:
             self.close()
             raise
         self._selector.register(self._wake_r, selectors.EVENT_READ, None)
+        self._opened = True
 
     def start(self) -> None:
         """Open the ports (if not yet) and run the event loop in its own thread.
@@ -206,7 +208,7 @@ class DataPlane:
         At debug log level every transmitted frame is logged (:data:`TX_TRACE`): its port,
         priority class, length and the queue depth it saw.
         """
-        if not self._ports:
+        if not self._opened:
             self.open()
         self._trace = log.isEnabledFor(logging.DEBUG)
         self._thread = threading.Thread(target=self._run_thread, name="dataplane", daemon=True)

@@ -1,11 +1,5 @@
 """Real ``mrc-switch`` processes on loopback gRPC ports, for the controller tests.
 
-The controller needs only the switches' P4Runtime service, so they run without data-plane ports
-when mrc-switch allows it. When it insists on ports (checked once), each switch gets one port on
-a veth whose peer stays down (no traffic reaches it) if the tests run as root; otherwise the
-switchmodel's own P4Runtime server runs alone (``switchmodel.server`` with a target that has no
-data path).
-
 The switches run without data-plane ports (no ``-i``): the controller only needs their
 P4Runtime service. Ports are chosen free at start. Tests that need them skip, naming the reason,
 while the switchmodel's P4Runtime server (``switchmodel.server``) does not exist.
@@ -15,7 +9,6 @@ from __future__ import annotations
 
 import importlib.util
 import os
-import shutil
 import signal
 import socket
 import subprocess
@@ -55,40 +48,6 @@ def mrc_switch_command() -> list[str]:
     return [sys.executable, "-m", "switchmodel.cli"]
 
 
-# The switchmodel's own P4Runtime service (switchmodel.server with a target that has no data
-# path), for an mrc-switch that insists on data-plane ports: the controller tests need no ports.
-P4RUNTIME_ONLY = """
-import argparse, signal, threading
-from switchmodel.runtime import TargetSlot
-from switchmodel.server import P4RuntimeServicer, serve
-parser = argparse.ArgumentParser()
-parser.add_argument("--device-id", type=int, required=True)
-parser.add_argument("--grpc-addr", required=True)
-parser.add_argument("--log-level", default="warning")
-args = parser.parse_args()
-server = serve(P4RuntimeServicer(TargetSlot(), args.device_id), args.grpc_addr)
-stop = threading.Event()
-signal.signal(signal.SIGTERM, lambda *_: stop.set())
-stop.wait()
-server.stop(0.5).wait()
-"""
-# how switches are run: "bare" (mrc-switch without ports), "veth" (mrc-switch with one port on
-# a veth of ours) or "service" (the P4Runtime service alone); decided once per test session
-_mode: str | None = None
-VETH_PREFIX = f"mct{os.getpid() % 10000:04d}"  # interface names unique to these tests
-
-
-def switch_command() -> list[str]:
-    """The command of a switch process (without its per-switch options)."""
-    if _mode == "service":
-        return [sys.executable, "-c", P4RUNTIME_ONLY]
-    return mrc_switch_command()
-
-
-def _ip(*args: str) -> None:
-    subprocess.run(["ip", *args], check=True, capture_output=True)
-
-
 @dataclass
 class ModelProcess:
     """One mrc-switch process serving one switch of the fabric."""
@@ -98,37 +57,16 @@ class ModelProcess:
     port: int
     log: Path
     process: subprocess.Popen[bytes] | None = None
-    veth: str = ""  # the switch's one data-plane port in "veth" mode
-
-    def make_port(self, index: int) -> None:
-        """In "veth" mode: a veth pair whose peer stays down, so the port never sees traffic."""
-        if _mode != "veth" or self.veth:
-            return
-        name = f"{VETH_PREFIX}{index:02d}"
-        _ip("link", "add", f"{name}a", "type", "veth", "peer", "name", f"{name}b")
-        self.veth = f"{name}a"
-        for end in (f"{name}a", f"{name}b"):
-            subprocess.run(
-                ["sysctl", "-qw", f"net.ipv6.conf.{end}.disable_ipv6=1"],
-                check=False,
-                capture_output=True,
-            )
-        _ip("link", "set", self.veth, "up")
-
-    def remove_port(self) -> None:
-        if self.veth:
-            subprocess.run(["ip", "link", "del", self.veth], check=False, capture_output=True)
-            self.veth = ""
+    veth: str = ""  # an interface to attach as data-plane port 1 (none by default)
 
     @property
     def address(self) -> str:
         return f"127.0.0.1:{self.port}"
 
     def start(self) -> None:
-        ports = ["-i", f"1@{self.veth}"] if self.veth else []
         argv = (
-            switch_command()
-            + ports
+            mrc_switch_command()
+            + (["-i", f"1@{self.veth}"] if self.veth else [])
             + [
                 "--device-id",
                 str(self.device_id),
@@ -219,28 +157,6 @@ class ModelFabric:
     def stop(self) -> None:
         for proc in self.switches.values():
             proc.stop()
-            proc.remove_port()
-
-
-def _choose_mode(directory: Path) -> None:
-    """Find out once whether mrc-switch runs without ports, and what to do if not."""
-    global _mode
-    if _mode is not None:
-        return
-    if os.environ.get("MRC_SWITCH"):
-        _mode = "bare"
-        return
-    _mode = "bare"
-    probe = ModelProcess("probe", 1, free_port(), directory / "probe.log")
-    probe.start()
-    try:
-        probe.wait_ready()
-    except RuntimeError as exc:
-        if "no ports" not in str(exc):
-            raise
-        _mode = "veth" if os.geteuid() == 0 and shutil.which("ip") else "service"
-    finally:
-        probe.stop()
 
 
 def start_model_fabric(topology: str, directory: Path) -> ModelFabric:
@@ -248,14 +164,12 @@ def start_model_fabric(topology: str, directory: Path) -> ModelFabric:
     topo_path = shipped_topology(topology)
     fabric = Fabric(load_topology(topo_path))
     model = ModelFabric(fabric, topo_path, directory)
-    _choose_mode(directory)
     try:
-        for index, switch in enumerate(fabric.switches):
+        for switch in fabric.switches:
             proc = ModelProcess(
                 switch.name, switch.device_id, free_port(), directory / f"{switch.name}.log"
             )
             model.switches[switch.name] = proc
-            proc.make_port(index)
             proc.start()
         for proc in model.switches.values():
             proc.wait_ready()
