@@ -3,7 +3,9 @@
 :class:`SwitchRuntime` keeps what a P4Runtime server must remember (the committed and the saved
 pipeline config, the table entries as written, in canonical form, and the default entries) and
 translates every change into the :class:`~switchmodel.tables.PipelineState` the data path reads,
-under the data path's lock. Errors are :class:`RuntimeStatus` exceptions carrying a
+under the data path's lock. Table entries arrive as :class:`~switchmodel.wire.TableEntryData`
+(decoded from the wire by :mod:`switchmodel.wire`, or from a ``p4r.TableEntry``) and are kept as
+the bytes a Read answers with, so neither a write nor a read builds protobuf messages for them. Errors are :class:`RuntimeStatus` exceptions carrying a
 ``google.rpc.Code`` and a message that names the offending entity; the gRPC adapter
 (:mod:`switchmodel.server`) turns them into RPC statuses and per-update ``p4.v1.Error``\\ s.
 Arbitration and device ids are the adapter's business.
@@ -21,7 +23,7 @@ from google.rpc import code_pb2
 from p4.config.v1 import p4info_pb2 as p4i
 from p4.v1 import p4runtime_pb2 as p4r
 
-from switchmodel import contract
+from switchmodel import contract, wire
 from switchmodel.contract import Binding, ContractError, TableBinding
 from switchmodel.tables import (
     DROP_NO_ROUTE,
@@ -32,6 +34,7 @@ from switchmodel.tables import (
     SidAction,
     next_hop,
 )
+from switchmodel.wire import TableEntryData
 
 Key = tuple[int, int]  # (value, prefix length); exact keys use the full width as length
 
@@ -92,7 +95,8 @@ class SwitchRuntime:
         self._lock = threading.RLock()  # serialises control-plane operations
         self._committed: _Config | None = None
         self._saved: _Config | None = None
-        self._entries: dict[int, dict[Key, p4r.TableEntry]] = {}
+        # table id -> key -> the entry as one element of ReadResponse.entities (wire.table_entry_chunk)
+        self._entries: dict[int, dict[Key, bytes]] = {}
         self._defaults: dict[int, p4r.TableEntry] = {}
 
     # -- pipeline config ---------------------------------------------------------------------
@@ -188,7 +192,8 @@ class SwitchRuntime:
             binding = self._require()
             kind = update.entity.WhichOneof("entity")
             if kind == "table_entry":
-                self._write_table_entry(binding, update.type, update.entity.table_entry)
+                entry = update.entity.table_entry
+                self._write_table_entry(binding, update.type, wire.table_entry_data(entry), entry)
             elif kind == "counter_entry":
                 self._write_counter(binding, update.type, update.entity.counter_entry)
             elif kind == "register_entry":
@@ -198,13 +203,25 @@ class SwitchRuntime:
                     code_pb2.UNIMPLEMENTED, f"writing {kind or 'an empty entity'} is not supported"
                 )
 
+    def write_table_entry(
+        self, kind: int, entry: TableEntryData, original: p4r.TableEntry | None = None
+    ) -> None:
+        """Apply one table-entry update of type ``kind`` (RuntimeStatus when refused).
+
+        ``original``: the ``p4r.TableEntry`` ``entry`` was read from, when protobuf parsed it;
+        its other fields (metadata, ...) are kept with the entry and read back. None when
+        :mod:`switchmodel.wire` decoded it (it then has no other fields).
+        """
+        with self._lock:
+            self._write_table_entry(self._require(), kind, entry, original)
+
     def _table(self, binding: Binding, table_id: int) -> TableBinding:
         table = binding.tables.get(table_id)
         if table is None:
             raise RuntimeStatus(code_pb2.NOT_FOUND, f"table id {table_id:#x} is not in the P4Info")
         return table
 
-    def _key(self, table: TableBinding, entry: p4r.TableEntry) -> Key:
+    def _key(self, table: TableBinding, entry: TableEntryData) -> Key:
         if entry.priority:
             raise _invalid(f"{table.name}: priority {entry.priority} given, the table has none")
         width = table.width
@@ -219,56 +236,74 @@ class SwitchRuntime:
             raise _invalid(f"{table.name}: unknown match field id {fm.field_id}")
         what = f"{table.name} match field {fm.field_id}"
         if table.match_type == p4i.MatchField.LPM:
-            if not fm.HasField("lpm"):
+            if fm.kind != "lpm":
                 raise _invalid(f"{what}: expected an LPM match")
-            length = fm.lpm.prefix_len
+            length = fm.prefix_len
             if not 0 < length <= width:
                 raise _invalid(f"{what}: prefix length {length}, expected 1..{width}")
-            value = _decode(fm.lpm.value, width, what)
+            value = _decode(fm.value, width, what)
             if value & ((1 << (width - length)) - 1):
                 raise _invalid(f"{what}: value has bits set beyond the /{length} prefix")
             return (value, length)
-        if not fm.HasField("exact"):
+        if fm.kind != "exact":
             raise _invalid(f"{what}: expected an exact match")
-        return (_decode(fm.exact.value, width, what), width)
+        return (_decode(fm.value, width, what), width)
 
     def _action_data(
-        self, binding: Binding, table: TableBinding, entry: p4r.TableEntry
+        self, binding: Binding, table: TableBinding, entry: TableEntryData
     ) -> tuple[str, dict[str, int]]:
-        if not entry.HasField("action") or entry.action.WhichOneof("type") != "action":
+        action = entry.action
+        if action is None:
             raise _invalid(f"{table.name}: entry needs a direct action")
-        action = entry.action.action
         bound = binding.actions.get(action.action_id)
         if bound is None:
             raise _invalid(f"{table.name}: action id {action.action_id:#x} is not in the P4Info")
         if action.action_id not in table.action_ids:
             raise _invalid(f"{table.name}: action '{bound.name}' is not one of the table's actions")
         params: dict[str, int] = {}
-        for param in action.params:
-            spec = bound.params.get(param.param_id)
+        for param_id, param_value in action.params:
+            spec = bound.params.get(param_id)
             if spec is None:
-                raise _invalid(f"{bound.name}: unknown parameter id {param.param_id}")
+                raise _invalid(f"{bound.name}: unknown parameter id {param_id}")
             name, width = spec
             if name in params:
                 raise _invalid(f"{bound.name}: parameter '{name}' given twice")
-            params[name] = _decode(param.value, width, f"{bound.name} parameter '{name}'")
+            params[name] = _decode(param_value, width, f"{bound.name} parameter '{name}'")
         missing = [name for name, _ in bound.params.values() if name not in params]
         if missing:
             raise _invalid(f"{bound.name}: missing parameters {missing}")
         return bound.name, params
 
-    def _canonical_entry(
-        self, entry: p4r.TableEntry, key: Key, table: TableBinding
-    ) -> p4r.TableEntry:
+    @staticmethod
+    def _stored(
+        entry: TableEntryData, key: Key, table: TableBinding, original: p4r.TableEntry | None
+    ) -> bytes:
+        """The entry as a Read returns it: canonical match and parameter values, no counter
+        data, other fields as written; framed as one element of ``ReadResponse.entities``."""
+        value, length = key
+        lpm = table.match_type == p4i.MatchField.LPM
+        if original is None:
+            action = entry.action
+            assert action is not None  # checked by _action_data
+            return wire.table_entry_chunk(
+                wire.encode_table_entry(
+                    entry.table_id,
+                    table.field_id,
+                    lpm,
+                    canonical(value),
+                    length,
+                    action.action_id,
+                    [(pid, canonical(int.from_bytes(v, "big"))) for pid, v in action.params],
+                )
+            )
         stored = p4r.TableEntry()
-        stored.CopyFrom(entry)
+        stored.CopyFrom(original)
         stored.ClearField("counter_data")
         del stored.match[:]
-        value, length = key
-        if not (table.match_type == p4i.MatchField.LPM and length == 0):
+        if not (lpm and length == 0):
             fm = stored.match.add()
             fm.field_id = table.field_id
-            if table.match_type == p4i.MatchField.LPM:
+            if lpm:
                 fm.lpm.value = canonical(value)
                 fm.lpm.prefix_len = length
             else:
@@ -276,19 +311,28 @@ class SwitchRuntime:
         if stored.HasField("action"):
             for param in stored.action.action.params:
                 param.value = canonical(int.from_bytes(param.value, "big"))
-        return stored
+        return wire.table_entry_chunk(stored.SerializeToString())
 
-    def _write_table_entry(self, binding: Binding, kind: int, entry: p4r.TableEntry) -> None:
+    def _write_table_entry(
+        self,
+        binding: Binding,
+        kind: int,
+        entry: TableEntryData,
+        original: p4r.TableEntry | None,
+    ) -> None:
         table = self._table(binding, entry.table_id)
         if entry.is_default_action:
             if kind != p4r.Update.MODIFY:
                 raise _invalid(f"{table.name}: the default entry can only be modified")
             if entry.match:
                 raise _invalid(f"{table.name}: a default entry has no match fields")
-            if entry.HasField("action"):
+            if entry.action_kind is not None:
                 name, params = self._action_data(binding, table, entry)
-                stored = p4r.TableEntry()
-                stored.CopyFrom(entry)
+                if original is not None:
+                    stored = p4r.TableEntry()
+                    stored.CopyFrom(original)
+                else:
+                    stored = wire.table_entry_proto(entry)
                 self._defaults[table.id] = stored
             else:  # reset to the program's default
                 name, params = contract.TABLES[table.name][2], {}
@@ -309,7 +353,7 @@ class SwitchRuntime:
                 )
             name, params = self._action_data(binding, table, entry)
             self._apply(table, key, name, params)
-            entries[key] = self._canonical_entry(entry, key, table)
+            entries[key] = self._stored(entry, key, table, original)
         elif kind == p4r.Update.MODIFY:
             if key not in entries:
                 raise RuntimeStatus(
@@ -318,7 +362,7 @@ class SwitchRuntime:
                 )
             name, params = self._action_data(binding, table, entry)
             self._apply(table, key, name, params)
-            entries[key] = self._canonical_entry(entry, key, table)
+            entries[key] = self._stored(entry, key, table, original)
         elif kind == p4r.Update.DELETE:
             if key not in entries:
                 raise RuntimeStatus(
@@ -436,20 +480,28 @@ class SwitchRuntime:
 
     def read(self, entity: p4r.Entity) -> Iterator[p4r.Entity]:
         """The entities matching one read request entity (wildcards expanded)."""
+        chunks = self.read_chunks(entity)
+        return iter(p4r.ReadResponse.FromString(b"".join(chunks)).entities)
+
+    def read_chunks(self, entity: p4r.Entity) -> list[bytes]:
+        """The entities matching one read request entity, each framed as one element of
+        ``ReadResponse.entities``: their concatenation is a serialised ``p4r.ReadResponse``."""
         with self._lock:
             binding = self._require()
             kind = entity.WhichOneof("entity")
             if kind == "table_entry":
-                return iter(list(self._read_tables(binding, entity.table_entry)))
+                return list(self._read_tables(binding, entity.table_entry))
             if kind == "counter_entry":
-                return iter(list(self._read_counters(binding, entity.counter_entry)))
-            if kind == "register_entry":
-                return iter(list(self._read_registers(binding, entity.register_entry)))
-            raise RuntimeStatus(
-                code_pb2.UNIMPLEMENTED, f"reading {kind or 'an empty entity'} is not supported"
-            )
+                found = list(self._read_counters(binding, entity.counter_entry))
+            elif kind == "register_entry":
+                found = list(self._read_registers(binding, entity.register_entry))
+            else:
+                raise RuntimeStatus(
+                    code_pb2.UNIMPLEMENTED, f"reading {kind or 'an empty entity'} is not supported"
+                )
+            return [wire.entity_chunk(e.SerializeToString()) for e in found]
 
-    def _read_tables(self, binding: Binding, want: p4r.TableEntry) -> Iterator[p4r.Entity]:
+    def _read_tables(self, binding: Binding, want: p4r.TableEntry) -> Iterator[bytes]:
         tables = (
             [self._table(binding, want.table_id)]
             if want.table_id
@@ -457,16 +509,16 @@ class SwitchRuntime:
         )
         for table in tables:
             if want.is_default_action:
-                yield p4r.Entity(table_entry=self._default_entry(binding, table))
+                default = self._default_entry(binding, table)
+                yield wire.table_entry_chunk(default.SerializeToString())
                 continue
             entries = self._entries[table.id]
             if want.match and want.table_id:
-                key = self._key(table, want)
+                key = self._key(table, wire.table_entry_data(want))
                 if key in entries:
-                    yield p4r.Entity(table_entry=entries[key])
+                    yield entries[key]
                 continue
-            for stored in entries.values():
-                yield p4r.Entity(table_entry=stored)
+            yield from entries.values()
 
     def _default_entry(self, binding: Binding, table: TableBinding) -> p4r.TableEntry:
         stored = self._defaults.get(table.id)

@@ -14,15 +14,21 @@ what only the RPC layer knows about:
 - Write errors as the spec asks: RPC status UNKNOWN whose ``grpc-status-details-bin`` carries a
   ``google.rpc.Status`` with one ``p4.v1.Error`` per update, in order (OK for those applied).
 
+Write and Read take their requests as bytes (:func:`add_to_server` registers them so): a Write
+of table entries is decoded by :mod:`switchmodel.wire`, anything else by the protobuf classes;
+bytes neither can parse are refused with INVALID_ARGUMENT. Read answers with the bytes of the
+``p4r.ReadResponse``, assembled from the entries as the runtime stores them.
+
 :func:`serve` starts a gRPC server for a servicer on an address (``host:port``).
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import queue
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent import futures
 from dataclasses import dataclass, field
 from typing import Any
@@ -33,6 +39,7 @@ from google.rpc import code_pb2, status_pb2
 from p4.v1 import p4runtime_pb2 as p4r
 from p4.v1 import p4runtime_pb2_grpc as p4r_grpc
 
+from switchmodel import wire
 from switchmodel.runtime import RuntimeStatus, SwitchRuntime, Target
 
 log = logging.getLogger("switchmodel.server")
@@ -101,12 +108,10 @@ class P4RuntimeServicer(p4r_grpc.P4RuntimeServicer):
                 best = session
         return best
 
-    def _check_primary(
-        self, role: str, election_id: p4r.Uint128, context: grpc.ServicerContext
-    ) -> None:
+    def _check_primary(self, role: str, wanted: int, context: grpc.ServicerContext) -> None:
+        """PERMISSION_DENIED unless election id ``wanted`` is the primary's for ``role``."""
         with self._lock:
             primary = self._primary(role)
-            wanted = election_value(election_id)
             if primary is None or primary.election != wanted:
                 holder = (
                     "no primary" if primary is None else f"primary election id {primary.election}"
@@ -273,7 +278,7 @@ class P4RuntimeServicer(p4r_grpc.P4RuntimeServicer):
     ) -> p4r.SetForwardingPipelineConfigResponse:
         """Verify, save and/or commit the mrc_switch program's P4Info."""
         self._check_device(request.device_id, context)
-        self._check_primary(request.role, request.election_id, context)
+        self._check_primary(request.role, election_value(request.election_id), context)
         try:
             self.runtime.set_pipeline(request.action, request.config)
         except RuntimeStatus as exc:
@@ -296,65 +301,158 @@ class P4RuntimeServicer(p4r_grpc.P4RuntimeServicer):
             context.abort(grpc_status(exc.code), exc.message)
         return p4r.GetForwardingPipelineConfigResponse(config=config)
 
-    def Write(self, request: p4r.WriteRequest, context: grpc.ServicerContext) -> p4r.WriteResponse:  # noqa: N802
-        """Apply the updates in order; per-update errors in the status details."""
-        self._check_device(request.device_id, context)
-        self._check_primary(request.role, request.election_id, context)
-        if request.atomicity != p4r.WriteRequest.CONTINUE_ON_ERROR:
+    def Write(  # noqa: N802
+        self, request: bytes | p4r.WriteRequest, context: grpc.ServicerContext
+    ) -> bytes:
+        """Apply the updates in order; per-update errors in the status details.
+
+        ``request``: the serialised ``p4r.WriteRequest`` (or the message); answers the
+        serialised (empty) ``p4r.WriteResponse``.
+        """
+        decoded: wire.WriteRequestData | None = None
+        if isinstance(request, bytes):
+            try:
+                decoded = wire.decode_write_request(request)
+            except wire.Unsupported:
+                request = _parse(p4r.WriteRequest, request, context)
+        if decoded is not None:
+            device_id, role = decoded.device_id, decoded.role
+            election, atomicity = decoded.election_id, decoded.atomicity
+        else:
+            assert isinstance(request, p4r.WriteRequest)
+            device_id, role = request.device_id, request.role
+            election, atomicity = election_value(request.election_id), request.atomicity
+        self._check_device(device_id, context)
+        self._check_primary(role, election, context)
+        if atomicity != p4r.WriteRequest.CONTINUE_ON_ERROR:
             context.abort(
                 grpc.StatusCode.UNIMPLEMENTED,
-                f"atomicity {p4r.WriteRequest.Atomicity.Name(request.atomicity)} is not supported",
+                f"atomicity {p4r.WriteRequest.Atomicity.Name(atomicity)} is not supported",
             )
         if self.runtime.binding is None:
             context.abort(
                 grpc.StatusCode.FAILED_PRECONDITION, "no forwarding pipeline config has been set"
             )
-        errors: list[p4r.Error] = []
-        failed = 0
-        for update in request.updates:
-            error = p4r.Error(canonical_code=code_pb2.OK)
+        runtime = self.runtime
+        writes: list[Callable[[], None]]
+        if decoded is not None:
+            writes = [
+                functools.partial(runtime.write_table_entry, kind, entry)
+                for kind, entry in decoded.updates
+            ]
+        else:
+            assert isinstance(request, p4r.WriteRequest)
+            writes = [functools.partial(runtime.write, update) for update in request.updates]
+        failed: list[tuple[int, int, str]] = []  # (index, code, message) of refused updates
+        for index, write in enumerate(writes):
             try:
-                self.runtime.write(update)
+                write()
             except RuntimeStatus as exc:
-                failed += 1
-                error.canonical_code = exc.code
-                error.message = exc.message
-                error.space = "switchmodel"
+                failed.append((index, exc.code, exc.message))
             except Exception as exc:  # a bug must not cost the other updates their answer
-                log.exception("write: update %d failed unexpectedly", len(errors))
-                failed += 1
-                error.canonical_code = code_pb2.INTERNAL
-                error.message = f"internal error: {exc!r}"
-                error.space = "switchmodel"
-            errors.append(error)
+                log.exception("write: update %d failed unexpectedly", index)
+                failed.append((index, code_pb2.INTERNAL, f"internal error: {exc!r}"))
         if failed:
-            status = status_pb2.Status(
-                code=code_pb2.UNKNOWN,
-                message=f"{failed} of {len(errors)} updates failed",
-            )
-            for error in errors:
-                detail = any_pb2.Any()
-                detail.Pack(error)
-                status.details.append(detail)
-            log.warning("write: %s", "; ".join(e.message for e in errors if e.canonical_code))
-            context.set_trailing_metadata(
-                (("grpc-status-details-bin", status.SerializeToString()),)
-            )
-            context.abort(grpc.StatusCode.UNKNOWN, status.message)
-        return p4r.WriteResponse()
+            self._refuse_write(len(writes), failed, context)
+        return b""  # an empty p4r.WriteResponse
 
-    def Read(
-        self, request: p4r.ReadRequest, context: grpc.ServicerContext
-    ) -> Iterator[p4r.ReadResponse]:  # noqa: N802
-        """Table entries, counters and the register (wildcards allowed)."""
+    @staticmethod
+    def _refuse_write(
+        count: int, failed: list[tuple[int, int, str]], context: grpc.ServicerContext
+    ) -> None:
+        """End a Write with UNKNOWN and one p4r.Error per update (OK for the applied ones)."""
+        status = status_pb2.Status(
+            code=code_pb2.UNKNOWN, message=f"{len(failed)} of {count} updates failed"
+        )
+        refused = {index: (code, message) for index, code, message in failed}
+        applied = any_pb2.Any()
+        applied.Pack(p4r.Error(canonical_code=code_pb2.OK))
+        for index in range(count):
+            if index in refused:
+                code, message = refused[index]
+                detail = any_pb2.Any()
+                detail.Pack(p4r.Error(canonical_code=code, message=message, space="switchmodel"))
+                status.details.append(detail)
+            else:
+                status.details.append(applied)
+        log.warning("write: %s", "; ".join(message for _, _, message in failed))
+        context.set_trailing_metadata((("grpc-status-details-bin", status.SerializeToString()),))
+        context.abort(grpc.StatusCode.UNKNOWN, status.message)
+
+    def Read(  # noqa: N802
+        self, request: bytes | p4r.ReadRequest, context: grpc.ServicerContext
+    ) -> Iterator[bytes]:
+        """Table entries, counters and the register (wildcards allowed).
+
+        ``request``: the serialised ``p4r.ReadRequest`` (or the message); yields one serialised
+        ``p4r.ReadResponse``.
+        """
+        if isinstance(request, bytes):
+            request = _parse(p4r.ReadRequest, request, context)
         self._check_device(request.device_id, context)
-        response = p4r.ReadResponse()
+        chunks: list[bytes] = []
         try:
             for entity in request.entities:
-                response.entities.extend(self.runtime.read(entity))
+                chunks.extend(self.runtime.read_chunks(entity))
         except RuntimeStatus as exc:
             context.abort(grpc_status(exc.code), exc.message)
-        yield response
+        yield b"".join(chunks)
+
+
+def _parse(kind: Any, data: bytes, context: grpc.ServicerContext) -> Any:
+    """``data`` parsed as a ``kind`` message; INVALID_ARGUMENT when protobuf cannot parse it."""
+    try:
+        return kind.FromString(data)
+    except Exception as exc:  # DecodeError, or UnicodeDecodeError for a bad string
+        context.abort(
+            grpc.StatusCode.INVALID_ARGUMENT,
+            f"{kind.DESCRIPTOR.name}: not a valid protobuf message ({exc})",
+        )
+
+
+def _serialize(message: Any) -> bytes:
+    """A response as bytes: already serialised, or a protobuf message."""
+    return message if isinstance(message, bytes) else bytes(message.SerializeToString())
+
+
+def _raw(data: bytes) -> bytes:
+    return data
+
+
+def add_to_server(servicer: P4RuntimeServicer, server: Any) -> None:
+    """Register ``servicer`` as the p4.v1.P4Runtime service of ``server``, Write and Read
+    taking their requests as bytes."""
+    handlers = {
+        "Write": grpc.unary_unary_rpc_method_handler(
+            servicer.Write, request_deserializer=_raw, response_serializer=_serialize
+        ),
+        "Read": grpc.unary_stream_rpc_method_handler(
+            servicer.Read, request_deserializer=_raw, response_serializer=_serialize
+        ),
+        "SetForwardingPipelineConfig": grpc.unary_unary_rpc_method_handler(
+            servicer.SetForwardingPipelineConfig,
+            request_deserializer=p4r.SetForwardingPipelineConfigRequest.FromString,
+            response_serializer=_serialize,
+        ),
+        "GetForwardingPipelineConfig": grpc.unary_unary_rpc_method_handler(
+            servicer.GetForwardingPipelineConfig,
+            request_deserializer=p4r.GetForwardingPipelineConfigRequest.FromString,
+            response_serializer=_serialize,
+        ),
+        "StreamChannel": grpc.stream_stream_rpc_method_handler(
+            servicer.StreamChannel,
+            request_deserializer=p4r.StreamMessageRequest.FromString,
+            response_serializer=_serialize,
+        ),
+        "Capabilities": grpc.unary_unary_rpc_method_handler(
+            servicer.Capabilities,
+            request_deserializer=p4r.CapabilitiesRequest.FromString,
+            response_serializer=_serialize,
+        ),
+    }
+    server.add_generic_rpc_handlers(
+        (grpc.method_handlers_generic_handler("p4.v1.P4Runtime", handlers),)
+    )
 
 
 class AddressInUse(OSError):
@@ -370,7 +468,7 @@ def serve(servicer: P4RuntimeServicer, address: str, workers: int = 16) -> Any:
         futures.ThreadPoolExecutor(max_workers=workers, thread_name_prefix="p4rt"),
         options=[("grpc.so_reuseport", 0)],
     )
-    p4r_grpc.add_P4RuntimeServicer_to_server(servicer, server)
+    add_to_server(servicer, server)
     try:
         port = server.add_insecure_port(address)
     except RuntimeError as exc:
