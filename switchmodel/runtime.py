@@ -492,14 +492,12 @@ class SwitchRuntime:
             if kind == "table_entry":
                 return list(self._read_tables(binding, entity.table_entry))
             if kind == "counter_entry":
-                found = list(self._read_counters(binding, entity.counter_entry))
-            elif kind == "register_entry":
-                found = list(self._read_registers(binding, entity.register_entry))
-            else:
-                raise RuntimeStatus(
-                    code_pb2.UNIMPLEMENTED, f"reading {kind or 'an empty entity'} is not supported"
-                )
-            return [wire.entity_chunk(e.SerializeToString()) for e in found]
+                return list(self._read_counters(binding, entity.counter_entry))
+            if kind == "register_entry":
+                return list(self._read_registers(binding, entity.register_entry))
+            raise RuntimeStatus(
+                code_pb2.UNIMPLEMENTED, f"reading {kind or 'an empty entity'} is not supported"
+            )
 
     def _read_tables(self, binding: Binding, want: p4r.TableEntry) -> Iterator[bytes]:
         tables = (
@@ -528,7 +526,7 @@ class SwitchRuntime:
         entry.action.action.action_id = binding.action_id(contract.TABLES[table.name][2])
         return entry
 
-    def _read_counters(self, binding: Binding, want: p4r.CounterEntry) -> Iterator[p4r.Entity]:
+    def _read_counters(self, binding: Binding, want: p4r.CounterEntry) -> Iterator[bytes]:
         ids = [want.counter_id] if want.counter_id else sorted(binding.counters)
         for counter_id in ids:
             with self.target.lock:
@@ -536,13 +534,9 @@ class SwitchRuntime:
                 indices = self._indices(name, array.size, want)
                 cells = [(i, array.packets[i], array.bytes[i]) for i in indices]
             for index, packets, nbytes in cells:
-                out = p4r.CounterEntry(counter_id=counter_id)
-                out.index.index = index
-                out.data.packet_count = packets
-                out.data.byte_count = nbytes
-                yield p4r.Entity(counter_entry=out)
+                yield wire.counter_entry_chunk(counter_id, index, packets, nbytes)
 
-    def _read_registers(self, binding: Binding, want: p4r.RegisterEntry) -> Iterator[p4r.Entity]:
+    def _read_registers(self, binding: Binding, want: p4r.RegisterEntry) -> Iterator[bytes]:
         if want.register_id and want.register_id != binding.register_id:
             raise RuntimeStatus(
                 code_pb2.NOT_FOUND, f"register id {want.register_id:#x} is not in the P4Info"
@@ -553,7 +547,4 @@ class SwitchRuntime:
             indices = self._indices(binding.register_name, len(state.port_qdepth), want)
             values = [(i, state.port_qdepth[i]) for i in indices]
         for index, value in values:
-            out = p4r.RegisterEntry(register_id=binding.register_id)
-            out.index.index = index
-            out.data.bitstring = canonical(value)
-            yield p4r.Entity(register_entry=out)
+            yield wire.register_entry_chunk(binding.register_id, index, canonical(value))

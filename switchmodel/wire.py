@@ -27,6 +27,8 @@ take the last value and repeated fields append, as protobuf does.
 entry (one match field, a direct action) as the bytes protobuf serialises for it, and
 :func:`table_entry_chunk` / :func:`entity_chunk` frame an entry or an entity as one element of
 ``ReadResponse.entities``: a Read response is the concatenation of such chunks.
+:func:`counter_entry_chunk` and :func:`register_entry_chunk` write counter and register cells
+as such chunks directly.
 """
 
 from __future__ import annotations
@@ -132,6 +134,18 @@ _AC_PARAMS = _tag(p4r.Action, "params", _LEN)
 _PA_PARAM_ID = _tag(p4r.Action.Param, "param_id", _VARINT)
 _PA_VALUE = _tag(p4r.Action.Param, "value", _LEN)
 _RR_ENTITIES = _tag(p4r.ReadResponse, "entities", _LEN)
+_EN_COUNTER_ENTRY = _tag(p4r.Entity, "counter_entry", _LEN)
+_EN_REGISTER_ENTRY = _tag(p4r.Entity, "register_entry", _LEN)
+_CE_COUNTER_ID = _tag(p4r.CounterEntry, "counter_id", _VARINT)
+_CE_INDEX = _tag(p4r.CounterEntry, "index", _LEN)
+_CE_DATA = _tag(p4r.CounterEntry, "data", _LEN)
+_INDEX_INDEX = _tag(p4r.Index, "index", _VARINT)
+_CD_BYTE_COUNT = _tag(p4r.CounterData, "byte_count", _VARINT)
+_CD_PACKET_COUNT = _tag(p4r.CounterData, "packet_count", _VARINT)
+_RE_REGISTER_ID = _tag(p4r.RegisterEntry, "register_id", _VARINT)
+_RE_INDEX = _tag(p4r.RegisterEntry, "index", _LEN)
+_RE_DATA = _tag(p4r.RegisterEntry, "data", _LEN)
+_DATA_BITSTRING = _tag(p4r.RegisterEntry().data, "bitstring", _LEN)
 
 _UPDATE_TYPES = _enum_values(p4r.Update, "type")
 _ATOMICITIES = _enum_values(p4r.WriteRequest, "atomicity")
@@ -548,3 +562,27 @@ def entity_chunk(entity: bytes) -> bytes:
 def table_entry_chunk(table_entry: bytes) -> bytes:
     """A serialised ``p4r.TableEntry`` framed as one entity of ``ReadResponse.entities``."""
     return _len_field(_RR_ENTITIES, _len_field(_EN_TABLE_ENTRY, table_entry))
+
+
+def counter_entry_chunk(counter_id: int, index: int, packets: int, nbytes: int) -> bytes:
+    """One counter cell (``p4r.CounterEntry`` with its index and data) framed as one entity of
+    ``ReadResponse.entities``; counts are non-negative."""
+    entry = (
+        _uint_field(_CE_COUNTER_ID, counter_id)
+        + _len_field(_CE_INDEX, _uint_field(_INDEX_INDEX, index))
+        + _len_field(
+            _CE_DATA, _uint_field(_CD_BYTE_COUNT, nbytes) + _uint_field(_CD_PACKET_COUNT, packets)
+        )
+    )
+    return _len_field(_RR_ENTITIES, _len_field(_EN_COUNTER_ENTRY, entry))
+
+
+def register_entry_chunk(register_id: int, index: int, bitstring: bytes) -> bytes:
+    """One register cell (``p4r.RegisterEntry`` with its index and bitstring data) framed as one
+    entity of ``ReadResponse.entities``."""
+    entry = (
+        _uint_field(_RE_REGISTER_ID, register_id)
+        + _len_field(_RE_INDEX, _uint_field(_INDEX_INDEX, index))
+        + _len_field(_RE_DATA, _bytes_field(_DATA_BITSTRING, bitstring))
+    )
+    return _len_field(_RR_ENTITIES, _len_field(_EN_REGISTER_ENTRY, entry))

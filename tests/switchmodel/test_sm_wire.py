@@ -342,6 +342,29 @@ def test_encoder_writes_the_bytes_protobuf_serialises(
     ).entities[0] == p4r.Entity(table_entry=te)
 
 
+int64_counts = st.integers(0, (1 << 63) - 1)
+
+
+@settings(max_examples=200, deadline=None)
+@given(uint32, st.integers(0, 1 << 20), int64_counts, int64_counts, st.integers(0, (1 << 19) - 1))
+def test_counter_and_register_cells_are_the_bytes_protobuf_serialises(
+    object_id: int, index: int, packets: int, nbytes: int, value: int
+) -> None:
+    counter = p4r.CounterEntry(counter_id=object_id)
+    counter.index.index = index
+    counter.data.packet_count = packets
+    counter.data.byte_count = nbytes
+    expected = p4r.ReadResponse(entities=[p4r.Entity(counter_entry=counter)])
+    chunk = wire.counter_entry_chunk(object_id, index, packets, nbytes)
+    assert chunk == expected.SerializeToString()
+    register = p4r.RegisterEntry(register_id=object_id)
+    register.index.index = index
+    register.data.bitstring = canonical(value)
+    expected = p4r.ReadResponse(entities=[p4r.Entity(register_entry=register)])
+    chunk = wire.register_entry_chunk(object_id, index, canonical(value))
+    assert chunk == expected.SerializeToString()
+
+
 @settings(max_examples=200, deadline=None)
 @given(table_entries())
 def test_table_entry_proto_round_trips(te: p4r.TableEntry) -> None:
