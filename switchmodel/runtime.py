@@ -5,10 +5,12 @@ pipeline config, the table entries as written, in canonical form, and the defaul
 translates every change into the :class:`~switchmodel.tables.PipelineState` the data path reads,
 under the data path's lock. Table entries arrive as :class:`~switchmodel.wire.TableEntryData`
 (decoded from the wire by :mod:`switchmodel.wire`, or from a ``p4r.TableEntry``) and are kept as
-the bytes a Read answers with, so neither a write nor a read builds protobuf messages for them. Errors are :class:`RuntimeStatus` exceptions carrying a
-``google.rpc.Code`` and a message that names the offending entity; the gRPC adapter
-(:mod:`switchmodel.server`) turns them into RPC statuses and per-update ``p4.v1.Error``\\ s.
-Arbitration and device ids are the adapter's business.
+the bytes a Read answers with, so neither a write nor a read builds protobuf messages for them.
+
+Errors are :class:`RuntimeStatus` exceptions carrying a ``google.rpc.Code`` and a message that
+names the offending entity; the gRPC adapter (:mod:`switchmodel.server`) turns them into RPC
+statuses and per-update ``p4.v1.Error``\\ s. Arbitration and device ids are the adapter's
+business.
 """
 
 from __future__ import annotations
@@ -95,7 +97,7 @@ class SwitchRuntime:
         self._lock = threading.RLock()  # serialises control-plane operations
         self._committed: _Config | None = None
         self._saved: _Config | None = None
-        # table id -> key -> the entry as one element of ReadResponse.entities (wire.table_entry_chunk)
+        # table id -> key -> the entry as one element of ReadResponse.entities
         self._entries: dict[int, dict[Key, bytes]] = {}
         self._defaults: dict[int, p4r.TableEntry] = {}
 
