@@ -44,6 +44,9 @@ MAX_MESSAGE_BYTES = 256 * 1024 * 1024
 _CHANNEL_OPTIONS = [
     ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
     ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+    # a refused batch carries one p4.v1.Error per update in the status details (trailing
+    # metadata); gRPC's default 8 KiB limit would turn a large one into RESOURCE_EXHAUSTED
+    ("grpc.max_metadata_size", MAX_MESSAGE_BYTES),
     # a restarted switch is found again quickly (gRPC's default backoff starts at 1 s)
     ("grpc.initial_reconnect_backoff_ms", 100),
     ("grpc.min_reconnect_backoff_ms", 100),

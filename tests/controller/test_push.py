@@ -166,6 +166,35 @@ def test_duplicate_insert_is_decoded_per_entry(model_fabric: ModelFabric, info: 
     assert "ALREADY_EXISTS" in str(error)
 
 
+def test_a_large_refused_batch_still_names_every_entry(
+    model_fabric: ModelFabric, info: P4Info
+) -> None:
+    push_all(model_fabric, info)
+    route = next(
+        e
+        for e in fabric_tables(model_fabric.fabric)["t1-p1-s1"].by_table(IPV6_LPM)
+        if not e.is_default
+    )
+    absent = [
+        Entry.make(
+            IPV6_LPM,
+            {"hdr.ipv6.dst_addr": f"fcbb:bb00:e{i:03x}::/48"},
+            route.action,
+            dict(route.params),
+        ).to_proto(info)
+        for i in range(400)
+    ]
+    client = connect(model_fabric, "t1-p1-s1", info)
+    try:
+        with pytest.raises(P4RuntimeError) as caught:
+            client.delete(absent)  # none of them is installed
+    finally:
+        client.close()
+    assert len(caught.value.errors) == 400
+    assert {e.code_name for e in caught.value.errors} == {"NOT_FOUND"}
+    assert [e.index for e in caught.value.errors] == list(range(400))
+
+
 def test_counters_are_read_per_port_and_drop_reason(
     model_fabric: ModelFabric, info: P4Info, capsys: pytest.CaptureFixture[str]
 ) -> None:
