@@ -16,7 +16,6 @@ from topologies import TopologyError
 # Modules that add subcommands; each has register(subparsers).
 COMMAND_MODULES: list[Callable[[argparse._SubParsersAction], None]] = [
     topo_cmd.register,
-    topo_cmd.register_demo,
     testbed.register,
     runner.register,
 ]

@@ -551,6 +551,23 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     report.add_argument("dir", help="a results folder written by 'mrc-testbed run'")
     report.add_argument("--no-plots", action="store_true", help="only metrics and summary")
     report.set_defaults(func=cmd_report)
+    demo = subparsers.add_parser(
+        "demo", help="run the demo scenario (MRC vs single-path, a link fails and is repaired)"
+    )
+    demo.add_argument("--out", help="results folder (default: results/demo-TIMESTAMP)")
+    demo.add_argument("--target", default="auto", choices=["auto", "bmv2", "model"])
+    demo.add_argument("--no-progress", action="store_true", help="no progress bar")
+    demo.set_defaults(func=cmd_demo)
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    """``mrc-testbed demo``: the shipped demo scenario."""
+    return run_shipped(
+        "demo",
+        target=args.target,
+        out=Path(args.out) if args.out else None,
+        progress=not args.no_progress,
+    )
 
 
 __all__ = ["MrcFlows", "Phase", "SwitchCounters", "register", "run_scenario", "run_shipped"]

@@ -14,7 +14,6 @@ from rich.table import Table
 
 from topologies import Fabric, load_topology
 from topologies import usid as usidlib
-from topologies.config import shipped_topology
 from topologies.scale import ClosBuild, scale
 
 
@@ -123,26 +122,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p_scale.add_argument("--radix", type=int, required=True, help="switch ports at the plane speed")
     p_scale.add_argument("--planes", type=int, required=True, help="planes (NICs per host)")
     p_scale.set_defaults(func=_cmd_scale)
-
-
-def register_demo(subparsers: argparse._SubParsersAction) -> None:
-    """Add ``demo``: until an experiment is attached, it prints the default fabric."""
-    demo = subparsers.add_parser("demo", help="run the demo (prints the default fabric)")
-    demo.add_argument("--topo", default=str(shipped_topology("default")), help="topology file")
-    demo.set_defaults(func=_cmd_demo)
-
-
-def _cmd_demo(args: argparse.Namespace) -> int:
-    fabric = Fabric(load_topology(args.topo))
-    console = make_console()
-    console.print(fabric.summary())
-    for sw in fabric.switches:
-        console.print(f"  {sw.name:12} device {sw.device_id:2}  uSID {_usid_text(sw.usid)}  "
-                      f"{len(sw.ports)} ports")
-    for host in fabric.hosts:
-        nics = ", ".join(f"{nic.intf} {nic.address}" for nic in host.nics)
-        console.print(f"  {host.name:12} rack {host.rack}  {nics}")
-    return 0
 
 
 def _cmd_show(args: argparse.Namespace) -> int:

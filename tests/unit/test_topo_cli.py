@@ -60,9 +60,3 @@ def test_errors_are_one_line(args: tuple[str, ...], message: str) -> None:
     assert message in result.stderr
     assert "Traceback" not in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1
-
-
-def test_demo_prints_the_default_fabric() -> None:
-    result = run("demo")
-    assert result.returncode == 0, result.stderr
-    assert "fabric default" in result.stdout and "16 switches" in result.stdout
