@@ -250,6 +250,12 @@ class FabricHost(Host):
         self.cmd("sysctl -qw net.ipv6.conf.default.router_solicitations=0")
         self.cmd("sysctl -qw net.ipv6.conf.default.accept_ra=0")
 
+    def popen(self, *args: Any, **kwargs: Any) -> Any:
+        """A process in this host's network namespace only (Mininet's popen also enters the
+        mount namespace of the host's shell, which moves the process out of a chroot)."""
+        kwargs.setdefault("mncmd", ["mnexec", "-d", "nsenter", f"--net=/proc/{self.pid}/ns/net"])
+        return super().popen(*args, **kwargs)
+
     def config(self, **params: Any) -> dict[str, Any]:
         """Bring loopback up; the NICs were configured by their :class:`FabricIntf`."""
         params.pop("ip", None)
