@@ -251,9 +251,12 @@ class FabricHost(Host):
         self.cmd("sysctl -qw net.ipv6.conf.default.accept_ra=0")
 
     def popen(self, *args: Any, **kwargs: Any) -> Any:
-        """A process in this host's network namespace only (Mininet's popen also enters the
-        mount namespace of the host's shell, which moves the process out of a chroot)."""
-        kwargs.setdefault("mncmd", ["mnexec", "-d", "nsenter", f"--net=/proc/{self.pid}/ns/net"])
+        """A process in this host's namespaces, like Mininet's popen, but under the root
+        directory of the host's shell: a plain setns() into a mount namespace resets the root,
+        which would move the process out of a chroot the testbed runs in."""
+        kwargs.setdefault("mncmd", [
+            "mnexec", "-d", "nsenter", f"--target={self.pid}", "--net", "--mount", "--root", "--wd",
+        ])
         return super().popen(*args, **kwargs)
 
     def config(self, **params: Any) -> dict[str, Any]:
