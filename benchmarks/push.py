@@ -21,10 +21,7 @@ from __future__ import annotations
 import argparse
 import ipaddress
 import json
-import os
-import signal
 import socket
-import subprocess
 import sys
 import tempfile
 import time
@@ -38,6 +35,8 @@ from controller.encode import UpdateEncoder
 from controller.entries import IPV6_LPM, SET_NEXT_HOP, Entry, fabric_tables
 from controller.p4info import P4Info
 from controller.push import PushOptions, SwitchAddress, push_fabric
+from controller.targets import SwitchStartError
+from switchmodel.launcher import ModelSwitch
 from topologies import Fabric, load_topology
 from topologies.config import shipped_topology
 
@@ -51,69 +50,38 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def mrc_switch() -> list[str]:
-    """$MRC_SWITCH, the mrc-switch script beside this Python, else ``python -m``."""
-    if os.environ.get("MRC_SWITCH"):
-        return os.environ["MRC_SWITCH"].split()
-    beside = Path(sys.executable).parent / "mrc-switch"
-    if beside.is_file():
-        return [str(beside)]
-    return [sys.executable, "-m", "switchmodel.cli"]
-
-
 class Switches:
-    """mrc-switch processes for some switches, on free loopback ports."""
+    """mrc-switch processes (:class:`ModelSwitch`, no data-plane ports) on free loopback ports."""
 
-    def __init__(self, devices: list[tuple[str, int]], log_dir: Path, command: list[str]) -> None:
-        self.addresses: list[SwitchAddress] = []
-        self.processes: list[subprocess.Popen[bytes]] = []
-        for name, device_id in devices:
-            address = f"127.0.0.1:{free_port()}"
-            with open(log_dir / f"{name}.log", "wb") as log:
-                self.processes.append(
-                    subprocess.Popen(
-                        command
-                        + [
-                            "--device-id",
-                            str(device_id),
-                            "--grpc-addr",
-                            address,
-                            "--log-level",
-                            "warning",
-                        ],
-                        stdout=log,
-                        stderr=subprocess.STDOUT,
-                        start_new_session=True,
-                    )
-                )
-            self.addresses.append(SwitchAddress(name, address, device_id))
+    def __init__(self, devices: list[tuple[str, int]], log_dir: Path) -> None:
+        self.addresses = [
+            SwitchAddress(name, f"127.0.0.1:{free_port()}", device_id)
+            for name, device_id in devices
+        ]
+        self.processes = [
+            ModelSwitch(a.name, {}, a.device_id, a.address, log_dir=log_dir, log_level="warning")
+            for a in self.addresses
+        ]
+        try:
+            for process in self.processes:
+                process.start()
+        except BaseException:
+            self.stop()
+            raise
 
     def wait_ready(self, timeout: float = 30.0) -> None:
-        deadline = time.monotonic() + timeout
-        for target, process in zip(self.addresses, self.processes, strict=True):
-            host, port = target.address.rsplit(":", 1)
-            while True:
-                if process.poll() is not None:
-                    raise SystemExit(f"mrc-switch {target.name} exited ({process.returncode})")
-                try:
-                    socket.create_connection((host, int(port)), timeout=0.2).close()
-                    break
-                except OSError:
-                    if time.monotonic() > deadline:
-                        raise SystemExit(f"mrc-switch {target.name} did not start") from None
-                    time.sleep(0.05)
+        for process in self.processes:
+            process.wait_ready(timeout)
 
     def stop(self) -> None:
         for process in self.processes:
-            if process.poll() is None:
-                os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
+            process.stop()
 
 
-def bench_fabric(topology: str, info: P4Info, log_dir: Path, command: list[str]) -> dict[str, Any]:
+def bench_fabric(topology: str, info: P4Info, log_dir: Path) -> dict[str, Any]:
     fabric = Fabric(load_topology(shipped_topology(topology)))
     tables = fabric_tables(fabric)
-    switches = Switches([(s.name, s.device_id) for s in fabric.switches], log_dir, command)
+    switches = Switches([(s.name, s.device_id) for s in fabric.switches], log_dir)
     try:
         switches.wait_ready()
         print(f"{fabric.summary()}", flush=True)
@@ -160,7 +128,7 @@ def synthetic_routes(count: int) -> list[Entry]:
 
 
 def bench_one_switch(
-    info: P4Info, count: int, batches: list[int], log_dir: Path, command: list[str]
+    info: P4Info, count: int, batches: list[int], log_dir: Path
 ) -> list[dict[str, Any]]:
     big = type(info.proto)()
     big.CopyFrom(info.proto)
@@ -170,7 +138,7 @@ def bench_one_switch(
     bench_info = P4Info(big, "mrc_switch with a large ipv6_lpm")
     routes = synthetic_routes(count)
     encoder = UpdateEncoder(bench_info)
-    switches = Switches([("bench", 1)], log_dir, command)
+    switches = Switches([("bench", 1)], log_dir)
     results = []
     try:
         switches.wait_ready()
@@ -279,10 +247,9 @@ def main(argv: list[str] | None = None) -> int:
     info = P4Info.load()
     with tempfile.TemporaryDirectory(prefix="mrc-bench-push-") as tmp:
         try:
-            command = mrc_switch()
-            fabric = bench_fabric(args.topology, info, Path(tmp), command)
-            one = bench_one_switch(info, args.entries, batches, Path(tmp), command)
-        except (SwitchUnreachable, P4RuntimeError) as exc:
+            fabric = bench_fabric(args.topology, info, Path(tmp))
+            one = bench_one_switch(info, args.entries, batches, Path(tmp))
+        except (SwitchUnreachable, P4RuntimeError, SwitchStartError) as exc:
             print(f"benchmarks/push.py: {exc}", file=sys.stderr)
             return 1
     sink = bench_encoder_bound(info, args.entries, max(batches))

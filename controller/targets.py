@@ -1,12 +1,13 @@
 """Switch processes: the common shape of the BMv2 and switchmodel launchers.
 
 A switch of the testbed is one process that owns some interfaces (``port number -> interface
-name``), serves P4Runtime on ``grpc_addr`` with a given ``device_id`` and shapes every egress
-port to ``rate_bps`` with a bounded queue of ``queue_depth`` packets in ``priority_queues``
-classes. :class:`SwitchProcess` holds that configuration, validates it, runs the process with
-its output in a log file and waits until the gRPC port accepts connections. Subclasses only say
-how the command line looks (:meth:`SwitchProcess.command`) and, if the target needs it, what to
-configure once the process is up (:meth:`SwitchProcess.configure`)::
+name``; none at all for a switch that only serves P4Runtime), serves P4Runtime on ``grpc_addr``
+with a given ``device_id`` and shapes every egress port to ``rate_bps`` with a bounded queue of
+``queue_depth`` packets in ``priority_queues`` classes. :class:`SwitchProcess` holds that
+configuration, validates it, runs the process with its output in a log file and waits until the
+gRPC port accepts connections. Subclasses only say how the command line looks
+(:meth:`SwitchProcess.command`) and, if the target needs it, what to configure once the process
+is up (:meth:`SwitchProcess.configure`)::
 
     switch = Bmv2Switch("t0-p0-r0", {1: "t0-p0-r0-eth1", 2: "t0-p0-r0-eth2"}, device_id=1,
                         grpc_addr="127.0.0.1:50001", thrift_port=9091, rate_bps=100_000_000,
@@ -83,8 +84,6 @@ class SwitchProcess(abc.ABC):
     ) -> None:
         if not name:
             raise SwitchConfigError("name: expected a non-empty switch name")
-        if not ports:
-            raise SwitchConfigError(f"switch {name}: ports: expected at least one port")
         for number, intf in ports.items():
             if not isinstance(number, int) or not 1 <= number <= MAX_PORT:
                 raise SwitchConfigError(

@@ -1,18 +1,15 @@
 """Real ``mrc-switch`` processes on loopback gRPC ports, for the controller tests.
 
-The switches run without data-plane ports (no ``-i``): the controller only needs their
-P4Runtime service. Ports are chosen free at start. Tests that need them skip, naming the reason,
-while the switchmodel's P4Runtime server (``switchmodel.server``) does not exist.
+The switches are :class:`switchmodel.launcher.ModelSwitch` processes without data-plane ports
+(no ``-i``): the controller only needs their P4Runtime service. Ports are chosen free at start.
+Tests that need them skip, naming the reason, while the switchmodel's P4Runtime server
+(``switchmodel.server``) does not exist.
 """
 
 from __future__ import annotations
 
 import importlib.util
-import os
-import signal
 import socket
-import subprocess
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from experiments.state import SwitchState, TestbedState
+from switchmodel.launcher import ModelSwitch
 from topologies import Fabric, load_topology
 from topologies.config import shipped_topology
 
@@ -38,76 +36,29 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def mrc_switch_command() -> list[str]:
-    """The mrc-switch command: $MRC_SWITCH, the script beside this Python, else ``python -m``."""
-    if os.environ.get("MRC_SWITCH"):
-        return os.environ["MRC_SWITCH"].split()
-    beside = Path(sys.executable).parent / "mrc-switch"
-    if beside.is_file() and os.access(beside, os.X_OK):
-        return [str(beside)]
-    return [sys.executable, "-m", "switchmodel.cli"]
+class ModelProcess(ModelSwitch):
+    """One mrc-switch serving one switch of the fabric on ``127.0.0.1:port``, logging to
+    ``log_dir/<name>.log``; ``veth`` (if given) is attached as data-plane port 1, otherwise the
+    switch has no data-plane port. It can be stopped and started again on the same port."""
 
-
-@dataclass
-class ModelProcess:
-    """One mrc-switch process serving one switch of the fabric."""
-
-    name: str
-    device_id: int
-    port: int
-    log: Path
-    process: subprocess.Popen[bytes] | None = None
-    veth: str = ""  # an interface to attach as data-plane port 1 (none by default)
+    def __init__(self, name: str, device_id: int, port: int, log_dir: Path, veth: str = "") -> None:
+        super().__init__(
+            name,
+            {1: veth} if veth else {},
+            device_id,
+            f"127.0.0.1:{port}",
+            log_dir=log_dir,
+            log_level="warning",
+        )
+        self.port = port
 
     @property
     def address(self) -> str:
-        return f"127.0.0.1:{self.port}"
+        """The P4Runtime address, ``127.0.0.1:port``."""
+        return self.grpc_addr
 
-    def start(self) -> None:
-        argv = (
-            mrc_switch_command()
-            + (["-i", f"1@{self.veth}"] if self.veth else [])
-            + [
-                "--device-id",
-                str(self.device_id),
-                "--grpc-addr",
-                self.address,
-                "--log-level",
-                "warning",
-            ]
-        )
-        with open(self.log, "ab") as log:
-            self.process = subprocess.Popen(
-                argv,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
-
-    def wait_ready(self) -> None:
-        deadline = time.monotonic() + START_TIMEOUT
-        while time.monotonic() < deadline:
-            assert self.process is not None
-            if self.process.poll() is not None:
-                raise RuntimeError(
-                    f"mrc-switch {self.name} exited ({self.process.returncode}): "
-                    f"{self.log.read_text(errors='replace')[-2000:]}"
-                )
-            try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=0.2):
-                    return
-            except OSError:
-                time.sleep(0.05)
-        raise RuntimeError(f"mrc-switch {self.name} did not listen on {self.address}")
-
-    def stop(self) -> None:
-        if self.process is None:
-            return
-        if self.process.poll() is None:
-            os.killpg(self.process.pid, signal.SIGKILL)
-        self.process.wait(timeout=10)
-        self.process = None
+    def wait_ready(self, timeout: float = START_TIMEOUT) -> None:
+        super().wait_ready(timeout)
 
 
 @dataclass
@@ -140,9 +91,7 @@ class ModelFabric:
             target="model",
             started=time.time(),
             switches={
-                name: SwitchState(
-                    grpc=p.address, device_id=p.device_id, pid=p.process.pid if p.process else 0
-                )
+                name: SwitchState(grpc=p.address, device_id=p.device_id, pid=p.pid or 0)
                 for name, p in self.switches.items()
             },
         ).save(self.state_path)
@@ -166,9 +115,7 @@ def start_model_fabric(topology: str, directory: Path) -> ModelFabric:
     model = ModelFabric(fabric, topo_path, directory)
     try:
         for switch in fabric.switches:
-            proc = ModelProcess(
-                switch.name, switch.device_id, free_port(), directory / f"{switch.name}.log"
-            )
+            proc = ModelProcess(switch.name, switch.device_id, free_port(), directory)
             model.switches[switch.name] = proc
             proc.start()
         for proc in model.switches.values():

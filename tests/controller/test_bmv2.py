@@ -129,6 +129,14 @@ def test_bad_configuration_names_the_input(change: dict[str, object], message: s
         Bmv2Switch(**args)  # type: ignore[arg-type]
 
 
+def test_switch_without_data_plane_ports_serves_only_p4runtime() -> None:
+    """No ports is a valid switch (simple_switch_grpc runs with none): no ``-i`` at all."""
+    switch = Bmv2Switch("s", {}, 1, "127.0.0.1:50001", thrift_port=9091, rate_bps=10**8)
+    assert switch.ports == {}
+    assert "-i" not in switch.command()
+    assert switch.queue_commands() == []
+
+
 def test_p4_build_without_p4c_says_so(tmp_path: Path) -> None:
     if shutil.which("p4c"):
         pytest.skip("p4c is installed: the missing-compiler message cannot be observed")

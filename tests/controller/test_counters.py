@@ -51,7 +51,7 @@ def switch(tmp_path: Path) -> Iterator[tuple[ModelProcess, str]]:
         for end in (inside, outside):
             subprocess.run(["sysctl", "-qw", f"net.ipv6.conf.{end}.disable_ipv6=1"], check=False)
             subprocess.run(["ip", "link", "set", end, "up"], check=True)
-        proc = ModelProcess("t0-p0-r0", 1, free_port(), tmp_path / "switch.log", veth=inside)
+        proc = ModelProcess("t0-p0-r0", 1, free_port(), tmp_path, veth=inside)
         proc.start()
         try:
             proc.wait_ready()
