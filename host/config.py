@@ -12,6 +12,7 @@ from dataclasses import dataclass, fields, replace
 from typing import Any
 
 ACK_TIMEOUT_UNIT = 1.024e-6  # seconds: the MRC ACK timeout is 1.024 us x 2^t
+STEERING_MODES = ("weights", "halve")  # how congestion feedback steers spraying
 
 
 class ConfigError(ValueError):
@@ -36,7 +37,15 @@ class StackConfig:
     ev_count: int = 128  #: EVs per QP for the generated profile (split evenly over planes)
     ev_min_active: int = 1  #: never retire an EV if fewer GOOD ones would remain
     retire_path: bool = True  #: a loss retires every EV of the lost packet's path, not only its EV
-    ecn_steering: bool = True  #: halve the share of a path whose packets come back CE-marked
+    ecn_steering: bool = True  #: steer spraying away from paths that signal congestion
+    steering: str = "weights"  #: "weights" (per-path AIMD weights) or "halve" (one RTT)
+    ev_recycle: bool = True  #: reuse the EVs of packets acknowledged without a CE mark first
+    path_weight_decrease: float = 0.5  #: a path's weight is multiplied by 1 - this on congestion
+    path_weight_increase: float = 1 / 32  #: added to a path's weight per clean ACK from it
+    path_delay_excess: float = 0.5  #: a path slower than the fastest by this share is congested
+    path_weight_min: float = 1 / 32  #: a congested path keeps at least this relative weight
+    rto_min: float | None = None  #: floor of the adaptive ACK timeout (s); None: the MRC one
+    tlp: bool = True  #: a tail-loss probe re-sends the oldest packets before the ACK timeout
     rx_window: int = 1 << 16  #: PSNs a receiver accepts ahead of its cumulative PSN
     max_outstanding: int = 1 << 15  #: packets in flight per QP (also bounded by cwnd)
     max_frame: int = 9600  #: frames longer than this are dropped as oversize
@@ -59,6 +68,12 @@ class StackConfig:
             ("probe_interval", self.probe_interval > 0, "> 0 seconds"),
             ("ev_count", 1 <= self.ev_count <= 1 << 16, "1..65536"),
             ("ev_min_active", self.ev_min_active >= 0, ">= 0"),
+            ("steering", self.steering in STEERING_MODES, f"one of {STEERING_MODES}"),
+            ("path_weight_decrease", 0 < self.path_weight_decrease < 1, "0 < x < 1"),
+            ("path_weight_increase", 0 < self.path_weight_increase <= 1, "0 < x <= 1"),
+            ("path_delay_excess", self.path_delay_excess > 0, "> 0"),
+            ("path_weight_min", 0 < self.path_weight_min <= 1, "0 < x <= 1"),
+            ("rto_min", self.rto_min is None or self.rto_min > 0, "None or > 0 seconds"),
             ("rx_window", 64 <= self.rx_window <= 1 << 22, "64..4194304 PSNs"),
             ("max_outstanding", 1 <= self.max_outstanding < self.rx_window, "1..rx_window-1"),
             ("max_frame", self.max_frame >= self.mtu + 200, ">= mtu + 200 bytes"),

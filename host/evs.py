@@ -63,12 +63,44 @@ EvProfile = GeneratedEvProfile | ExplicitEvProfile | Srv6EvProfile
 
 
 class PathLoad:
-    """Congestion seen on one path, shared by all its EVs (ECN-steered spraying)."""
+    """Congestion seen on one path, shared by all its EVs (congestion-steered spraying).
 
-    __slots__ = ("marked_until",)
+    ``weight`` is the path's share of the spraying cycle relative to an unloaded path (1.0):
+    a pick of one of its EVs is taken when the path's ``credit`` (increased by ``weight`` at each
+    pick) reaches one, else the pick moves on to the next EV of the cycle.
+    """
+
+    __slots__ = ("marked_until", "weight", "credit", "hold_until", "srtt", "rttvar", "evs", "rr")
 
     def __init__(self) -> None:
-        self.marked_until = 0.0  #: an ACK echoed a CE mark on this path; lighten it until then
+        self.marked_until = 0.0  #: "halve" steering: an ACK echoed a CE mark; lighten until then
+        self.weight = 1.0  #: "weights" steering: relative share, in [path_weight_min, 1]
+        self.credit = 0.0  #: accumulated share of skipped picks
+        self.hold_until = 0.0  #: no further decrease before this time (one per RTT)
+        self.srtt = 0.0  #: smoothed RTT of the ACKs echoing this path's EVs (0: no sample yet)
+        self.rttvar = 0.0  #: its mean deviation (RFC 6298)
+        self.evs: list[EvSlot] = []  #: the path's EVs
+        self.rr = 0  #: position in ``evs`` (recycled spraying takes them in turn)
+
+    def next_ev(self) -> EvSlot | None:
+        """The path's next GOOD EV in turn (None when none is GOOD)."""
+        evs = self.evs
+        n = len(evs)
+        for _ in range(n):
+            self.rr += 1
+            slot = evs[self.rr % n]
+            if slot.state is EvState.GOOD:
+                return slot
+        return None
+
+    def sample(self, rtt: float) -> None:
+        """Fold an RTT sample of this path into ``srtt`` and ``rttvar``."""
+        if not self.srtt:
+            self.srtt = rtt
+            self.rttvar = rtt / 2
+        else:
+            self.rttvar = 0.75 * self.rttvar + 0.25 * abs(self.srtt - rtt)
+            self.srtt = 0.875 * self.srtt + 0.125 * rtt
 
 
 class EvSlot:
@@ -149,7 +181,12 @@ def build_slots(paths: Sequence[Path], profile: EvProfile, default_count: int) -
     if len(set(wires)) != len(wires):
         raise EvProfileError("EV profile gives two EVs the same 32-bit value: expected unique EVs")
     loads = [PathLoad() for _ in paths]
-    return [EvSlot(i, ev, w, idx, paths[idx], loads[idx]) for i, (ev, w, idx) in enumerate(triples)]
+    slots = [
+        EvSlot(i, ev, w, idx, paths[idx], loads[idx]) for i, (ev, w, idx) in enumerate(triples)
+    ]
+    for slot in slots:
+        slot.load.evs.append(slot)
+    return slots
 
 
 class EvTable:
@@ -164,6 +201,8 @@ class EvTable:
         self.order: list[EvSlot] = []  #: the spraying cycle over GOOD EVs
         self.rr = rng.randrange(1 << 30)  #: position in the cycle (random start)
         self._fixed: EvSlot | None = None
+        #: the per-path congestion state, one object per path (shared by the path's EVs)
+        self.loads: list[PathLoad] = list({id(s.load): s.load for s in slots}.values())
         self._refresh()
 
     def _refresh(self) -> None:
@@ -176,6 +215,22 @@ class EvTable:
         # (every NIC) carries the same share however many of its EVs are GOOD
         longest = max((len(x) for x in lists), default=0)
         self.order = [x[i % len(x)] for i in range(longest) for x in lists]
+
+    def fastest_rtt(self) -> float:
+        """The smallest smoothed RTT of the paths in use (0.0 when none has a sample)."""
+        best = 0.0
+        for s in self._good:
+            rtt = s.load.srtt
+            if rtt and (not best or rtt < best):
+                best = rtt
+        return best
+
+    def normalise_weights(self) -> None:
+        """Scale the weights of the paths in use so that the largest is 1 (they are relative)."""
+        top = max((s.load.weight for s in self._good), default=1.0)
+        if 0.0 < top < 1.0:
+            for load in self.loads:
+                load.weight = min(1.0, load.weight / top)
 
     def pin(self, slot: EvSlot) -> None:
         """Use only ``slot`` from now on, whatever its state (single-path and ECMP policies)."""

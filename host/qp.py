@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING
 
 from host import wire
 from host.cc import CcProfile, CongestionControl, create
-from host.config import StackConfig
+from host.config import ACK_TIMEOUT_UNIT, StackConfig
 from host.events import (
     STATUS_OK,
     STATUS_REMOTE_ACCESS_ERROR,
@@ -63,6 +63,32 @@ _FLAG_FIRST, _FLAG_LAST, _FLAG_ECN_ECHO = wire.FLAG_FIRST, wire.FLAG_LAST, wire.
 _OP_WRITE_ONLY, _EXT_DATA, _ECN_CE = wire.OP_WRITE_ONLY, wire.EXT_DATA, wire.ECN_CE
 _DATA_UDP_BASE = wire.UDP_LEN + wire.BTH_LEN + wire.RETH_LEN + wire.DATA_EXT_LEN
 NS = 1_000_000_000
+_GOOD = EvState.GOOD
+# packets a tail-loss probe re-sends at most
+TLP_PACKETS = 4
+# recycled EVs kept at most (the newest)
+RECYCLE_MAX = 4096
+# one packet in this many (a power of two) takes the spraying cycle even when EVs are recycled
+EXPLORE_EVERY = 16
+EXPLORE_MASK = EXPLORE_EVERY - 1
+
+
+def _weighted(slot: EvSlot, order: list[EvSlot], rr: int, count: int) -> tuple[EvSlot, int]:
+    """Weighted spraying: a path of weight w takes a fraction w of its picks of the cycle, the
+    others move on along it (to the next EV, usually of another path)."""
+    load = slot.load
+    tries = count
+    while load.weight < 1.0 and tries:
+        credit = load.credit + load.weight
+        if credit >= 1.0:
+            load.credit = credit - 1.0
+            break
+        load.credit = credit
+        tries -= 1
+        rr += 1
+        slot = order[rr % count]
+        load = slot.load
+    return slot, rr
 
 
 class Shared:
@@ -171,6 +197,15 @@ class QueuePair:
         self._steer = cfg.ecn_steering and policy.spray
         self._steer_skip = False
         self._steer_hold = cfg.ack_delay * 10
+        self._weights = cfg.steering == "weights"
+        self._w_dec = 1.0 - cfg.path_weight_decrease
+        self._w_inc = cfg.path_weight_increase
+        self._w_min = cfg.path_weight_min
+        self._w_excess = 1.0 + cfg.path_delay_excess
+        # EVs of packets acknowledged without a CE echo, reused first (recycled spraying)
+        self._recycle: collections.deque[EvSlot] | None = (
+            collections.deque(maxlen=RECYCLE_MAX) if cfg.ev_recycle and policy.spray else None
+        )
         self._stats = shared.stats
         self.qpn = qpn
         self.remote_host = remote_host
@@ -224,6 +259,12 @@ class QueuePair:
         self.inflight = 0
         self._backoff = 0
         self._pending_messages = 0
+        # RTT estimate (RFC 6298) for the adaptive ACK timeout and the tail-loss probe
+        self._srtt: float | None = None
+        self._rttvar = 0.0
+        self._tlp_next = 0.0  # no tail-loss probe before this time (one per smoothed RTT)
+        self._rto_floor = cfg.ack_timeout if cfg.rto_min is None else cfg.rto_min
+        self._rto_max = ACK_TIMEOUT_UNIT * (1 << cfg.max_backoff_exp)
         # receiver
         self._rcv_cum = 0
         self._rcv_origin = 0
@@ -354,6 +395,8 @@ class QueuePair:
             {"time": now, "qpn": self.qpn, "ev": slot.ev, "path": slot.path.label,
              "old": old.value, "new": new.value, "reason": reason}
         )  # fmt: skip
+        if new is EvState.GOOD and self._recycle is not None:
+            self._recycle.clear()  # a path is back: spray over the whole cycle again
         if new in (EvState.ASSUMED_BAD, EvState.UNKNOWN):
             key = self._group_of(slot)
             if key not in self._probe_due:
@@ -503,17 +546,31 @@ class QueuePair:
         count = len(order)
         rr = table.rr
         steer = self._steer and count > 1
+        weights = steer and self._weights
         skip = self._steer_skip
+        recycle = self._recycle if pinned is None else None
         while queue and inflight < cwnd and psn < psn_limit and count:
-            rr += 1
-            slot = order[rr % count]
-            if steer and slot.load.marked_until > now:
-                # ECN steering: every other pick of a marked path goes to the next EV instead,
-                # halving that path's share while its queue drains
-                skip = not skip
-                if skip:
-                    rr += 1
-                    slot = order[rr % count]
+            if recycle and psn & EXPLORE_MASK:
+                # a path that just delivered a packet without congestion: each path gets new
+                # packets at the rate it delivers them (every EXPLORE_EVERY-th packet follows
+                # the cycle instead, so a path with new spare capacity gains share)
+                # the path of a packet just delivered, its next EV
+                found = recycle.popleft().load.next_ev()
+                if found is None:
+                    continue
+                slot = found
+            else:
+                rr += 1
+                slot = order[rr % count]
+                if weights:
+                    slot, rr = _weighted(slot, order, rr, count)
+                elif steer and slot.load.marked_until > now:
+                    # ECN steering: every other pick of a marked path goes to the next EV
+                    # instead, halving that path's share while its queue drains
+                    skip = not skip
+                    if skip:
+                        rr += 1
+                        slot = order[rr % count]
             msg = queue[0]
             offset = msg.offset
             length = msg.length - offset
@@ -606,8 +663,17 @@ class QueuePair:
         self.inflight -= rec.length
         self._retx.append(rec)
         self._stats.retransmits[cause] += 1
-        if self.policy.failover and cause != "nack":
+        if self.policy.failover and cause != "nack" and rec.slot.state is EvState.GOOD:
             self._retire(rec.slot, cause, now)
+            if rec.slot.state is not EvState.GOOD:
+                # the path failed: what is still in flight on its retired EVs is lost with it;
+                # resend it now on the paths left rather than one ACK timeout per packet
+                for other in list(self._outstanding.values()):
+                    if other.in_net and other.slot.state is not EvState.GOOD:
+                        other.in_net = False
+                        self.inflight -= other.length
+                        self._retx.append(other)
+                        self._stats.retransmits[cause] += 1
 
     def _acked(self, rec: _TxPacket, now: float) -> int:
         if rec.in_net:
@@ -688,6 +754,16 @@ class QueuePair:
                         freed.append(rec)
                     bitmap ^= low
         acked = 0
+        recycle = self._recycle
+        if freed and recycle is not None:
+            marked_load = None
+            if flags & _FLAG_ECN_ECHO:
+                marked = self.ev_table.by_wire.get(ev)
+                marked_load = marked.load if marked is not None else None
+            for rec in freed:
+                slot = rec.slot
+                if slot.load is not marked_load and rec.retx == 0:
+                    recycle.append(slot)
         if freed:
             # inline of _acked: free the packets, complete finished messages
             inflight = self.inflight
@@ -710,15 +786,32 @@ class QueuePair:
         rtt: float | None = ((int(now * NS) - ts_echo) & 0xFFFFFFFF) / NS
         if rtt is not None and rtt < 60.0:
             stats.rtt.append(rtt)
+            srtt = self._srtt
+            if srtt is None:
+                self._srtt = rtt
+                self._rttvar = rtt / 2
+            else:
+                self._rttvar = 0.75 * self._rttvar + 0.25 * abs(srtt - rtt)
+                self._srtt = 0.875 * srtt + 0.125 * rtt
         else:
             rtt = None
         if ce_count:
             stats.ecn_marked_seen += ce_count
-        if flags & _FLAG_ECN_ECHO and self._steer:
-            # the packet that triggered this ACK was CE-marked: lighten its path for an RTT
-            marked = self.ev_table.by_wire.get(ev)
-            if marked is not None:
-                marked.load.marked_until = now + (rtt if rtt is not None else self._steer_hold)
+        echoed = self.ev_table.by_wire.get(ev)
+        if echoed is not None and rtt is not None:
+            echoed.load.sample(rtt)
+        if self._steer and echoed is not None:
+            if flags & _FLAG_ECN_ECHO:
+                # the EV of a CE-marked packet: its path is congested
+                self._path_congested(echoed, rtt, now)
+            elif self._weights:
+                self._path_feedback(echoed, rtt, now)
+        if self._weights and rtt is not None:
+            # the window answers congestion common to every path: its delay is the fastest
+            # path's; a path slower than that is the spraying weights' business
+            fastest = self.ev_table.fastest_rtt()
+            if fastest and rtt > fastest:
+                rtt = fastest
         self.cc.on_ack(acked_bytes=acked, rtt=rtt, ce_count=ce_count, pkt_count=pkt_count, now=now)
         if acked:
             self._backoff = 0
@@ -728,6 +821,11 @@ class QueuePair:
             if rec.tsn > limit:
                 break
             if rec.in_net:
+                # overtaken by later packets, but on a path with a longer queue than theirs a
+                # packet is late, not lost, until it is older than that path's RTT allows
+                load = rec.slot.load
+                if load.srtt and now - rec.sent < load.srtt + 4.0 * load.rttvar:
+                    continue
                 lost.append(rec)
         if lost:
             nbytes = 0
@@ -755,8 +853,44 @@ class QueuePair:
             stats.drops["nack_stale"] += 1
             return
         stats.trims_seen += 1
+        local = False
+        if self._steer:
+            self._path_congested(rec.slot, self._srtt, now)
+            if self._weights:
+                # trimmed on a path slower than the fastest: that path's congestion, which
+                # the weights steer around; else congestion of every path, the window's
+                fastest = self.ev_table.fastest_rtt()
+                local = bool(fastest) and rec.slot.load.srtt > fastest * self._w_excess
         self._lose(rec, "nack", now)
-        self.cc.on_trim(nbytes=rec.length, now=now)
+        if not local:
+            self.cc.on_trim(nbytes=rec.length, now=now)
+
+    def _path_feedback(self, slot: EvSlot, rtt: float | None, now: float) -> None:
+        """An unmarked ACK echoing ``slot``: the path's delay decides between decrease (its
+        smoothed RTT exceeds the fastest path's by ``path_delay_excess`` of it: its queue is
+        longer than the others') and additive recovery of its share."""
+        load = slot.load
+        if rtt is not None:
+            fastest = self.ev_table.fastest_rtt()
+            if fastest and load.srtt > fastest * self._w_excess:
+                self._path_congested(slot, load.srtt, now)
+                return
+        if load.weight < 1.0:
+            load.weight = min(1.0, load.weight + self._w_inc)
+
+    def _path_congested(self, slot: EvSlot, rtt: float | None, now: float) -> None:
+        """A CE echo or a trim from ``slot``'s path: lighten it (congestion, never failure)."""
+        load = slot.load
+        hold = rtt if rtt is not None else self._steer_hold
+        if not self._weights:
+            load.marked_until = now + hold
+            return
+        if now < load.hold_until:
+            return
+        # multiplicative decrease, at most once per RTT per path
+        load.weight = max(self._w_min, load.weight * self._w_dec)
+        load.hold_until = now + hold
+        self.ev_table.normalise_weights()
 
     # -- receiver --------------------------------------------------------------------------------
 
@@ -939,8 +1073,71 @@ class QueuePair:
                 return rec
         return None
 
+    def _base_timeout(self) -> float:
+        """The ACK timeout before backoff: RFC 6298's srtt + 4 x rttvar, at least ``rto_min``
+        (default: the MRC ACK timeout 1.024 us x 2^t, also used before any RTT sample), at most
+        1.024 us x 2^max_backoff_exp. Queues that grow the RTT beyond the configured timeout
+        (slow emulated links, descheduled agents) stretch it instead of firing it spuriously."""
+        srtt = self._srtt
+        if srtt is None:
+            return self._rto_floor
+        rto = srtt + 4.0 * self._rttvar
+        if rto < self._rto_floor:
+            return self._rto_floor
+        return rto if rto < self._rto_max else self._rto_max
+
     def _timeout(self) -> float:
-        return self._cfg.ack_timeout * (1 << self._backoff)
+        return min(self._base_timeout() * (1 << self._backoff), self._rto_max)
+
+    def _tlp_due(self, first: _TxPacket) -> float | None:
+        """When the tail-loss probe fires (None without an RTT estimate): when the oldest packet
+        in flight has waited two smoothed RTTs (plus the receiver's ACK delay), at most once per
+        smoothed RTT."""
+        srtt = self._srtt
+        if not self._cfg.tlp or srtt is None:
+            return None
+        due = first.sent + 2.0 * srtt + self._cfg.ack_delay
+        return due if due > self._tlp_next else self._tlp_next
+
+    def _send_tlp(self, now: float) -> None:
+        """Tail-loss probe: re-send the oldest packets still unacknowledged after the probe
+        timeout (at most ``TLP_PACKETS``) on other EVs. Not a loss: no EV is retired, the
+        window is unchanged, the originals stay in flight; the copy's ACK (or the duplicate ACK
+        it provokes when only ACKs were lost) frees them before the ACK timeout would."""
+        srtt = self._srtt or 0.0
+        self._tlp_next = now + srtt
+        if self.remote_qpn is None:
+            return
+        due = now - 2.0 * srtt
+        out = self._shared.outbox
+        stats = self._stats
+        count = 0
+        for rec in self._outstanding.values():
+            if count >= TLP_PACKETS:
+                break
+            if not rec.in_net or rec.sent > due:
+                continue
+            slot = self.ev_table.next_other(rec.slot)
+            if slot is None:
+                return
+            msg = rec.msg
+            ts32 = int(now * NS) & 0xFFFFFFFF
+            rec.ts32 = ts32  # the copy's ACK echoes this; the original's is accepted too
+            flags = (wire.FLAG_FIRST if rec.offset == 0 else 0) | wire.FLAG_RETX
+            if rec.last:
+                flags |= wire.FLAG_LAST
+            offset = rec.offset
+            frame = wire.encode_data(
+                slot.prefix, self.remote_qpn, rec.psn, True, msg.remote_addr + offset, msg.rkey,
+                msg.imm if rec.last else None, flags, slot.plane, slot.spine_hint, slot.wire,
+                msg.msg_id, msg.length, offset, ts32, msg.data[offset : offset + rec.length],
+            )  # fmt: skip
+            out.append((slot.plane, frame))
+            count += 1
+            stats.data_packets_sent += 1
+            stats.packets_sent += 1
+            stats.bytes_sent += len(frame)
+        stats.tail_loss_probes += count
 
     def next_timer(self) -> float | None:
         """The earliest time this QP needs handle_timer."""
@@ -949,6 +1146,9 @@ class QueuePair:
         if first is not None:
             rto = first.sent + self._timeout()
             when = rto if when is None else min(when, rto)
+            tlp = self._tlp_due(first)
+            if tlp is not None and tlp < rto:
+                when = tlp if when is None else min(when, tlp)
         if self._probe_due:
             due = min(self._probe_due.values())
             when = due if when is None else min(when, due)
@@ -964,10 +1164,13 @@ class QueuePair:
         first = self._first_in_net()
         if first is not None:
             timeout = self._timeout()
-            if first.sent + timeout <= now:
+            tlp = self._tlp_due(first)
+            if tlp is not None and tlp <= now and now < first.sent + timeout:
+                self._send_tlp(now)
+            elif first.sent + timeout <= now:
                 # every packet older than the un-backed-off timeout is lost, not just the oldest:
                 # else each packet of a lost window would cost one more doubled timeout
-                base = self._cfg.ack_timeout
+                base = self._base_timeout()
                 lost = [r for r in self._outstanding.values() if r.in_net and r.sent + base <= now]
                 nbytes = 0
                 for rec in lost:

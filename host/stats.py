@@ -26,6 +26,7 @@ class Stats:
         self.trims_seen = 0
         self.ecn_marked_seen = 0
         self.rtos = 0
+        self.tail_loss_probes = 0  # packets re-sent by tail-loss probes
         self.messages_sent = 0
         self.messages_completed = 0
         self.messages_received = 0
