@@ -263,6 +263,7 @@ class QueuePair:
         self._srtt: float | None = None
         self._rttvar = 0.0
         self._tlp_next = 0.0  # no tail-loss probe before this time (one per smoothed RTT)
+        self._last_ack = 0.0  # the last ACK that acknowledged data (restarts the ACK timeout)
         self._rto_floor = cfg.ack_timeout if cfg.rto_min is None else cfg.rto_min
         self._rto_max = ACK_TIMEOUT_UNIT * (1 << cfg.max_backoff_exp)
         # receiver
@@ -815,6 +816,7 @@ class QueuePair:
         self.cc.on_ack(acked_bytes=acked, rtt=rtt, ce_count=ce_count, pkt_count=pkt_count, now=now)
         if acked:
             self._backoff = 0
+            self._last_ack = now
         limit = self._highest_acked_tsn - self._cfg.reorder_threshold
         lost: list[_TxPacket] = []
         for rec in outstanding.values():
@@ -1144,7 +1146,7 @@ class QueuePair:
         when: float | None = self._ack_deadline
         first = self._first_in_net()
         if first is not None:
-            rto = first.sent + self._timeout()
+            rto = max(first.sent, self._last_ack) + self._timeout()
             when = rto if when is None else min(when, rto)
             tlp = self._tlp_due(first)
             if tlp is not None and tlp < rto:
@@ -1163,11 +1165,12 @@ class QueuePair:
             self._send_ack(now)
         first = self._first_in_net()
         if first is not None:
-            timeout = self._timeout()
+            # the timer restarts on every ACK that acknowledges data (RFC 6298, 5.3)
+            expiry = max(first.sent, self._last_ack) + self._timeout()
             tlp = self._tlp_due(first)
-            if tlp is not None and tlp <= now and now < first.sent + timeout:
+            if tlp is not None and tlp <= now < expiry:
                 self._send_tlp(now)
-            elif first.sent + timeout <= now:
+            elif expiry <= now:
                 # every packet older than the un-backed-off timeout is lost, not just the oldest:
                 # else each packet of a lost window would cost one more doubled timeout
                 base = self._base_timeout()
