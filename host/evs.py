@@ -198,6 +198,7 @@ class EvTable:
         self._by_ev = {s.ev: s for s in slots}
         self._rng = rng
         self._good: list[EvSlot] = []
+        self._good_loads: list[PathLoad] = []  #: paths with a GOOD EV
         self.order: list[EvSlot] = []  #: the spraying cycle over GOOD EVs
         self.rr = rng.randrange(1 << 30)  #: position in the cycle (random start)
         self._fixed: EvSlot | None = None
@@ -207,6 +208,7 @@ class EvTable:
 
     def _refresh(self) -> None:
         self._good = [s for s in self.slots if s.state is EvState.GOOD]
+        self._good_loads = list({id(s.load): s.load for s in self._good}.values())
         planes: dict[int, list[EvSlot]] = {}
         for s in self._good:
             planes.setdefault(s.plane, []).append(s)
@@ -219,15 +221,15 @@ class EvTable:
     def fastest_rtt(self) -> float:
         """The smallest smoothed RTT of the paths in use (0.0 when none has a sample)."""
         best = 0.0
-        for s in self._good:
-            rtt = s.load.srtt
+        for load in self._good_loads:
+            rtt = load.srtt
             if rtt and (not best or rtt < best):
                 best = rtt
         return best
 
     def normalise_weights(self) -> None:
         """Scale the weights of the paths in use so that the largest is 1 (they are relative)."""
-        top = max((s.load.weight for s in self._good), default=1.0)
+        top = max((load.weight for load in self._good_loads), default=1.0)
         if 0.0 < top < 1.0:
             for load in self.loads:
                 load.weight = min(1.0, load.weight / top)

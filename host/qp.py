@@ -6,10 +6,18 @@ bit covers them. Loss detection:
 
 - trim NACK: retransmit at once on another EV, the EV stays GOOD, congestion control sees a trim;
 - SACK: a packet is lost when one sent ``reorder_threshold`` packets after it was acknowledged;
-- ACK timeout (RTO): 1.024 us x 2^t after the oldest packet in flight, doubling on repeats.
+- ACK timeout (RTO): srtt + 4 rttvar, at least 1.024 us x 2^t, after the oldest packet in flight
+  or the last ACK of new data, doubling on repeats.
 
 SACK and RTO losses are path failures: the EV (and, with ``retire_path``, its whole path) goes
-ASSUMED_BAD and is probed every ``probe_interval`` until a probe reply reinstates it.
+ASSUMED_BAD and is probed every ``probe_interval`` until a probe reply reinstates it. A SACK loss
+also needs the packet to be older than its own path's RTT allows (unequal paths reorder). The
+ACK timeout follows the smoothed RTT (floor: the MRC timeout) and a tail-loss probe re-sends the
+oldest packets after two smoothed RTTs, before it fires.
+
+Spraying: new packets reuse the path of a packet acknowledged without a CE echo (recycled), else
+follow the spraying cycle thinned by per-path weights that congestion (CE echo, trim, excess
+delay) decreases multiplicatively and clean ACKs restore additively; see docs/host-stack.md.
 
 Receiver: every packet is placed at its RETH address after checking rkey and bounds; PSNs are
 tracked as a cumulative PSN plus the set received beyond it; ACKs are coalesced (every
@@ -555,11 +563,16 @@ class QueuePair:
                 # a path that just delivered a packet without congestion: each path gets new
                 # packets at the rate it delivers them (every EXPLORE_EVERY-th packet follows
                 # the cycle instead, so a path with new spare capacity gains share)
-                # the path of a packet just delivered, its next EV
-                found = recycle.popleft().load.next_ev()
-                if found is None:
-                    continue
-                slot = found
+                # the path of a packet just delivered, its next EV (inline of next_ev)
+                load = recycle.popleft().load
+                evs = load.evs
+                load.rr = n = load.rr + 1
+                slot = evs[n % len(evs)]
+                if slot.state is not _GOOD:
+                    found = load.next_ev()
+                    if found is None:
+                        continue
+                    slot = found
             else:
                 rr += 1
                 slot = order[rr % count]
