@@ -32,10 +32,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from topologies import Fabric, Link, Topology, TopologyError, load_topology
-from topologies.config import shipped_topology
+from topologies.config import FieldError, read_yaml_file, shipped_topology
 
 WORKLOAD_KINDS = ("permutation", "incast", "all-to-all")
 # MRC agent policies (the host agent's transport variants) and the kernel baselines.
@@ -58,19 +56,8 @@ _UNITS = {
 }
 
 
-class ScenarioError(ValueError):
+class ScenarioError(FieldError):
     """A scenario file or value that does not describe a runnable experiment."""
-
-    def __init__(self, source: str, field: str, value: object, expected: str) -> None:
-        self.source = source
-        self.field = field
-        self.value = value
-        self.expected = expected
-        if field.startswith("<"):
-            message = f"{source}: {value}: expected {expected}"
-        else:
-            message = f"{source}: field '{field}' = {value!r}: expected {expected}"
-        super().__init__(message)
 
 
 @dataclass(frozen=True)
@@ -486,23 +473,7 @@ def parse_scenario(data: object, source: str = "<memory>", base: Path | None = N
 def load_scenario(path: str | Path) -> Scenario:
     """Load and validate a scenario file."""
     path = Path(path)
-    source = str(path)
-    try:
-        text = path.read_text()
-    except FileNotFoundError:
-        raise ScenarioError(source, "<file>", "no such file", "an existing scenario YAML file") from None
-    except OSError as exc:
-        raise ScenarioError(source, "<file>", exc.strerror, "a readable scenario file") from None
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"line {mark.line + 1}" if mark is not None else "the file"
-        raise ScenarioError(source, "<yaml>", f"{getattr(exc, 'problem', None) or 'not YAML'} "
-                            f"at {where}", "valid YAML") from None
-    if isinstance(data, Mapping) and "name" not in data:
-        data = {**data, "name": path.stem}
-    return parse_scenario(data, source, path.parent)
+    return parse_scenario(read_yaml_file(path, "scenario", ScenarioError), str(path), path.parent)
 
 
 def shipped_scenario(name: str) -> Path:

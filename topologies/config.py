@@ -41,19 +41,47 @@ MAX_HEADER_BYTES = 14 + 40 + 8 + 4 * 16 + 8 + 12 + 16 + 4 + 24
 MAX_LINK_MTU = 9500
 
 
-class TopologyError(ValueError):
-    """A topology file or value that does not describe a valid fabric."""
+class FieldError(ValueError):
+    """A file or value with a field at fault: names the file, the field, the value and what
+    was expected. ``field`` is ``<file>``, ``<yaml>`` or ``<top>`` for the file as a whole."""
 
     def __init__(self, source: str, field: str, value: object, expected: str) -> None:
         self.source = source
         self.field = field
         self.value = value
         self.expected = expected
-        if field.startswith("<"):  # the file as a whole: <file>, <yaml>, <top>
-            message = f"{source}: {value if isinstance(value, str) else type(value).__name__}: expected {expected}"
+        if field.startswith("<"):
+            shown = value if isinstance(value, str) else type(value).__name__
+            message = f"{source}: {shown}: expected {expected}"
         else:
             message = f"{source}: field '{field}' = {value!r}: expected {expected}"
         super().__init__(message)
+
+
+class TopologyError(FieldError):
+    """A topology file or value that does not describe a valid fabric."""
+
+
+def read_yaml_file(path: Path, kind: str, error: type[FieldError]) -> object:
+    """The YAML document of a ``kind`` file ("topology", "scenario"), its ``name`` defaulting
+    to the file's stem; unreadable files and bad YAML raise ``error``."""
+    source = str(path)
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        raise error(source, "<file>", "no such file", f"an existing {kind} YAML file") from None
+    except OSError as exc:
+        raise error(source, "<file>", exc.strerror, f"a readable {kind} file") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f"line {mark.line + 1}" if mark is not None else "the file"
+        problem = getattr(exc, "problem", None) or "not YAML"
+        raise error(source, "<yaml>", f"{problem} at {where}", "valid YAML") from None
+    if isinstance(data, Mapping) and "name" not in data:
+        data = {**data, "name": path.stem}
+    return data
 
 
 @dataclass(frozen=True)
@@ -125,24 +153,7 @@ _DEFAULTS: dict[str, Any] = {
 def load_topology(path: str | Path) -> Topology:
     """Load and validate a topology file."""
     path = Path(path)
-    source = str(path)
-    try:
-        text = path.read_text()
-    except FileNotFoundError:
-        raise TopologyError(source, "<file>", "no such file", "an existing topology YAML file") from None
-    except OSError as exc:
-        raise TopologyError(source, "<file>", exc.strerror, "a readable topology file") from None
-    try:
-        data = yaml.safe_load(text)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f"line {mark.line + 1}" if mark is not None else "the file"
-        problem = getattr(exc, "problem", None) or "not YAML"
-        raise TopologyError(source, "<yaml>", f"{problem} at {where}", "valid YAML") from None
-    name_default = path.stem
-    if isinstance(data, Mapping) and "name" not in data:
-        data = {**data, "name": name_default}
-    return parse_topology(data, source)
+    return parse_topology(read_yaml_file(path, "topology", TopologyError), str(path))
 
 
 def parse_topology(data: object, source: str = "<memory>") -> Topology:
@@ -252,4 +263,12 @@ def shipped_topology(name: str) -> Path:
     return Path(__file__).with_name(f"{name}.yaml")
 
 
-__all__ = ["Topology", "TopologyError", "load_topology", "parse_topology", "shipped_topology"]
+__all__ = [
+    "FieldError",
+    "Topology",
+    "TopologyError",
+    "load_topology",
+    "parse_topology",
+    "read_yaml_file",
+    "shipped_topology",
+]
