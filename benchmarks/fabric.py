@@ -76,8 +76,11 @@ class CpuMeter:
                 continue
 
     def pids(self) -> dict[int, str]:
-        out = {sw.process.pid: "switches" for sw in self.testbed.net.switches.values()
-               if sw.process.pid}
+        out = {
+            sw.process.pid: "switches"
+            for sw in self.testbed.net.switches.values()
+            if sw.process.pid
+        }
         out.update({p.pid: "agents" for p in self.testbed.agents.values()})
         if self.testbed.watch is not None:
             out[self.testbed.watch.pid] = "watch"
@@ -101,13 +104,26 @@ class CpuMeter:
             self.by_kind = dict.fromkeys(self.by_kind, 0.0)
 
 
-def scenario(name: str, rate: float, size: str, transports: list[Any], duration: float,
-             faults: list[dict[str, Any]] | None = None, **extra: Any) -> Any:
+def scenario(
+    name: str,
+    rate: float,
+    size: str,
+    transports: list[Any],
+    duration: float,
+    faults: list[dict[str, Any]] | None = None,
+    **extra: Any,
+) -> Any:
     data: dict[str, Any] = {
-        "name": name, "topology": "small", "link_rate_mbps": rate, "link_delay_us": 0,
-        "duration_s": duration, "sample_interval_s": 0.1, "transports": transports,
-        "workloads": [{"kind": "permutation", "message_bytes": "256KiB", "total_bytes": size,
-                       "start_s": 0.2}],
+        "name": name,
+        "topology": "small",
+        "link_rate_mbps": rate,
+        "link_delay_us": 0,
+        "duration_s": duration,
+        "sample_interval_s": 0.1,
+        "transports": transports,
+        "workloads": [
+            {"kind": "permutation", "message_bytes": "256KiB", "total_bytes": size, "start_s": 0.2}
+        ],
         "faults": faults or [],
     }
     data.update(extra)
@@ -122,15 +138,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, help="folder for the results (default: a temp dir)")
     args = parser.parse_args(argv)
     if os.geteuid() != 0:
-        print("benchmarks/fabric.py needs root (Mininet, namespaces): run it with sudo",
-              file=sys.stderr)
+        print(
+            "benchmarks/fabric.py needs root (Mininet, namespaces): run it with sudo",
+            file=sys.stderr,
+        )
         return 1
     out = args.out or Path(tempfile.mkdtemp(prefix="mrc-fabric-bench-"))
     out.mkdir(parents=True, exist_ok=True)
     first = scenario("bench", args.rate, args.size, ["mrc"], 30)
     testbed = Testbed(first.topology, args.target, state_path=out / "run" / "state.json")
-    figures: dict[str, Any] = {"rate_mbps": args.rate, "size": args.size,
-                               "cores": os.cpu_count()}
+    figures: dict[str, Any] = {"rate_mbps": args.rate, "size": args.size, "cores": os.cpu_count()}
     quiet = lambda _line: None  # noqa: E731 -- the runner's chatter is not wanted here
     testbed.up()
     cpu = CpuMeter(testbed)
@@ -142,8 +159,7 @@ def main(argv: list[str] | None = None) -> int:
         figures["cpu_idle_by_kind"] = {k: v / 5.0 for k, v in cpu.by_kind.items()}
 
         # 1. permutation goodput (with CPU metering of the MRC phase)
-        perm = scenario("permutation", args.rate, args.size, ["mrc", "single-path", "mptcp"],
-                        30)
+        perm = scenario("permutation", args.rate, args.size, ["mrc", "single-path", "mptcp"], 30)
         marks: dict[str, float] = {}
         original = Phase.run
 
@@ -157,44 +173,79 @@ def main(argv: list[str] | None = None) -> int:
 
         Phase.run = run_metered  # type: ignore[method-assign]
         try:
-            m1 = run_scenario(perm, out / "permutation", testbed=testbed, progress=False,
-                              show=quiet)
+            m1 = run_scenario(
+                perm, out / "permutation", testbed=testbed, progress=False, show=quiet
+            )
         finally:
             Phase.run = original  # type: ignore[method-assign]
         figures["permutation"] = {
-            k: {"goodput_fraction": v["goodput_fraction"], "goodput_mbps": v["goodput_bps"] / 1e6,
-                "rtos": v["rtos"], "complete": v["complete"], "cpu_cores": marks.get(k)}
-            for k, v in m1.items()}
+            k: {
+                "goodput_fraction": v["goodput_fraction"],
+                "goodput_mbps": v["goodput_bps"] / 1e6,
+                "rtos": v["rtos"],
+                "complete": v["complete"],
+                "cpu_cores": marks.get(k),
+            }
+            for k, v in m1.items()
+        }
 
         # 2. recovery after a link failure (not repaired during the run)
-        fail = scenario("failure", args.rate, "16MiB", ["mrc", "mptcp"], 20,
-                        faults=[{"kind": "link_down", "at_s": 3.0, "link": LINK}])
+        fail = scenario(
+            "failure",
+            args.rate,
+            "16MiB",
+            ["mrc", "mptcp"],
+            20,
+            faults=[{"kind": "link_down", "at_s": 3.0, "link": LINK}],
+        )
         m2 = run_scenario(fail, out / "failure", testbed=testbed, progress=False, show=quiet)
         figures["failure"] = {}
         for k, v in m2.items():
             rec = v["recovery"][0] if v["recovery"] else {}
             figures["failure"][k] = {
-                "goodput_recovery_ms": None if rec.get("recovery_s") is None
+                "goodput_recovery_ms": None
+                if rec.get("recovery_s") is None
                 else rec["recovery_s"] * 1000,
-                "ev_failover_p50_ms": None if rec.get("ev_failover_p50_s") is None
+                "ev_failover_p50_ms": None
+                if rec.get("ev_failover_p50_s") is None
                 else rec["ev_failover_p50_s"] * 1000,
-                "ev_failover_max_ms": None if rec.get("ev_failover_max_s") is None
+                "ev_failover_max_ms": None
+                if rec.get("ev_failover_max_s") is None
                 else rec["ev_failover_max_s"] * 1000,
                 "ev_failover_p50_rtts": rec.get("ev_failover_p50_rtts"),
                 "base_rtt_ms": None if v["base_rtt_s"] is None else v["base_rtt_s"] * 1000,
-                "goodput_fraction": v["goodput_fraction"], "complete": v["complete"],
+                "goodput_fraction": v["goodput_fraction"],
+                "complete": v["complete"],
             }
 
         # 3. incast with trimming on and off
-        incast = parse_scenario({
-            "name": "incast", "topology": "small", "link_rate_mbps": args.rate,
-            "link_delay_us": 0, "queue_depth": 8, "trim_threshold": 4, "ecn_threshold": 2,
-            "duration_s": 20, "sample_interval_s": 0.1,
-            "transports": [{"name": "mrc-trim", "transport": "mrc", "trimming": True},
-                           {"name": "mrc-no-trim", "transport": "mrc", "trimming": False}],
-            "workloads": [{"kind": "incast", "receiver": "h0", "senders": ["h1", "h2", "h3"],
-                           "message_bytes": "256KiB", "total_bytes": "6MiB", "start_s": 0.2}],
-        })
+        incast = parse_scenario(
+            {
+                "name": "incast",
+                "topology": "small",
+                "link_rate_mbps": args.rate,
+                "link_delay_us": 0,
+                "queue_depth": 8,
+                "trim_threshold": 4,
+                "ecn_threshold": 2,
+                "duration_s": 20,
+                "sample_interval_s": 0.1,
+                "transports": [
+                    {"name": "mrc-trim", "transport": "mrc", "trimming": True},
+                    {"name": "mrc-no-trim", "transport": "mrc", "trimming": False},
+                ],
+                "workloads": [
+                    {
+                        "kind": "incast",
+                        "receiver": "h0",
+                        "senders": ["h1", "h2", "h3"],
+                        "message_bytes": "256KiB",
+                        "total_bytes": "6MiB",
+                        "start_s": 0.2,
+                    }
+                ],
+            }
+        )
         # The incast needs the shallow buffer: it runs on a fabric of its own.
         testbed.down()
         testbed = Testbed(incast.topology, args.target, state_path=out / "run" / "state.json")
@@ -202,10 +253,16 @@ def main(argv: list[str] | None = None) -> int:
         testbed.up()
         m3 = run_scenario(incast, out / "incast", testbed=testbed, progress=False, show=quiet)
         figures["incast"] = {
-            k: {"bottleneck_utilisation": v["goodput_fraction"], "rtos": v["rtos"],
-                "nacks": v["nacks"], "trims": v["switch_totals"]["trimmed"],
-                "drops": v["switch_totals"]["drops"], "complete": v["complete"]}
-            for k, v in m3.items()}
+            k: {
+                "bottleneck_utilisation": v["goodput_fraction"],
+                "rtos": v["rtos"],
+                "nacks": v["nacks"],
+                "trims": v["switch_totals"]["trimmed"],
+                "drops": v["switch_totals"]["drops"],
+                "complete": v["complete"],
+            }
+            for k, v in m3.items()
+        }
     finally:
         cpu.stop.set()
         testbed.down()
@@ -222,29 +279,39 @@ def _fmt(value: Any, spec: str = ".2f") -> str:
 def report(f: dict[str, Any]) -> None:
     """Print the figures."""
     cores = f["cores"] or 1
-    print(f"fabric small at {f['rate_mbps']:g} Mb/s per link, {f['size']} per flow, "
-          f"{cores} cores")
-    print(f"idle testbed CPU: {f['cpu_idle_cores']:.2f} cores "
-          f"({100 * (1 - f['cpu_idle_cores'] / cores):.0f}% headroom) "
-          + ", ".join(f"{k} {v:.2f}" for k, v in f["cpu_idle_by_kind"].items()))
+    print(f"fabric small at {f['rate_mbps']:g} Mb/s per link, {f['size']} per flow, {cores} cores")
+    print(
+        f"idle testbed CPU: {f['cpu_idle_cores']:.2f} cores "
+        f"({100 * (1 - f['cpu_idle_cores'] / cores):.0f}% headroom) "
+        + ", ".join(f"{k} {v:.2f}" for k, v in f["cpu_idle_by_kind"].items())
+    )
     print("1. permutation: goodput / aggregate plane capacity (target MRC >= 0.9)")
     for k, v in f["permutation"].items():
-        print(f"   {k:<12} {v['goodput_fraction']:.2f}  {v['goodput_mbps']:.1f} Mb/s  "
-              f"RTOs {v['rtos']:.0f}  CPU {_fmt(v['cpu_cores'])} cores"
-              f"{'' if v['complete'] else '  (incomplete)'}")
+        print(
+            f"   {k:<12} {v['goodput_fraction']:.2f}  {v['goodput_mbps']:.1f} Mb/s  "
+            f"RTOs {v['rtos']:.0f}  CPU {_fmt(v['cpu_cores'])} cores"
+            f"{'' if v['complete'] else '  (incomplete)'}"
+        )
     print("2. link failure: goodput recovery and EV failover (target <= 10 RTTs)")
     for k, v in f["failure"].items():
-        rtts = (v["goodput_recovery_ms"] / v["base_rtt_ms"]
-                if v["goodput_recovery_ms"] is not None and v["base_rtt_ms"] else None)
-        print(f"   {k:<12} goodput back to 90% after {_fmt(v['goodput_recovery_ms'], '.0f')} ms"
-              f" ({_fmt(rtts, '.0f')} RTTs)"
-              f"; EV failover p50 {_fmt(v['ev_failover_p50_ms'], '.1f')} ms "
-              f"(max {_fmt(v['ev_failover_max_ms'], '.1f')} ms, "
-              f"{_fmt(v['ev_failover_p50_rtts'], '.1f')} RTTs of {_fmt(v['base_rtt_ms'])} ms)")
+        rtts = (
+            v["goodput_recovery_ms"] / v["base_rtt_ms"]
+            if v["goodput_recovery_ms"] is not None and v["base_rtt_ms"]
+            else None
+        )
+        print(
+            f"   {k:<12} goodput back to 90% after {_fmt(v['goodput_recovery_ms'], '.0f')} ms"
+            f" ({_fmt(rtts, '.0f')} RTTs)"
+            f"; EV failover p50 {_fmt(v['ev_failover_p50_ms'], '.1f')} ms "
+            f"(max {_fmt(v['ev_failover_max_ms'], '.1f')} ms, "
+            f"{_fmt(v['ev_failover_p50_rtts'], '.1f')} RTTs of {_fmt(v['base_rtt_ms'])} ms)"
+        )
     print("3. incast 3 -> 1: bottleneck utilisation (target with trimming >= 0.9, 0 RTOs)")
     for k, v in f["incast"].items():
-        print(f"   {k:<12} {v['bottleneck_utilisation']:.2f}  RTOs {v['rtos']:.0f}  "
-              f"NACKs {v['nacks']:.0f}  trims {v['trims']}  drops {v['drops']}")
+        print(
+            f"   {k:<12} {v['bottleneck_utilisation']:.2f}  RTOs {v['rtos']:.0f}  "
+            f"NACKs {v['nacks']:.0f}  trims {v['trims']}  drops {v['drops']}"
+        )
 
 
 if __name__ == "__main__":

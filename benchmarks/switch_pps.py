@@ -280,9 +280,9 @@ def start_model(bench: Bench, workdir: Path, profile: Path | None) -> tuple[obje
 
 
 def start_bmv2(bench: Bench, workdir: Path) -> tuple[object, int, bytes]:
-    from controller.bmv2 import Bmv2Switch, p4_build
+    from controller.bmv2 import Bmv2Switch, committed_pipeline
 
-    p4info_path, json_path = p4_build()
+    p4info_path, json_path = committed_pipeline()
     switch = Bmv2Switch(
         "smb-bmv2", {bench.in_port: bench.sw_in, bench.out_port: bench.sw_out}, device_id=1,
         grpc_addr=f"127.0.0.1:{_free_port()}", thrift_port=_free_port(), queue_depth=1024,
@@ -403,9 +403,9 @@ def main(argv: list[str] | None = None) -> int:
                 device_config, p4info_path = b"", None
             else:
                 switch, pid, device_config = start_bmv2(bench, workdir)
-                from controller.bmv2 import p4_build
+                from controller.bmv2 import committed_pipeline
 
-                p4info_path = p4_build()[0]
+                p4info_path = committed_pipeline()[0]
             if args.pin:
                 sh("taskset", "-a", "-cp", "0", str(pid))  # the switch has core 0 to itself
                 bench.traffic_cpu = 1

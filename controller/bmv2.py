@@ -1,7 +1,8 @@
 """BMv2 for the testbed: build the P4 program with p4c, run ``simple_switch_grpc`` per switch.
 
-- :func:`p4_build` compiles ``p4src/mrc_switch.p4`` into ``p4src/build/`` (BMv2 JSON and
-  p4c's P4Info) when the output is missing or older than the sources;
+- :func:`compile_p4` compiles ``p4src/mrc_switch.p4`` with p4c; its two outputs, the P4Info and
+  the BMv2 JSON, are committed beside the source (:func:`committed_pipeline`) and are the contract
+  that the controller, BMv2 and switchmodel share (:func:`stale_outputs` checks them);
 - :class:`Bmv2Switch` is the :class:`~controller.targets.SwitchProcess` for
   ``simple_switch_grpc``: ``-i PORT@IFACE`` per port, device id, Thrift port, log file and level,
   optional pcap directory, and after ``--`` the target options (gRPC address, number of priority
@@ -28,7 +29,8 @@ from controller.targets import SwitchConfigError, SwitchProcess, SwitchStartErro
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 P4_SOURCE = REPO_ROOT / "p4src" / "mrc_switch.p4"
-P4_BUILD_DIR = REPO_ROOT / "p4src" / "build"
+P4_P4INFO = REPO_ROOT / "p4src" / "mrc_switch.p4info.txtpb"
+P4_JSON = REPO_ROOT / "p4src" / "mrc_switch.json"
 
 SIMPLE_SWITCH_GRPC = "simple_switch_grpc"
 SIMPLE_SWITCH_CLI = "simple_switch_CLI"
@@ -47,52 +49,73 @@ class P4BuildError(RuntimeError):
 
 
 def missing_tools(
-    tools: tuple[str, ...] = (P4C, SIMPLE_SWITCH_GRPC, SIMPLE_SWITCH_CLI),
+    tools: tuple[str, ...] = (SIMPLE_SWITCH_GRPC, SIMPLE_SWITCH_CLI),
 ) -> list[str]:
     """The programs of ``tools`` that are not on PATH."""
     return [tool for tool in tools if shutil.which(tool) is None]
 
 
-def _sources(source: Path) -> list[Path]:
-    include = source.parent / "include"
-    return [source, *sorted(include.glob("*.p4"))] if include.is_dir() else [source]
+def compile_p4(out_dir: Path, source: Path = P4_SOURCE) -> tuple[Path, Path]:
+    """Compile ``source`` for BMv2 (v1model) with p4c into ``out_dir``.
 
-
-def p4_build(
-    source: Path = P4_SOURCE, build_dir: Path = P4_BUILD_DIR, *, force: bool = False
-) -> tuple[Path, Path]:
-    """Compile ``source`` for BMv2 unless its output is newer than every source file.
-
-    Returns ``(p4info_path, bmv2_json_path)``. Raises :class:`ToolMissing` when p4c is not on
-    PATH and :class:`P4BuildError` (with p4c's output) when the compilation fails.
+    p4c runs from the repository root on the source's relative path, so the source file names
+    recorded in the JSON are the same on every machine. Returns ``(p4info_path,
+    bmv2_json_path)``. Raises :class:`ToolMissing` when p4c is not on PATH and
+    :class:`P4BuildError` (with p4c's output) when the compilation fails or warns.
     """
+    source = source.resolve()
     if not source.is_file():
         raise FileNotFoundError(f"P4 source {source}: no such file")
-    stem = source.stem
-    p4info = build_dir / f"{stem}.p4info.txtpb"
-    bmv2_json = build_dir / f"{stem}.json"
-    newest_source = max(path.stat().st_mtime for path in _sources(source))
-    fresh = all(
-        path.is_file() and path.stat().st_mtime >= newest_source for path in (p4info, bmv2_json)
-    )
-    if fresh and not force:
-        return p4info, bmv2_json
     p4c = shutil.which(P4C)
     if p4c is None:
         raise ToolMissing(
             f"{P4C} is not on PATH: cannot compile {source.name} for BMv2 "
-            "(install it with scripts/install.sh --with-bmv2, or use the switchmodel target)"
+            "(install it with scripts/install.sh --with-bmv2, or use the committed "
+            f"{P4_JSON.relative_to(REPO_ROOT)})"
         )
-    build_dir.mkdir(parents=True, exist_ok=True)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    stem = source.stem
+    p4info = out_dir.resolve() / f"{stem}.p4info.txtpb"
+    bmv2_json = out_dir.resolve() / f"{stem}.json"
+    try:
+        relative = source.relative_to(REPO_ROOT)
+    except ValueError:
+        relative = source
     argv = [
-        p4c, "--target", "bmv2", "--arch", "v1model",
-        "--p4runtime-files", str(p4info), "-o", str(build_dir), str(source),
+        p4c, "--target", "bmv2", "--arch", "v1model", "-Xp4c=--Werror",
+        "--p4runtime-files", str(p4info), "-o", str(out_dir.resolve()), str(relative),
     ]  # fmt: skip
-    result = subprocess.run(argv, capture_output=True, text=True, check=False)
+    result = subprocess.run(argv, capture_output=True, text=True, check=False, cwd=REPO_ROOT)
     if result.returncode != 0 or not bmv2_json.is_file() or not p4info.is_file():
         output = (result.stdout + result.stderr).strip() or "(no output)"
-        raise P4BuildError(f"p4c failed on {source} (status {result.returncode}):\n{output}")
+        raise P4BuildError(f"p4c failed on {relative} (status {result.returncode}):\n{output}")
+    # p4c also leaves its preprocessed source (<stem>.p4i), and names it in the JSON by its
+    # absolute path in out_dir: neither belongs in the contract, so the JSON names the source.
+    preprocessed = out_dir.resolve() / f"{stem}.p4i"
+    text = bmv2_json.read_text()
+    bmv2_json.write_text(text.replace(f'"{preprocessed}"', f'"{relative}"', 1))
+    preprocessed.unlink(missing_ok=True)
     return p4info, bmv2_json
+
+
+def committed_pipeline() -> tuple[Path, Path]:
+    """The committed compiler outputs: ``(p4info_path, bmv2_json_path)`` (see ``mrc-ctl p4``)."""
+    for path in (P4_P4INFO, P4_JSON):
+        if not path.is_file():
+            raise FileNotFoundError(
+                f"{path.relative_to(REPO_ROOT)} is missing: regenerate it with 'mrc-ctl p4'"
+            )
+    return P4_P4INFO, P4_JSON
+
+
+def stale_outputs(out_dir: Path) -> list[str]:
+    """Compile into ``out_dir`` and name the committed outputs that differ from p4c's."""
+    p4info, bmv2_json = compile_p4(out_dir)
+    stale = []
+    for fresh, committed in ((p4info, P4_P4INFO), (bmv2_json, P4_JSON)):
+        if not committed.is_file() or committed.read_bytes() != fresh.read_bytes():
+            stale.append(str(committed.relative_to(REPO_ROOT)))
+    return stale
 
 
 def queue_rate_pps(rate_bps: int, mtu: int) -> int:
@@ -258,8 +281,10 @@ __all__ = [
     "Bmv2Switch",
     "P4BuildError",
     "ToolMissing",
+    "committed_pipeline",
+    "compile_p4",
     "missing_tools",
-    "p4_build",
+    "stale_outputs",
     "parse_grpc_addr",
     "queue_rate_pps",
 ]

@@ -58,8 +58,8 @@ def default_p4info_path() -> Path:
 
 
 def default_bmv2_json_path() -> Path:
-    """Where ``make p4`` leaves the BMv2 JSON of the mrc_switch program."""
-    return REPO_ROOT / "p4src" / "build" / "mrc_switch.json"
+    """The committed BMv2 JSON of the mrc_switch program (p4c's output, see ``mrc-ctl p4``)."""
+    return REPO_ROOT / "p4src" / "mrc_switch.json"
 
 
 class P4InfoError(ValueError):

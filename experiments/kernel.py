@@ -40,11 +40,19 @@ def host_commands(fabric: Any, host: str, mptcp: bool) -> list[str]:
     """The shell commands that put ``host``'s kernel on the fabric (see the module docstring)."""
     h = fabric.host(host)
     mtu = fabric.topology.link_mtu - SRH_ROOM
-    cmds = ["sysctl -qw net.ipv6.conf.all.seg6_enabled=1",
-            "sysctl -qw net.ipv6.conf.all.accept_dad=0"]
+    cmds = [
+        "sysctl -qw net.ipv6.conf.all.seg6_enabled=1",
+        "sysctl -qw net.ipv6.conf.all.accept_dad=0",
+    ]
     for nic in h.nics:
-        for key, value in (("addr_gen_mode", 1), ("accept_dad", 0), ("router_solicitations", 0),
-                           ("accept_ra", 0), ("seg6_enabled", 1), ("disable_ipv6", 0)):
+        for key, value in (
+            ("addr_gen_mode", 1),
+            ("accept_dad", 0),
+            ("router_solicitations", 0),
+            ("accept_ra", 0),
+            ("seg6_enabled", 1),
+            ("disable_ipv6", 0),
+        ):
             cmds.append(f"sysctl -qw net.ipv6.conf.{nic.intf}.{key}={value}")
         cmds.append(f"ip -6 addr add {nic.address}/128 dev {nic.intf} nodad")
     for peer in fabric.hosts:
@@ -126,8 +134,9 @@ class KernelFlows:
         """Stop the agents, give the kernel the NICs, set the SRv6 routes."""
         self.testbed.stop_agents()
         scenario = self.phase.scenario
-        self.testbed.set_trimming(self.phase.transport.trimming, scenario.trim_threshold,
-                                  scenario.ecn_threshold)
+        self.testbed.set_trimming(
+            self.phase.transport.trimming, scenario.trim_threshold, scenario.ecn_threshold
+        )
         self.dir.mkdir(parents=True, exist_ok=True)
         for host in self.fabric.hosts:
             node = self.node(host.name)
@@ -144,27 +153,46 @@ class KernelFlows:
     def _start_flows(self) -> None:
         phase = self.phase
         py = sys.executable
-        order = sorted(range(len(self.flows)),
-                       key=lambda i: phase.scenario.workloads[self.flows[i][0]].start_s)
+        order = sorted(
+            range(len(self.flows)), key=lambda i: phase.scenario.workloads[self.flows[i][0]].start_s
+        )
         for i in order:
             w_index, src, dst = self.flows[i]
             workload = phase.scenario.workloads[w_index]
             if phase.stop.wait(max(0.0, workload.start_s - phase.now())):
                 return
             timeout = max(1.0, phase.scenario.duration_s - phase.now())
-            common = ["--proto", self.proto, "--port", str(BASE_PORT + i), "--total",
-                      str(workload.total_bytes), "--message", str(workload.message_bytes),
-                      "--timeout", f"{timeout:.1f}",
-                      "--interval", f"{phase.scenario.sample_interval_s / 2:g}"]
+            common = [
+                "--proto",
+                self.proto,
+                "--port",
+                str(BASE_PORT + i),
+                "--total",
+                str(workload.total_bytes),
+                "--message",
+                str(workload.message_bytes),
+                "--timeout",
+                f"{timeout:.1f}",
+                "--interval",
+                f"{phase.scenario.sample_interval_s / 2:g}",
+            ]
             address = str(self.fabric.host(dst).nic(0).address)
             rx_out = open(self.dir / f"rx{i}.jsonl", "wb")  # noqa: SIM115 -- owned by the child
-            self.processes.append(self.node(dst).popen(
-                [py, "-m", "experiments.kernel_flow", "serve", "--bind", "::", *common],
-                stdout=rx_out, stderr=subprocess.DEVNULL))
+            self.processes.append(
+                self.node(dst).popen(
+                    [py, "-m", "experiments.kernel_flow", "serve", "--bind", "::", *common],
+                    stdout=rx_out,
+                    stderr=subprocess.DEVNULL,
+                )
+            )
             tx_out = open(self.dir / f"tx{i}.jsonl", "wb")  # noqa: SIM115
-            self.processes.append(self.node(src).popen(
-                [py, "-m", "experiments.kernel_flow", "send", "--dst", address, *common],
-                stdout=tx_out, stderr=subprocess.DEVNULL))
+            self.processes.append(
+                self.node(src).popen(
+                    [py, "-m", "experiments.kernel_flow", "send", "--dst", address, *common],
+                    stdout=tx_out,
+                    stderr=subprocess.DEVNULL,
+                )
+            )
             rx_out.close()
             tx_out.close()
         self.started = True
@@ -176,8 +204,9 @@ class KernelFlows:
         for i, (_, src, dst) in enumerate(self.flows):
             for rec in _read_lines(self.dir / f"rx{i}.jsonl"):
                 if "bytes" in rec:
-                    progress.append(Progress(float(rec["t"]) - phase.t0, flow_name(src, dst),
-                                             int(rec["bytes"])))
+                    progress.append(
+                        Progress(float(rec["t"]) - phase.t0, flow_name(src, dst), int(rec["bytes"]))
+                    )
         with phase.lock:
             phase.result.progress = progress
 
@@ -200,16 +229,25 @@ class KernelFlows:
         for i, (w_index, src, dst) in enumerate(self.flows):
             workload = phase.scenario.workloads[w_index]
             count = -(-workload.total_bytes // workload.message_bytes)
-            done: dict[int, dict[str, Any]] = {int(r["message"]): r for r in
-                                               _read_lines(self.dir / f"tx{i}.jsonl")
-                                               if "message" in r}
+            done: dict[int, dict[str, Any]] = {
+                int(r["message"]): r
+                for r in _read_lines(self.dir / f"tx{i}.jsonl")
+                if "message" in r
+            }
             for k in range(count):
-                size = min(workload.message_bytes, workload.total_bytes - k * workload.message_bytes)
+                size = min(
+                    workload.message_bytes, workload.total_bytes - k * workload.message_bytes
+                )
                 rec = done.get(k)
-                phase.result.completions.append(Completion(
-                    flow_name(src, dst), k, size,
-                    float(rec["start"]) - phase.t0 if rec else phase.now(),
-                    float(rec["end"]) - phase.t0 if rec else None))
+                phase.result.completions.append(
+                    Completion(
+                        flow_name(src, dst),
+                        k,
+                        size,
+                        float(rec["start"]) - phase.t0 if rec else phase.now(),
+                        float(rec["end"]) - phase.t0 if rec else None,
+                    )
+                )
         for host in self.fabric.hosts:
             after = _netstat(self.node(host.name))
             before = self.netstat_before.get(host.name, {})

@@ -127,16 +127,20 @@ def capacity_bps(
                 for rack, direction in ((a.rack, "up"), (b.rack, "down")):
                     leaf = fabric.t0_name(plane, rack)
                     alive = sum(
-                        1 for sw in fabric.switches
-                        if sw.tier is Tier.T1 and sw.plane == plane
+                        1
+                        for sw in fabric.switches
+                        if sw.tier is Tier.T1
+                        and sw.plane == plane
                         and _link_key(leaf, sw.name) not in down
                     )
                     capacity[(direction, leaf)] = alive * rate
                     res.append((direction, leaf))
                 # Both racks must reach a common live spine.
                 common = sum(
-                    1 for sw in fabric.switches
-                    if sw.tier is Tier.T1 and sw.plane == plane
+                    1
+                    for sw in fabric.switches
+                    if sw.tier is Tier.T1
+                    and sw.plane == plane
                     and _link_key(fabric.t0_name(plane, a.rack), sw.name) not in down
                     and _link_key(fabric.t0_name(plane, b.rack), sw.name) not in down
                 )
@@ -213,8 +217,11 @@ def goodput_series(
 
 
 def capacity_series(
-    fabric: Fabric, flows: Sequence[tuple[str, str]], marks: Sequence[FaultMark],
-    duration: float, interval: float,
+    fabric: Fabric,
+    flows: Sequence[tuple[str, str]],
+    marks: Sequence[FaultMark],
+    duration: float,
+    interval: float,
 ) -> list[tuple[float, float]]:
     """(time, capacity in b/s) at every bin end, given the faults."""
     bins = max(1, math.ceil(duration / interval - 1e-9))
@@ -286,7 +293,9 @@ def affected_labels(fabric: Fabric, target: str) -> set[str]:
 
 
 def detection(
-    fabric: Fabric, transitions: Sequence[Mapping[str, object]], mark: FaultMark,
+    fabric: Fabric,
+    transitions: Sequence[Mapping[str, object]],
+    mark: FaultMark,
     window: float = 2.0,
 ) -> tuple[float | None, float | None, int]:
     """How fast senders stopped trusting the failed paths: (median, max, QPs) of the delay
@@ -310,9 +319,7 @@ def detection(
 # -- the summary ---------------------------------------------------------------------------------
 
 
-def summarise(
-    fabric: Fabric, result: TransportResult, interval: float
-) -> dict[str, object]:
+def summarise(fabric: Fabric, result: TransportResult, interval: float) -> dict[str, object]:
     """The figures of one transport for metrics.json and the summary table."""
     series = goodput_series(result.progress, result.duration, interval)
     capacity = capacity_series(fabric, result.flows, result.faults, result.duration, interval)
@@ -327,7 +334,9 @@ def summarise(
         if not mine or any(c.end is None for c in mine):
             complete = False
             continue
-        flows_done[name] = max(c.end for c in mine if c.end is not None) - min(c.start for c in mine)
+        flows_done[name] = max(c.end for c in mine if c.end is not None) - min(
+            c.start for c in mine
+        )
     last = max((c.end for c in done if c.end is not None), default=result.duration)
     end = last if complete else result.duration
     most: dict[str, int] = {}
@@ -345,24 +354,35 @@ def summarise(
     for mark in result.faults:
         if mark.action in ("down", "kill"):
             active = mark.t < end - interval  # the flows still ran after the fault
-            took = recovery([x for x in series if x[0] <= end + interval], capacity, mark.t,
-                            interval) if active else None
+            took = (
+                recovery([x for x in series if x[0] <= end + interval], capacity, mark.t, interval)
+                if active
+                else None
+            )
             rtt = base_rtt
             rtts = took / rtt if took is not None and rtt else None
             median, worst, qps = detection(fabric, result.ev_transitions, mark)
-            recoveries.append({
-                "t": mark.t, "fault": f"{mark.action} {mark.target}",
-                "flows_active": active, "recovery_s": took, "recovery_rtts": rtts,
-                "ev_failover_p50_s": median, "ev_failover_max_s": worst,
-                "ev_failover_p50_rtts": median / rtt if median is not None and rtt else None,
-                "ev_failover_qps": qps,
-            })
+            recoveries.append(
+                {
+                    "t": mark.t,
+                    "fault": f"{mark.action} {mark.target}",
+                    "flows_active": active,
+                    "recovery_s": took,
+                    "recovery_rtts": rtts,
+                    "ev_failover_p50_s": median,
+                    "ev_failover_max_s": worst,
+                    "ev_failover_p50_rtts": median / rtt if median is not None and rtt else None,
+                    "ev_failover_qps": qps,
+                }
+            )
     totals: dict[str, float] = {}
     for stats in result.hosts.values():
         for key, value in stats.items():
             totals[key] = totals.get(key, 0.0) + value
-    switch_totals = {k: sum(sw.get(k, 0) for sw in result.switches.values())
-                     for k in ("trimmed", "ecn_marked", "drops")}
+    switch_totals = {
+        k: sum(sw.get(k, 0) for sw in result.switches.values())
+        for k in ("trimmed", "ecn_marked", "drops")
+    }
     return {
         "transport": result.kind,
         "flows": len(result.flows),
@@ -412,18 +432,21 @@ def summary_rows(metrics: Mapping[str, Mapping[str, object]]) -> list[list[str]]
                 ev_text = f"{failover * 1000:.1f} ms" + (f" ({rtts:.1f} RTT)" if rtts else "")
         p50 = m.get("flow_completion_p50_s")
         worst = m.get("flow_completion_max_s")
-        rows.append([
-            name,
-            f"{float(m.get('goodput_fraction', 0.0)):.2f}",  # type: ignore[arg-type]
-            f"{float(m.get('goodput_bps', 0.0)) / 1e6:.1f} Mb/s",  # type: ignore[arg-type]
-            f"{format_seconds(p50)} / {format_seconds(worst)}"  # type: ignore[arg-type]
-            if m.get("complete") else f"{format_seconds(p50)} / incomplete",  # type: ignore[arg-type]
-            f"{int(float(m.get('rtos', 0)))}",  # type: ignore[arg-type]
-            f"{int(float(m.get('nacks', 0)))}",  # type: ignore[arg-type]
-            str(_get(m.get("switch_totals"), "trimmed")),
-            rec_text,
-            ev_text,
-        ])
+        rows.append(
+            [
+                name,
+                f"{float(m.get('goodput_fraction', 0.0)):.2f}",  # type: ignore[arg-type]
+                f"{float(m.get('goodput_bps', 0.0)) / 1e6:.1f} Mb/s",  # type: ignore[arg-type]
+                f"{format_seconds(p50)} / {format_seconds(worst)}"  # type: ignore[arg-type]
+                if m.get("complete")
+                else f"{format_seconds(p50)} / incomplete",  # type: ignore[arg-type]
+                f"{int(float(m.get('rtos', 0)))}",  # type: ignore[arg-type]
+                f"{int(float(m.get('nacks', 0)))}",  # type: ignore[arg-type]
+                str(_get(m.get("switch_totals"), "trimmed")),
+                rec_text,
+                ev_text,
+            ]
+        )
     return rows
 
 
@@ -431,5 +454,14 @@ def _get(mapping: object, key: str) -> object:
     return mapping.get(key, 0) if isinstance(mapping, Mapping) else 0
 
 
-SUMMARY_COLUMNS = ["transport", "goodput/capacity", "goodput", "flow completion p50/max",
-                   "RTOs", "NACKs", "trims", "goodput recovery", "EV failover p50"]
+SUMMARY_COLUMNS = [
+    "transport",
+    "goodput/capacity",
+    "goodput",
+    "flow completion p50/max",
+    "RTOs",
+    "NACKs",
+    "trims",
+    "goodput recovery",
+    "EV failover p50",
+]

@@ -46,13 +46,21 @@ class TestbedCLI(CLI):
             with self._client(dst) as rx, self._client(src) as tx:
                 region = rx.register(f"cli-{time.time_ns()}", size)
                 started = time.monotonic()
-                t = tx.transfer(dst, region["addr"], region["rkey"], size, seed=1,
-                                policy=words[3] if len(words) == 4 else None)
+                t = tx.transfer(
+                    dst,
+                    region["addr"],
+                    region["rkey"],
+                    size,
+                    seed=1,
+                    policy=words[3] if len(words) == 4 else None,
+                )
                 done = tx.wait([t["transfer"]], timeout=600)
                 took = time.monotonic() - started
             state = "complete" if done.get("complete") else "NOT complete"
-            print(f"{src} -> {dst}: {size} bytes {state} in {took:.2f} s "
-                  f"({size * 8 / took / 1e6:.1f} Mb/s)")
+            print(
+                f"{src} -> {dst}: {size} bytes {state} in {took:.2f} s "
+                f"({size * 8 / took / 1e6:.1f} Mb/s)"
+            )
         except Exception as exc:  # a CLI command reports and carries on
             print(f"transfer: {exc}")
 

@@ -26,35 +26,52 @@ from experiments.metrics import (  # noqa: E402
 from topologies import Fabric  # noqa: E402
 
 FAULT_COLOURS = {"down": "tab:red", "up": "tab:green", "kill": "tab:purple", "start": "tab:olive"}
-FAULT_LABELS = {"down": "link down", "up": "link up", "kill": "switch killed",
-                "start": "switch started"}
-STATE_COLOURS = {"GOOD": "tab:green", "ASSUMED_BAD": "tab:red", "UNKNOWN": "tab:gray",
-                 "DENIED": "black"}
+FAULT_LABELS = {
+    "down": "link down",
+    "up": "link up",
+    "kill": "switch killed",
+    "start": "switch started",
+}
+STATE_COLOURS = {
+    "GOOD": "tab:green",
+    "ASSUMED_BAD": "tab:red",
+    "UNKNOWN": "tab:gray",
+    "DENIED": "black",
+}
 
 
 def _fault_markers(ax: plt.Axes, result: TransportResult, label: bool) -> None:
     seen: set[str] = set()
     for mark in result.faults:
         colour = FAULT_COLOURS.get(mark.action, "black")
-        text = FAULT_LABELS.get(mark.action, mark.action) if mark.action not in seen and label \
+        text = (
+            FAULT_LABELS.get(mark.action, mark.action)
+            if mark.action not in seen and label
             else None
+        )
         ax.axvline(mark.t, color=colour, linestyle=":", linewidth=1, label=text)
         seen.add(mark.action)
 
 
-def plot_goodput(out: Path, fabric: Fabric, interval: float,
-                 results: Sequence[TransportResult]) -> Path:
+def plot_goodput(
+    out: Path, fabric: Fabric, interval: float, results: Sequence[TransportResult]
+) -> Path:
     """Goodput over time per transport with fault markers and surviving capacity."""
     fig, ax = plt.subplots(figsize=(11, 4.5))
     for i, r in enumerate(results):
         series = goodput_series(r.progress, r.duration, interval)
-        ax.plot([t for t, _ in series], [g / 1e6 for _, g in series], label=r.name,
-                linewidth=1.6)
+        ax.plot([t for t, _ in series], [g / 1e6 for _, g in series], label=r.name, linewidth=1.6)
         if i == 0:
             longest = max(x.duration for x in results)
             cap = capacity_series(fabric, r.flows, r.faults, longest, interval)
-            ax.plot([t for t, _ in cap], [c / 1e6 for _, c in cap], color="gray",
-                    linestyle="--", linewidth=1, label="capacity (max-min, with faults)")
+            ax.plot(
+                [t for t, _ in cap],
+                [c / 1e6 for _, c in cap],
+                color="gray",
+                linestyle="--",
+                linewidth=1,
+                label="capacity (max-min, with faults)",
+            )
             _fault_markers(ax, r, label=True)
     ax.set_xlabel("time since start of the run (s)")
     ax.set_ylabel("aggregate goodput (Mb/s)")
@@ -77,8 +94,12 @@ def plot_completion_cdf(out: Path, results: Sequence[TransportResult]) -> Path:
         if not times:
             continue
         total = len(r.completions)
-        ax.step(times, [(i + 1) / total for i in range(len(times))], where="post",
-                label=f"{r.name} ({len(times)}/{total} done)")
+        ax.step(
+            times,
+            [(i + 1) / total for i in range(len(times))],
+            where="post",
+            label=f"{r.name} ({len(times)}/{total} done)",
+        )
     ax.set_xscale("log")
     ax.set_xlabel("message completion time (s)")
     ax.set_ylabel("fraction of messages")
@@ -109,8 +130,13 @@ def plot_ev_states(out: Path, results: Sequence[TransportResult]) -> Path:
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     if not with_evs:
-        axes[0, 0].text(0.5, 0.5, "no transport with EVs in this run", ha="center",
-                        transform=axes[0, 0].transAxes)
+        axes[0, 0].text(
+            0.5,
+            0.5,
+            "no transport with EVs in this run",
+            ha="center",
+            transform=axes[0, 0].transAxes,
+        )
     axes[-1, 0].set_xlabel("time since start of the run (s)")
     path = out / "ev_states.png"
     fig.tight_layout()
@@ -128,8 +154,9 @@ def plot_switches(out: Path, results: Sequence[TransportResult]) -> Path:
     for ax, counter in zip(axes, counters, strict=True):
         for i, r in enumerate(results):
             xs = [j + i * width for j in range(len(switches))]
-            ax.bar(xs, [r.switches.get(sw, {}).get(counter, 0) for sw in switches], width,
-                   label=r.name)
+            ax.bar(
+                xs, [r.switches.get(sw, {}).get(counter, 0) for sw in switches], width, label=r.name
+            )
         ax.set_ylabel(counter.replace("_", " "))
         ax.grid(alpha=0.3, axis="y")
     axes[0].legend(fontsize=8)
@@ -143,8 +170,9 @@ def plot_switches(out: Path, results: Sequence[TransportResult]) -> Path:
     return path
 
 
-def plot_all(out: Path, fabric: Fabric, interval: float,
-             results: Sequence[TransportResult]) -> list[Path]:
+def plot_all(
+    out: Path, fabric: Fabric, interval: float, results: Sequence[TransportResult]
+) -> list[Path]:
     """Every plot of a results folder."""
     return [
         plot_goodput(out, fabric, interval, results),

@@ -58,8 +58,13 @@ def _write_csv(path: Path, header: Sequence[str], rows: Sequence[Sequence[object
         writer.writerows(rows)
 
 
-def write_raw(out: Path, scenario_raw: dict[str, Any], topology: dict[str, Any],
-              interval: float, results: Sequence[TransportResult]) -> None:
+def write_raw(
+    out: Path,
+    scenario_raw: dict[str, Any],
+    topology: dict[str, Any],
+    interval: float,
+    results: Sequence[TransportResult],
+) -> None:
     """Write what was recorded (everything :func:`render` needs)."""
     out.mkdir(parents=True, exist_ok=True)
     (out / "scenario.yaml").write_text(yaml.safe_dump(scenario_raw, sort_keys=False))
@@ -67,30 +72,71 @@ def write_raw(out: Path, scenario_raw: dict[str, Any], topology: dict[str, Any],
     run = {
         "interval_s": interval,
         "transports": [
-            {"name": r.name, "kind": r.kind, "duration_s": r.duration,
-             "flows": [list(f) for f in r.flows], "planes_bytes": r.planes,
-             "base_rtt_s": r.base_rtt_s}
+            {
+                "name": r.name,
+                "kind": r.kind,
+                "duration_s": r.duration,
+                "flows": [list(f) for f in r.flows],
+                "planes_bytes": r.planes,
+                "base_rtt_s": r.base_rtt_s,
+            }
             for r in results
         ],
     }
     (out / "run.json").write_text(json.dumps(run, indent=2) + "\n")
-    _write_csv(out / "progress.csv", ["transport", "time_s", "flow", "delivered_bytes"],
-               [[r.name, f"{p.t:.4f}", p.flow, p.delivered] for r in results for p in r.progress])
-    _write_csv(out / "completions.csv",
-               ["transport", "flow", "message", "size", "start_s", "end_s"],
-               [[r.name, c.flow, c.message, c.size, f"{c.start:.4f}",
-                 "" if c.end is None else f"{c.end:.4f}"] for r in results for c in r.completions])
-    _write_csv(out / "faults.csv", ["transport", "time_s", "action", "target"],
-               [[r.name, f"{m.t:.4f}", m.action, m.target] for r in results for m in r.faults])
-    _write_csv(out / "ev_states.csv", ["transport", "time_s", *EV_STATES],
-               [[r.name, f"{s.get('t', 0.0):.4f}", *(int(s.get(k, 0)) for k in EV_STATES)]
-                for r in results for s in r.ev_states])
-    _write_csv(out / "switches.csv", ["transport", "switch", "trimmed", "ecn_marked", "drops"],
-               [[r.name, sw, c.get("trimmed", 0), c.get("ecn_marked", 0), c.get("drops", 0)]
-                for r in results for sw, c in sorted(r.switches.items())])
-    _write_csv(out / "ev_transitions.csv", ["transport", *TRANSITION_FIELDS],
-               [[r.name, *(tr.get(k, "") for k in TRANSITION_FIELDS)]
-                for r in results for tr in r.ev_transitions])
+    _write_csv(
+        out / "progress.csv",
+        ["transport", "time_s", "flow", "delivered_bytes"],
+        [[r.name, f"{p.t:.4f}", p.flow, p.delivered] for r in results for p in r.progress],
+    )
+    _write_csv(
+        out / "completions.csv",
+        ["transport", "flow", "message", "size", "start_s", "end_s"],
+        [
+            [
+                r.name,
+                c.flow,
+                c.message,
+                c.size,
+                f"{c.start:.4f}",
+                "" if c.end is None else f"{c.end:.4f}",
+            ]
+            for r in results
+            for c in r.completions
+        ],
+    )
+    _write_csv(
+        out / "faults.csv",
+        ["transport", "time_s", "action", "target"],
+        [[r.name, f"{m.t:.4f}", m.action, m.target] for r in results for m in r.faults],
+    )
+    _write_csv(
+        out / "ev_states.csv",
+        ["transport", "time_s", *EV_STATES],
+        [
+            [r.name, f"{s.get('t', 0.0):.4f}", *(int(s.get(k, 0)) for k in EV_STATES)]
+            for r in results
+            for s in r.ev_states
+        ],
+    )
+    _write_csv(
+        out / "switches.csv",
+        ["transport", "switch", "trimmed", "ecn_marked", "drops"],
+        [
+            [r.name, sw, c.get("trimmed", 0), c.get("ecn_marked", 0), c.get("drops", 0)]
+            for r in results
+            for sw, c in sorted(r.switches.items())
+        ],
+    )
+    _write_csv(
+        out / "ev_transitions.csv",
+        ["transport", *TRANSITION_FIELDS],
+        [
+            [r.name, *(tr.get(k, "") for k in TRANSITION_FIELDS)]
+            for r in results
+            for tr in r.ev_transitions
+        ],
+    )
     hosts = out / "hosts"
     hosts.mkdir(exist_ok=True)
     for r in results:
@@ -111,40 +157,57 @@ def load_raw(out: Path) -> tuple[Fabric, float, list[TransportResult]]:
         raise ResultsError(f"{out}: not a results folder (no such directory)")
     try:
         run = json.loads((out / "run.json").read_text())
-        topology = parse_topology(yaml.safe_load((out / "topology.yaml").read_text()),
-                                  str(out / "topology.yaml"))
+        topology = parse_topology(
+            yaml.safe_load((out / "topology.yaml").read_text()), str(out / "topology.yaml")
+        )
     except FileNotFoundError as exc:
-        raise ResultsError(f"{out}: not a results folder (missing {Path(str(exc.filename)).name};"
-                           " expected the folder an 'mrc-testbed run' wrote)") from None
+        raise ResultsError(
+            f"{out}: not a results folder (missing {Path(str(exc.filename)).name};"
+            " expected the folder an 'mrc-testbed run' wrote)"
+        ) from None
     except (ValueError, KeyError) as exc:
         raise ResultsError(f"{out}: run.json or topology.yaml unreadable ({exc})") from None
     results: dict[str, TransportResult] = {}
     for t in run.get("transports", []):
         results[t["name"]] = TransportResult(
-            name=t["name"], kind=t.get("kind", t["name"]), duration=float(t["duration_s"]),
-            flows=[(a, b) for a, b in t["flows"]], planes=dict(t.get("planes_bytes", {})),
-            base_rtt_s=t.get("base_rtt_s"))
+            name=t["name"],
+            kind=t.get("kind", t["name"]),
+            duration=float(t["duration_s"]),
+            flows=[(a, b) for a, b in t["flows"]],
+            planes=dict(t.get("planes_bytes", {})),
+            base_rtt_s=t.get("base_rtt_s"),
+        )
     try:
         for row in _read_csv(out, "progress.csv"):
             results[row["transport"]].progress.append(
-                Progress(float(row["time_s"]), row["flow"], int(row["delivered_bytes"])))
+                Progress(float(row["time_s"]), row["flow"], int(row["delivered_bytes"]))
+            )
         for row in _read_csv(out, "completions.csv"):
-            results[row["transport"]].completions.append(Completion(
-                row["flow"], int(row["message"]), int(row["size"]), float(row["start_s"]),
-                float(row["end_s"]) if row["end_s"] else None))
+            results[row["transport"]].completions.append(
+                Completion(
+                    row["flow"],
+                    int(row["message"]),
+                    int(row["size"]),
+                    float(row["start_s"]),
+                    float(row["end_s"]) if row["end_s"] else None,
+                )
+            )
         for row in _read_csv(out, "faults.csv"):
             results[row["transport"]].faults.append(
-                FaultMark(float(row["time_s"]), row["action"], row["target"]))
+                FaultMark(float(row["time_s"]), row["action"], row["target"])
+            )
         for row in _read_csv(out, "ev_states.csv"):
             results[row["transport"]].ev_states.append(
-                {"t": float(row["time_s"]), **{k: float(row[k]) for k in EV_STATES}})
+                {"t": float(row["time_s"]), **{k: float(row[k]) for k in EV_STATES}}
+            )
         for row in _read_csv(out, "ev_transitions.csv"):
             transition: dict[str, object] = {k: row[k] for k in TRANSITION_FIELDS}
             transition["t"] = float(row["t"])
             results[row["transport"]].ev_transitions.append(transition)
         for row in _read_csv(out, "switches.csv"):
             results[row["transport"]].switches[row["switch"]] = {
-                k: int(row[k]) for k in ("trimmed", "ecn_marked", "drops")}
+                k: int(row[k]) for k in ("trimmed", "ecn_marked", "drops")
+            }
     except (KeyError, ValueError) as exc:
         raise ResultsError(f"{out}: a CSV file has a bad row ({exc})") from None
     for name, r in results.items():
@@ -163,18 +226,26 @@ def render(out: Path, plots: bool = True) -> dict[str, dict[str, Any]]:
         metrics[r.name] = summarise(fabric, r, interval)
         series = goodput_series(r.progress, r.duration, interval)
         capacity = capacity_series(fabric, r.flows, r.faults, r.duration, interval)
-        rows += [[r.name, f"{t:.3f}", f"{g / 1e6:.3f}", f"{c / 1e6:.3f}"]
-                 for (t, g), (_, c) in zip(series, capacity, strict=False)]
+        rows += [
+            [r.name, f"{t:.3f}", f"{g / 1e6:.3f}", f"{c / 1e6:.3f}"]
+            for (t, g), (_, c) in zip(series, capacity, strict=False)
+        ]
     _write_csv(out / "goodput.csv", ["transport", "time_s", "goodput_mbps", "capacity_mbps"], rows)
-    (out / "metrics.json").write_text(json.dumps(
-        {"fabric": fabric.summary(), "interval_s": interval, "transports": metrics},
-        indent=2) + "\n")
+    (out / "metrics.json").write_text(
+        json.dumps(
+            {"fabric": fabric.summary(), "interval_s": interval, "transports": metrics}, indent=2
+        )
+        + "\n"
+    )
     table = summary_rows(metrics)
-    lines = ["| " + " | ".join(SUMMARY_COLUMNS) + " |",
-             "|" + "|".join("---" for _ in SUMMARY_COLUMNS) + "|"]
+    lines = [
+        "| " + " | ".join(SUMMARY_COLUMNS) + " |",
+        "|" + "|".join("---" for _ in SUMMARY_COLUMNS) + "|",
+    ]
     lines += ["| " + " | ".join(row) + " |" for row in table]
-    (out / "summary.md").write_text(f"# {out.name}\n\n{fabric.summary()}\n\n"
-                                    + "\n".join(lines) + "\n")
+    (out / "summary.md").write_text(
+        f"# {out.name}\n\n{fabric.summary()}\n\n" + "\n".join(lines) + "\n"
+    )
     if plots:
         from experiments.plots import plot_all
 

@@ -64,14 +64,22 @@ class SwitchCounters:
         info = P4Info.load(path=default_p4info_path())
         out: dict[str, dict[str, int]] = {}
         for name, sw in self.testbed.net.switches.items():
-            client = SwitchClient(sw.grpc_addr, device_id=sw.model.device_id, election_id=1,
-                                  timeout=2.0, name=name, p4info=info)
+            client = SwitchClient(
+                sw.grpc_addr,
+                device_id=sw.model.device_id,
+                election_id=1,
+                timeout=2.0,
+                name=name,
+                p4info=info,
+            )
             try:
                 client.connect()
                 row = {}
-                for key, counter in (("trimmed", "MrcIngress.trimmed"),
-                                     ("ecn_marked", "MrcIngress.ecn_marked"),
-                                     ("drops", "MrcIngress.drops")):
+                for key, counter in (
+                    ("trimmed", "MrcIngress.trimmed"),
+                    ("ecn_marked", "MrcIngress.ecn_marked"),
+                    ("drops", "MrcIngress.drops"),
+                ):
                     row[key] = sum(p for p, _ in client.read_counter(counter).values())
                 out[name] = row
             except Exception:  # a switch being rebooted has no counters to give
@@ -82,8 +90,9 @@ class SwitchCounters:
         return out
 
 
-def _delta(after: dict[str, dict[str, int]], before: dict[str, dict[str, int]]
-           ) -> dict[str, dict[str, int]]:
+def _delta(
+    after: dict[str, dict[str, int]], before: dict[str, dict[str, int]]
+) -> dict[str, dict[str, int]]:
     out = {}
     for sw, row in after.items():
         base = before.get(sw, {})
@@ -95,15 +104,21 @@ def _delta(after: dict[str, dict[str, int]], before: dict[str, dict[str, int]]
 class Phase:
     """One transport's run on a running testbed."""
 
-    def __init__(self, testbed: Testbed, scenario: Scenario, transport: Transport,
-                 on_sample: Callable[[Phase], None] | None = None) -> None:
+    def __init__(
+        self,
+        testbed: Testbed,
+        scenario: Scenario,
+        transport: Transport,
+        on_sample: Callable[[Phase], None] | None = None,
+    ) -> None:
         self.testbed = testbed
         self.scenario = scenario
         self.transport = transport
         self.on_sample = on_sample
         flows = [(s, d) for _, s, d in scenario.flows()]
-        self.result = TransportResult(name=transport.name, kind=transport.kind,
-                                      duration=scenario.duration_s, flows=flows)
+        self.result = TransportResult(
+            name=transport.name, kind=transport.kind, duration=scenario.duration_s, flows=flows
+        )
         self.t0 = 0.0
         self.stop = threading.Event()
         self.lock = threading.Lock()
@@ -164,7 +179,8 @@ class Phase:
 
         counters = SwitchCounters(self.testbed)
         flows: MrcFlows | KernelFlows = (
-            KernelFlows(self) if self.transport.is_kernel else MrcFlows(self))
+            KernelFlows(self) if self.transport.is_kernel else MrcFlows(self)
+        )
         flows.prepare()
         before = counters.read()
         planes_before = self.plane_bytes()
@@ -218,8 +234,11 @@ class Phase:
         for p in recent:
             by_flow.setdefault(p.flow, []).append(p.delivered)
         rate = sum(max(v) - min(v) for v in by_flow.values()) * 8 / 1.0
-        return {"goodput_bps": rate, "bad": evs.get("ASSUMED_BAD", 0),
-                "evs": sum(evs.get(s, 0) for s in EV_STATES)}
+        return {
+            "goodput_bps": rate,
+            "bad": evs.get("ASSUMED_BAD", 0),
+            "evs": sum(evs.get(s, 0) for s in EV_STATES),
+        }
 
 
 class MrcFlows:
@@ -248,8 +267,9 @@ class MrcFlows:
         """Restart the agents (a clean slate), set trimming, register the receive regions."""
         self.testbed.restart_agents()
         scenario = self.phase.scenario
-        self.testbed.set_trimming(self.phase.transport.trimming, scenario.trim_threshold,
-                                  scenario.ecn_threshold)
+        self.testbed.set_trimming(
+            self.phase.transport.trimming, scenario.trim_threshold, scenario.ecn_threshold
+        )
         for i, (w, _src, dst) in enumerate(self.flows):
             size = self.phase.scenario.workloads[w].total_bytes
             with self.client(dst) as c:
@@ -260,8 +280,10 @@ class MrcFlows:
 
     def threads(self) -> list[threading.Thread]:
         """One thread per flow."""
-        return [threading.Thread(target=self._flow, args=(i,), daemon=True, name=f"flow{i}")
-                for i in range(len(self.flows))]
+        return [
+            threading.Thread(target=self._flow, args=(i,), daemon=True, name=f"flow{i}")
+            for i in range(len(self.flows))
+        ]
 
     def _flow(self, i: int) -> None:
         phase = self.phase
@@ -280,10 +302,15 @@ class MrcFlows:
                     while nxt < count and len(posted) < WINDOW:
                         offset = nxt * workload.message_bytes
                         size = min(workload.message_bytes, workload.total_bytes - offset)
-                        reply = c.transfer(dst, int(region["addr"]) + offset,
-                                           int(region["rkey"]), size,
-                                           policy=phase.transport.kind,
-                                           message_size=size, seed=i + 1)
+                        reply = c.transfer(
+                            dst,
+                            int(region["addr"]) + offset,
+                            int(region["rkey"]),
+                            size,
+                            policy=phase.transport.kind,
+                            message_size=size,
+                            seed=i + 1,
+                        )
                         posted.append((nxt, int(reply["transfer"]), phase.now(), size))
                         nxt += 1
                     message, tid, start, size = posted[0]
@@ -295,17 +322,18 @@ class MrcFlows:
                         posted.pop(0)
                         with phase.lock:
                             phase.result.completions.append(
-                                Completion(name, message, size, start, phase.now()))
+                                Completion(name, message, size, start, phase.now())
+                            )
         except Exception as exc:
             phase.errors.append(f"flow {name}: {exc}")
         with phase.lock:
             for message, _tid, start, size in posted:
                 phase.result.completions.append(Completion(name, message, size, start, None))
             for message in range(nxt, count):
-                size = min(workload.message_bytes,
-                           workload.total_bytes - message * workload.message_bytes)
-                phase.result.completions.append(Completion(name, message, size, phase.now(),
-                                                           None))
+                size = min(
+                    workload.message_bytes, workload.total_bytes - message * workload.message_bytes
+                )
+                phase.result.completions.append(Completion(name, message, size, phase.now(), None))
         if not posted and nxt >= count:
             self.done.add(i)
 
@@ -356,12 +384,19 @@ class MrcFlows:
             except Exception:
                 continue
             for tr in (raw.get("core", {}) if isinstance(raw, dict) else {}).get(
-                    "ev_transitions", []):
+                "ev_transitions", []
+            ):
                 if isinstance(tr, dict) and "time" in tr:
-                    self.phase.result.ev_transitions.append({
-                        "t": round(float(tr["time"]) - self.phase.t0, 6), "host": host.name,
-                        **{k: tr.get(k, "") for k in ("qpn", "ev", "path", "old", "new",
-                                                      "reason")}})
+                    self.phase.result.ev_transitions.append(
+                        {
+                            "t": round(float(tr["time"]) - self.phase.t0, 6),
+                            "host": host.name,
+                            **{
+                                k: tr.get(k, "")
+                                for k in ("qpn", "ev", "path", "old", "new", "reason")
+                            },
+                        }
+                    )
             now = numbers(raw)
             base = self.stats_before.get(host.name, {})
             stats = {k: v - base.get(k, 0.0) for k, v in now.items()}
@@ -411,8 +446,9 @@ def run_scenario(
     finally:
         if own:
             tb.down()
-    write_raw(out, dict(scenario.raw), scenario.topology.as_dict(), scenario.sample_interval_s,
-              results)
+    write_raw(
+        out, dict(scenario.raw), scenario.topology.as_dict(), scenario.sample_interval_s, results
+    )
     metrics = render(out)
     for error in errors:
         show(f"warning: {error}")
@@ -423,15 +459,17 @@ def run_scenario(
 def describe(scenario: Scenario) -> str:
     """One line saying what the scenario does."""
     loads = ", ".join(
-        f"{w.kind} {len(w.flows())} flows x {w.total_bytes / (1 << 20):g} MiB" for w in
-        scenario.workloads)
+        f"{w.kind} {len(w.flows())} flows x {w.total_bytes / (1 << 20):g} MiB"
+        for w in scenario.workloads
+    )
     faults = "; ".join(f"{f.kind} {f.target} at {f.at_s:g} s" for f in scenario.faults)
     names = " vs ".join(t.name for t in scenario.transports)
     return f"{scenario.name}: {loads}, {names}" + (f"; {faults}" if faults else "")
 
 
-def print_summary(out: Path, metrics: dict[str, dict[str, Any]],
-                  show: Callable[[str], None]) -> None:
+def print_summary(
+    out: Path, metrics: dict[str, dict[str, Any]], show: Callable[[str], None]
+) -> None:
     """The results folder and the summary table."""
     from rich.table import Table
 
@@ -464,8 +502,12 @@ class _ProgressBar:
         if self.enabled:
             from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-            self.bar = Progress(BarColumn(), TextColumn("{task.percentage:>3.0f}%"),
-                                TextColumn("{task.description}"), TimeElapsedColumn())
+            self.bar = Progress(
+                BarColumn(),
+                TextColumn("{task.percentage:>3.0f}%"),
+                TextColumn("{task.description}"),
+                TimeElapsedColumn(),
+            )
             self.bar.start()
             self.task = self.bar.add_task("", total=self.total)
         return self
@@ -484,8 +526,11 @@ class _ProgressBar:
             return
         live = phase.live()
         evs = f"  EVs bad {live['bad']:.0f}/{live['evs']:.0f}" if live["evs"] else ""
-        self.bar.update(self.task, completed=self.done + phase.now(),
-                        description=f"{self.transport} {live['goodput_bps'] / 1e6:.1f} Mb/s{evs}")
+        self.bar.update(
+            self.task,
+            completed=self.done + phase.now(),
+            description=f"{self.transport} {live['goodput_bps'] / 1e6:.1f} Mb/s{evs}",
+        )
 
 
 def default_out(scenario: Scenario) -> Path:
@@ -494,8 +539,9 @@ def default_out(scenario: Scenario) -> Path:
     return Path("results") / f"{scenario.name}-{stamp}"
 
 
-def run_shipped(name: str, target: str = "auto", out: Path | None = None,
-                progress: bool = True) -> int:
+def run_shipped(
+    name: str, target: str = "auto", out: Path | None = None, progress: bool = True
+) -> int:
     """Run a shipped scenario (``demo``, ``incast``, ``flaps``, ``baselines``); exit status."""
     from experiments.scenario import shipped_scenario
     from experiments.testbed import STARTUP_ERRORS, require_root

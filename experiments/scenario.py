@@ -296,7 +296,14 @@ _TOP = (
     "faults",
 )
 _WORKLOAD = (
-    "kind", "message_bytes", "total_bytes", "start_s", "hosts", "receiver", "senders", "seed",
+    "kind",
+    "message_bytes",
+    "total_bytes",
+    "start_s",
+    "hosts",
+    "receiver",
+    "senders",
+    "seed",
 )
 _TRANSPORT = ("name", "transport", "trimming")
 _FAULT = ("kind", "at_s", "link", "switch", "down_s", "until_s", "rate_per_min")
@@ -310,8 +317,11 @@ def _topology(p: _Parser, data: Mapping[str, Any], base: Path) -> Topology:
     elif candidate.exists():
         path = candidate
     else:
-        raise p.fail("topology", ref, "a shipped topology name (small, default) or a YAML file "
-                     "relative to the scenario")
+        raise p.fail(
+            "topology",
+            ref,
+            "a shipped topology name (small, default) or a YAML file relative to the scenario",
+        )
     try:
         topo = load_topology(path)
         changes: dict[str, Any] = {}
@@ -335,8 +345,9 @@ def _workload(p: _Parser, i: int, value: object, fabric: Fabric) -> Workload:
     message = p.size(f"{f}.message_bytes", w.get("message_bytes", "256KiB"))
     total = p.size(f"{f}.total_bytes", w.get("total_bytes", message))
     if total < message:
-        raise p.fail(f"{f}.total_bytes", w.get("total_bytes"),
-                     f"at least message_bytes ({message} bytes)")
+        raise p.fail(
+            f"{f}.total_bytes", w.get("total_bytes"), f"at least message_bytes ({message} bytes)"
+        )
     start = p.number(f"{f}.start_s", w.get("start_s", 0.0))
     all_hosts = tuple(h.name for h in fabric.hosts)
     hosts = p.hosts(f"{f}.hosts", w["hosts"], fabric) if "hosts" in w else all_hosts
@@ -405,8 +416,9 @@ def _fault(p: _Parser, i: int, value: object, fabric: Fabric, duration: float) -
     else:
         raw = d.get("link")
         if not (isinstance(raw, list) and len(raw) == 2 and all(isinstance(x, str) for x in raw)):
-            raise p.fail(f"{f}.link", raw, "the two node names of a link, e.g. "
-                         "[t0-p0-r0, t1-p0-s0]")
+            raise p.fail(
+                f"{f}.link", raw, "the two node names of a link, e.g. [t0-p0-r0, t1-p0-s0]"
+            )
         if _find_link(fabric, raw[0], raw[1]) is None:
             raise p.fail(f"{f}.link", raw, "two nodes joined by a link of the fabric")
         link = (raw[0], raw[1])
@@ -419,8 +431,11 @@ def _fault(p: _Parser, i: int, value: object, fabric: Fabric, duration: float) -
             if until <= at:
                 raise p.fail(f"{f}.until_s", until, f"a time after at_s ({at:g})")
             if down >= 60.0 / rate:
-                raise p.fail(f"{f}.down_s", down,
-                             f"less than the flap period 60/rate_per_min ({60.0 / rate:g} s)")
+                raise p.fail(
+                    f"{f}.down_s",
+                    down,
+                    f"less than the flap period 60/rate_per_min ({60.0 / rate:g} s)",
+                )
     return Fault(kind, at, link, switch, down, until, rate)
 
 
@@ -443,8 +458,9 @@ def parse_scenario(data: object, source: str = "<memory>", base: Path | None = N
     workloads = tuple(_workload(p, i, w, fabric) for i, w in enumerate(raw_workloads))
     for i, w in enumerate(workloads):
         if w.start_s >= duration:
-            raise p.fail(f"workloads[{i}].start_s", w.start_s,
-                         f"a time before duration_s ({duration:g} s)")
+            raise p.fail(
+                f"workloads[{i}].start_s", w.start_s, f"a time before duration_s ({duration:g} s)"
+            )
 
     raw_transports = d.get("transports", ["mrc"])
     if not isinstance(raw_transports, list) or not raw_transports:
@@ -466,8 +482,20 @@ def parse_scenario(data: object, source: str = "<memory>", base: Path | None = N
             if value > topo.queue_depth:
                 raise p.fail(key, value, f"at most the queue depth ({topo.queue_depth} packets)")
         thresholds.append(value)
-    return Scenario(name, description, topo, duration, workloads, transports, faults, interval,
-                    thresholds[0], thresholds[1], source, dict(d))
+    return Scenario(
+        name,
+        description,
+        topo,
+        duration,
+        workloads,
+        transports,
+        faults,
+        interval,
+        thresholds[0],
+        thresholds[1],
+        source,
+        dict(d),
+    )
 
 
 def load_scenario(path: str | Path) -> Scenario:

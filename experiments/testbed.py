@@ -65,8 +65,10 @@ def tool(name: str) -> str:
         return str(beside)
     found = shutil.which(name)
     if found is None:
-        raise TestbedError(f"command '{name}' not found: install the project "
-                           "(pip install -e .) or run from its virtualenv")
+        raise TestbedError(
+            f"command '{name}' not found: install the project "
+            "(pip install -e .) or run from its virtualenv"
+        )
     return found
 
 
@@ -81,8 +83,7 @@ def write_topology(topology: Topology, path: Path) -> Path:
 def require_root(what: str) -> None:
     """Raise :class:`TestbedError` unless root (namespaces, veths and raw sockets need it)."""
     if os.geteuid() != 0:
-        raise TestbedError(f"{what} needs root (network namespaces, interfaces): "
-                           f"run it with sudo")
+        raise TestbedError(f"{what} needs root (network namespaces, interfaces): run it with sudo")
 
 
 #: what 'up' and 'run' report in one line instead of a traceback
@@ -147,15 +148,22 @@ class Testbed:
         except StateError:
             existing = None
         if existing is not None and _alive(existing):
-            raise TestbedError(f"a testbed is already running (state {self.state_path}): "
-                               "stop it with 'mrc-testbed down'")
+            raise TestbedError(
+                f"a testbed is already running (state {self.state_path}): "
+                "stop it with 'mrc-testbed down'"
+            )
         if existing is not None:
             teardown(self.state_path, say)
-        taken = [intf for intf in fabric_interface_names(self.fabric)
-                 if Path(f"/sys/class/net/{intf}").exists()]
+        taken = [
+            intf
+            for intf in fabric_interface_names(self.fabric)
+            if Path(f"/sys/class/net/{intf}").exists()
+        ]
         if taken:
-            raise TestbedError(f"interface {taken[0]} already exists: another fabric with these "
-                               "names is running (stop it with 'mrc-testbed down')")
+            raise TestbedError(
+                f"interface {taken[0]} already exists: another fabric with these "
+                "names is running (stop it with 'mrc-testbed down')"
+            )
         try:
             self._up(say)
         except BaseException:
@@ -176,8 +184,10 @@ class Testbed:
             say("link delay: this kernel has no netem; links carry no added delay")
         self._save_state()
         self.net.start()
-        say(f"switches: {len(self.net.switches)} serving P4Runtime "
-            f"({time.monotonic() - started:.1f} s)")
+        say(
+            f"switches: {len(self.net.switches)} serving P4Runtime "
+            f"({time.monotonic() - started:.1f} s)"
+        )
         self._save_state()
         started = time.monotonic()
         self.push()
@@ -194,12 +204,20 @@ class Testbed:
         self._ctl(["push"], "install the tables")
 
     def _ctl(self, args: list[str], what: str, timeout: float = 120.0) -> str:
-        done = subprocess.run([tool("mrc-ctl"), *args], env=self.env(), capture_output=True,
-                              text=True, timeout=timeout, check=False)
+        done = subprocess.run(
+            [tool("mrc-ctl"), *args],
+            env=self.env(),
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
         if done.returncode != 0:
             detail = (done.stderr or done.stdout).strip().splitlines()
-            raise TestbedError(f"mrc-ctl {' '.join(args)} could not {what}: "
-                               f"{detail[-1] if detail else f'exit status {done.returncode}'}")
+            raise TestbedError(
+                f"mrc-ctl {' '.join(args)} could not {what}: "
+                f"{detail[-1] if detail else f'exit status {done.returncode}'}"
+            )
         return done.stdout
 
     def ctl(self, *args: str, timeout: float = 120.0) -> str:
@@ -209,9 +227,14 @@ class Testbed:
     def start_watch(self) -> None:
         """Start ``mrc-ctl watch`` (re-installs the tables of a switch that lost them)."""
         log = self._open_log("mrc-ctl-watch.log")
-        self.watch = subprocess.Popen([tool("mrc-ctl"), "watch"], env=self.env(),
-                                      stdin=subprocess.DEVNULL, stdout=log,
-                                      stderr=subprocess.STDOUT, start_new_session=True)
+        self.watch = subprocess.Popen(
+            [tool("mrc-ctl"), "watch"],
+            env=self.env(),
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
 
     def start_agents(self) -> None:
         """Start ``mrc-host`` in every host's namespace and wait for their control sockets."""
@@ -223,26 +246,39 @@ class Testbed:
             with contextlib.suppress(FileNotFoundError):
                 sock.unlink()
             log = self._open_log(f"{name}.log")
-            argv = [tool("mrc-host"), "--topo", str(self.topology_file), "--host", name,
-                    "--control", str(sock), *self.agent_args]
-            self.agents[name] = node.popen(argv, stdin=subprocess.DEVNULL, stdout=log,
-                                           stderr=subprocess.STDOUT, env=self.env())
+            argv = [
+                tool("mrc-host"),
+                "--topo",
+                str(self.topology_file),
+                "--host",
+                name,
+                "--control",
+                str(sock),
+                *self.agent_args,
+            ]
+            self.agents[name] = node.popen(
+                argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=self.env()
+            )
         deadline = time.monotonic() + AGENT_READY_TIMEOUT
         for name, process in self.agents.items():
             while True:
                 if process.poll() is not None:
-                    raise TestbedError(f"agent of {name} exited with status "
-                                       f"{process.returncode}: see {self.log_dir / name}.log\n"
-                                       + _tail(self.log_dir / f"{name}.log"))
+                    raise TestbedError(
+                        f"agent of {name} exited with status "
+                        f"{process.returncode}: see {self.log_dir / name}.log\n"
+                        + _tail(self.log_dir / f"{name}.log")
+                    )
                 try:
                     with ControlClient(self.control_path(name), timeout=2.0) as client:
                         client.info()
                     break
                 except ControlError:
                     if time.monotonic() > deadline:
-                        raise TestbedError(f"agent of {name} not answering on "
-                                           f"{self.control_path(name)} after "
-                                           f"{AGENT_READY_TIMEOUT:g} s") from None
+                        raise TestbedError(
+                            f"agent of {name} not answering on "
+                            f"{self.control_path(name)} after "
+                            f"{AGENT_READY_TIMEOUT:g} s"
+                        ) from None
                     time.sleep(0.1)
 
     def stop_agents(self) -> None:
@@ -308,17 +344,27 @@ class Testbed:
         if net is not None:
             for name, sw in net.switches.items():
                 switches[name] = SwitchState(
-                    grpc=sw.grpc_addr, device_id=sw.model.device_id,
-                    pid=sw.process.pid or 0, log=str(sw.process.log_path))
+                    grpc=sw.grpc_addr,
+                    device_id=sw.model.device_id,
+                    pid=sw.process.pid or 0,
+                    log=str(sw.process.log_path),
+                )
             for name, pid in net.node_pids().items():
                 processes.append({"name": f"node {name}", "pid": pid, "match": f"mininet:{name}"})
         if self.watch is not None:
             processes.append({"name": "mrc-ctl watch", "pid": self.watch.pid, "match": "mrc-ctl"})
-        hosts = {name: HostState(pid=p.pid, control=str(self.control_path(name)))
-                 for name, p in self.agents.items()}
+        hosts = {
+            name: HostState(pid=p.pid, control=str(self.control_path(name)))
+            for name, p in self.agents.items()
+        }
         self.state = TestbedState(
-            topology=str(self.topology_file), target=self.target, started=time.time(),
-            switches=switches, hosts=hosts, processes=processes)
+            topology=str(self.topology_file),
+            target=self.target,
+            started=time.time(),
+            switches=switches,
+            hosts=hosts,
+            processes=processes,
+        )
         self.state.save(self.state_path)
 
     def refresh_state(self) -> None:
@@ -395,8 +441,9 @@ def _tail(path: Path, n: int = 8) -> str:
 
 def _cmdline(pid: int) -> str:
     try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(
-            errors="replace")
+        return (
+            Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        )
     except OSError:
         return ""
 
@@ -406,8 +453,11 @@ def _alive(state: TestbedState) -> bool:
     for proc in state.processes:
         if proc.get("name") == "mrc-testbed":
             pid = int(proc.get("pid", 0))
-            return pid != os.getpid() and bool(proc.get("match")) and (
-                _cmdline(pid) == proc.get("match"))
+            return (
+                pid != os.getpid()
+                and bool(proc.get("match"))
+                and (_cmdline(pid) == proc.get("match"))
+            )
     return False
 
 
@@ -454,10 +504,13 @@ def sweep(fabric: Fabric, run_dir: Path, say: Progress | None = None) -> list[st
             continue
         words = cmd.split()
         if (
-            (words and words[-1] in shells)  # a node shell: bash ... mininet:NAME
-            or ("mrc-host" in cmd and run_text in cmd)  # an agent of this run directory
-            or any("@" in w and w[w.index("@"):] in intf_args for w in words)  # a switch
-        ) and _kill(pid, cmd.split(" ", 1)[0]):
+            (
+                (words and words[-1] in shells)  # a node shell: bash ... mininet:NAME
+                or ("mrc-host" in cmd and run_text in cmd)  # an agent of this run directory
+                or any("@" in w and w[w.index("@") :] in intf_args for w in words)  # a switch
+            )
+            and _kill(pid, cmd.split(" ", 1)[0])
+        ):
             removed.append(f"process {pid} ({' '.join(words[:3])})")
     present = set(os.listdir("/sys/class/net")) if Path("/sys/class/net").exists() else set()
     host_intfs = [nic.intf for h in fabric.hosts for nic in h.nics]
@@ -471,8 +524,9 @@ def sweep(fabric: Fabric, run_dir: Path, say: Progress | None = None) -> list[st
     return removed
 
 
-def teardown(state_path: Path | None = None, say: Progress | None = None,
-             topologies: Iterable[Path] = ()) -> list[str]:
+def teardown(
+    state_path: Path | None = None, say: Progress | None = None, topologies: Iterable[Path] = ()
+) -> list[str]:
     """``mrc-testbed down``: stop a running testbed and remove everything it left behind."""
     state_path = state_path or default_path()
     removed: list[str] = []
@@ -488,8 +542,9 @@ def teardown(state_path: Path | None = None, say: Progress | None = None,
                 if _kill(pid, str(proc["match"]), timeout=20.0):
                     removed.append(f"process {pid} (mrc-testbed)")
         for proc in state.processes:
-            if proc.get("name") != "mrc-testbed" and _kill(int(proc.get("pid", 0)),
-                                                            str(proc.get("match", "?"))):
+            if proc.get("name") != "mrc-testbed" and _kill(
+                int(proc.get("pid", 0)), str(proc.get("match", "?"))
+            ):
                 removed.append(f"process {proc['pid']} ({proc.get('name')})")
         for name, host in state.hosts.items():
             if _kill(host.pid, "mrc-host"):
@@ -539,9 +594,11 @@ def cmd_up(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGTERM, on_term)
     try:
         testbed.up(progress=print)
-        print(f"testbed up: state {testbed.state_path}; 'mrc-ctl counters', "
-              f"'mrc-host ... --control {testbed.run_dir}/hN.sock'; stop with Ctrl-C or "
-              "'mrc-testbed down'")
+        print(
+            f"testbed up: state {testbed.state_path}; 'mrc-ctl counters', "
+            f"'mrc-host ... --control {testbed.run_dir}/hN.sock'; stop with Ctrl-C or "
+            "'mrc-testbed down'"
+        )
         if args.cli:
             from experiments.mncli import TestbedCLI
 
@@ -565,23 +622,32 @@ def cmd_down(args: argparse.Namespace) -> int:
     require_root("mrc-testbed down")
     extra = [_topology_arg(args.topo)] if args.topo else []
     removed = teardown(default_path(), topologies=extra)
-    print(f"testbed down: {len(removed)} leftovers removed" if removed else
-          "testbed down: nothing was running")
+    print(
+        f"testbed down: {len(removed)} leftovers removed"
+        if removed
+        else "testbed down: nothing was running"
+    )
     return 0
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add ``up`` and ``down`` to the ``mrc-testbed`` command line."""
     up = subparsers.add_parser("up", help="start the fabric, tables, watch and host agents")
-    up.add_argument("--topo", default="small",
-                    help="topology file or shipped name (default: small)")
-    up.add_argument("--target", default="auto", choices=["auto", "bmv2", "model"],
-                    help="switch target (auto: BMv2 when simple_switch_grpc and p4c exist)")
+    up.add_argument(
+        "--topo", default="small", help="topology file or shipped name (default: small)"
+    )
+    up.add_argument(
+        "--target",
+        default="auto",
+        choices=["auto", "bmv2", "model"],
+        help="switch target (auto: BMv2 when simple_switch_grpc and p4c exist)",
+    )
     up.add_argument("--cli", action="store_true", help="open the Mininet CLI with testbed commands")
     up.set_defaults(func=cmd_up)
     down = subparsers.add_parser("down", help="remove everything the testbed started")
-    down.add_argument("--topo", default=None,
-                      help="also sweep the names of this topology (after a crash)")
+    down.add_argument(
+        "--topo", default=None, help="also sweep the names of this topology (after a crash)"
+    )
     down.set_defaults(func=cmd_down)
 
 

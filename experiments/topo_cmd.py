@@ -31,15 +31,24 @@ def _usid_text(usid: int) -> str:
 def show(fabric: Fabric, console: Console) -> None:
     """Print the fabric's switches, ports, hosts and links."""
     console.print(fabric.summary())
-    console.print(f"uSID block {fabric.block}, payload MTU {fabric.topology.mtu}, "
-                  f"interface MTU {fabric.topology.link_mtu}, "
-                  f"queue depth {fabric.topology.queue_depth} packets")
+    console.print(
+        f"uSID block {fabric.block}, payload MTU {fabric.topology.mtu}, "
+        f"interface MTU {fabric.topology.link_mtu}, "
+        f"queue depth {fabric.topology.queue_depth} packets"
+    )
     switches = Table(title="switches")
     for column in ("switch", "tier", "plane", "device id", "uSID", "uN SID", "End SID"):
         switches.add_column(column)
     for sw in fabric.switches:
-        switches.add_row(sw.name, sw.tier.value, str(sw.plane), str(sw.device_id),
-                         _usid_text(sw.usid), str(sw.usid_prefix), str(sw.end_sid))
+        switches.add_row(
+            sw.name,
+            sw.tier.value,
+            str(sw.plane),
+            str(sw.device_id),
+            _usid_text(sw.usid),
+            str(sw.usid_prefix),
+            str(sw.end_sid),
+        )
     console.print(switches)
 
     ports = Table(title="switch ports")
@@ -47,8 +56,15 @@ def show(fabric: Fabric, console: Console) -> None:
         ports.add_column(column)
     for sw in fabric.switches:
         for port in sw.ports:
-            ports.add_row(sw.name, str(port.number), port.intf, port.mac, port.peer,
-                          str(port.peer_port) if port.peer_port else "-", port.peer_mac)
+            ports.add_row(
+                sw.name,
+                str(port.number),
+                port.intf,
+                port.mac,
+                port.peer,
+                str(port.peer_port) if port.peer_port else "-",
+                port.peer_mac,
+            )
     console.print(ports)
 
     hosts = Table(title="host NICs")
@@ -56,9 +72,16 @@ def show(fabric: Fabric, console: Console) -> None:
         hosts.add_column(column)
     for host in fabric.hosts:
         for nic in host.nics:
-            hosts.add_row(host.name, str(host.rack), str(nic.plane), nic.intf,
-                          _usid_text(nic.usid), str(nic.address), nic.mac,
-                          f"{nic.switch}:{nic.switch_port}")
+            hosts.add_row(
+                host.name,
+                str(host.rack),
+                str(nic.plane),
+                nic.intf,
+                _usid_text(nic.usid),
+                str(nic.address),
+                nic.mac,
+                f"{nic.switch}:{nic.switch_port}",
+            )
     console.print(hosts)
 
     links = Table(title="links")
@@ -78,16 +101,28 @@ def paths(fabric: Fabric, src: str, dst: str, console: Console) -> None:
         table.add_column(column)
     for path in found:
         hops = " ".join(f"{h.switch}[{h.in_port}>{h.out_port}]" for h in path.hops)
-        table.add_row(path.label, str(path.plane), "-" if path.spine is None else str(path.spine),
-                      str(path.carrier), ", ".join(map(str, path.segments)), hops)
+        table.add_row(
+            path.label,
+            str(path.plane),
+            "-" if path.spine is None else str(path.spine),
+            str(path.carrier),
+            ", ".join(map(str, path.segments)),
+            hops,
+        )
     console.print(table)
 
 
 def _build_row(table: Table, label: str, build: ClosBuild, planes: int) -> None:
     per_tier = " + ".join(f"{n:,}" for n in build.switches_per_tier)
-    table.add_row(label, str(build.radix), str(build.tiers), f"{build.hosts:,}",
-                  f"{build.switches * planes:,} ({per_tier}{' per plane' if planes > 1 else ''})",
-                  f"{build.links * planes:,}", f"{build.optics * planes:,}")
+    table.add_row(
+        label,
+        str(build.radix),
+        str(build.tiers),
+        f"{build.hosts:,}",
+        f"{build.switches * planes:,} ({per_tier}{' per plane' if planes > 1 else ''})",
+        f"{build.links * planes:,}",
+        f"{build.optics * planes:,}",
+    )
 
 
 def scale_report(radix: int, planes: int, console: Console) -> None:

@@ -20,7 +20,7 @@
 
 // The queue depth egress last observed on each port (index: port number). Declared at top
 // level because both controls use it: egress writes it, ingress reads it.
-register<qdepth_t, counter_index_t>(512) port_qdepth;
+register<qdepth_t>(512) port_qdepth;
 
 #include "include/ingress.p4"
 #include "include/egress.p4"

@@ -199,7 +199,11 @@ def parse_topology(data: object, source: str = "<memory>") -> Topology:
         return data[key]
 
     name = data.get("name", "fabric")
-    if not isinstance(name, str) or not name or not name.replace("-", "").replace("_", "").isalnum():
+    if (
+        not isinstance(name, str)
+        or not name
+        or not name.replace("-", "").replace("_", "").isalnum()
+    ):
         raise TopologyError(source, "name", name, "a non-empty name of letters, digits, - and _")
 
     planes = integer("planes", required("planes"), 1, MAX_PLANES)

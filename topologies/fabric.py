@@ -297,7 +297,14 @@ class Fabric:
                 ]
                 device_id += 1
                 self._switches[name] = Switch(
-                    name, Tier.T1, plane, spine, t1_usids[spine], device_id, tuple(ports), self.block
+                    name,
+                    Tier.T1,
+                    plane,
+                    spine,
+                    t1_usids[spine],
+                    device_id,
+                    tuple(ports),
+                    self.block,
                 )
         for host in range(topo.hosts):
             name = self.host_name(host)

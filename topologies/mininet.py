@@ -254,9 +254,19 @@ class FabricHost(Host):
         """A process in this host's namespaces, like Mininet's popen, but under the root
         directory of the host's shell: a plain setns() into a mount namespace resets the root,
         which would move the process out of a chroot the testbed runs in."""
-        kwargs.setdefault("mncmd", [
-            "mnexec", "-d", "nsenter", f"--target={self.pid}", "--net", "--mount", "--root", "--wd",
-        ])
+        kwargs.setdefault(
+            "mncmd",
+            [
+                "mnexec",
+                "-d",
+                "nsenter",
+                f"--target={self.pid}",
+                "--net",
+                "--mount",
+                "--root",
+                "--wd",
+            ],
+        )
         return super().popen(*args, **kwargs)
 
     def config(self, **params: Any) -> dict[str, Any]:
@@ -288,8 +298,9 @@ class FabricNet:
             raise ValueError(f"target {options.target!r}: expected 'bmv2' or 'model'")
         self.fabric = fabric
         self.options = options
-        self.net = Mininet(topo=None, controller=None, build=False, autoSetMacs=False,
-                           waitConnected=False)
+        self.net = Mininet(
+            topo=None, controller=None, build=False, autoSetMacs=False, waitConnected=False
+        )
         self.switches: dict[str, FabricSwitch] = {}
         self.hosts: dict[str, FabricHost] = {}
 

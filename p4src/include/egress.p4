@@ -10,7 +10,7 @@ control MrcEgress(inout headers_t hdr,
                   inout metadata_t meta,
                   inout standard_metadata_t standard_metadata) {
 
-    counter<counter_index_t>(512, CounterType.packets_and_bytes) port_out;   // by egress port
+    counter(512, CounterType.packets_and_bytes) port_out;   // by egress port
 
     apply {
         port_qdepth.write((counter_index_t) standard_metadata.egress_port,

@@ -23,10 +23,10 @@ control MrcIngress(inout headers_t hdr,
                    inout metadata_t meta,
                    inout standard_metadata_t standard_metadata) {
 
-    counter<counter_index_t>(512, CounterType.packets_and_bytes) port_in;     // by ingress port
-    counter<counter_index_t>(512, CounterType.packets_and_bytes) trimmed;     // by egress port
-    counter<counter_index_t>(512, CounterType.packets_and_bytes) ecn_marked;  // by egress port
-    counter<counter_index_t>(16, CounterType.packets_and_bytes) drops;        // by drop reason
+    counter(512, CounterType.packets_and_bytes) port_in;     // by ingress port
+    counter(512, CounterType.packets_and_bytes) trimmed;     // by egress port
+    counter(512, CounterType.packets_and_bytes) ecn_marked;  // by egress port
+    counter(16, CounterType.packets_and_bytes) drops;        // by drop reason
 
     // Drop the packet and count why (called from the apply block, not a table action).
     @hidden

@@ -13,9 +13,10 @@ import pytest
 
 from controller.bmv2 import (
     Bmv2Switch,
+    P4BuildError,
     ToolMissing,
+    compile_p4,
     missing_tools,
-    p4_build,
     queue_rate_pps,
 )
 from controller.targets import SwitchConfigError, SwitchStartError
@@ -137,11 +138,19 @@ def test_switch_without_data_plane_ports_serves_only_p4runtime() -> None:
     assert switch.queue_commands() == []
 
 
-def test_p4_build_without_p4c_says_so(tmp_path: Path) -> None:
-    if shutil.which("p4c"):
-        pytest.skip("p4c is installed: the missing-compiler message cannot be observed")
+def test_compile_without_p4c_says_so(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path))  # a PATH with no p4c on it
     with pytest.raises(ToolMissing, match="p4c is not on PATH"):
-        p4_build(build_dir=tmp_path / "build")
+        compile_p4(tmp_path / "build")
+
+
+def test_compile_errors_carry_p4cs_output(tmp_path: Path) -> None:
+    if shutil.which("p4c") is None:
+        pytest.skip("p4c is not on PATH")
+    bad = tmp_path / "bad.p4"
+    bad.write_text("#include <core.p4>\ncontrol C() { apply { undefined_thing(); } }\n")
+    with pytest.raises(P4BuildError, match="undefined_thing"):
+        compile_p4(tmp_path / "build", source=bad)
 
 
 def test_missing_executable_fails_with_a_clear_error(fabric: Fabric, tmp_path: Path) -> None:

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from ctl_model import free_port
 
-from controller.bmv2 import Bmv2Switch, missing_tools, p4_build
+from controller.bmv2 import Bmv2Switch, committed_pipeline, missing_tools
 from controller.client import SwitchClient
 from controller.entries import fabric_tables
 from controller.p4info import P4Info
@@ -46,7 +46,7 @@ def veth() -> Iterator[tuple[str, str]]:
 
 @pytest.fixture(scope="module")
 def build() -> tuple[P4Info, bytes]:
-    p4info_path, json_path = p4_build()
+    p4info_path, json_path = committed_pipeline()
     return P4Info.load(p4info_path), Path(json_path).read_bytes()
 
 

@@ -2,8 +2,8 @@
 
 The namespace is ``dpb<id>``, its interfaces ``dpb<id>t<n>`` and BMv2's ``dpb<id>s<n>``
 (:class:`targets_p4rt.P4RuntimeTarget` makes them, the sockets and the P4Runtime session). The
-pipeline is the program compiled by p4c (:func:`controller.bmv2.p4_build`), pushed together with
-p4c's P4Info. ``port_rates`` are set once the switch is up with ``set_queue_rate`` through its
+pipeline is p4c's committed output (:func:`controller.bmv2.committed_pipeline`): the BMv2 JSON
+pushed together with its P4Info. ``port_rates`` are set once the switch is up with ``set_queue_rate`` through its
 Thrift runtime CLI, in packets per second (:func:`controller.bmv2.queue_rate_pps`: the bit rate
 as if every frame were full size).
 """
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import subprocess
 
-from controller.bmv2 import Bmv2Switch, ToolMissing, missing_tools, p4_build, queue_rate_pps
+from controller.bmv2 import Bmv2Switch, committed_pipeline, missing_tools, queue_rate_pps
 from controller.p4info import P4Info
 
 from .target import TargetUnavailable
@@ -35,8 +35,8 @@ class Bmv2Target(P4RuntimeTarget[Bmv2Switch]):
 
     def make_switch(self, grpc_addr: str) -> Bmv2Switch:
         try:
-            p4info_path, json_path = p4_build()
-        except ToolMissing as exc:
+            p4info_path, json_path = committed_pipeline()
+        except FileNotFoundError as exc:
             raise TargetUnavailable(str(exc)) from exc
         self._info = P4Info.load(p4info_path)
         self._device_config = json_path.read_bytes()

@@ -34,11 +34,17 @@ def skip_reason() -> str | None:
     except ImportError:
         return "integration tests need the mininet Python package"
     fabric = Fabric(load_topology(shipped_topology("small")))
-    taken = [p.intf for sw in fabric.switches for p in sw.ports
-             if Path(f"/sys/class/net/{p.intf}").exists()]
+    taken = [
+        p.intf
+        for sw in fabric.switches
+        for p in sw.ports
+        if Path(f"/sys/class/net/{p.intf}").exists()
+    ]
     if taken:
-        return f"a fabric is already running here (interface {taken[0]} exists): " \
-               "stop it with 'mrc-testbed down'"
+        return (
+            f"a fabric is already running here (interface {taken[0]} exists): "
+            "stop it with 'mrc-testbed down'"
+        )
     return None
 
 
@@ -74,7 +80,8 @@ def testbed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
     from experiments.testbed import Testbed
 
     topology = load_topology(shipped_topology("small")).with_(
-        link={"rate_mbps": LINK_RATE_MBPS, "delay_us": 0})
+        link={"rate_mbps": LINK_RATE_MBPS, "delay_us": 0}
+    )
     state = tmp_path_factory.mktemp("testbed") / "state.json"
     tb = Testbed(topology, "model", state_path=state)
     try:

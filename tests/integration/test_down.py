@@ -30,8 +30,12 @@ def state_file(fabric_free: None, tmp_path: Path) -> Iterator[Path]:
 
 def leftovers(recorded: list[int]) -> list[str]:
     """Interfaces, node shells and recorded processes of the fabric that still exist."""
-    found = [f"interface {p.intf}" for sw in FABRIC.switches for p in sw.ports
-             if Path(f"/sys/class/net/{p.intf}").exists()]
+    found = [
+        f"interface {p.intf}"
+        for sw in FABRIC.switches
+        for p in sw.ports
+        if Path(f"/sys/class/net/{p.intf}").exists()
+    ]
     shells = {f"mininet:{name}" for name in node_names(FABRIC)}
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
@@ -51,8 +55,12 @@ def leftovers(recorded: list[int]) -> list[str]:
 def start_up(state: Path) -> tuple[subprocess.Popen[bytes], statelib.TestbedState]:
     env = {**os.environ, "MRC_TESTBED_STATE": str(state)}
     log = open(state.with_name("up.log"), "wb")  # noqa: SIM115 -- closed by the child's exit
-    up = subprocess.Popen([tool("mrc-testbed"), "up", "--topo", "small", "--target", "model"],
-                          env=env, stdout=log, stderr=subprocess.STDOUT)
+    up = subprocess.Popen(
+        [tool("mrc-testbed"), "up", "--topo", "small", "--target", "model"],
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
     deadline = time.monotonic() + 90
     while True:
         try:
@@ -63,8 +71,9 @@ def start_up(state: Path) -> tuple[subprocess.Popen[bytes], statelib.TestbedStat
             pass
         if up.poll() is not None or time.monotonic() > deadline:
             up.kill()
-            pytest.fail("mrc-testbed up did not come up:\n"
-                        + state.with_name("up.log").read_text()[-2000:])
+            pytest.fail(
+                "mrc-testbed up did not come up:\n" + state.with_name("up.log").read_text()[-2000:]
+            )
         time.sleep(0.2)
     return up, loaded
 
@@ -77,8 +86,14 @@ def recorded_pids(state: statelib.TestbedState) -> list[int]:
 def test_down_stops_a_running_testbed(state_file: Path) -> None:
     up, state = start_up(state_file)
     env = {**os.environ, "MRC_TESTBED_STATE": str(state_file)}
-    done = subprocess.run([tool("mrc-testbed"), "down"], env=env, capture_output=True,
-                          text=True, timeout=120, check=False)
+    done = subprocess.run(
+        [tool("mrc-testbed"), "down"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert done.returncode == 0, done.stderr
     assert up.wait(30) == 0
     assert leftovers(recorded_pids(state)) == []
@@ -91,8 +106,14 @@ def test_down_cleans_up_after_a_crash(state_file: Path) -> None:
     up.wait(10)
     assert leftovers(recorded_pids(state)), "a crashed testbed should leave something behind"
     env = {**os.environ, "MRC_TESTBED_STATE": str(state_file)}
-    done = subprocess.run([tool("mrc-testbed"), "down"], env=env, capture_output=True,
-                          text=True, timeout=120, check=False)
+    done = subprocess.run(
+        [tool("mrc-testbed"), "down"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
     assert done.returncode == 0, done.stderr
     assert "leftovers removed" in done.stdout
     assert leftovers(recorded_pids(state)) == []

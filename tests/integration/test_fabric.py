@@ -33,8 +33,10 @@ def core_stats(testbed: Any, host: str) -> dict[str, Any]:
 
 def plane_tx_bytes(testbed: Any, host: str) -> dict[int, int]:
     node = testbed.net.hosts[host]
-    return {nic.plane: int(node.cmd(f"cat /sys/class/net/{nic.intf}/statistics/tx_bytes"))
-            for nic in testbed.fabric.host(host).nics}
+    return {
+        nic.plane: int(node.cmd(f"cat /sys/class/net/{nic.intf}/statistics/tx_bytes"))
+        for nic in testbed.fabric.host(host).nics
+    }
 
 
 def path_states(testbed: Any, src: str, dst: str) -> dict[str, dict[str, int]]:
@@ -43,8 +45,9 @@ def path_states(testbed: Any, src: str, dst: str) -> dict[str, dict[str, int]]:
     return {label: dict(entry["states"]) for label, entry in table.items()}
 
 
-def start_transfer(testbed: Any, src: str, dst: str, size: int, seed: int,
-                   region: str) -> tuple[Any, int]:
+def start_transfer(
+    testbed: Any, src: str, dst: str, size: int, seed: int, region: str
+) -> tuple[Any, int]:
     with client(testbed, dst) as rx:
         mr = rx.register(region, size)
     c = client(testbed, src, timeout=120.0)
@@ -85,11 +88,17 @@ def test_link_failure_mid_transfer(testbed: Any, wait: Wait) -> None:
     placed0 = core_stats(testbed, dst)["payload_bytes_placed"]
     handle, transfer = start_transfer(testbed, src, dst, size, seed=11, region="failover")
     try:
-        wait(lambda: core_stats(testbed, dst)["payload_bytes_placed"] > placed0 + size // 8,
-                 30, "the transfer to get going")
+        wait(
+            lambda: core_stats(testbed, dst)["payload_bytes_placed"] > placed0 + size // 8,
+            30,
+            "the transfer to get going",
+        )
         testbed.link_down(*link)
-        wait(lambda: path_states(testbed, src, dst)["p0-s0"].get("assumed_bad", 0) > 0,
-                 30, "EVs on the failed path p0-s0 to go ASSUMED_BAD")
+        wait(
+            lambda: path_states(testbed, src, dst)["p0-s0"].get("assumed_bad", 0) > 0,
+            30,
+            "EVs on the failed path p0-s0 to go ASSUMED_BAD",
+        )
         reply = finish_transfer(handle, transfer)
         assert reply["complete"]
         states = path_states(testbed, src, dst)
@@ -100,8 +109,11 @@ def test_link_failure_mid_transfer(testbed: Any, wait: Wait) -> None:
         testbed.link_up(*link)
     with client(testbed, dst) as rx:
         assert rx.verify("failover", size=size, seed=11)["match"]
-    wait(lambda: path_states(testbed, src, dst)["p0-s0"].get("assumed_bad", 0) == 0,
-             60, "the probes to bring the repaired path p0-s0 back to GOOD")
+    wait(
+        lambda: path_states(testbed, src, dst)["p0-s0"].get("assumed_bad", 0) == 0,
+        60,
+        "the probes to bring the repaired path p0-s0 back to GOOD",
+    )
     assert path_states(testbed, src, dst)["p0-s0"].get("good", 0) > 0
 
 
@@ -124,8 +136,10 @@ def check_incast(testbed: Any, receiver: str, senders: list[str], size: int) -> 
     counters = SwitchCounters(testbed)
     trims_before = sum(c["trimmed"] for c in counters.read().values())
     before = {h: core_stats(testbed, h) for h in senders}
-    handles = [start_transfer(testbed, s, receiver, size, seed=20 + i, region=f"incast{i}")
-               for i, s in enumerate(senders)]
+    handles = [
+        start_transfer(testbed, s, receiver, size, seed=20 + i, region=f"incast{i}")
+        for i, s in enumerate(senders)
+    ]
     replies: list[dict[str, Any]] = [{}] * len(handles)
 
     def finish(i: int) -> None:
@@ -156,12 +170,18 @@ def test_switch_reboot_is_restored_by_watch(testbed: Any, wait: Wait) -> None:
     placed0 = core_stats(testbed, dst)["payload_bytes_placed"]
     handle, transfer = start_transfer(testbed, src, dst, size, seed=31, region="reboot")
     try:
-        wait(lambda: core_stats(testbed, dst)["payload_bytes_placed"] > placed0 + size // 8,
-                 30, "the transfer to get going")
+        wait(
+            lambda: core_stats(testbed, dst)["payload_bytes_placed"] > placed0 + size // 8,
+            30,
+            "the transfer to get going",
+        )
         testbed.kill_switch(spine)
         testbed.start_switch(spine)
-        wait(lambda: "in sync" in testbed.ctl("diff", spine), 30,
-                 f"mrc-ctl watch to re-install the tables of {spine}")
+        wait(
+            lambda: "in sync" in testbed.ctl("diff", spine),
+            30,
+            f"mrc-ctl watch to re-install the tables of {spine}",
+        )
         assert finish_transfer(handle, transfer)["complete"]
     finally:
         if not testbed.net.switches[spine].process.alive:

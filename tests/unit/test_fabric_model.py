@@ -76,10 +76,18 @@ def test_links_are_symmetric(fabric: Fabric) -> None:
         for port in sw.ports:
             if fabric.node_kind(port.peer) == "switch":
                 back = fabric.switch(port.peer).port(port.peer_port)
-                assert (back.peer, back.peer_port, back.mac) == (sw.name, port.number, port.peer_mac)
+                assert (back.peer, back.peer_port, back.mac) == (
+                    sw.name,
+                    port.number,
+                    port.peer_mac,
+                )
             else:
                 nic = next(n for n in fabric.host(port.peer).nics if n.intf == port.peer_intf)
-                assert (nic.switch, nic.switch_port, nic.mac) == (sw.name, port.number, port.peer_mac)
+                assert (nic.switch, nic.switch_port, nic.mac) == (
+                    sw.name,
+                    port.number,
+                    port.peer_mac,
+                )
                 assert nic.gateway_mac == port.mac
                 assert nic.plane == sw.plane
 

@@ -52,8 +52,10 @@ def test_permutation_crosses_racks_on_small_fabric() -> None:
     assert all(rack[s] != rack[d] for s, d in flows)
 
 
-@given(st.lists(st.text("abcdefgh", min_size=1, max_size=3), min_size=2, max_size=12,
-                unique=True), st.integers(0, 1000))
+@given(
+    st.lists(st.text("abcdefgh", min_size=1, max_size=3), min_size=2, max_size=12, unique=True),
+    st.integers(0, 1000),
+)
 @settings(max_examples=50, deadline=None)
 def test_permutation_is_a_derangement(hosts: list[str], seed: int) -> None:
     pairs = permutation(hosts, seed)
@@ -88,18 +90,32 @@ def test_thresholds() -> None:
 
 def test_flap_expands_to_down_up_pairs() -> None:
     data = base()
-    data["faults"] = [{"kind": "link_flap", "at_s": 1, "until_s": 7, "rate_per_min": 20,
-                       "down_s": 1, "link": ["t1-p0-s0", "t0-p0-r0"]}]
+    data["faults"] = [
+        {
+            "kind": "link_flap",
+            "at_s": 1,
+            "until_s": 7,
+            "rate_per_min": 20,
+            "down_s": 1,
+            "link": ["t1-p0-s0", "t0-p0-r0"],
+        }
+    ]
     timeline = parse_scenario(data).timeline()
-    assert [(t, a) for t, a, _ in timeline] == [(1.0, "down"), (2.0, "up"), (4.0, "down"),
-                                                 (5.0, "up")]
+    assert [(t, a) for t, a, _ in timeline] == [
+        (1.0, "down"),
+        (2.0, "up"),
+        (4.0, "down"),
+        (5.0, "up"),
+    ]
 
 
 def test_reboot_expands_to_kill_then_start() -> None:
     data = base()
     data["faults"] = [{"kind": "switch_reboot", "at_s": 2, "down_s": 1.5, "switch": "t1-p1-s0"}]
-    assert [(t, a) for t, a, _ in parse_scenario(data).timeline()] == [(2.0, "kill"),
-                                                                       (3.5, "start")]
+    assert [(t, a) for t, a, _ in parse_scenario(data).timeline()] == [
+        (2.0, "kill"),
+        (3.5, "start"),
+    ]
 
 
 @pytest.mark.parametrize(
@@ -123,26 +139,49 @@ BAD: list[tuple[str, Any, str]] = [
     ("workloads", [], "workloads"),
     ("workloads", [{"kind": "shuffle"}], "workloads[0].kind"),
     ("workloads", [{"kind": "permutation", "message_bytes": "lots"}], "workloads[0].message_bytes"),
-    ("workloads", [{"kind": "permutation", "message_bytes": "1MiB", "total_bytes": "1KiB"}],
-     "workloads[0].total_bytes"),
+    (
+        "workloads",
+        [{"kind": "permutation", "message_bytes": "1MiB", "total_bytes": "1KiB"}],
+        "workloads[0].total_bytes",
+    ),
     ("workloads", [{"kind": "permutation", "hosts": ["h0", "h9"]}], "workloads[0].hosts[1]"),
     ("workloads", [{"kind": "permutation", "start_s": 99}], "workloads[0].start_s"),
-    ("workloads", [{"kind": "incast", "receiver": "h0", "senders": ["h0", "h1"]}],
-     "workloads[0].senders"),
+    (
+        "workloads",
+        [{"kind": "incast", "receiver": "h0", "senders": ["h0", "h1"]}],
+        "workloads[0].senders",
+    ),
     ("workloads", [{"kind": "incast", "receiver": "h0", "senders": 9}], "workloads[0].senders"),
     ("workloads", [{"kind": "permutation", "receiver": "h0"}], "workloads[0].receiver"),
     ("faults", [{"kind": "link_down", "at_s": 1, "link": ["h0", "t1-p0-s0"]}], "faults[0].link"),
     ("faults", [{"kind": "link_down", "at_s": 1, "link": "t0-p0-r0"}], "faults[0].link"),
-    ("faults", [{"kind": "link_down", "at_s": 11, "link": ["t0-p0-r0", "t1-p0-s0"]}],
-     "faults[0].at_s"),
+    (
+        "faults",
+        [{"kind": "link_down", "at_s": 11, "link": ["t0-p0-r0", "t1-p0-s0"]}],
+        "faults[0].at_s",
+    ),
     ("faults", [{"kind": "switch_reboot", "at_s": 1, "switch": "t9-p0-s0"}], "faults[0].switch"),
     ("faults", [{"kind": "explode", "at_s": 1}], "faults[0].kind"),
     ("trim_threshold", 65, "trim_threshold"),
     ("ecn_threshold", -1, "ecn_threshold"),
-    ("faults", [{"kind": "link_flap", "at_s": 1, "rate_per_min": 60, "down_s": 2,
-                 "link": ["t0-p0-r0", "t1-p0-s0"]}], "faults[0].down_s"),
-    ("faults", [{"kind": "link_flap", "at_s": 1, "rate_per_min": 0,
-                 "link": ["t0-p0-r0", "t1-p0-s0"]}], "faults[0].rate_per_min"),
+    (
+        "faults",
+        [
+            {
+                "kind": "link_flap",
+                "at_s": 1,
+                "rate_per_min": 60,
+                "down_s": 2,
+                "link": ["t0-p0-r0", "t1-p0-s0"],
+            }
+        ],
+        "faults[0].down_s",
+    ),
+    (
+        "faults",
+        [{"kind": "link_flap", "at_s": 1, "rate_per_min": 0, "link": ["t0-p0-r0", "t1-p0-s0"]}],
+        "faults[0].rate_per_min",
+    ),
 ]
 
 
@@ -167,8 +206,9 @@ def test_missing_file_and_bad_yaml(tmp_path: Path) -> None:
 
 def test_topology_file_relative_to_scenario(tmp_path: Path) -> None:
     topo = tmp_path / "tiny.yaml"
-    topo.write_text(yaml.safe_dump({"planes": 1, "racks": 2, "spines_per_plane": 1,
-                                    "hosts_per_rack": 1}))
+    topo.write_text(
+        yaml.safe_dump({"planes": 1, "racks": 2, "spines_per_plane": 1, "hosts_per_rack": 1})
+    )
     scenario_file = tmp_path / "s.yaml"
     scenario_file.write_text(yaml.safe_dump(base() | {"topology": "tiny.yaml"}))
     scenario = load_scenario(scenario_file)

@@ -26,8 +26,9 @@ from topologies.config import shipped_topology
 
 @pytest.fixture(scope="module")
 def fabric() -> Fabric:
-    return Fabric(load_topology(shipped_topology("small")).with_(link={"rate_mbps": 20,
-                                                                     "delay_us": 0}))
+    return Fabric(
+        load_topology(shipped_topology("small")).with_(link={"rate_mbps": 20, "delay_us": 0})
+    )
 
 
 PERMUTATION = [("h0", "h2"), ("h1", "h3"), ("h2", "h1"), ("h3", "h0")]
@@ -91,23 +92,62 @@ def synthetic(name: str, rate_bps: float, fault: bool) -> TransportResult:
             t = k * 0.1
             r.progress.append(Progress(t, flow, int(per_flow / 8 * t)))
         for m in range(4):
-            r.completions.append(Completion(flow, m, 1 << 20, m * 0.9, m * 0.9 + 0.8 +
-                                            0.01 * flow_index))
+            r.completions.append(
+                Completion(flow, m, 1 << 20, m * 0.9, m * 0.9 + 0.8 + 0.01 * flow_index)
+            )
     if fault:
-        r.faults += [FaultMark(1.0, "down", "t0-p0-r0 <-> t1-p0-s0"),
-                     FaultMark(2.0, "up", "t0-p0-r0 <-> t1-p0-s0")]
-    r.ev_states = [{"t": k * 0.5, "GOOD": 128 - (32 if 1 <= k * 0.5 < 2 else 0),
-                    "ASSUMED_BAD": 32 if 1 <= k * 0.5 < 2 else 0} for k in range(9)]
-    r.ev_transitions = [
-        {"t": 1.004, "host": "h0", "qpn": 256, "ev": 3, "path": "p0-s0", "old": "GOOD",
-         "new": "ASSUMED_BAD", "reason": "rto"},
-        {"t": 1.010, "host": "h2", "qpn": 258, "ev": 9, "path": "p0-s0", "old": "GOOD",
-         "new": "ASSUMED_BAD", "reason": "rto"},
-        {"t": 1.002, "host": "h1", "qpn": 257, "ev": 5, "path": "p1-s1", "old": "GOOD",
-         "new": "ASSUMED_BAD", "reason": "rto"},
-    ] if fault else []
-    r.switches = {"t0-p0-r0": {"trimmed": 12, "ecn_marked": 40, "drops": 0},
-                  "t1-p0-s0": {"trimmed": 0, "ecn_marked": 3, "drops": 1}}
+        r.faults += [
+            FaultMark(1.0, "down", "t0-p0-r0 <-> t1-p0-s0"),
+            FaultMark(2.0, "up", "t0-p0-r0 <-> t1-p0-s0"),
+        ]
+    r.ev_states = [
+        {
+            "t": k * 0.5,
+            "GOOD": 128 - (32 if 1 <= k * 0.5 < 2 else 0),
+            "ASSUMED_BAD": 32 if 1 <= k * 0.5 < 2 else 0,
+        }
+        for k in range(9)
+    ]
+    r.ev_transitions = (
+        [
+            {
+                "t": 1.004,
+                "host": "h0",
+                "qpn": 256,
+                "ev": 3,
+                "path": "p0-s0",
+                "old": "GOOD",
+                "new": "ASSUMED_BAD",
+                "reason": "rto",
+            },
+            {
+                "t": 1.010,
+                "host": "h2",
+                "qpn": 258,
+                "ev": 9,
+                "path": "p0-s0",
+                "old": "GOOD",
+                "new": "ASSUMED_BAD",
+                "reason": "rto",
+            },
+            {
+                "t": 1.002,
+                "host": "h1",
+                "qpn": 257,
+                "ev": 5,
+                "path": "p1-s1",
+                "old": "GOOD",
+                "new": "ASSUMED_BAD",
+                "reason": "rto",
+            },
+        ]
+        if fault
+        else []
+    )
+    r.switches = {
+        "t0-p0-r0": {"trimmed": 12, "ecn_marked": 40, "drops": 0},
+        "t1-p0-s0": {"trimmed": 0, "ecn_marked": 3, "drops": 1},
+    }
     r.hosts = {"h0": {"rtos": 0, "nacks": 5}, "h1": {"rtos": 1, "nacks": 7}}
     return r
 
@@ -116,8 +156,15 @@ def test_results_folder_round_trip(tmp_path: Path, fabric: Fabric) -> None:
     results = [synthetic("mrc", 140e6, True), synthetic("single-path", 40e6, True)]
     write_raw(tmp_path, {"name": "synthetic"}, fabric.topology.as_dict(), 0.1, results)
     metrics = render(tmp_path)
-    for name in ("goodput.png", "completion_cdf.png", "ev_states.png", "switches.png",
-                 "metrics.json", "summary.md", "goodput.csv"):
+    for name in (
+        "goodput.png",
+        "completion_cdf.png",
+        "ev_states.png",
+        "switches.png",
+        "metrics.json",
+        "summary.md",
+        "goodput.csv",
+    ):
         assert (tmp_path / name).stat().st_size > 0, name
     saved = json.loads((tmp_path / "metrics.json").read_text())["transports"]
     assert saved["mrc"]["complete"] is True

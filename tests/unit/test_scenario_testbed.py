@@ -52,8 +52,10 @@ def test_kernel_routes_follow_the_fabric_paths(fabric: Fabric) -> None:
             route = [c for c in cmds if c.startswith(f"ip -6 route replace {dst}/128 ")]
             assert len(route) == 1
             assert f"encap seg6 mode inline segs {path.carrier} dev {nic.intf}" in route[0]
-            assert (f"ip -6 neigh replace {path.carrier} lladdr {nic.gateway_mac} "
-                    f"dev {nic.intf} nud permanent") in cmds
+            assert (
+                f"ip -6 neigh replace {path.carrier} lladdr {nic.gateway_mac} "
+                f"dev {nic.intf} nud permanent"
+            ) in cmds
     assert not any("mptcp" in c for c in cmds)
 
 
@@ -61,8 +63,9 @@ def test_mptcp_announces_the_other_planes(fabric: Fabric) -> None:
     cmds = host_commands(fabric, "h2", mptcp=True)
     h2 = fabric.host("h2")
     signals = [c for c in cmds if c.startswith("ip mptcp endpoint add")]
-    assert signals == [f"ip mptcp endpoint add {nic.address} dev {nic.intf} signal"
-                       for nic in h2.nics[1:]]
+    assert signals == [
+        f"ip mptcp endpoint add {nic.address} dev {nic.intf} signal" for nic in h2.nics[1:]
+    ]
     undo = undo_commands(fabric, "h2")
     assert "ip mptcp endpoint flush" in undo
     assert all(f"net.ipv6.conf.{nic.intf}.disable_ipv6=1" in " ".join(undo) for nic in h2.nics)
@@ -71,8 +74,12 @@ def test_mptcp_announces_the_other_planes(fabric: Fabric) -> None:
 def test_path_summary_of_an_agent_reply() -> None:
     from experiments.mncli import summarise_paths
 
-    reply = {"h2": {"qpn": 256, "paths": {"p0-s0": {"plane": 0, "evs": 32,
-                                                    "states": {"good": 30, "assumed_bad": 2}}},
-                    "evs": []}}
+    reply = {
+        "h2": {
+            "qpn": 256,
+            "paths": {"p0-s0": {"plane": 0, "evs": 32, "states": {"good": 30, "assumed_bad": 2}}},
+            "evs": [],
+        }
+    }
     assert summarise_paths(reply) == {"h2": {"p0-s0": {"good": 30, "assumed_bad": 2}}}
     assert summarise_paths("nonsense") == {}

@@ -59,7 +59,9 @@ def test_with_returns_a_validated_copy() -> None:
         ({"name": "bad name!"}, "name", "letters, digits"),
     ],
 )
-def test_validation_errors_name_the_field(change: dict[str, Any], field: str, expected: str) -> None:
+def test_validation_errors_name_the_field(
+    change: dict[str, Any], field: str, expected: str
+) -> None:
     with pytest.raises(TopologyError) as info:
         parse_topology({**BASE, **change}, "my.yaml")
     assert info.value.field == field
