@@ -10,10 +10,11 @@
   controller pushes the pipeline over P4Runtime. Once the switch answers, queue depth and rate of
   every port are set through the Thrift runtime CLI (``simple_switch_CLI``).
 
-BMv2 shapes queues in packets per second, not bits per second. :func:`queue_rate_pps` converts a
-link rate as if every frame were full size (``mtu`` bytes plus Ethernet header and FCS), so a
-port never sends more bits per second than the link rate; smaller packets are then sent at the
-same packet rate, i.e. below the link's bit rate.
+BMv2 shapes queues in packets per second, not bits per second, and paces each priority queue
+of a port separately (:func:`port_queue_commands`): data at the link rate for full-size frames,
+control and trimmed headers at the link rate for control-size frames. Where switchmodel shapes
+both queues together in bits, BMv2 can therefore send control packets on top of a saturated data
+queue (at most the control queue's own share); docs/p4-pipeline.md discusses the difference.
 """
 
 from __future__ import annotations
@@ -37,6 +38,9 @@ SIMPLE_SWITCH_CLI = "simple_switch_CLI"
 P4C = "p4c"
 
 ETHERNET_OVERHEAD = 14 + 4  # header and FCS around an IP packet of ``mtu`` bytes
+#: IP packet size the control queue is paced for: an MRC control packet or a trimmed header
+#: (IPv6, UDP, BTH, RETH, MRC extension: about 110 bytes) with room for an SRH segment
+CONTROL_BYTES = 128
 LOG_LEVELS = ("trace", "debug", "info", "warn", "error", "off")
 
 
@@ -118,11 +122,33 @@ def stale_outputs(out_dir: Path) -> list[str]:
     return stale
 
 
-def queue_rate_pps(rate_bps: int, mtu: int) -> int:
-    """BMv2 queue rate (packets/s) for a link of ``rate_bps`` carrying ``mtu``-byte packets."""
-    if rate_bps <= 0 or mtu <= 0:
-        raise ValueError(f"rate {rate_bps} b/s, MTU {mtu} B: expected positive values")
-    return max(1, rate_bps // (8 * (mtu + ETHERNET_OVERHEAD)))
+def queue_rate_pps(rate_bps: int, frame_bytes: int) -> int:
+    """BMv2 queue rate (packets/s) that sends ``frame_bytes``-byte IP packets at ``rate_bps``."""
+    if rate_bps <= 0 or frame_bytes <= 0:
+        raise ValueError(f"rate {rate_bps} b/s, packet {frame_bytes} B: expected positive values")
+    return max(1, rate_bps // (8 * (frame_bytes + ETHERNET_OVERHEAD)))
+
+
+def port_queue_commands(
+    port: int, rate_bps: int | None, depth: int | None, mtu: int, priority_queues: int = 2
+) -> list[str]:
+    """``simple_switch_CLI`` commands that give one port its depth and rates.
+
+    BMv2 paces every priority queue of a port on its own, in packets per second; the CLI's
+    priority is the program's ``standard_metadata.priority`` (the higher is served first). So the
+    data queue (priority 0) is paced at the link rate for full-size packets and the control
+    queue (priority 1: ACKs, NACKs, probes, trimmed headers) at the link rate for control-size
+    packets: a header then costs a header's time on the link, not a full packet's.
+    """
+    commands = []
+    if depth is not None:
+        commands.append(f"set_queue_depth {depth} {port}")
+    if rate_bps is not None:
+        rates = {0: queue_rate_pps(rate_bps, mtu), 1: queue_rate_pps(rate_bps, CONTROL_BYTES)}
+        for priority, pps in rates.items():
+            if priority < priority_queues:
+                commands.append(f"set_queue_rate {pps} {port} {priority}")
+    return commands
 
 
 class Bmv2Switch(SwitchProcess):
@@ -218,12 +244,9 @@ class Bmv2Switch(SwitchProcess):
         """
         commands = []
         for number in self.ports:
-            if self.queue_depth is not None:
-                commands.append(f"set_queue_depth {self.queue_depth} {number}")
-            if self.rate_bps is not None:
-                commands.append(
-                    f"set_queue_rate {queue_rate_pps(self.rate_bps, self.mtu)} {number}"
-                )
+            commands += port_queue_commands(
+                number, self.rate_bps, self.queue_depth, self.mtu, self.priority_queues
+            )
         return commands
 
     def cli_command(self) -> list[str]:
@@ -243,8 +266,12 @@ class Bmv2Switch(SwitchProcess):
     def configure(self) -> None:
         """Set queue depth and rate through the Thrift runtime CLI."""
         commands = self.queue_commands()
-        if not commands:
-            return
+        if commands:
+            self.run_cli(commands, "could not set the queues")
+
+    def run_cli(self, commands: list[str], failure: str) -> str:
+        """Run ``commands`` through ``simple_switch_CLI``; raise :class:`SwitchStartError`
+        saying ``failure`` when it cannot run or reports an error."""
         try:
             result = subprocess.run(
                 self.cli_command(),
@@ -263,9 +290,10 @@ class Bmv2Switch(SwitchProcess):
         if result.returncode != 0 or bad:
             raise SwitchStartError(
                 self.name,
-                f"{self.cli} could not set the queues ({'; '.join(bad) or result.returncode})",
+                f"{self.cli} {failure} ({'; '.join(bad) or result.returncode})",
                 output + "\n" + self.log_tail(),
             )
+        return output
 
     def log_tail(self, n: int = 20) -> str:
         """The end of the process output and of BMv2's own log file."""
@@ -284,6 +312,7 @@ __all__ = [
     "committed_pipeline",
     "compile_p4",
     "missing_tools",
+    "port_queue_commands",
     "stale_outputs",
     "parse_grpc_addr",
     "queue_rate_pps",

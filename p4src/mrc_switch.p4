@@ -18,9 +18,13 @@
 #include "include/headers.p4"
 #include "include/parser.p4"
 
-// The queue depth egress last observed on each port (index: port number). Declared at top
-// level because both controls use it: egress writes it, ingress reads it.
+// The depth of each port's data queue (priority 0; index: port number), as ingress estimates
+// it: BMv2 reveals queue depth only in egress, and per priority queue, so egress records the
+// depth a departing data packet leaves behind (port_qdepth = deq_qdepth) and clears
+// port_arrivals, which ingress then counts up for every packet it queues there. Depth now =
+// port_qdepth + port_arrivals. Declared at top level because both controls use them.
 register<qdepth_t>(512) port_qdepth;
+register<qdepth_t>(512) port_arrivals;
 
 #include "include/ingress.p4"
 #include "include/egress.p4"

@@ -25,7 +25,9 @@ DROP_NO_ROUTE = "MrcIngress.drop_no_route"
 SET_PORT_QOS = "MrcIngress.set_port_qos"
 
 PORT_QDEPTH = "port_qdepth"
-PORT_QDEPTH_NAMES = ("port_qdepth", "MrcEgress.port_qdepth", "MrcIngress.port_qdepth")
+PORT_ARRIVALS = "port_arrivals"
+#: the program's registers (declared at top level, so P4Info names them without a control)
+REGISTERS = (PORT_QDEPTH, PORT_ARRIVALS)
 
 # table -> (match field name, bit width, match type), actions it must offer, default action
 TABLES: dict[str, tuple[tuple[str, int, int], frozenset[str], str]] = {
@@ -98,8 +100,7 @@ class Binding:
     tables: dict[int, TableBinding]
     actions: dict[int, ActionBinding]
     counters: dict[int, tuple[str, int]]  # id -> (name, size)
-    register_id: int
-    register_name: str
+    registers: dict[int, str]  # id -> name (one of REGISTERS)
 
     def table_named(self, name: str) -> TableBinding:
         """The table called ``name``."""
@@ -195,23 +196,21 @@ def bind(info: p4i.P4Info) -> Binding:
         else:
             counters[counter.preamble.id] = (name, size)
 
-    register_id = 0
-    register_name = ""
-    registers = {r.preamble.name: r for r in info.registers}
-    for name in PORT_QDEPTH_NAMES:
-        if name in registers:
-            register = registers[name]
-            found_width = _bitwidth(register.type_spec)
-            if found_width != REGISTER_WIDTH or register.size != REGISTER_SIZE:
-                problems.append(
-                    f"register '{name}' is bit<{found_width}>[{register.size}], "
-                    f"expected bit<{REGISTER_WIDTH}>[{REGISTER_SIZE}]"
-                )
-            register_id, register_name = register.preamble.id, name
-            break
-    else:
-        problems.append(f"register '{PORT_QDEPTH}' is missing")
+    registers: dict[int, str] = {}
+    declared = {r.preamble.name: r for r in info.registers}
+    for name in REGISTERS:
+        register = declared.get(name)
+        if register is None:
+            problems.append(f"register '{name}' is missing")
+            continue
+        found_width = _bitwidth(register.type_spec)
+        if found_width != REGISTER_WIDTH or register.size != REGISTER_SIZE:
+            problems.append(
+                f"register '{name}' is bit<{found_width}>[{register.size}], "
+                f"expected bit<{REGISTER_WIDTH}>[{REGISTER_SIZE}]"
+            )
+        registers[register.preamble.id] = name
 
     if problems:
         raise ContractError("P4Info is not the mrc_switch program: " + "; ".join(problems))
-    return Binding(info, tables, actions, counters, register_id, register_name)
+    return Binding(info, tables, actions, counters, registers)

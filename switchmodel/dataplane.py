@@ -349,7 +349,7 @@ class DataPlane:
                     continue
                 queue = target.queue
                 if not target.blocked and queue.admit(len(out), now):
-                    # cut-through: the port is idle, the packet leaves at once (enq_qdepth 0)
+                    # cut-through: the port is idle, the packet leaves at once (deq_qdepth 0)
                     try:
                         target.sock.send(out)
                     except BlockingIOError:
@@ -361,7 +361,7 @@ class DataPlane:
                         log.debug("port %d (%s): send failed: %s", out_port, target.intf, exc)
                         continue
                     target.tx_frames += 1
-                    egress(state, out_port, 0, n)
+                    egress(state, out_port, priority, 0, n)
                     if target.pcap_out is not None:
                         target.pcap_out.write(out)
                     if self._trace:
@@ -398,7 +398,7 @@ class DataPlane:
                         continue
                     port.tx_frames += 1
                     if state is not None:
-                        egress(state, port.number, enq_qdepth, length)
+                        egress(state, port.number, priority, queue.depth_of(priority), length)
                     if pcap is not None:
                         pcap.write(frame)
                     if self._trace:

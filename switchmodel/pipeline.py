@@ -4,7 +4,7 @@ No I/O and no clock: the data path hands :func:`ingress` a frame, its ingress po
 :class:`~switchmodel.tables.PipelineState`, and gets back either a :class:`Forward` (egress port,
 priority, rewritten frame) or the :class:`~switchmodel.tables.DropReason` it counted. When the
 traffic manager dequeues a packet it calls :func:`egress`, which records the queue depth the
-packet saw at enqueue in ``port_qdepth`` and counts ``port_out``. The stages follow the program:
+packet leaves behind in ``port_qdepth``, clears ``port_arrivals`` and counts ``port_out``. The stages follow the program:
 
 parser   Ethernet; IPv6 if ether type 0x86DD; SRH if next header 43 (routing type 4, at most four
          segments, hdr_ext_len == 2 * (last_entry + 1), segments_left <= last_entry: otherwise
@@ -14,11 +14,13 @@ parser   Ethernet; IPv6 if ether type 0x86DD; SRH if next header 43 (routing typ
 ingress  count port_in; parser error -> drop; no IPv6 -> NOT_IPV6; hop limit <= 1 -> HOP_LIMIT,
          else decrement; my_sid (uN shift or End; End without a segment left -> SID_END);
          ipv6_lpm (set_next_hop or drop_no_route -> NO_ROUTE); priority (control DSCP high);
-         port_qos + port_qdepth[egress port] -> trim (DSCP 10 MRC data, depth >= trim threshold)
-         or ECN CE (ECT, depth >= ECN threshold).
+         depth of the egress port's data queue = port_qdepth + port_arrivals; port_qos -> trim
+         (DSCP 10 MRC data, depth >= trim threshold) or ECN CE (ECT, depth >= ECN threshold);
+         a packet that goes to the data queue (priority 0) then increments port_arrivals.
 deparser the headers as rewritten; a trimmed packet ends after its MRC data extension, with
          DSCP 12, IPv6 payload length and UDP length fixed and high priority.
-egress   port_qdepth[egress port] = enq_qdepth; count port_out.
+egress   a data packet (priority 0): port_qdepth[egress port] = deq_qdepth (its queue, after it)
+         and port_arrivals[egress port] = 0; every packet: count port_out.
 
 Counters count bytes as BMv2 does: the length of the frame as it arrived at the switch.
 """
@@ -212,8 +214,10 @@ def ingress(frame: bytes | bytearray | memoryview, in_port: int, state: Pipeline
     else:
         priority = PRIORITY_HIGH if dscp == DSCP_CONTROL else PRIORITY_LOW
         qos = state.port_qos.entries.get(port, state.port_qos_default)
+    in_range = hit and port < len(state.port_arrivals)
+    arrivals = state.port_arrivals[port] if in_range else 0
     if qos is not _NO_QOS:
-        depth = state.port_qdepth[port] if port < len(state.port_qdepth) else 0
+        depth = (state.port_qdepth[port] + arrivals) & QDEPTH_MASK if in_range else 0
         if headers_end >= 0 and dscp == DSCP_TRIMMABLE and depth >= qos.trim_threshold:
             trim = True
             tc = DSCP_TRIMMED << 2 | ecn
@@ -222,6 +226,8 @@ def ingress(frame: bytes | bytearray | memoryview, in_port: int, state: Pipeline
         elif 0 < ecn < ECN_CE and depth >= qos.ecn_threshold:  # ECT(1) or ECT(0)
             tc = tc | ECN_CE
             counters.ecn_marked.count(port, n)
+    if in_range and priority == PRIORITY_LOW and arrivals != QDEPTH_MASK:
+        state.port_arrivals[port] = arrivals + 1
 
     # -- deparser --------------------------------------------------------------------------
     out = bytearray(frame[:headers_end]) if trim else bytearray(frame)
@@ -249,13 +255,17 @@ def count_drop(state: PipelineState, reason: DropReason, length: int) -> None:
     state.counters.drops.count(reason, length)
 
 
-def egress(state: PipelineState, port: int, enq_qdepth: int, length: int) -> None:
-    """The egress control: record the depth the packet saw at enqueue, count ``port_out``.
+def egress(state: PipelineState, port: int, priority: int, deq_qdepth: int, length: int) -> None:
+    """The egress control: a data packet (priority 0) records the depth it leaves behind in its
+    queue (``deq_qdepth``, as BMv2 reports it: that priority queue only) and clears
+    ``port_arrivals``; every packet is counted in ``port_out``.
 
     ``length`` is the packet's length as it arrived at the switch (BMv2 counts that).
     """
     if 0 <= port < len(state.port_qdepth):
-        state.port_qdepth[port] = enq_qdepth & QDEPTH_MASK
+        if priority == PRIORITY_LOW:
+            state.port_qdepth[port] = deq_qdepth & QDEPTH_MASK
+            state.port_arrivals[port] = 0
         out = state.counters.port_out
         out.packets[port] += 1
         out.bytes[port] += length

@@ -454,18 +454,20 @@ class SwitchRuntime:
     def _write_register(self, binding: Binding, kind: int, entry: p4r.RegisterEntry) -> None:
         if kind != p4r.Update.MODIFY:
             raise _invalid("register entries can only be modified")
-        if entry.register_id != binding.register_id:
+        name = binding.registers.get(entry.register_id)
+        if name is None:
             raise RuntimeStatus(
                 code_pb2.NOT_FOUND, f"register id {entry.register_id:#x} is not in the P4Info"
             )
         if entry.data.WhichOneof("data") != "bitstring":
-            raise _invalid(f"{binding.register_name}: expected bitstring data")
-        value = _decode(entry.data.bitstring, contract.REGISTER_WIDTH, binding.register_name)
+            raise _invalid(f"{name}: expected bitstring data")
+        value = _decode(entry.data.bitstring, contract.REGISTER_WIDTH, name)
         with self.target.lock:
             state = self.target.state
             assert state is not None
-            for index in self._indices(binding.register_name, len(state.port_qdepth), entry):
-                state.port_qdepth[index] = value
+            array = state.register(name)
+            for index in self._indices(name, len(array), entry):
+                array[index] = value
 
     @staticmethod
     def _indices(name: str, size: int, entry: p4r.CounterEntry | p4r.RegisterEntry) -> range:
@@ -539,14 +541,20 @@ class SwitchRuntime:
                 yield wire.counter_entry_chunk(counter_id, index, packets, nbytes)
 
     def _read_registers(self, binding: Binding, want: p4r.RegisterEntry) -> Iterator[bytes]:
-        if want.register_id and want.register_id != binding.register_id:
+        if want.register_id and want.register_id not in binding.registers:
             raise RuntimeStatus(
                 code_pb2.NOT_FOUND, f"register id {want.register_id:#x} is not in the P4Info"
             )
+        ids = [want.register_id] if want.register_id else sorted(binding.registers)
+        values: list[tuple[int, int, int]] = []
         with self.target.lock:
             state = self.target.state
             assert state is not None
-            indices = self._indices(binding.register_name, len(state.port_qdepth), want)
-            values = [(i, state.port_qdepth[i]) for i in indices]
-        for index, value in values:
-            yield wire.register_entry_chunk(binding.register_id, index, canonical(value))
+            for register_id in ids:
+                name = binding.registers[register_id]
+                array = state.register(name)
+                values += [
+                    (register_id, i, array[i]) for i in self._indices(name, len(array), want)
+                ]
+        for register_id, index, value in values:
+            yield wire.register_entry_chunk(register_id, index, canonical(value))

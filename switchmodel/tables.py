@@ -191,3 +191,12 @@ class PipelineState:
     port_qos_default: PortQos = NO_QOS
     counters: Counters = field(default_factory=Counters)
     port_qdepth: list[int] = field(default_factory=lambda: [0] * PORT_COUNT)
+    port_arrivals: list[int] = field(default_factory=lambda: [0] * PORT_COUNT)
+
+    def register(self, name: str) -> list[int]:
+        """The register array called ``name`` (``port_qdepth`` or ``port_arrivals``)."""
+        if name == "port_qdepth":
+            return self.port_qdepth
+        if name == "port_arrivals":
+            return self.port_arrivals
+        raise KeyError(f"no register {name!r}")

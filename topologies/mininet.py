@@ -14,7 +14,9 @@ them into Mininet nodes and veth pairs. Classes:
   and no IPv4 address; the host agent owns the NICs;
 - :class:`FabricNet` -- the network: :meth:`FabricNet.build` makes it from a fabric,
   :meth:`FabricNet.start` starts every switch and waits until they serve P4Runtime, and
-  :meth:`FabricNet.link_down` / :meth:`FabricNet.reboot` are the fault primitives.
+  :meth:`FabricNet.link_down` / :meth:`FabricNet.reboot` are the fault primitives (a failed
+  link's ends go down, except a BMv2 switch's, which drop everything instead: see
+  :class:`Bmv2FabricSwitch`).
 
 Links are plain veth pairs with no traffic-control buffer: rate and queue depth are enforced
 inside the switch (the launcher's ``rate_bps`` and ``queue_depth``), because a qdisc on a link is
@@ -46,12 +48,15 @@ from mininet.net import Mininet
 from mininet.node import Host
 from mininet.node import Switch as MnSwitch
 
+from controller.bmv2 import Bmv2Switch
 from controller.targets import SwitchProcess
 from topologies import Fabric
 from topologies import Switch as FabricSwitchModel
 
 TARGETS = ("auto", "bmv2", "model")
 NETEM_LIMIT = 100_000  # packets: never reached by a delay line (see the module docstring)
+#: the qdisc of a failed BMv2 link end: it holds nothing, so it drops every frame sent on it
+BLACKHOLE = "pfifo limit 0"
 GRPC_BASE_PORT = 51000  # switch with device id N serves P4Runtime on GRPC_BASE_PORT + N
 THRIFT_BASE_PORT = 9190  # BMv2 runtime CLI port: THRIFT_BASE_PORT + device id
 
@@ -78,6 +83,13 @@ def choose_target(target: str) -> str:
 # -- interfaces ------------------------------------------------------------------------------
 
 
+def delay_qdisc(delay_us: float) -> str | None:
+    """The root qdisc that delays what a link end sends by ``delay_us``, or None for none."""
+    if delay_us <= 0 or not FabricIntf.netem_available:
+        return None
+    return f"netem delay {delay_us:g}us limit {NETEM_LIMIT}"
+
+
 class FabricIntf(Intf):
     """A link end of the fabric: kernel IPv6 off, offloads off, fabric MTU, optional delay."""
 
@@ -95,11 +107,9 @@ class FabricIntf(Intf):
         if mtu is not None:
             self.cmd(f"ip link set dev {self.name} mtu {mtu}")
         self.cmd(f"ethtool -K {self.name} rx off tx off sg off tso off gso off gro off")
-        if delay_us > 0 and FabricIntf.netem_available:
-            out = self.cmd(
-                f"tc qdisc replace dev {self.name} root netem delay {delay_us:g}us "
-                f"limit {NETEM_LIMIT}"
-            )
+        qdisc = delay_qdisc(delay_us)
+        if qdisc is not None:
+            out = self.cmd(f"tc qdisc replace dev {self.name} root {qdisc}")
             if "rror" in out:
                 FabricIntf.netem_available = False  # kernel without sch_netem: no delay line
         result: dict[str, Any] = super().config(up=up, **params)
@@ -147,6 +157,12 @@ class FabricSwitch(MnSwitch):
     def make_process(self) -> SwitchProcess:
         """The launcher of this switch's process (subclasses say which target)."""
         raise NotImplementedError
+
+    def set_port_link(self, intf: str, up: bool, qdisc: str | None = None) -> None:
+        """Fail or repair the link of this switch's interface ``intf``: the interface goes
+        administratively down or up, as a cable pulled out of a port would take it (``qdisc``,
+        the link's delay line, stays on it)."""
+        self.cmd(f"ip link set dev {intf} {'up' if up else 'down'}")
 
     @property
     def port_interfaces(self) -> dict[int, str]:
@@ -205,13 +221,18 @@ class ModelFabricSwitch(FabricSwitch):
 
 
 class Bmv2FabricSwitch(FabricSwitch):
-    """A fabric switch run by BMv2 (``simple_switch_grpc``)."""
+    """A fabric switch run by BMv2 (``simple_switch_grpc``).
+
+    BMv2 reads all its ports in one thread through libpcap, and libpcap blocks that thread in a
+    read of an interface that went down until a frame arrives on it: one link taken down would
+    stop the whole switch and, across that link, its neighbour, for good. So a failed link of a
+    BMv2 switch keeps its interface up and drops everything the switch sends on it (a ``pfifo``
+    of length 0, :data:`BLACKHOLE`); the peer end goes down as usual when it is a host NIC.
+    """
 
     target = "bmv2"
 
     def make_process(self) -> SwitchProcess:
-        from controller.bmv2 import Bmv2Switch
-
         process: SwitchProcess = Bmv2Switch(
             self.name,
             self.port_interfaces,
@@ -226,6 +247,18 @@ class Bmv2FabricSwitch(FabricSwitch):
             mtu=self.mtu,
         )
         return process
+
+    def set_port_link(self, intf: str, up: bool, qdisc: str | None = None) -> None:
+        if up:
+            # back to the link's delay line, or to no qdisc at all
+            if qdisc is not None:
+                self.cmd(f"tc qdisc replace dev {intf} root {qdisc}")
+            else:
+                self.cmd(f"tc qdisc del dev {intf} root")
+        else:
+            out = self.cmd(f"tc qdisc replace dev {intf} root {BLACKHOLE}")
+            if out.strip():
+                raise RuntimeError(f"switch {self.name}: cannot fail the link of {intf}: {out}")
 
 
 SWITCH_CLASSES: dict[str, type[FabricSwitch]] = {
@@ -386,17 +419,21 @@ class FabricNet:
 
     # -- faults ------------------------------------------------------------------------------
 
-    def _link_intfs(self, a: str, b: str) -> tuple[tuple[str, str], tuple[str, str]]:
+    def _link_ends(self, a: str, b: str) -> tuple[tuple[str, int, str], tuple[str, int, str]]:
         for link in self.fabric.links:
             if {link.a, link.b} == {a, b}:
-                return (link.a, link.a_intf), (link.b, link.b_intf)
+                return (link.a, link.a_port, link.a_intf), (link.b, link.b_port, link.b_intf)
         raise KeyError(f"no link between {a} and {b} in fabric {self.fabric.topology.name}")
 
     def set_link(self, a: str, b: str, up: bool) -> None:
-        """Take the cable between nodes ``a`` and ``b`` down or bring it up (both ends)."""
-        state = "up" if up else "down"
-        for node, intf in self._link_intfs(a, b):
-            self.net[node].cmd(f"ip link set dev {intf} {state}")
+        """Take the cable between nodes ``a`` and ``b`` down or bring it up (both ends; a
+        switch end as its target allows, :meth:`FabricSwitch.set_port_link`)."""
+        qdisc = delay_qdisc(self.fabric.topology.link_delay_us)
+        for node, _, intf in self._link_ends(a, b):
+            if node in self.switches:
+                self.switches[node].set_port_link(intf, up, qdisc)
+            else:
+                self.net[node].cmd(f"ip link set dev {intf} {'up' if up else 'down'}")
 
     def link_down(self, a: str, b: str) -> None:
         """Fail the link between ``a`` and ``b``."""

@@ -14,9 +14,10 @@
 typedef bit<48>  mac_addr_t;
 typedef bit<128> ipv6_addr_t;
 typedef bit<9>   port_t;
-typedef bit<19>  qdepth_t;       // queue depth in packets, as standard_metadata.enq_qdepth
+typedef bit<19>  qdepth_t;       // queue depth in packets, as standard_metadata.deq_qdepth
 typedef bit<32>  counter_index_t;
 
+const qdepth_t QDEPTH_MAX = 0x7FFFF;
 const bit<16> ETHERTYPE_IPV6 = 0x86DD;
 const bit<8>  IP_PROTO_ROUTING = 43;   // IPv6 Routing header
 const bit<8>  IP_PROTO_UDP = 17;
@@ -162,7 +163,7 @@ struct metadata_t {
     bool     qos_valid;              // port_qos matched the egress port
     qdepth_t trim_threshold;
     qdepth_t ecn_threshold;
-    qdepth_t qdepth;                 // last queue depth egress observed on the egress port
+    qdepth_t qdepth;                 // depth of the egress port's queue (port_qdepth + port_arrivals)
 }
 
 #endif  // MRC_HEADERS_P4

@@ -12,9 +12,11 @@
  *      dst = segment_list[segments_left]; without one the packet is dropped (SID_END);
  *   6. ipv6_lpm picks port and MACs, or drops (NO_ROUTE);
  *   7. priority: control DSCP high, else low;
- *   8. port_qos + port_qdepth: trim an MRC data packet with DSCP 10 when the queue depth of
- *      its egress port is >= the trim threshold, else mark CE on an ECT packet when it is
- *      >= the ECN threshold.
+ *   8. the depth of the egress port's data queue: port_qdepth (left by the last departure)
+ *      plus port_arrivals (packets queued there since);
+ *   9. port_qos: trim an MRC data packet with DSCP 10 when that depth is >= the trim threshold,
+ *      else mark CE on an ECT packet when it is >= the ECN threshold;
+ *  10. a packet that goes to the data queue (priority 0) counts itself in port_arrivals.
  */
 #ifndef MRC_INGRESS_P4
 #define MRC_INGRESS_P4
@@ -177,15 +179,17 @@ control MrcIngress(inout headers_t hdr,
             standard_metadata.priority = PRIORITY_LOW;
         }
 
-        // -- 8: trimming and ECN against the depth egress last saw on this port --
+        // -- 8: the depth of the egress port's data queue --
+        qdepth_t left;
+        qdepth_t arrivals;
+        port_qdepth.read(left, (counter_index_t) standard_metadata.egress_spec);
+        port_arrivals.read(arrivals, (counter_index_t) standard_metadata.egress_spec);
+        meta.qdepth = left + arrivals;
+
+        // -- 9: trimming and ECN against that depth (ports with thresholds only) --
         meta.qos_valid = false;
         port_qos.apply();
-        if (!meta.qos_valid) {
-            return;
-        }
-        port_qdepth.read(meta.qdepth, (counter_index_t) standard_metadata.egress_spec);
-
-        if (hdr.mrc_data.isValid() && hdr.ipv6.dscp == DSCP_TRIMMABLE &&
+        if (meta.qos_valid && hdr.mrc_data.isValid() && hdr.ipv6.dscp == DSCP_TRIMMABLE &&
                 meta.qdepth >= meta.trim_threshold) {
             // Keep every header up to and including the MRC data extension; cut the payload.
             bit<16> l4_bytes = UDP_BYTES + BTH_BYTES + RETH_BYTES + MRC_DATA_BYTES;
@@ -202,10 +206,15 @@ control MrcIngress(inout headers_t hdr,
             standard_metadata.priority = PRIORITY_HIGH;
             truncate((bit<32>) (ETHERNET_BYTES + IPV6_BYTES + hdr.ipv6.payload_len));
             trimmed.count((counter_index_t) standard_metadata.egress_spec);
-        } else if ((hdr.ipv6.ecn == ECN_ECT0 || hdr.ipv6.ecn == ECN_ECT1) &&
+        } else if (meta.qos_valid && (hdr.ipv6.ecn == ECN_ECT0 || hdr.ipv6.ecn == ECN_ECT1) &&
                 meta.qdepth >= meta.ecn_threshold) {
             hdr.ipv6.ecn = ECN_CE;
             ecn_marked.count((counter_index_t) standard_metadata.egress_spec);
+        }
+
+        // -- 10: this packet's place in the data queue --
+        if (standard_metadata.priority == PRIORITY_LOW && arrivals != QDEPTH_MAX) {
+            port_arrivals.write((counter_index_t) standard_metadata.egress_spec, arrivals + 1);
         }
     }
 }

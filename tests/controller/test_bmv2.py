@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from controller.bmv2 import (
+    CONTROL_BYTES,
     Bmv2Switch,
     P4BuildError,
     ToolMissing,
@@ -78,14 +79,17 @@ def test_queue_commands_per_port(fabric: Fabric, tmp_path: Path) -> None:
     switch = switch_for(
         fabric, "t0-p0-r1", tmp_path, rate_bps=rate, queue_depth=topo.queue_depth, mtu=topo.link_mtu
     )
-    pps = queue_rate_pps(rate, topo.link_mtu)
+    data_pps = queue_rate_pps(rate, topo.link_mtu)
+    control_pps = queue_rate_pps(rate, CONTROL_BYTES)
     expected = []
     for port in fabric.switch("t0-p0-r1").ports:
         expected += [
             f"set_queue_depth {topo.queue_depth} {port.number}",
-            f"set_queue_rate {pps} {port.number}",
+            f"set_queue_rate {data_pps} {port.number} 0",
+            f"set_queue_rate {control_pps} {port.number} 1",
         ]
     assert switch.queue_commands() == expected
+    assert control_pps > data_pps
     assert switch_for(fabric, "t0-p0-r1", tmp_path).queue_commands() == []
 
 

@@ -21,6 +21,8 @@ from .cases import PORTS, shaped_ports
 from .target import DataplaneTarget, TargetUnavailable
 
 TARGETS = ("bmv2", "model")
+#: the fixture parameters: BMv2's are marked ``bmv2`` (they may not skip in CI)
+TARGET_PARAMS = [pytest.param("bmv2", marks=pytest.mark.bmv2), "model"]
 MODEL_MODULE = Path(__file__).with_name("targets_model.py")
 
 
@@ -57,7 +59,7 @@ def started(switch: DataplaneTarget, kind: str) -> Iterator[DataplaneTarget]:
         switch.stop()
 
 
-@pytest.fixture(scope="module", params=TARGETS)
+@pytest.fixture(scope="module", params=TARGET_PARAMS)
 def target(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[DataplaneTarget]:
@@ -66,7 +68,7 @@ def target(
     yield from started(make_target(kind, tmp_path_factory.mktemp(f"dataplane-{kind}")), kind)
 
 
-@pytest.fixture(scope="module", params=TARGETS)
+@pytest.fixture(scope="module", params=TARGET_PARAMS)
 def shaped_target(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[DataplaneTarget]:

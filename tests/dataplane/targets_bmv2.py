@@ -4,15 +4,15 @@ The namespace is ``dpb<id>``, its interfaces ``dpb<id>t<n>`` and BMv2's ``dpb<id
 (:class:`targets_p4rt.P4RuntimeTarget` makes them, the sockets and the P4Runtime session). The
 pipeline is p4c's committed output (:func:`controller.bmv2.committed_pipeline`): the BMv2 JSON
 pushed together with its P4Info. ``port_rates`` are set once the switch is up with ``set_queue_rate`` through its
-Thrift runtime CLI, in packets per second (:func:`controller.bmv2.queue_rate_pps`: the bit rate
-as if every frame were full size).
+Thrift runtime CLI, in packets per second per priority queue, as the fabric's switches get them
+(:func:`controller.bmv2.port_queue_commands`).
 """
 
 from __future__ import annotations
 
 import subprocess
 
-from controller.bmv2 import Bmv2Switch, committed_pipeline, missing_tools, queue_rate_pps
+from controller.bmv2 import Bmv2Switch, committed_pipeline, missing_tools, port_queue_commands
 from controller.p4info import P4Info
 
 from .target import TargetUnavailable
@@ -55,8 +55,9 @@ class Bmv2Target(P4RuntimeTarget[Bmv2Switch]):
         if not self.port_rates:
             return
         commands = [
-            f"set_queue_rate {queue_rate_pps(rate, switch.mtu)} {port}"
+            command
             for port, rate in sorted(self.port_rates.items())
+            for command in port_queue_commands(port, rate, None, switch.mtu)
         ]
         result = subprocess.run(
             switch.cli_command(),

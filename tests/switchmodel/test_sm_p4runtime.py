@@ -454,7 +454,7 @@ def test_counters_and_register_read(switch: Switch, client: SwitchClient) -> Non
     for _ in range(3):
         verdict = ingress(frame, 1, state)
         assert isinstance(verdict, Forward)
-        egress(state, verdict.port, 9, len(frame))
+        egress(state, verdict.port, verdict.priority, 9, len(frame))
     ingress(b"\x00" * 10, 1, state)  # a runt: PARSE_ERROR
     port_in = client.read_counter("MrcIngress.port_in")
     assert len(port_in) == 512

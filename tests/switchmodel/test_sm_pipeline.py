@@ -360,13 +360,30 @@ def test_qos_default_action_applies_to_unlisted_ports() -> None:
     expect_forward(ingress(mrc_frame(carrier_via_t1()), 1, state), OUT_PORT, 1)
 
 
-def test_egress_records_enq_depth_and_counts_port_out() -> None:
+def test_egress_records_data_queue_depth_and_counts_port_out() -> None:
     state = t1_state()
-    egress(state, OUT_PORT, 17, 1000)
-    egress(state, OUT_PORT, 5, 200)
-    assert state.port_qdepth[OUT_PORT] == 5
-    assert state.counters.port_out.packets[OUT_PORT] == 2
-    assert state.counters.port_out.bytes[OUT_PORT] == 1200
+    state.port_arrivals[OUT_PORT] = 3
+    egress(state, OUT_PORT, 0, 17, 1000)
+    egress(state, OUT_PORT, 0, 5, 200)
+    assert (state.port_qdepth[OUT_PORT], state.port_arrivals[OUT_PORT]) == (5, 0)
+    # a control packet leaving its own queue says nothing of the data queue
+    state.port_arrivals[OUT_PORT] = 2
+    egress(state, OUT_PORT, 1, 0, 100)
+    assert (state.port_qdepth[OUT_PORT], state.port_arrivals[OUT_PORT]) == (5, 2)
+    assert state.counters.port_out.packets[OUT_PORT] == 3
+    assert state.counters.port_out.bytes[OUT_PORT] == 1300
+
+
+def test_ingress_counts_packets_queued_for_data_only() -> None:
+    state = t1_state()
+    state.port_qos.entries[OUT_PORT] = PortQos(2, 100)
+    expect_forward(ingress(mrc_frame(carrier_via_t1()), 1, state), OUT_PORT, 0)
+    expect_forward(ingress(mrc_frame(carrier_via_t1()), 1, state), OUT_PORT, 0)
+    assert state.port_arrivals[OUT_PORT] == 2
+    # depth 2 >= trim threshold 2: trimmed, high priority, not counted in the data queue
+    trimmed = ingress(mrc_frame(carrier_via_t1()), 1, state)
+    expect_forward(trimmed, OUT_PORT, 1)
+    assert state.port_arrivals[OUT_PORT] == 2 and state.counters.trimmed.packets[OUT_PORT] == 1
 
 
 def test_input_frame_is_never_modified() -> None:

@@ -131,20 +131,25 @@ def test_congested_port_without_thresholds_drops_queue_full() -> None:
 def test_congested_port_with_thresholds_trims_instead() -> None:
     state = _switch(4)
     queue: PortQueue[tuple[bytearray, int, int]] = PortQueue(2, depth=8, rate_bps=1_000_000)
+    # ingress counts what it queues for data (port_arrivals), so a burst sees itself build up:
+    # depths 0..3 are queued whole, the next two are trimmed (and go to the control queue)
     _offer(state, queue, 6)
-    # egress of the first packet records the depth it saw; after a few, the depth is visible
+    assert state.counters.trimmed.packets[2] == 2
+    assert state.port_arrivals[2] == 4 and state.port_qdepth[2] == 0
+    # each departure records the depth it leaves behind and clears the arrivals
     now = 0.0
     sent = 0
     while sent < 5:
         item = queue.dequeue(now)
         if item is not None:
-            egress(state, 2, item[2], item[1])
+            priority = 1 if len(item[0]) < 200 else 0  # trimmed headers leave first
+            egress(state, 2, priority, queue.depth_of(priority), item[1])
             sent += 1
         now += 0.001
-    assert state.port_qdepth[2] == 4
-    _offer(state, queue, 10)
-    trimmed = state.counters.trimmed.packets[2]
-    assert trimmed == 10  # every later data packet saw depth 4 >= threshold 4
+    assert (state.port_qdepth[2], state.port_arrivals[2]) == (1, 0)
+    _offer(state, queue, 13)
+    trimmed = state.counters.trimmed.packets[2] - 2
+    assert trimmed == 10  # depths 1, 2, 3 queued whole; 4 and more trimmed
     assert queue.depth_of(1) == 8 and state.counters.drops.packets[DropReason.QUEUE_FULL] == 2
     high = [queue.dequeue(now + 10) for _ in range(3)]
     assert all(item is not None and len(item[0]) < 200 for item in high)  # headers only, first
