@@ -640,7 +640,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         "--target",
         default="auto",
         choices=["auto", "bmv2", "model"],
-        help="switch target (auto: BMv2 when simple_switch_grpc and p4c exist)",
+        help="switch target (auto: BMv2 when simple_switch_grpc and simple_switch_CLI exist)",
     )
     up.add_argument("--cli", action="store_true", help="open the Mininet CLI with testbed commands")
     up.set_defaults(func=cmd_up)

@@ -29,14 +29,13 @@ behind a bottleneck and never drops. With ``link.delay_us: 0`` no qdisc is insta
 A kernel without ``sch_netem`` gets no delay line: :attr:`FabricNet.delay_applied` is then
 False and the testbed says so (the switches' own forwarding latency is then the link delay).
 
-``choose_target("auto")`` picks BMv2 when both ``simple_switch_grpc`` and ``p4c`` are on PATH,
-else the switchmodel.
+``choose_target("auto")`` picks BMv2 when ``simple_switch_grpc`` and ``simple_switch_CLI`` are
+on PATH, else the switchmodel.
 """
 
 from __future__ import annotations
 
 import contextlib
-import shutil
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -48,7 +47,7 @@ from mininet.net import Mininet
 from mininet.node import Host
 from mininet.node import Switch as MnSwitch
 
-from controller.bmv2 import Bmv2Switch
+from controller.bmv2 import Bmv2Switch, missing_tools
 from controller.targets import SwitchProcess
 from topologies import Fabric
 from topologies import Switch as FabricSwitchModel
@@ -66,15 +65,19 @@ class TargetUnavailable(RuntimeError):
 
 
 def choose_target(target: str) -> str:
-    """Resolve ``auto`` to ``bmv2`` or ``model``; check that an explicit choice can run."""
+    """Resolve ``auto`` to ``bmv2`` or ``model``; check that an explicit choice can run.
+
+    BMv2 needs ``simple_switch_grpc`` and ``simple_switch_CLI``; the program it runs is p4c's
+    committed output, so p4c itself is not needed to run a fabric.
+    """
     if target not in TARGETS:
         raise ValueError(f"target {target!r}: expected one of {', '.join(TARGETS)}")
-    has_bmv2 = shutil.which("simple_switch_grpc") is not None and shutil.which("p4c") is not None
+    missing = missing_tools()
     if target == "auto":
-        return "bmv2" if has_bmv2 else "model"
-    if target == "bmv2" and not has_bmv2:
+        return "model" if missing else "bmv2"
+    if target == "bmv2" and missing:
         raise TargetUnavailable(
-            "target bmv2: simple_switch_grpc and p4c must be on PATH "
+            f"target bmv2: {' and '.join(missing)} must be on PATH "
             "(install them with 'scripts/install.sh --with-bmv2', or use --target model)"
         )
     return target

@@ -1,7 +1,8 @@
-"""The shared fabric of the integration tests: the small topology on the switchmodel target.
+"""The shared fabric of the integration tests: the small topology, on each switch target.
 
-One :class:`experiments.testbed.Testbed` (Mininet, eight ``mrc-switch`` processes, tables
-pushed, ``mrc-ctl watch``, four ``mrc-host`` agents) serves every test of a module; each test
+One :class:`experiments.testbed.Testbed` (Mininet, eight switch processes, BMv2 or
+``mrc-switch``, tables pushed, ``mrc-ctl watch``, four ``mrc-host`` agents) per target serves
+every test of a module (the ``testbed`` fixture runs each test once per target); each test
 leaves it healthy (links up, switches running). Its state file lives in a temporary directory,
 so a testbed a user runs is never touched; the node names are the fabric's, so the tests skip
 when a fabric with those names already exists.
@@ -21,6 +22,19 @@ from topologies import Fabric, load_topology
 from topologies.config import shipped_topology
 
 LINK_RATE_MBPS = 20
+#: the switch targets every integration test runs on; BMv2's may not skip in CI
+TARGET_PARAMS = [pytest.param("model"), pytest.param("bmv2", marks=pytest.mark.bmv2)]
+
+
+def target_skip_reason(target: str) -> str | None:
+    """Why ``target`` cannot run here, or None."""
+    if target == "bmv2":
+        from controller.bmv2 import missing_tools
+
+        missing = missing_tools()
+        if missing:
+            return f"BMv2 target needs {', '.join(missing)} on PATH"
+    return None
 
 
 def skip_reason() -> str | None:
@@ -71,10 +85,13 @@ def wait() -> Callable[[Callable[[], bool], float, str], None]:
     return wait_for
 
 
-@pytest.fixture(scope="module")
-def testbed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
-    """The running small fabric (switchmodel), shared by the module's tests."""
-    reason = skip_reason()
+@pytest.fixture(scope="module", params=TARGET_PARAMS)
+def testbed(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[object]:
+    """The running small fabric on one target, shared by the module's tests."""
+    target: str = request.param
+    reason = skip_reason() or target_skip_reason(target)
     if reason:
         pytest.skip(reason)
     from experiments.testbed import Testbed
@@ -83,7 +100,7 @@ def testbed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
         link={"rate_mbps": LINK_RATE_MBPS, "delay_us": 0}
     )
     state = tmp_path_factory.mktemp("testbed") / "state.json"
-    tb = Testbed(topology, "model", state_path=state)
+    tb = Testbed(topology, target, state_path=state)
     try:
         tb.up()
         yield tb

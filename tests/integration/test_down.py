@@ -17,6 +17,8 @@ from experiments.testbed import node_names, teardown, tool
 from topologies import Fabric, load_topology
 from topologies.config import shipped_topology
 
+from .conftest import TARGET_PARAMS, target_skip_reason
+
 pytestmark = [pytest.mark.mininet, pytest.mark.slow]
 FABRIC = Fabric(load_topology(shipped_topology("small")))
 
@@ -52,11 +54,13 @@ def leftovers(recorded: list[int]) -> list[str]:
     return found
 
 
-def start_up(state: Path) -> tuple[subprocess.Popen[bytes], statelib.TestbedState]:
+def start_up(
+    state: Path, target: str = "model"
+) -> tuple[subprocess.Popen[bytes], statelib.TestbedState]:
     env = {**os.environ, "MRC_TESTBED_STATE": str(state)}
     log = open(state.with_name("up.log"), "wb")  # noqa: SIM115 -- closed by the child's exit
     up = subprocess.Popen(
-        [tool("mrc-testbed"), "up", "--topo", "small", "--target", "model"],
+        [tool("mrc-testbed"), "up", "--topo", "small", "--target", target],
         env=env,
         stdout=log,
         stderr=subprocess.STDOUT,
@@ -83,8 +87,12 @@ def recorded_pids(state: statelib.TestbedState) -> list[int]:
     return pids + [int(p["pid"]) for p in state.processes]
 
 
-def test_down_stops_a_running_testbed(state_file: Path) -> None:
-    up, state = start_up(state_file)
+@pytest.mark.parametrize("target", TARGET_PARAMS)
+def test_down_stops_a_running_testbed(state_file: Path, target: str) -> None:
+    reason = target_skip_reason(target)
+    if reason:
+        pytest.skip(reason)
+    up, state = start_up(state_file, target)
     env = {**os.environ, "MRC_TESTBED_STATE": str(state_file)}
     done = subprocess.run(
         [tool("mrc-testbed"), "down"],
@@ -100,8 +108,12 @@ def test_down_stops_a_running_testbed(state_file: Path) -> None:
     assert not state_file.exists()
 
 
-def test_down_cleans_up_after_a_crash(state_file: Path) -> None:
-    up, state = start_up(state_file)
+@pytest.mark.parametrize("target", TARGET_PARAMS)
+def test_down_cleans_up_after_a_crash(state_file: Path, target: str) -> None:
+    reason = target_skip_reason(target)
+    if reason:
+        pytest.skip(reason)
+    up, state = start_up(state_file, target)
     up.send_signal(signal.SIGKILL)  # the up process dies without cleaning anything
     up.wait(10)
     assert leftovers(recorded_pids(state)), "a crashed testbed should leave something behind"

@@ -1,0 +1,1 @@
+"""Integration tests: MRC over the emulated fabric on each switch target."""
