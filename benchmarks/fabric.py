@@ -1,7 +1,8 @@
 """Fabric-level performance of the testbed: goodput, recovery, incast, CPU headroom.
 
-Brings the small fabric up once (Mininet, switchmodel target unless ``--target bmv2``) and runs
-four measurements through the experiment runner, each a scenario of its own:
+Brings the small fabric up (Mininet) on each switch target asked for (``--target both``: BMv2
+and switchmodel, one after the other at the same link rate) and runs four measurements through
+the experiment runner, each a scenario of its own:
 
 1. **permutation goodput** -- every host sends ``--size`` to one host of the other rack; MRC
    beside single-path and kernel MPTCP, as a fraction of the aggregate plane capacity
@@ -16,9 +17,10 @@ four measurements through the experiment runner, each a scenario of its own:
 4. **CPU headroom** -- CPU time of the switch, agent and watch processes over an idle period
    and during the MRC permutation, as a share of the machine's cores.
 
-Figures are printed as a table and written to ``--out`` (JSON) with the results folders.
+Figures are printed side by side, one column per target, and written to ``--out`` (JSON) with
+the results folders.
 
-    sudo .venv/bin/python benchmarks/fabric.py [--rate 20] [--size 8MiB] [--out DIR]
+    sudo .venv/bin/python benchmarks/fabric.py [--rate 10] [--size 8MiB] [--target both] [--out DIR]
 """
 
 from __future__ import annotations
@@ -33,9 +35,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+from controller.bmv2 import missing_tools
 from experiments.runner import Phase, run_scenario
 from experiments.scenario import parse_scenario
 from experiments.testbed import Testbed
+from topologies.mininet import choose_target
 
 LINK = ["t0-p0-r0", "t1-p0-s0"]
 HZ = os.sysconf("SC_CLK_TCK")
@@ -132,9 +136,14 @@ def scenario(
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--rate", type=float, default=20.0, help="link rate in Mb/s (default 20)")
+    parser.add_argument("--rate", type=float, default=10.0, help="link rate in Mb/s (default 10)")
     parser.add_argument("--size", default="8MiB", help="bytes per flow of the permutation")
-    parser.add_argument("--target", default="auto", choices=["auto", "bmv2", "model"])
+    parser.add_argument(
+        "--target",
+        default="both",
+        choices=["both", "auto", "bmv2", "model"],
+        help="switch target(s) (default both: BMv2 where installed, and switchmodel)",
+    )
     parser.add_argument("--out", type=Path, help="folder for the results (default: a temp dir)")
     args = parser.parse_args(argv)
     if os.geteuid() != 0:
@@ -143,11 +152,35 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 1
+    if args.target == "both":
+        targets = ["model"] if missing_tools() else ["bmv2", "model"]
+        if missing_tools():
+            print(f"BMv2 not measured: {', '.join(missing_tools())} not on PATH", file=sys.stderr)
+    else:
+        targets = [choose_target(args.target)]
     out = args.out or Path(tempfile.mkdtemp(prefix="mrc-fabric-bench-"))
     out.mkdir(parents=True, exist_ok=True)
-    first = scenario("bench", args.rate, args.size, ["mrc"], 30)
-    testbed = Testbed(first.topology, args.target, state_path=out / "run" / "state.json")
-    figures: dict[str, Any] = {"rate_mbps": args.rate, "size": args.size, "cores": os.cpu_count()}
+    figures: dict[str, Any] = {
+        "rate_mbps": args.rate,
+        "size": args.size,
+        "cores": os.cpu_count(),
+        "targets": {},
+    }
+    for target in targets:
+        print(f"measuring on {target} ...", file=sys.stderr)
+        figures["targets"][target] = measure(target, args.rate, args.size, out / target)
+    (out / "fabric.json").write_text(json.dumps(figures, indent=2) + "\n")
+    report(figures)
+    print(f"results: {out}")
+    return 0
+
+
+def measure(target: str, rate: float, size: str, out: Path) -> dict[str, Any]:
+    """The four measurements on one switch target; results folders go under ``out``."""
+    out.mkdir(parents=True, exist_ok=True)
+    first = scenario("bench", rate, size, ["mrc"], 30)
+    testbed = Testbed(first.topology, target, state_path=out / "run" / "state.json")
+    figures: dict[str, Any] = {}
     quiet = lambda _line: None  # noqa: E731 -- the runner's chatter is not wanted here
     testbed.up()
     cpu = CpuMeter(testbed)
@@ -159,7 +192,7 @@ def main(argv: list[str] | None = None) -> int:
         figures["cpu_idle_by_kind"] = {k: v / 5.0 for k, v in cpu.by_kind.items()}
 
         # 1. permutation goodput (with CPU metering of the MRC phase)
-        perm = scenario("permutation", args.rate, args.size, ["mrc", "single-path", "mptcp"], 30)
+        perm = scenario("permutation", rate, size, ["mrc", "single-path", "mptcp"], 30)
         marks: dict[str, float] = {}
         original = Phase.run
 
@@ -192,7 +225,7 @@ def main(argv: list[str] | None = None) -> int:
         # 2. recovery after a link failure (not repaired during the run)
         fail = scenario(
             "failure",
-            args.rate,
+            rate,
             "16MiB",
             ["mrc", "mptcp"],
             20,
@@ -223,7 +256,7 @@ def main(argv: list[str] | None = None) -> int:
             {
                 "name": "incast",
                 "topology": "small",
-                "link_rate_mbps": args.rate,
+                "link_rate_mbps": rate,
                 "link_delay_us": 0,
                 "queue_depth": 8,
                 "trim_threshold": 4,
@@ -248,7 +281,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         # The incast needs the shallow buffer: it runs on a fabric of its own.
         testbed.down()
-        testbed = Testbed(incast.topology, args.target, state_path=out / "run" / "state.json")
+        testbed = Testbed(incast.topology, target, state_path=out / "run" / "state.json")
         cpu.testbed = testbed
         testbed.up()
         m3 = run_scenario(incast, out / "incast", testbed=testbed, progress=False, show=quiet)
@@ -266,10 +299,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         cpu.stop.set()
         testbed.down()
-    (out / "fabric.json").write_text(json.dumps(figures, indent=2) + "\n")
-    report(figures)
-    print(f"results: {out}")
-    return 0
+    return figures
 
 
 def _fmt(value: Any, spec: str = ".2f") -> str:
@@ -277,41 +307,69 @@ def _fmt(value: Any, spec: str = ".2f") -> str:
 
 
 def report(f: dict[str, Any]) -> None:
-    """Print the figures."""
+    """Print the figures, one column per target."""
     cores = f["cores"] or 1
+    targets = list(f["targets"])
+    by = f["targets"]
     print(f"fabric small at {f['rate_mbps']:g} Mb/s per link, {f['size']} per flow, {cores} cores")
-    print(
-        f"idle testbed CPU: {f['cpu_idle_cores']:.2f} cores "
-        f"({100 * (1 - f['cpu_idle_cores'] / cores):.0f}% headroom) "
-        + ", ".join(f"{k} {v:.2f}" for k, v in f["cpu_idle_by_kind"].items())
+    width = 24
+
+    def row(label: str, cells: list[str]) -> None:
+        print(f"  {label:<44}" + "".join(f"{c:>{width}}" for c in cells))
+
+    row("", targets)
+    row(
+        "idle testbed CPU (cores)",
+        [f"{by[t]['cpu_idle_cores']:.2f}" for t in targets],
     )
     print("1. permutation: goodput / aggregate plane capacity (target MRC >= 0.9)")
-    for k, v in f["permutation"].items():
-        print(
-            f"   {k:<12} {v['goodput_fraction']:.2f}  {v['goodput_mbps']:.1f} Mb/s  "
-            f"RTOs {v['rtos']:.0f}  CPU {_fmt(v['cpu_cores'])} cores"
-            f"{'' if v['complete'] else '  (incomplete)'}"
+    for k in by[targets[0]]["permutation"]:
+        cells = []
+        for t in targets:
+            v = by[t]["permutation"].get(k)
+            cells.append(
+                "-"
+                if v is None
+                else f"{v['goodput_fraction']:.2f}, {v['rtos']:.0f} RTO"
+                + ("" if v["complete"] else " (inc.)")
+            )
+        row(f"   {k}", cells)
+    for k in by[targets[0]]["permutation"]:
+        row(
+            f"   CPU during {k} (cores)",
+            [_fmt(by[t]["permutation"].get(k, {}).get("cpu_cores")) for t in targets],
         )
-    print("2. link failure: goodput recovery and EV failover (target <= 10 RTTs)")
-    for k, v in f["failure"].items():
-        rtts = (
-            v["goodput_recovery_ms"] / v["base_rtt_ms"]
-            if v["goodput_recovery_ms"] is not None and v["base_rtt_ms"]
-            else None
-        )
-        print(
-            f"   {k:<12} goodput back to 90% after {_fmt(v['goodput_recovery_ms'], '.0f')} ms"
-            f" ({_fmt(rtts, '.0f')} RTTs)"
-            f"; EV failover p50 {_fmt(v['ev_failover_p50_ms'], '.1f')} ms "
-            f"(max {_fmt(v['ev_failover_max_ms'], '.1f')} ms, "
-            f"{_fmt(v['ev_failover_p50_rtts'], '.1f')} RTTs of {_fmt(v['base_rtt_ms'])} ms)"
-        )
+    print("2. link failure: goodput recovery and EV failover (target <= 10 base RTTs)")
+    for k in by[targets[0]]["failure"]:
+        rec, fail = [], []
+        for t in targets:
+            v = by[t]["failure"].get(k, {})
+            base = v.get("base_rtt_ms")
+            ms = v.get("goodput_recovery_ms")
+            rtts = ms / base if ms is not None and base else None
+            rec.append(f"{_fmt(ms, '.0f')} ms ({_fmt(rtts, '.0f')} RTT)")
+            fail.append(
+                f"{_fmt(v.get('ev_failover_p50_ms'), '.1f')} ms "
+                f"({_fmt(v.get('ev_failover_p50_rtts'), '.1f')} RTT)"
+            )
+        row(f"   {k} goodput back to 90%", rec)
+        if k == "mrc":
+            row(f"   {k} EV failover p50", fail)
+    row(
+        "   base RTT (ms)",
+        [_fmt(by[t]["failure"].get("mrc", {}).get("base_rtt_ms")) for t in targets],
+    )
     print("3. incast 3 -> 1: bottleneck utilisation (target with trimming >= 0.9, 0 RTOs)")
-    for k, v in f["incast"].items():
-        print(
-            f"   {k:<12} {v['bottleneck_utilisation']:.2f}  RTOs {v['rtos']:.0f}  "
-            f"NACKs {v['nacks']:.0f}  trims {v['trims']}  drops {v['drops']}"
-        )
+    for k in by[targets[0]]["incast"]:
+        cells = []
+        for t in targets:
+            v = by[t]["incast"].get(k)
+            cells.append(
+                "-"
+                if v is None
+                else f"{v['bottleneck_utilisation']:.2f}, {v['rtos']:.0f} RTO, {v['trims']} trims"
+            )
+        row(f"   {k}", cells)
 
 
 if __name__ == "__main__":
