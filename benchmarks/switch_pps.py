@@ -161,7 +161,8 @@ class Bench:
         tables = switch_tables(fabric, self.spine)
         self.entries = [e for e in tables.entries if e.table != PORT_QOS] + [
             Entry.make(PORT_QOS, {"standard_metadata.egress_spec": port.number}, SET_PORT_QOS,
-                       {"trim_threshold": NEVER, "ecn_threshold": NEVER})
+                       {"trim_threshold": NEVER, "ecn_threshold": NEVER,
+                        "ecn_max_threshold": NEVER, "ecn_slope": 0})
             for port in self.spine.ports
         ]  # fmt: skip
         assert usidlib.active(self.carrier) == self.spine.usid

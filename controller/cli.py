@@ -6,7 +6,8 @@ Commands (switch addresses from the testbed state file, or ``--topo FILE --switc
     mrc-ctl show SWITCH [--table T]           the installed entries, readable
     mrc-ctl diff [SWITCH...]                  intended vs installed (exit status 1 if they differ)
     mrc-ctl counters [SWITCH...]              per port in/out/trimmed/ECN-marked, drops by reason
-    mrc-ctl set-qos SWITCH [--port P] --trim N --ecn N   persisted QoS thresholds, pushed at once
+    mrc-ctl set-qos SWITCH [--port P] [--trim N|full] [--ecn N] [--ecn-mode M] [--ecn-max N]
+                                              persisted trimming / ECN settings, pushed at once
     mrc-ctl watch                             keep every switch reconciled until SIGINT/SIGTERM
     mrc-ctl shell SWITCH [-c CODE]            a p4runtime-shell session on one switch
     mrc-ctl p4 [--check]                      regenerate (or check) the committed p4c outputs
@@ -41,7 +42,7 @@ from controller.push import (
     push_fabric,
     read_installed,
 )
-from controller.qos import PortQos, QosError, QosOverrides, default_qos
+from controller.qos import QosError, QosOverrides, default_qos
 from topologies import Fabric, Switch, TopologyError
 
 
@@ -130,8 +131,18 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("set-qos", parents=[common], help="set trim/ECN thresholds (persisted)")
     p.add_argument("name", metavar="SWITCH")
     p.add_argument("--port", type=int, help="one port (default: every port of the switch)")
-    p.add_argument("--trim", type=int, help="trim threshold in packets")
-    p.add_argument("--ecn", type=int, help="ECN threshold in packets")
+    p.add_argument(
+        "--trim",
+        help="trim threshold in packets, or 'full' to trim only when the queue is full",
+    )
+    p.add_argument("--ecn", type=int, help="ECN threshold in packets (RED: where marking starts)")
+    p.add_argument(
+        "--ecn-mode",
+        choices=("threshold", "red"),
+        help="ECN at a fixed threshold, or RED-like between --ecn and --ecn-max",
+    )
+    p.add_argument("--ecn-max", type=int, help="RED: depth from which every ECT packet is marked")
+    p.add_argument("--ecn-pmax", type=float, help="RED: marking probability just below --ecn-max")
     p.add_argument("--no-push", action="store_true", help="only save the override")
     p.add_argument("--dry-run", action="store_true", help="print the new entries, save nothing")
 
@@ -422,8 +433,20 @@ def cmd_counters(args: argparse.Namespace) -> int:
 
 
 def cmd_set_qos(args: argparse.Namespace) -> int:
-    if args.trim is None and args.ecn is None:
-        raise UsageError("set-qos: give --trim N and/or --ecn N (packets)")
+    given = (args.trim, args.ecn, args.ecn_mode, args.ecn_max, args.ecn_pmax)
+    if all(value is None for value in given):
+        raise UsageError("set-qos: give --trim, --ecn, --ecn-mode, --ecn-max or --ecn-pmax")
+    changes: dict[str, object] = {}
+    if args.trim is not None:
+        if args.trim == "full":
+            changes["trim_mode"] = "full"
+        elif args.trim.isdigit():
+            changes.update(trim_mode="threshold", trim=int(args.trim))
+        else:
+            raise UsageError(f"--trim {args.trim}: expected a number of packets or 'full'")
+    for name in ("ecn", "ecn_mode", "ecn_max", "ecn_pmax"):
+        if getattr(args, name) is not None:
+            changes[name] = getattr(args, name)
     ctx = Context(args, need_switches=not (args.no_push or args.dry_run))
     switch = ctx.switch_of(args.name)
     if args.port is not None:
@@ -436,10 +459,10 @@ def cmd_set_qos(args: argparse.Namespace) -> int:
             ) from None
     first = args.port if args.port is not None else switch.ports[0].number
     current = ctx.overrides.lookup(switch.name, first) or default_qos(ctx.fabric.topology)
-    qos = PortQos(
-        trim=current.trim if args.trim is None else args.trim,
-        ecn=current.ecn if args.ecn is None else args.ecn,
-    )
+    try:
+        qos = current.with_(**changes)
+    except QosError as exc:
+        raise UsageError(f"set-qos: {exc}") from None
     overrides = ctx.overrides.with_override(switch.name, args.port, qos)
     ctx.overrides = overrides
     console = _console()
@@ -456,7 +479,7 @@ def cmd_set_qos(args: argparse.Namespace) -> int:
         return 0
     path = overrides.save(ctx.endpoints.overrides_path)
     where = f"port {args.port}" if args.port is not None else "every port"
-    print(f"{switch.name} {where}: trim {qos.trim}, ecn {qos.ecn} (saved in {path})")
+    print(f"{switch.name} {where}: {qos.describe()} (saved in {path})")
     if args.no_push:
         return 0
     targets = ctx.endpoints.select([switch.name])

@@ -509,6 +509,17 @@ class SwitchClient:
             )
         return cells
 
+    def write_register(self, name: str, index: int, value: int) -> None:
+        """Set one cell of register ``name`` (a MODIFY of its RegisterEntry)."""
+        update = p4r.Update()
+        update.type = p4r.Update.MODIFY
+        entry = update.entity.register_entry
+        entry.register_id = self._info().register_id(name)
+        entry.index.index = index
+        width = self._info().register(name).type_spec.bitstring.bit.bitwidth
+        entry.data.bitstring = value.to_bytes(max(1, (width + 7) // 8), "big")
+        self.write([update])
+
     def read_register(self, name: str) -> dict[int, int]:
         """Every cell of register ``name``: index -> value."""
         entity = p4r.Entity()

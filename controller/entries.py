@@ -8,7 +8,8 @@ Every entry follows from the topology (names, ports, uSIDs, MACs all come from
 - ``MrcIngress.ipv6_lpm``: on a T0, each local NIC's ``/48`` -> the host port (source MAC the
   T0 port, destination MAC the NIC) and each spine's ``/48`` -> the uplink to it; on a T1, each
   T0's ``/48`` -> the down port to that rack; default action ``drop_no_route``;
-- ``MrcIngress.port_qos``: every port -> ``set_port_qos(trim_threshold, ecn_threshold)`` from
+- ``MrcIngress.port_qos``: every port -> ``set_port_qos(trim_threshold, ecn_threshold,
+  ecn_max_threshold, ecn_slope)`` (:meth:`controller.qos.PortQos.action_params`) from
   the queue depth, or from the overrides (:mod:`controller.qos`).
 
 Entries are small frozen :class:`Entry` values whose match and parameters are canonical text
@@ -193,7 +194,7 @@ def qos_entries(
                 PORT_QOS,
                 {EGRESS_SPEC: port.number},
                 SET_PORT_QOS,
-                {"trim_threshold": qos.trim, "ecn_threshold": qos.ecn},
+                qos.action_params(fabric.topology.queue_depth),
             )
         )
     return found

@@ -1,13 +1,21 @@
-"""Per-port trimming and ECN thresholds: the topology's defaults and persisted overrides.
+"""Per-port trimming and ECN marking: the topology's defaults and persisted overrides.
 
-Every switch port gets a ``MrcIngress.port_qos`` entry with a trim threshold and an ECN threshold
-(in packets). By default both follow from the topology's ``switch.queue_depth``
-(:func:`default_qos`: trim at half the queue, mark ECN at a quarter, never below 1).
-``mrc-ctl set-qos`` records overrides, per switch or per port, in a small JSON file kept next to
-the testbed state file (:func:`overrides_path`), so that every later ``push`` and ``watch``
-keeps them::
+Every switch port gets a ``MrcIngress.port_qos`` entry (:meth:`PortQos.action_params`). Two
+ways of trimming and two of ECN marking, in packets of the port's data queue:
 
-    {"t0-p0-r0": {"*": {"trim": 16, "ecn": 4}, "3": {"trim": 8, "ecn": 2}}}
+- trimming at a depth threshold (``trim_mode: threshold``), or only when the queue is full
+  (``full``: the threshold is the queue's capacity, the UET reference simulator's behaviour);
+- ECN at a fixed threshold (``ecn_mode: threshold``), or RED-like (``red``): no mark below
+  ``ecn``, a probability rising linearly from 0 at ``ecn`` to ``ecn_pmax`` just below
+  ``ecn_max``, every ECT packet from ``ecn_max`` on.
+
+The default (:func:`default_qos`) is the UET-like pair: trim when full, RED between a fifth and
+four fifths of the queue. ``mrc-ctl set-qos`` records overrides, per switch or per port, in a
+small JSON file kept next to the testbed state file (:func:`overrides_path`), so that every
+later ``push`` and ``watch`` keeps them::
+
+    {"t0-p0-r0": {"*": {"trim": 16, "ecn": 4}, "3": {"trim_mode": "full", "trim": 64,
+                  "ecn_mode": "red", "ecn": 8, "ecn_max": 40, "ecn_pmax": 1.0}}}
 
 ``"*"`` applies to every port of the switch; a port number overrides it for that port.
 :class:`QosOverrides` is immutable: :meth:`QosOverrides.with_override` returns a new one.
@@ -17,7 +25,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import MappingProxyType
 
@@ -32,23 +40,104 @@ class QosError(ValueError):
     """A threshold or an overrides file that cannot be used."""
 
 
+TRIM_MODES = ("threshold", "full")
+ECN_MODES = ("threshold", "red")
+SLOPE_ONE = 1 << 16  # ecn_slope is a probability per packet of depth, in 1/65536
+SLOPE_MAX = SLOPE_ONE - 1  # bit<16>
+
+
 @dataclass(frozen=True)
 class PortQos:
-    """The thresholds of one egress port, in packets (0 = always trim/mark)."""
+    """How one egress port trims and marks (depths in packets of its data queue).
+
+    ``trim``: the trim threshold (``trim_mode`` threshold; 0 = always); with ``trim_mode``
+    full, trimming starts when the queue is full and ``trim`` is ignored. ``ecn``: the fixed ECN
+    threshold, or RED's lower one; ``ecn_max``: RED's upper one (``ecn_mode`` red only);
+    ``ecn_pmax``: RED's marking probability just below ``ecn_max``.
+    """
 
     trim: int
     ecn: int
+    trim_mode: str = "threshold"
+    ecn_mode: str = "threshold"
+    ecn_max: int = 0
+    ecn_pmax: float = 1.0
 
     def __post_init__(self) -> None:
-        for name, value in (("trim", self.trim), ("ecn", self.ecn)):
+        for name, value in (("trim", self.trim), ("ecn", self.ecn), ("ecn_max", self.ecn_max)):
             if isinstance(value, bool) or not isinstance(value, int):
                 raise QosError(f"{name} threshold {value!r}: expected an integer (packets)")
             if not 0 <= value <= THRESHOLD_MAX:
                 raise QosError(f"{name} threshold {value}: expected 0..{THRESHOLD_MAX} packets")
+        if self.trim_mode not in TRIM_MODES:
+            raise QosError(f"trim_mode {self.trim_mode!r}: expected one of {', '.join(TRIM_MODES)}")
+        if self.ecn_mode not in ECN_MODES:
+            raise QosError(f"ecn_mode {self.ecn_mode!r}: expected one of {', '.join(ECN_MODES)}")
+        if isinstance(self.ecn_pmax, bool) or not isinstance(self.ecn_pmax, (int, float)):
+            raise QosError(f"ecn_pmax {self.ecn_pmax!r}: expected a probability 0..1")
+        if not 0.0 <= self.ecn_pmax <= 1.0:
+            raise QosError(f"ecn_pmax {self.ecn_pmax}: expected a probability 0..1")
+        if self.ecn_mode == "red" and self.ecn_max <= self.ecn:
+            raise QosError(
+                f"ecn_max {self.ecn_max}: expected more than the ECN threshold {self.ecn} (red)"
+            )
+
+    def action_params(self, queue_depth: int) -> dict[str, int]:
+        """The ``set_port_qos`` parameters for a port whose data queue holds ``queue_depth``."""
+        trim = queue_depth if self.trim_mode == "full" else self.trim
+        if self.ecn_mode == "threshold":
+            ecn_max, slope = self.ecn, 0
+        else:
+            ecn_max = self.ecn_max
+            slope = min(SLOPE_MAX, round(SLOPE_ONE * self.ecn_pmax / (self.ecn_max - self.ecn)))
+        return {
+            "trim_threshold": min(trim, THRESHOLD_MAX),
+            "ecn_threshold": self.ecn,
+            "ecn_max_threshold": ecn_max,
+            "ecn_slope": slope,
+        }
+
+    def with_(self, **changes: object) -> PortQos:
+        """A copy with some fields changed (checked again)."""
+        return replace(self, **changes)  # type: ignore[arg-type]
+
+    def as_json(self) -> dict[str, object]:
+        """The overrides-file form (fields at their defaults left out)."""
+        data: dict[str, object] = {"trim": self.trim, "ecn": self.ecn}
+        if self.trim_mode != "threshold":
+            data["trim_mode"] = self.trim_mode
+        if self.ecn_mode != "threshold":
+            data.update(ecn_mode=self.ecn_mode, ecn_max=self.ecn_max, ecn_pmax=self.ecn_pmax)
+        return data
+
+    def describe(self) -> str:
+        """One line for people: ``trim when full, ECN RED 12..51 (pmax 1)``."""
+        trim = "trim when full" if self.trim_mode == "full" else f"trim {self.trim}"
+        if self.ecn_mode == "red":
+            return f"{trim}, ECN RED {self.ecn}..{self.ecn_max} (pmax {self.ecn_pmax:g})"
+        return f"{trim}, ECN {self.ecn}"
+
+
+QOS_FIELDS = frozenset({"trim", "ecn", "trim_mode", "ecn_mode", "ecn_max", "ecn_pmax"})
 
 
 def default_qos(topology: Topology) -> PortQos:
-    """Thresholds from the queue depth: trim at depth // 2, ECN at depth // 4 (each at least 1)."""
+    """The UET-like default: trim only when the data queue is full; ECN RED from a fifth of the
+    queue (probability 0) to four fifths (probability 1 and above)."""
+    depth = topology.queue_depth
+    low = max(1, depth // 5)
+    return PortQos(
+        trim=depth,
+        ecn=low,
+        trim_mode="full",
+        ecn_mode="red",
+        ecn_max=max(low + 1, depth * 4 // 5),
+        ecn_pmax=1.0,
+    )
+
+
+def threshold_qos(topology: Topology) -> PortQos:
+    """The fixed-threshold alternative: trim at half the queue, mark ECN at a quarter."""
     depth = topology.queue_depth
     return PortQos(trim=max(1, depth // 2), ecn=max(1, depth // 4))
 
@@ -86,10 +175,10 @@ class QosOverrides:
             ports[str(port)] = qos
         return QosOverrides(_freeze(data))
 
-    def as_json(self) -> dict[str, dict[str, dict[str, int]]]:
+    def as_json(self) -> dict[str, dict[str, dict[str, object]]]:
         """The JSON form written to the overrides file."""
         return {
-            switch: {port: {"trim": q.trim, "ecn": q.ecn} for port, q in ports.items()}
+            switch: {port: q.as_json() for port, q in ports.items()}
             for switch, ports in sorted(self.switches.items())
         }
 
@@ -105,12 +194,17 @@ class QosOverrides:
             for port, values in ports.items():
                 if port != ALL_PORTS and not str(port).isdigit():
                     raise QosError(f"{source}: '{switch}' port {port!r}: expected a number or '*'")
-                if not isinstance(values, Mapping) or set(values) != {"trim", "ecn"}:
+                if (
+                    not isinstance(values, Mapping)
+                    or not {"trim", "ecn"} <= set(values)
+                    or not set(values) <= QOS_FIELDS
+                ):
                     raise QosError(
-                        f'{source}: \'{switch}\' port {port}: expected {{"trim": N, "ecn": N}}'
+                        f"{source}: '{switch}' port {port}: expected an object with trim and ecn "
+                        f"and optionally {', '.join(sorted(QOS_FIELDS - {'trim', 'ecn'}))}"
                     )
                 try:
-                    qos = PortQos(trim=values["trim"], ecn=values["ecn"])
+                    qos = PortQos(**values)
                 except QosError as exc:
                     raise QosError(f"{source}: '{switch}' port {port}: {exc}") from None
                 parsed.setdefault(str(switch), {})[str(port)] = qos

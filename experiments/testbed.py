@@ -293,9 +293,16 @@ class Testbed:
         self.start_agents()
         self._save_state()
 
-    def set_qos(self, switch: str, trim: int, ecn: int, port: int | None = None) -> None:
-        """Set the trim and ECN thresholds (packets) of a switch, or of one port of it."""
-        args = ["set-qos", switch, "--trim", str(trim), "--ecn", str(ecn)]
+    def set_qos(
+        self, switch: str, trim: int | None, ecn: int | None, port: int | None = None
+    ) -> None:
+        """Set the trim and (fixed) ECN thresholds (packets) of a switch, or of one port of it;
+        None leaves that one as it is."""
+        args = ["set-qos", switch]
+        if trim is not None:
+            args += ["--trim", str(trim)]
+        if ecn is not None:
+            args += ["--ecn", str(ecn), "--ecn-mode", "threshold"]
         if port is not None:
             args += ["--port", str(port)]
         self._ctl(args, "set the QoS thresholds")
@@ -313,20 +320,16 @@ class Testbed:
     def set_trimming(self, on: bool, trim: int | None = None, ecn: int | None = None) -> None:
         """Trimming on (at ``trim`` packets, else the controller's default) or off everywhere.
 
-        ``ecn`` sets the ECN threshold too (default: the controller's). With no thresholds
-        given and trimming already as asked, nothing is pushed.
+        ``ecn`` sets a fixed ECN threshold too (default: the controller's ECN marking, left as
+        it is). With no thresholds given and trimming already as asked, nothing is pushed.
         """
         if on == self.trimming and trim is None and ecn is None and not self.qos_changed:
             return
         self.reset_qos()
         if not on or trim is not None or ecn is not None:
-            from controller.qos import default_qos
-
-            default = default_qos(self.topology)
-            t = TRIM_NEVER if not on else (trim if trim is not None else default.trim)
-            e = ecn if ecn is not None else default.ecn
+            t = TRIM_NEVER if not on else trim
             for name in self.net.switches:
-                self.set_qos(name, t, e)
+                self.set_qos(name, t, ecn)
             self.qos_changed = True
         self.trimming = on
 

@@ -53,7 +53,12 @@ ACTIONS: dict[str, dict[str, int]] = {
     SRV6_END: {},
     SET_NEXT_HOP: {"port": 9, "smac": 48, "dmac": 48},
     DROP_NO_ROUTE: {},
-    SET_PORT_QOS: {"trim_threshold": 19, "ecn_threshold": 19},
+    SET_PORT_QOS: {
+        "trim_threshold": 19,
+        "ecn_threshold": 19,
+        "ecn_max_threshold": 19,
+        "ecn_slope": 16,
+    },
 }
 COUNTERS: dict[str, int] = {
     "MrcIngress.port_in": 512,

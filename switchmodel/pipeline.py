@@ -15,7 +15,9 @@ ingress  count port_in; parser error -> drop; no IPv6 -> NOT_IPV6; hop limit <= 
          else decrement; my_sid (uN shift or End; End without a segment left -> SID_END);
          ipv6_lpm (set_next_hop or drop_no_route -> NO_ROUTE); priority (control DSCP high);
          depth of the egress port's data queue = port_qdepth + port_arrivals; port_qos -> trim
-         (DSCP 10 MRC data, depth >= trim threshold) or ECN CE (ECT, depth >= ECN threshold);
+         (DSCP 10 MRC data, depth >= trim threshold) or ECN CE (ECT: depth >= ECN maximum
+         threshold, or depth >= ECN threshold and a 16-bit random draw below
+         (depth - ECN threshold) x slope);
          a packet that goes to the data queue (priority 0) then increments port_arrivals.
 deparser the headers as rewritten; a trimmed packet ends after its MRC data extension, with
          DSCP 12, IPv6 payload length and UDP length fixed and high priority.
@@ -27,6 +29,7 @@ Counters count bytes as BMv2 does: the length of the frame as it arrived at the 
 
 from __future__ import annotations
 
+import random
 import struct
 from typing import NamedTuple
 
@@ -64,6 +67,8 @@ IMMDT_LEN = 4
 MRC_DATA_LEN = 24
 
 QDEPTH_MASK = (1 << 19) - 1  # port_qdepth is bit<19>
+_dice = random.Random()  # RED's draws, as BMv2's random(): not for security
+
 
 # version|tc|flow label, payload length, next header, hop limit, (source), destination
 _IPV6 = struct.Struct("!IHBB16xQQ")
@@ -223,7 +228,16 @@ def ingress(frame: bytes | bytearray | memoryview, in_port: int, state: Pipeline
             tc = DSCP_TRIMMED << 2 | ecn
             priority = PRIORITY_HIGH
             counters.trimmed.count(port, n)
-        elif 0 < ecn < ECN_CE and depth >= qos.ecn_threshold:  # ECT(1) or ECT(0)
+        # ECT(1) or ECT(0): every one from ecn_max_threshold on; below it, RED-like with
+        # probability (depth - ecn_threshold) * ecn_slope / 65536, as the program's random()
+        elif (
+            0 < ecn < ECN_CE
+            and depth >= qos.ecn_threshold
+            and (
+                depth >= qos.ecn_max_threshold
+                or _dice.getrandbits(16) < (depth - qos.ecn_threshold) * qos.ecn_slope
+            )
+        ):
             tc = tc | ECN_CE
             counters.ecn_marked.count(port, n)
     if in_range and priority == PRIORITY_LOW and arrivals != QDEPTH_MASK:

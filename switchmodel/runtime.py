@@ -423,7 +423,12 @@ class SwitchRuntime:
             elif table.name == contract.PORT_QOS:
                 qos = NO_QOS
                 if action == contract.SET_PORT_QOS:
-                    qos = PortQos(params["trim_threshold"], params["ecn_threshold"])
+                    qos = PortQos(
+                        params["trim_threshold"],
+                        params["ecn_threshold"],
+                        params["ecn_max_threshold"],
+                        params["ecn_slope"],
+                    )
                 if key is None:
                     state.port_qos_default = qos
                 elif action is None:

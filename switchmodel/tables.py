@@ -62,16 +62,24 @@ def next_hop(port: int, smac: bytes, dmac: bytes) -> NextHop:
 
 
 class PortQos(NamedTuple):
-    """Action data of ``MrcIngress.set_port_qos`` (thresholds in packets)."""
+    """Action data of ``MrcIngress.set_port_qos`` (thresholds in packets; ``ecn_slope``: RED's
+    marking probability per packet of depth above ``ecn_threshold``, in 1/65536)."""
 
     trim_threshold: int
     ecn_threshold: int
+    ecn_max_threshold: int
+    ecn_slope: int
+
+    @classmethod
+    def fixed(cls, trim_threshold: int, ecn_threshold: int) -> PortQos:
+        """Trimming and ECN marking at fixed thresholds (no RED)."""
+        return cls(trim_threshold, ecn_threshold, ecn_threshold, 0)
 
 
 # ``drop_no_route`` as ipv6_lpm action data: a next hop no packet can leave by.
 DROP_NO_ROUTE = NextHop(-1, b"", b"", b"")
 # ``NoAction`` as port_qos action data: thresholds no bit<19> queue depth ever reaches.
-NO_QOS = PortQos(1 << 19, 1 << 19)
+NO_QOS = PortQos(1 << 19, 1 << 19, 1 << 19, 0)
 
 
 class LpmTable(Generic[V]):

@@ -162,7 +162,9 @@ struct metadata_t {
     bit<8>   srh_segments_to_parse;  // parser loop counter over the segment list
     bool     qos_valid;              // port_qos matched the egress port
     qdepth_t trim_threshold;
-    qdepth_t ecn_threshold;
+    qdepth_t ecn_threshold;          // ECN: marks from here (RED: with a rising probability)
+    qdepth_t ecn_max_threshold;      // ECN: marks every ECT packet from here
+    bit<16>  ecn_slope;              // RED: marking probability per packet above ecn_threshold, /65536
     qdepth_t qdepth;                 // depth of the egress port's queue (port_qdepth + port_arrivals)
 }
 

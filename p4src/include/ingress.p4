@@ -14,8 +14,11 @@
  *   7. priority: control DSCP high, else low;
  *   8. the depth of the egress port's data queue: port_qdepth (left by the last departure)
  *      plus port_arrivals (packets queued there since);
- *   9. port_qos: trim an MRC data packet with DSCP 10 when that depth is >= the trim threshold,
- *      else mark CE on an ECT packet when it is >= the ECN threshold;
+ *   9. port_qos: trim an MRC data packet with DSCP 10 when that depth is >= the trim threshold
+ *      (the controller puts it at the queue's capacity for trimming only when full), else mark
+ *      CE on an ECT packet: always at or above the ECN maximum threshold, and between the ECN
+ *      threshold and it with a probability rising with the depth (RED-like; both thresholds
+ *      equal: a fixed threshold);
  *  10. a packet that goes to the data queue (priority 0) counts itself in port_arrivals.
  */
 #ifndef MRC_INGRESS_P4
@@ -86,10 +89,17 @@ control MrcIngress(inout headers_t hdr,
 
     // ---- port_qos: trim and ECN thresholds of each egress port ---------------------------
 
-    action set_port_qos(qdepth_t trim_threshold, qdepth_t ecn_threshold) {
+    // Thresholds in packets of the data queue. ECN marks every ECT packet at a depth of at least
+    // ecn_max_threshold and, between ecn_threshold and it, with probability
+    // (depth - ecn_threshold) * ecn_slope / 65536 (RED-like); ecn_max_threshold ==
+    // ecn_threshold is a fixed threshold. The controller computes the slope.
+    action set_port_qos(qdepth_t trim_threshold, qdepth_t ecn_threshold,
+                        qdepth_t ecn_max_threshold, bit<16> ecn_slope) {
         meta.qos_valid = true;
         meta.trim_threshold = trim_threshold;
         meta.ecn_threshold = ecn_threshold;
+        meta.ecn_max_threshold = ecn_max_threshold;
+        meta.ecn_slope = ecn_slope;
     }
 
     table port_qos {
@@ -208,8 +218,19 @@ control MrcIngress(inout headers_t hdr,
             trimmed.count((counter_index_t) standard_metadata.egress_spec);
         } else if (meta.qos_valid && (hdr.ipv6.ecn == ECN_ECT0 || hdr.ipv6.ecn == ECN_ECT1) &&
                 meta.qdepth >= meta.ecn_threshold) {
-            hdr.ipv6.ecn = ECN_CE;
-            ecn_marked.count((counter_index_t) standard_metadata.egress_spec);
+            bool mark = meta.qdepth >= meta.ecn_max_threshold;
+            if (!mark) {
+                // RED: mark with probability (depth - ecn_threshold) * ecn_slope / 65536
+                bit<32> above = (bit<32>) (meta.qdepth - meta.ecn_threshold);
+                bit<32> chance = above * (bit<32>) meta.ecn_slope;
+                bit<16> dice;
+                random(dice, 16w0, 16w0xFFFF);
+                mark = (bit<32>) dice < chance;
+            }
+            if (mark) {
+                hdr.ipv6.ecn = ECN_CE;
+                ecn_marked.count((counter_index_t) standard_metadata.egress_spec);
+            }
         }
 
         // -- 10: this packet's place in the data queue --

@@ -8,8 +8,9 @@ import pytest
 
 from controller import cli
 from controller.endpoints import EndpointsError, resolve
-from controller.qos import OVERRIDES_FILE, PortQos, QosError, QosOverrides
+from controller.qos import OVERRIDES_FILE, QosError, QosOverrides, default_qos
 from experiments import state as testbed_state
+from topologies import load_topology
 from topologies.config import shipped_topology
 
 
@@ -90,7 +91,7 @@ def test_cli_usage_errors_exit_2_and_failures_exit_1(
     assert cli.main(["show", *topo, *state, "t9-p0-r0", "--dry-run"]) == 2
     assert "no switch 't9-p0-r0'" in capsys.readouterr().err
     assert cli.main(["set-qos", *topo, *state, "t0-p0-r0", "--no-push"]) == 2
-    assert "--trim N and/or --ecn N" in capsys.readouterr().err
+    assert "give --trim, --ecn" in capsys.readouterr().err
     with pytest.raises(SystemExit) as exited:
         cli.main(["push", "--target", "tofino"])
     assert exited.value.code == 2
@@ -102,9 +103,23 @@ def test_set_qos_saves_without_a_switch_and_rejects_bad_thresholds(
     flags = ["--topo", str(shipped_topology("small")), "--overrides", str(tmp_path / "q.json")]
     assert cli.main(["set-qos", *flags, "t0-p0-r0", "--trim", "9", "--no-push"]) == 0
     saved = QosOverrides.load(tmp_path / "q.json")
-    assert saved.lookup("t0-p0-r0", 4) == PortQos(trim=9, ecn=16)  # ECN kept at its default
-    assert cli.main(["set-qos", *flags, "t0-p0-r0", "--ecn", "-1", "--no-push"]) == 1
+    default = default_qos(load_topology(shipped_topology("small")))
+    # a trim threshold switches trimming to threshold mode; ECN is kept at its default (RED)
+    assert saved.lookup("t0-p0-r0", 4) == default.with_(trim=9, trim_mode="threshold")
+    assert cli.main(["set-qos", *flags, "t0-p0-r0", "--ecn", "-1", "--no-push"]) == 2
     assert "ecn threshold -1: expected 0..524287" in capsys.readouterr().err
+    assert cli.main(["set-qos", *flags, "t0-p0-r0", "--trim", "lots", "--no-push"]) == 2
+    assert "--trim lots: expected a number of packets or 'full'" in capsys.readouterr().err
+    assert cli.main(["set-qos", *flags, "t0-p0-r0", "--ecn-max", "2", "--no-push"]) == 2
+    assert "ecn_max 2: expected more than the ECN threshold" in capsys.readouterr().err
+    args = ["--trim", "full", "--ecn-mode", "threshold", "--ecn", "5"]
+    assert cli.main(["set-qos", *flags, "t0-p0-r0", "--port", "3", *args, "--no-push"]) == 0
+    port3 = QosOverrides.load(tmp_path / "q.json").lookup("t0-p0-r0", 3)
+    assert port3 is not None and (port3.trim_mode, port3.ecn_mode, port3.ecn) == (
+        "full",
+        "threshold",
+        5,
+    )
     (tmp_path / "bad.json").write_text('{"t0-p0-r0": {"x": {"trim": 1, "ecn": 1}}}')
     with pytest.raises(QosError, match=r"bad.json: 't0-p0-r0' port 'x'"):
         QosOverrides.load(tmp_path / "bad.json")

@@ -28,7 +28,7 @@ from controller.entries import (
     switch_tables,
 )
 from controller.p4info import P4Info
-from controller.qos import PortQos, QosOverrides, default_qos
+from controller.qos import PortQos, QosError, QosOverrides, default_qos, threshold_qos
 from topologies import Fabric, Tier, load_topology
 from topologies import usid as usidlib
 from topologies.config import shipped_topology
@@ -188,15 +188,47 @@ def test_every_switch_gets_its_sids_routes_qos_and_default(fabric: Fabric) -> No
             for e in tables.by_table(PORT_QOS)
         }
         assert sorted(ports) == [p.number for p in switch.ports]
+        params = {k: str(v) for k, v in qos.action_params(t.queue_depth).items()}
         for entry in ports.values():
-            assert entry.param("trim_threshold") == str(qos.trim)
-            assert entry.param("ecn_threshold") == str(qos.ecn)
+            assert dict(entry.params) == params
 
 
 def test_qos_defaults_follow_queue_depth() -> None:
+    """UET-like: trim only when the queue is full, ECN RED from 1/5 to 4/5 of the queue."""
     topo = load_topology(shipped_topology("small"))
-    assert default_qos(topo) == PortQos(trim=topo.queue_depth // 2, ecn=topo.queue_depth // 4)
-    assert default_qos(topo.with_(switch={"queue_depth": 1})) == PortQos(trim=1, ecn=1)
+    depth = topo.queue_depth
+    qos = default_qos(topo)
+    assert (qos.trim_mode, qos.ecn_mode) == ("full", "red")
+    assert (qos.ecn, qos.ecn_max, qos.ecn_pmax) == (depth // 5, depth * 4 // 5, 1.0)
+    assert qos.action_params(depth) == {
+        "trim_threshold": depth,
+        "ecn_threshold": depth // 5,
+        "ecn_max_threshold": depth * 4 // 5,
+        "ecn_slope": round(65536 / (depth * 4 // 5 - depth // 5)),
+    }
+    tiny = default_qos(topo.with_(switch={"queue_depth": 1}))
+    assert (tiny.ecn, tiny.ecn_max) == (1, 2)
+    fixed = threshold_qos(topo)
+    assert fixed == PortQos(trim=depth // 2, ecn=depth // 4)
+    assert fixed.action_params(depth) == {
+        "trim_threshold": depth // 2,
+        "ecn_threshold": depth // 4,
+        "ecn_max_threshold": depth // 4,
+        "ecn_slope": 0,
+    }
+
+
+def test_qos_rejects_what_the_program_cannot_take() -> None:
+    with pytest.raises(QosError, match="trim_mode 'sometimes'"):
+        PortQos(trim=1, ecn=1, trim_mode="sometimes")
+    with pytest.raises(QosError, match="ecn_pmax 1.5"):
+        PortQos(trim=1, ecn=1, ecn_mode="red", ecn_max=4, ecn_pmax=1.5)
+    with pytest.raises(QosError, match="ecn_max 1: expected more than the ECN threshold 3"):
+        PortQos(trim=1, ecn=3, ecn_mode="red", ecn_max=1)
+    # the slope saturates at bit<16>: a one-packet RED band with pmax 1
+    assert PortQos(trim=1, ecn=3, ecn_mode="red", ecn_max=4).action_params(8)["ecn_slope"] == (
+        65535
+    )
 
 
 def test_qos_overrides_per_switch_and_port_and_persisted(tmp_path) -> None:  # type: ignore[no-untyped-def]

@@ -125,13 +125,18 @@ def route_entries(fabric: Fabric, sw: Switch) -> tuple[Entry, ...]:
     return tuple(found)
 
 
-def qos(port: int, trim: int, ecn: int) -> Entry:
-    """Thresholds of one egress port."""
+def qos(port: int, trim: int, ecn: int, ecn_max: int | None = None, slope: int = 0) -> Entry:
+    """Thresholds of one egress port (ECN at a fixed threshold unless ``ecn_max`` is given)."""
     return Entry(
         "MrcIngress.port_qos",
         {"standard_metadata.egress_spec": port},
         "MrcIngress.set_port_qos",
-        {"trim_threshold": trim, "ecn_threshold": ecn},
+        {
+            "trim_threshold": trim,
+            "ecn_threshold": ecn,
+            "ecn_max_threshold": ecn if ecn_max is None else ecn_max,
+            "ecn_slope": slope,
+        },
     )
 
 

@@ -89,6 +89,10 @@ class DataplaneTarget(abc.ABC):
         """The next frame the switch sends out of ``port``, or None within ``timeout`` s."""
 
     @abc.abstractmethod
+    def set_register(self, name: str, index: int, value: int) -> None:
+        """Set one cell of register ``name`` (over P4Runtime)."""
+
+    @abc.abstractmethod
     def counters(self, name: str) -> dict[int, tuple[int, int]]:
         """Every cell of counter ``name``: index -> (packets, bytes)."""
 

@@ -10,6 +10,7 @@ Thrift runtime CLI, in packets per second per priority queue, as the fabric's sw
 
 from __future__ import annotations
 
+import os
 import subprocess
 
 from controller.bmv2 import Bmv2Switch, committed_pipeline, missing_tools, port_queue_commands
@@ -18,9 +19,69 @@ from controller.p4info import P4Info
 from .target import TargetUnavailable
 from .targets_p4rt import DEVICE_ID, P4RuntimeTarget, free_tcp_port
 
+PROMPT = b"RuntimeCmd: "
+
+
+class RuntimeCli:
+    """One ``simple_switch_CLI`` kept open: commands in, output up to the next prompt out.
+
+    BMv2's P4Runtime server does not write registers (UNIMPLEMENTED), its Thrift runtime does;
+    one CLI process for many writes avoids starting Python for each.
+    """
+
+    def __init__(self, argv: list[str]) -> None:
+        self.process = subprocess.Popen(
+            argv,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        )
+        self._read_to_prompt()
+
+    def _read_to_prompt(self) -> str:
+        assert self.process.stdout is not None
+        out = b""
+        while not out.endswith(PROMPT):
+            chunk = self.process.stdout.read1(4096)
+            if not chunk:
+                raise RuntimeError(f"simple_switch_CLI ended: {out.decode(errors='replace')}")
+            out += chunk
+        return out[: -len(PROMPT)].decode(errors="replace")
+
+    def run(self, command: str) -> str:
+        assert self.process.stdin is not None
+        self.process.stdin.write(command.encode() + b"\n")
+        self.process.stdin.flush()
+        out = self._read_to_prompt()
+        if "Error" in out or "Invalid" in out:
+            raise RuntimeError(f"simple_switch_CLI: {command}: {out.strip()}")
+        return out
+
+    def close(self) -> None:
+        if self.process.poll() is None:
+            self.process.kill()
+        self.process.wait()
+
 
 class Bmv2Target(P4RuntimeTarget[Bmv2Switch]):
     """One BMv2 switch with a veth pair per data-plane port."""
+
+    _cli: RuntimeCli | None = None
+
+    def set_register(self, name: str, index: int, value: int) -> None:
+        """Through the Thrift runtime CLI (BMv2's P4Runtime server cannot write registers)."""
+        if self._switch is None:
+            raise RuntimeError("BMv2 target not started")
+        if self._cli is None:
+            self._cli = RuntimeCli(self._switch.cli_command())
+        self._cli.run(f"register_write {name} {index} {value}")
+
+    def stop(self) -> None:
+        if self._cli is not None:
+            self._cli.close()
+            self._cli = None
+        super().stop()
 
     name = "bmv2"
     label = "BMv2"

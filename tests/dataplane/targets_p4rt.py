@@ -163,6 +163,9 @@ class P4RuntimeTarget(DataplaneTarget, Generic[S]):
         for sock in self._sockets.values():
             sock.drain()
 
+    def set_register(self, name: str, index: int, value: int) -> None:
+        self._require().write_register(name, index, value)
+
     def counters(self, name: str) -> dict[int, tuple[int, int]]:
         return self._require().read_counter(name)
 

@@ -426,7 +426,7 @@ def test_wildcard_and_per_table_reads(client: SwitchClient) -> None:
         QOS,
         {"standard_metadata.egress_spec": 3},
         "MrcIngress.set_port_qos",
-        {"trim_threshold": 32, "ecn_threshold": 16},
+        {"trim_threshold": 32, "ecn_threshold": 16, "ecn_max_threshold": 16, "ecn_slope": 0},
     )
     routes = [entry(f"fcbb:bb00:{i}00::/48", i) for i in range(1, 4)]
     client.insert([sid, end, qos, *routes])
@@ -510,6 +510,8 @@ def test_p4runtime_shell_connects_writes_and_reads(switch: Switch, tmp_path: Pat
         qos.match["standard_metadata.egress_spec"] = "3"
         qos.action["trim_threshold"] = "8"
         qos.action["ecn_threshold"] = "4"
+        qos.action["ecn_max_threshold"] = "4"
+        qos.action["ecn_slope"] = "0"
         qos.insert()
         counters = list(sh.CounterEntry("MrcIngress.port_in").read())
         assert len(counters) == 512

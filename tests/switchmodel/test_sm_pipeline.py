@@ -140,7 +140,7 @@ def test_longest_prefix_wins() -> None:
 def test_modified_default_route_forwards_without_priority_or_trim() -> None:
     state = t1_state()
     state.ipv6_lpm_default = next_hop(9, mac(NEXT_SMAC), mac(NEXT_DMAC))
-    state.port_qos.entries[9] = PortQos(0, 0)
+    state.port_qos.entries[9] = PortQos.fixed(0, 0)
     frame = mrc_frame("2001:db8::1", dscp=48, ecn=2)
     out = expect_forward(ingress(frame, 1, state), 9, 0)  # the program returns on a miss
     assert out == mrc_frame("2001:db8::1", dscp=48, ecn=2, hlim=63, smac=NEXT_SMAC, dmac=NEXT_DMAC)
@@ -292,7 +292,7 @@ def test_control_dscp_is_high_priority() -> None:
 @pytest.mark.parametrize("with_srh", [False, True])
 def test_trim_cuts_payload_and_remarks(opcode: int, with_srh: bool) -> None:
     state = t1_state()
-    state.port_qos.entries[OUT_PORT] = PortQos(trim_threshold=4, ecn_threshold=2)
+    state.port_qos.entries[OUT_PORT] = PortQos.fixed(trim_threshold=4, ecn_threshold=2)
     state.port_qdepth[OUT_PORT] = 4
     segments = [str(T1.end_sid), "fcbb:bb00:1::7"] if with_srh else None
     frame = mrc_frame(carrier_via_t1(), opcode=opcode, ecn=2, segments=segments, segleft=1)
@@ -317,7 +317,7 @@ def test_trim_cuts_payload_and_remarks(opcode: int, with_srh: bool) -> None:
 
 def test_no_trim_below_threshold_but_ecn_marks() -> None:
     state = t1_state()
-    state.port_qos.entries[OUT_PORT] = PortQos(trim_threshold=5, ecn_threshold=2)
+    state.port_qos.entries[OUT_PORT] = PortQos.fixed(trim_threshold=5, ecn_threshold=2)
     state.port_qdepth[OUT_PORT] = 3
     frame = mrc_frame(carrier_via_t1(), ecn=1)
     out = expect_forward(ingress(frame, 1, state), OUT_PORT, 0)
@@ -334,7 +334,7 @@ def test_no_trim_below_threshold_but_ecn_marks() -> None:
 )
 def test_never_trimmed_or_marked(dscp: int, opcode: int, ecn: int) -> None:
     state = t1_state()
-    state.port_qos.entries[OUT_PORT] = PortQos(0, 0)
+    state.port_qos.entries[OUT_PORT] = PortQos.fixed(0, 0)
     frame = mrc_frame(carrier_via_t1(), dscp=dscp, opcode=opcode, ecn=ecn)
     out = expect_forward(ingress(frame, 1, state), OUT_PORT, 1 if dscp == 48 else 0)
     assert len(out) == len(frame)
@@ -344,7 +344,7 @@ def test_never_trimmed_or_marked(dscp: int, opcode: int, ecn: int) -> None:
 
 def test_threshold_zero_always_trims_and_no_action_never() -> None:
     state = t1_state()
-    state.port_qos.entries[OUT_PORT] = PortQos(0, 0)
+    state.port_qos.entries[OUT_PORT] = PortQos.fixed(0, 0)
     out = expect_forward(ingress(mrc_frame(carrier_via_t1()), 1, state), OUT_PORT, 1)
     traffic_class = (struct.unpack_from("!I", out, 14)[0] >> 20) & 0xFF
     assert traffic_class >> 2 == 12
@@ -356,7 +356,7 @@ def test_threshold_zero_always_trims_and_no_action_never() -> None:
 
 def test_qos_default_action_applies_to_unlisted_ports() -> None:
     state = t1_state()
-    state.port_qos_default = PortQos(0, 0)
+    state.port_qos_default = PortQos.fixed(0, 0)
     expect_forward(ingress(mrc_frame(carrier_via_t1()), 1, state), OUT_PORT, 1)
 
 
@@ -376,7 +376,7 @@ def test_egress_records_data_queue_depth_and_counts_port_out() -> None:
 
 def test_ingress_counts_packets_queued_for_data_only() -> None:
     state = t1_state()
-    state.port_qos.entries[OUT_PORT] = PortQos(2, 100)
+    state.port_qos.entries[OUT_PORT] = PortQos.fixed(2, 100)
     expect_forward(ingress(mrc_frame(carrier_via_t1()), 1, state), OUT_PORT, 0)
     expect_forward(ingress(mrc_frame(carrier_via_t1()), 1, state), OUT_PORT, 0)
     assert state.port_arrivals[OUT_PORT] == 2
@@ -388,7 +388,7 @@ def test_ingress_counts_packets_queued_for_data_only() -> None:
 
 def test_input_frame_is_never_modified() -> None:
     state = t1_state()
-    state.port_qos.entries[OUT_PORT] = PortQos(0, 0)
+    state.port_qos.entries[OUT_PORT] = PortQos.fixed(0, 0)
     frame = bytearray(mrc_frame(carrier_via_t1()))
     before = bytes(frame)
     ingress(memoryview(frame), 1, state)
@@ -407,7 +407,7 @@ VALID = [
 
 def _check_total(frame: bytes) -> None:
     state = t1_state()
-    state.port_qos.entries[OUT_PORT] = PortQos(0, 1)
+    state.port_qos.entries[OUT_PORT] = PortQos.fixed(0, 1)
     verdict = ingress(frame, 1, state)
     assert isinstance(verdict, (Forward, DropReason))
     counted = sum(state.counters.drops.packets)

@@ -102,7 +102,7 @@ def _switch(trim_threshold: int | None) -> PipelineState:
     state = PipelineState()
     state.ipv6_lpm.insert(int(DST), 48, next_hop(2, b"\x02" * 6, b"\x04" * 6))
     if trim_threshold is not None:
-        state.port_qos.entries[2] = PortQos(trim_threshold, trim_threshold)
+        state.port_qos.entries[2] = PortQos.fixed(trim_threshold, trim_threshold)
     return state
 
 

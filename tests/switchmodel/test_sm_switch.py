@@ -115,7 +115,12 @@ def route(client: SwitchClient, trim: int | None = None) -> None:
                 "MrcIngress.port_qos",
                 {"standard_metadata.egress_spec": 2},
                 "MrcIngress.set_port_qos",
-                {"trim_threshold": trim, "ecn_threshold": trim},
+                {
+                    "trim_threshold": trim,
+                    "ecn_threshold": trim,
+                    "ecn_max_threshold": trim,
+                    "ecn_slope": 0,
+                },
             )
         )
     client.insert(entries)

@@ -445,7 +445,10 @@ def plausible_updates(draw: Any) -> p4r.Update:
     name = draw(st.sampled_from([LPM, SID, QOS]))
     if name == QOS:
         match = {"standard_metadata.egress_spec": draw(st.integers(0, 3))}
-        action, params = "MrcIngress.set_port_qos", {"trim_threshold": 8, "ecn_threshold": 4}
+        action, params = (
+            "MrcIngress.set_port_qos",
+            {"trim_threshold": 8, "ecn_threshold": 4, "ecn_max_threshold": 4, "ecn_slope": 0},
+        )
     else:
         prefix = draw(st.sampled_from(["fcbb:bb00:100::/48", "fcbb:bb00:200::/48", "::/0"]))
         match = {DST: prefix}
