@@ -34,8 +34,8 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from host.agent_testnet import BackToBack, netns_available  # noqa: E402
-from host.control_client import ControlClient  # noqa: E402
+from experiments.hostnets import BackToBack, netns_available  # noqa: E402
+from host.agent.control_client import ControlClient  # noqa: E402
 from topologies import Fabric, load_topology  # noqa: E402
 from topologies.config import shipped_topology  # noqa: E402
 

@@ -30,8 +30,8 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from host.api import Context  # noqa: E402
-from host.config import StackConfig  # noqa: E402
+from host.transport.api import Context  # noqa: E402
+from host.transport.config import StackConfig  # noqa: E402
 from topologies import Fabric, load_topology  # noqa: E402
 from topologies.config import shipped_topology  # noqa: E402
 
@@ -48,7 +48,7 @@ def run(packets: int, payload: int, message_packets: int, window: int, cc: str) 
     region = receiver.register_region(BASE, message * 4)
     cq_s, cq_r = sender.create_cq(), receiver.create_cq()
     params = {"window": window} if cc == "fixed" else {"max_cwnd": window, "init_cwnd": window}
-    from host.cc import CcProfile  # noqa: PLC0415
+    from host.transport.cc import CcProfile  # noqa: PLC0415
 
     qs = sender.create_qp("h2", fabric.paths("h0", "h2"), cq=cq_s, cc=CcProfile(cc, params))
     qr = receiver.create_qp("h0", fabric.paths("h2", "h0"), cq=cq_r, cc=CcProfile(cc, params))

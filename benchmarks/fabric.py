@@ -36,10 +36,10 @@ from pathlib import Path
 from typing import Any
 
 from controller.bmv2 import missing_tools
+from experiments.fabricnet import choose_target
 from experiments.runner import Phase, run_scenario
 from experiments.scenario import parse_scenario
 from experiments.testbed import Testbed
-from topologies.mininet import choose_target
 
 LINK = ["t0-p0-r0", "t1-p0-s0"]
 HZ = os.sysconf("SC_CLK_TCK")

@@ -35,10 +35,10 @@ from controller.encode import UpdateEncoder
 from controller.entries import IPV6_LPM, SET_NEXT_HOP, Entry, fabric_tables
 from controller.p4info import P4Info
 from controller.push import PushOptions, SwitchAddress, push_fabric
-from controller.targets import SwitchStartError
 from switchmodel.launcher import ModelSwitch
 from topologies import Fabric, load_topology
 from topologies.config import shipped_topology
+from topologies.switchproc import SwitchStartError
 
 FABRIC_TARGET_S = 1.0
 RATE_TARGET = 5000.0

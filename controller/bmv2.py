@@ -3,7 +3,7 @@
 - :func:`compile_p4` compiles ``p4src/mrc_switch.p4`` with p4c; its two outputs, the P4Info and
   the BMv2 JSON, are committed beside the source (:func:`committed_pipeline`) and are the contract
   that the controller, BMv2 and switchmodel share (:func:`stale_outputs` checks them);
-- :class:`Bmv2Switch` is the :class:`~controller.targets.SwitchProcess` for
+- :class:`Bmv2Switch` is the :class:`~topologies.switchproc.SwitchProcess` for
   ``simple_switch_grpc``: ``-i PORT@IFACE`` per port, device id, Thrift port, log file and level,
   optional pcap directory, and after ``--`` the target options (gRPC address, number of priority
   queues, CPU port). It starts without a pipeline (``--no-p4``) unless given a JSON file: the
@@ -26,7 +26,12 @@ import subprocess
 from collections.abc import Mapping
 from pathlib import Path
 
-from controller.targets import SwitchConfigError, SwitchProcess, SwitchStartError, parse_grpc_addr
+from topologies.switchproc import (
+    SwitchConfigError,
+    SwitchProcess,
+    SwitchStartError,
+    parse_grpc_addr,
+)
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 P4_SOURCE = REPO_ROOT / "p4src" / "mrc_switch.p4"

@@ -25,12 +25,10 @@ import subprocess
 import sys
 import threading
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from experiments.metrics import Completion, Progress, flow_name
-
-if TYPE_CHECKING:
-    from experiments.runner import Phase
+from experiments.phaseview import PhaseView
 
 BASE_PORT = 45000
 SRH_ROOM = 80  # bytes left for the inserted SRH (two segments) and slack
@@ -116,7 +114,7 @@ def _netstat(node: Any) -> dict[str, float]:
 class KernelFlows:
     """The workload as kernel TCP or MPTCP connections over SRv6 routes."""
 
-    def __init__(self, phase: Phase) -> None:
+    def __init__(self, phase: PhaseView) -> None:
         self.phase = phase
         self.testbed = phase.testbed
         self.fabric = phase.testbed.fabric

@@ -30,7 +30,7 @@ class TestbedCLI(CLI):
         super().__init__(testbed.net.net)
 
     def _client(self, host: str) -> Any:
-        from host.control_client import ControlClient
+        from host.agent.control_client import ControlClient
 
         return ControlClient(self.testbed.control_path(host), timeout=10.0)
 

@@ -259,7 +259,7 @@ class MrcFlows:
         self.stats_before: dict[str, dict[str, float]] = {}
 
     def client(self, host: str, timeout: float = 10.0) -> Any:
-        from host.control_client import ControlClient
+        from host.agent.control_client import ControlClient
 
         return ControlClient(self.testbed.control_path(host), timeout=timeout)
 

@@ -4,9 +4,9 @@
 
 1. write the effective topology (scenario overrides applied) next to the state file, so every
    process reads the same fabric;
-2. build the Mininet network (:mod:`topologies.mininet`) and start one switch process per
+2. build the Mininet network (:mod:`experiments.fabricnet`) and start one switch process per
    switch, waiting until each serves P4Runtime;
-3. write the state file (:mod:`experiments.state`), then install every switch's tables with
+3. write the state file (:mod:`topologies.state`), then install every switch's tables with
    ``mrc-ctl push`` and start ``mrc-ctl watch`` (which re-installs a switch that lost its tables,
    e.g. after a reboot);
 4. start ``mrc-host`` in each host's namespace with its control socket in the run directory.
@@ -34,9 +34,9 @@ from typing import IO, Any
 
 import yaml
 
-from experiments.state import HostState, StateError, SwitchState, TestbedState, default_path
 from topologies import Fabric, Topology, load_topology
 from topologies.config import shipped_topology
+from topologies.state import HostState, StateError, SwitchState, TestbedState, default_path
 
 AGENT_READY_TIMEOUT = 30.0
 TRIM_NEVER = (1 << 19) - 1  # a trim threshold no queue reaches: the switch drops instead
@@ -48,11 +48,11 @@ class TestbedError(RuntimeError):
 
 
 def _startup_errors() -> tuple[type[Exception], ...]:
-    from controller.targets import SwitchConfigError, SwitchStartError
+    from topologies.switchproc import SwitchConfigError, SwitchStartError
 
     errors: tuple[type[Exception], ...] = (TestbedError, SwitchStartError, SwitchConfigError)
     try:  # Mininet may be missing where only 'report' or 'topo' is used
-        from topologies.mininet import TargetUnavailable
+        from experiments.fabricnet import TargetUnavailable
     except ImportError:
         return errors
     return (*errors, TargetUnavailable)
@@ -103,7 +103,7 @@ class Testbed:
         watch: bool = True,
         agent_args: Iterable[str] = (),
     ) -> None:
-        from topologies.mininet import choose_target
+        from experiments.fabricnet import choose_target
 
         self.topology = topology
         self.fabric = Fabric(topology)
@@ -114,7 +114,7 @@ class Testbed:
         self.with_agents = agents
         self.with_watch = watch
         self.agent_args = list(agent_args)
-        self.net: Any = None  # topologies.mininet.FabricNet once built
+        self.net: Any = None  # experiments.fabricnet.FabricNet once built
         self.watch: subprocess.Popen[bytes] | None = None
         self.agents: dict[str, subprocess.Popen[bytes]] = {}
         self._logs: list[IO[bytes]] = []
@@ -171,7 +171,7 @@ class Testbed:
             raise
 
     def _up(self, say: Progress) -> None:
-        from topologies.mininet import FabricNet, NetOptions
+        from experiments.fabricnet import FabricNet, NetOptions
 
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.log_dir.mkdir(parents=True, exist_ok=True)
@@ -238,7 +238,7 @@ class Testbed:
 
     def start_agents(self) -> None:
         """Start ``mrc-host`` in every host's namespace and wait for their control sockets."""
-        from host.control_client import ControlClient, ControlError
+        from host.agent.control_client import ControlClient, ControlError
 
         assert self.net is not None
         for name, node in self.net.hosts.items():

@@ -1,6 +1,6 @@
 """ModelSwitch: run ``mrc-switch`` as a switch process of the testbed (the BMv2 launcher's twin).
 
-:class:`ModelSwitch` is the :class:`controller.targets.SwitchProcess` of the switchmodel: the
+:class:`ModelSwitch` is the :class:`topologies.switchproc.SwitchProcess` of the switchmodel: the
 same configuration as ``controller.bmv2.Bmv2Switch`` (ports, device id, gRPC address, priority
 queues, rate, queue depth, pcap and log directories) turned into an ``mrc-switch`` command line.
 Shaping and queue depth are command-line options here, so nothing is configured after start.
@@ -21,7 +21,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from controller.targets import SwitchConfigError, SwitchProcess
+from topologies.switchproc import SwitchConfigError, SwitchProcess
 
 LOG_LEVELS = ("debug", "info", "warning", "error")
 

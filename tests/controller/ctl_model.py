@@ -16,10 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from experiments.state import SwitchState, TestbedState
 from switchmodel.launcher import ModelSwitch
 from topologies import Fabric, load_topology
 from topologies.config import shipped_topology
+from topologies.state import SwitchState, TestbedState
 
 HAVE_MODEL = importlib.util.find_spec("switchmodel.server") is not None
 requires_model = pytest.mark.skipif(

@@ -20,9 +20,9 @@ from controller.bmv2 import (
     missing_tools,
     queue_rate_pps,
 )
-from controller.targets import SwitchConfigError, SwitchStartError
 from topologies import Fabric, load_topology
 from topologies.config import shipped_topology
+from topologies.switchproc import SwitchConfigError, SwitchStartError
 
 
 @pytest.fixture(scope="module")

@@ -30,7 +30,7 @@ from p4.v1 import p4runtime_pb2 as p4r
 
 from controller.client import SwitchClient
 from controller.p4info import P4Info
-from controller.targets import SwitchProcess
+from topologies.switchproc import SwitchProcess
 
 from .netns import NetnsLab, PacketPort, netns_available
 from .target import DataplaneTarget, TargetUnavailable, instance_tag

@@ -7,10 +7,10 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from host.api import CompletionQueue, Context, MemoryRegion, QueuePair
-from host.config import StackConfig
-from host.events import Event
-from host.simnet import SimNet
+from host.transport.api import CompletionQueue, Context, MemoryRegion, QueuePair
+from host.transport.config import StackConfig
+from host.transport.events import Event
+from host.transport.simnet import SimNet
 from topologies import Fabric, load_topology
 from topologies.config import shipped_topology
 

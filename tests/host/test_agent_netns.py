@@ -19,11 +19,11 @@ from pathlib import Path
 
 import pytest
 
-from host import wire
-from host.agent import qp_number
-from host.agent_pcap import PcapWriter
-from host.agent_testnet import BackToBack, netns_available
-from host.control_client import ControlClient, ControlError
+from experiments.hostnets import BackToBack, netns_available
+from host.agent.agent import qp_number
+from host.agent.control_client import ControlClient, ControlError
+from host.agent.pcap import PcapWriter
+from host.transport import wire
 from topologies import Fabric, Host, load_topology
 from topologies.config import shipped_topology
 
@@ -430,7 +430,7 @@ def test_control_interface_rejects_bad_requests(net: BackToBack) -> None:
 
 def cli(net: BackToBack, host: str, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "host.agent_cli", *args, "--control", str(net.control(host))],
+        [sys.executable, "-m", "host.agent.cli", *args, "--control", str(net.control(host))],
         capture_output=True, text=True, timeout=60, check=False,
     )  # fmt: skip
 
@@ -457,7 +457,7 @@ def test_command_line_client(net: BackToBack) -> None:
 
 def test_start_errors_name_the_problem(net: BackToBack, tmp_path: Path) -> None:
     def start(host: str, ns_host: str, control: Path) -> subprocess.CompletedProcess[str]:
-        argv = [sys.executable, "-m", "host.agent_cli", "--topo", str(TOPO), "--host", host,
+        argv = [sys.executable, "-m", "host.agent.cli", "--topo", str(TOPO), "--host", host,
                 "--control", str(control), "--direct"]  # fmt: skip
         return subprocess.run(
             net.exec_argv(ns_host, argv), capture_output=True, text=True, timeout=60, check=False

@@ -13,8 +13,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from host import wire
-from host.agent_testnet import SwitchedRack, netns_available
+from experiments.hostnets import SwitchedRack, netns_available
+from host.transport import wire
 from topologies import Fabric, load_topology
 from topologies.config import shipped_topology
 

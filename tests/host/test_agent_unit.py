@@ -19,13 +19,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from host.agent import qp_number
-from host.agent_data import pattern, sha256_hex, verify_bytes
-from host.agent_io import is_mrc_frame
-from host.agent_pcap import PcapWriter
-from host.control import BadRequest, ControlServer, Deferred, SocketInUse, require_int
-from host.control_client import ControlClient, ControlError, ControlUnavailable
-from host.policy import POLICIES
+from host.agent.agent import qp_number
+from host.agent.control import BadRequest, ControlServer, Deferred, SocketInUse, require_int
+from host.agent.control_client import ControlClient, ControlError, ControlUnavailable
+from host.agent.data import pattern, sha256_hex, verify_bytes
+from host.agent.pcap import PcapWriter
+from host.agent.sockets import is_mrc_frame
+from host.transport.policy import POLICIES
 from topologies import Fabric
 
 
@@ -218,7 +218,7 @@ def test_qp_numbers_are_unique_per_host_and_agree_between_ends(fabric: Fabric) -
 
 def run_cli(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "host.agent_cli", *args],
+        [sys.executable, "-m", "host.agent.cli", *args],
         capture_output=True,
         text=True,
         timeout=60,
@@ -246,7 +246,7 @@ def test_cli_errors_are_one_line(tmp_path: Path) -> None:
 def test_cli_says_it_needs_root(tmp_path: Path) -> None:
     done = subprocess.run(
         ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", sys.executable,
-         "-m", "host.agent_cli", "--topo", "small", "--host", "h0",
+         "-m", "host.agent.cli", "--topo", "small", "--host", "h0",
          "--control", str(tmp_path / "x.sock")],
         capture_output=True, text=True, timeout=60, check=False,
     )  # fmt: skip
@@ -304,8 +304,8 @@ requests_strategy = st.fixed_dictionaries(
 def commands_server(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[tuple[ControlServer, Any]]:
-    from host.agent import Agent, AgentOptions
-    from host.agent_commands import Commands
+    from host.agent.agent import Agent, AgentOptions
+    from host.agent.commands import Commands
     from topologies import load_topology
     from topologies.config import shipped_topology
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from host import cc
-from host.cc.base import CongestionControl
+from host.transport import cc
+from host.transport.cc.base import CongestionControl
 
 MTU = 4096
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from host.config import StackConfig
-from host.events import EvStateChanged, QpError, RetransmitTimeout
+from host.transport.config import StackConfig
+from host.transport.events import EvStateChanged, QpError, RetransmitTimeout
 
 BASE = 0x7F00_0000_0000
 FAILED = ("t0-p0-r0", "t1-p0-s0")  # the first hop of path p0-s0 from rack 0

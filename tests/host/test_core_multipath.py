@@ -13,10 +13,10 @@ from typing import Any
 
 import pytest
 
-from host import wire
-from host.cc import CcProfile
-from host.config import ConfigError, StackConfig
-from host.events import RetransmitTimeout
+from host.transport import wire
+from host.transport.cc import CcProfile
+from host.transport.config import ConfigError, StackConfig
+from host.transport.events import RetransmitTimeout
 
 BASE = 0x7F00_0000_0000
 RATE_MBPS = 10.0

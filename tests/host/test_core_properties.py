@@ -8,9 +8,9 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from host import wire
-from host.api import Context
-from host.config import StackConfig
+from host.transport import wire
+from host.transport.api import Context
+from host.transport.config import StackConfig
 
 BASE = 0x7F00_0000_0000
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from host import wire
-from host.simnet import SimNet
+from host.transport import wire
+from host.transport.simnet import SimNet
 
 
 def data_frame(path: Any, dscp: int = wire.DSCP_TRIMMABLE, payload: int = 4096) -> bytearray:

@@ -6,10 +6,10 @@ from typing import Any
 
 import pytest
 
-from host import wire
-from host.config import StackConfig
-from host.events import EvStateChanged, WriteCompleted, WriteImmReceived
-from host.evs import EvState, ExplicitEvProfile, GeneratedEvProfile, Srv6EvProfile
+from host.transport import wire
+from host.transport.config import StackConfig
+from host.transport.events import EvStateChanged, WriteCompleted, WriteImmReceived
+from host.transport.evs import EvState, ExplicitEvProfile, GeneratedEvProfile, Srv6EvProfile
 
 BASE = 0x7F00_0000_0000
 
@@ -341,7 +341,7 @@ def test_ce_marks_are_echoed(make_net: Any) -> None:
 
 @pytest.mark.parametrize("steering", [True, False])
 def test_ecn_echo_halves_the_share_of_the_marked_path(make_net: Any, steering: bool) -> None:
-    from host.cc import CcProfile
+    from host.transport.cc import CcProfile
 
     net = make_net(config=StackConfig(ecn_steering=steering))
     ctx = net.host("h0")

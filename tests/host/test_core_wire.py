@@ -8,8 +8,8 @@ import pytest
 from scapy.layers.inet6 import IPv6, IPv6ExtHdrSegmentRouting
 from scapy.layers.l2 import Ether
 
-from host import scapy_layers as sl
-from host import wire
+from host.transport import scapy_layers as sl
+from host.transport import wire
 
 SRC = ipaddress.IPv6Address("fcbb:bb00:c00::").packed
 DST = ipaddress.IPv6Address("fcbb:bb00:c02::").packed

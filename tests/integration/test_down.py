@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from experiments import state as statelib
-from experiments.state import StateError
 from experiments.testbed import node_names, teardown, tool
 from topologies import Fabric, load_topology
+from topologies import state as statelib
 from topologies.config import shipped_topology
+from topologies.state import StateError
 
 from .conftest import TARGET_PARAMS, target_skip_reason
 

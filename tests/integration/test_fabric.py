@@ -19,7 +19,7 @@ Wait = Callable[[Callable[[], bool], float, str], None]
 
 @contextmanager
 def client(testbed: Any, host: str, timeout: float = 10.0) -> Iterator[Any]:
-    from host.control_client import ControlClient
+    from host.agent.control_client import ControlClient
 
     with ControlClient(testbed.control_path(host), timeout=timeout) as c:
         yield c

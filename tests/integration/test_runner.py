@@ -73,7 +73,7 @@ def test_scenario_writes_a_complete_results_folder(testbed: Any, tmp_path: Path)
         busy = [p for p, n in sent.items() if n > (6 << 20) // 4]
         assert len(busy) == planes_used, (name, sent)
     # The fabric is back to normal afterwards: every agent answers, every switch is in sync.
-    from host.control_client import ControlClient
+    from host.agent.control_client import ControlClient
 
     assert all(sw.process.alive for sw in testbed.net.switches.values())
     assert "in sync" in testbed.ctl("diff", "t1-p1-s1")

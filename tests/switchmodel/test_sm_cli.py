@@ -9,9 +9,9 @@ import sys
 
 import pytest
 
-from controller.targets import SwitchConfigError
 from switchmodel.cli import build_parser
 from switchmodel.launcher import ModelSwitch, mrc_switch_command
+from topologies.switchproc import SwitchConfigError
 
 
 def run_switch(*args: str, timeout: float = 20.0) -> subprocess.CompletedProcess[str]:

@@ -21,7 +21,7 @@ def fabric() -> Fabric:
 
 
 def test_choose_target() -> None:
-    from topologies.mininet import TargetUnavailable, choose_target
+    from experiments.fabricnet import TargetUnavailable, choose_target
 
     has_bmv2 = bool(shutil.which("simple_switch_grpc") and shutil.which("simple_switch_CLI"))
     assert choose_target("auto") == ("bmv2" if has_bmv2 else "model")

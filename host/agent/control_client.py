@@ -2,7 +2,7 @@
 
 Used by the experiment runner, the tests and ``mrc-host transfer|stats|...``::
 
-    from host.control_client import ControlClient
+    from host.agent.control_client import ControlClient
     with ControlClient("/run/mrc-testbed/h1.sock") as h1, ControlClient(".../h0.sock") as h0:
         region = h1.register("rx", 1 << 20)                  # {"addr": ..., "rkey": ..., ...}
         t = h0.transfer("h1", region["addr"], region["rkey"], 1 << 20, seed=7)

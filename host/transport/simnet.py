@@ -11,7 +11,7 @@ sender's own link) marks ECN but never trims or drops.
 
 Faults (all seeded): per-link loss, duplication and reordering (random extra delay), and links
 that fail (drop everything) between two times. A discrete-event loop delivers frames to the
-hosts' :class:`host.api.Context` objects and runs their timers, so a test is a pure function
+hosts' :class:`host.transport.api.Context` objects and runs their timers, so a test is a pure function
 of its seed.
 
 Usage::
@@ -31,8 +31,8 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from host import wire
-from host.api import Context
+from host.transport import wire
+from host.transport.api import Context
 from topologies import Fabric
 from topologies import usid as usidlib
 

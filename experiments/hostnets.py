@@ -12,7 +12,7 @@ the namespaces. Everything made here is named with the given prefix and removed 
 plane (``t0-p{plane}-r{rack}``) runs as an ``mrc-switch`` process in a third namespace, wired
 with the fabric's switch interface names and MACs and given its tables by the controller
 (``controller.push``). The agents then run without ``--direct``: frames arrive with the
-carrier the switch shifted, exactly as in the testbed. ``python -m host.agent_testnet
+carrier the switch shifted, exactly as in the testbed. ``python -m experiments.hostnets
 switches ...`` is the small server that runs inside the switch namespace (starts the switches,
 pushes their tables, prints ``switches ready``, stops them on SIGTERM).
 
@@ -30,7 +30,7 @@ import sys
 import time
 from pathlib import Path
 
-from host.control_client import ControlClient, ControlUnavailable
+from host.agent.control_client import ControlClient, ControlUnavailable
 from topologies import Fabric
 
 READY_TIMEOUT = 20.0
@@ -122,7 +122,7 @@ class BackToBack:
         log = self.workdir / f"{host}.log"
         self.logs[host] = log
         argv = [
-            sys.executable, "-m", "host.agent_cli", "--topo", str(self.topo_file),
+            sys.executable, "-m", "host.agent.cli", "--topo", str(self.topo_file),
             "--host", host, "--control", str(self.control(host)), "--direct",
             "--log-file", str(log), *extra,
         ]  # fmt: skip
@@ -242,7 +242,7 @@ class SwitchedRack(BackToBack):
         """Run the leaves in the switch namespace and push their tables; wait until ready."""
         log = self.workdir / "switches.log"
         argv = [
-            sys.executable, "-m", "host.agent_testnet", "switches", "--topo", str(self.topo_file),
+            sys.executable, "-m", "experiments.hostnets", "switches", "--topo", str(self.topo_file),
             "--workdir", str(self.workdir), "--hosts", ",".join(self.hosts), *self.leaves,
         ]  # fmt: skip
         self.switch_proc = subprocess.Popen(
@@ -267,7 +267,7 @@ class SwitchedRack(BackToBack):
         log = self.workdir / f"{host}.log"
         self.logs[host] = log
         argv = [
-            sys.executable, "-m", "host.agent_cli", "--topo", str(self.topo_file),
+            sys.executable, "-m", "host.agent.cli", "--topo", str(self.topo_file),
             "--host", host, "--control", str(self.control(host)), "--log-file", str(log), *extra,
         ]  # fmt: skip
         proc = subprocess.Popen(
@@ -306,7 +306,7 @@ def serve_switches(argv: list[str]) -> int:
     from switchmodel.launcher import ModelSwitch
     from topologies import load_topology
 
-    parser = argparse.ArgumentParser(prog="python -m host.agent_testnet switches")
+    parser = argparse.ArgumentParser(prog="python -m experiments.hostnets switches")
     parser.add_argument("--topo", type=Path, required=True)
     parser.add_argument("--workdir", type=Path, required=True)
     parser.add_argument("--hosts", required=True, help="hosts whose ports are wired, h0,h1")
@@ -360,6 +360,6 @@ __all__ = ["BackToBack", "SwitchedRack", "TestnetError", "netns_available"]
 if __name__ == "__main__":
     if sys.argv[1:2] == ["switches"]:
         sys.exit(serve_switches(sys.argv[2:]))
-    print("usage: python -m host.agent_testnet switches --topo F --workdir D --hosts h0,h1 LEAF...",
+    print("usage: python -m experiments.hostnets switches --topo F --workdir D --hosts h0,h1 LEAF...",
           file=sys.stderr)  # fmt: skip
     sys.exit(2)

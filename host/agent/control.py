@@ -30,7 +30,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-log = logging.getLogger("mrc.host.control")
+log = logging.getLogger("mrc.host.agent.control")
 
 MAX_LINE = 1 << 20  # bytes in one request line
 MAX_CONNECTIONS = 64

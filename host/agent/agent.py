@@ -4,9 +4,9 @@ One :class:`Agent` runs per host (``mrc-host --topo FILE --host h0``). It takes 
 needs from the fabric model -- the host's NICs (interface, MAC, address, gateway MAC) and every
 path to every other host -- and never computes an address or a path itself. It then:
 
-- prepares each plane NIC (:mod:`host.agent_setup`) and opens one ``AF_PACKET`` socket on it
-  (:mod:`host.agent_io`);
-- creates a :class:`host.api.Context` and, for every peer and every transport policy, a QP over
+- prepares each plane NIC (:mod:`host.agent.nic_setup`) and opens one ``AF_PACKET`` socket on it
+  (:mod:`host.agent.sockets`);
+- creates a :class:`host.transport.api.Context` and, for every peer and every transport policy, a QP over
   ``Fabric.paths(host, peer)`` with a QP number both ends derive from the fabric
   (:func:`qp_number`), so no QP numbers need exchanging;
 - runs one ``selectors`` loop: readable NIC sockets are read in batches until ``EAGAIN`` and fed
@@ -14,7 +14,7 @@ path to every other host -- and never computes an address or a path itself. It t
   when it expires; after either, ``frames_to_send`` goes out on the NIC of each frame's plane and
   the core's events are drained. Nothing polls: an idle agent sleeps in ``select`` until a frame,
   a control request or a core timer;
-- serves the control socket (:mod:`host.control`; commands in :mod:`host.agent_commands`).
+- serves the control socket (:mod:`host.agent.control`; commands in :mod:`host.agent.commands`).
 
 A frame reaches the core only when its IPv6 destination is the NIC's address (the carrier a
 packet has once the switches consumed every uSID before the NIC's); anything else is counted as
@@ -37,20 +37,20 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-from host import api
-from host.agent_commands import Commands
-from host.agent_data import Transfer
-from host.agent_io import BATCH, PlaneSocket
-from host.agent_pcap import PcapWriter
-from host.agent_setup import NicSetup, SetupError, prepare_nic, require_interface
-from host.api import MemoryRegion
-from host.cc import CcProfile
-from host.config import StackConfig
-from host.control import ControlServer, SocketInUse
-from host.events import (
+from host.agent.commands import Commands
+from host.agent.control import ControlServer, SocketInUse
+from host.agent.data import Transfer
+from host.agent.nic_setup import NicSetup, SetupError, prepare_nic, require_interface
+from host.agent.options import DEFAULT_CONTROL_DIR, AgentOptions, default_control_path
+from host.agent.pcap import PcapWriter
+from host.agent.sockets import BATCH, PlaneSocket
+from host.transport import api
+from host.transport.api import MemoryRegion
+from host.transport.cc import CcProfile
+from host.transport.config import StackConfig
+from host.transport.events import (
     Completion,
     Event,
     EvStateChanged,
@@ -60,15 +60,13 @@ from host.events import (
     RetransmitTimeout,
     WriteImmReceived,
 )
-from host.evs import GeneratedEvProfile
-from host.policy import POLICIES
+from host.transport.evs import GeneratedEvProfile
+from host.transport.policy import POLICIES
 from topologies import Fabric, Host, Nic
 from topologies import usid as usidlib
 
-log = logging.getLogger("mrc.host.agent")
+log = logging.getLogger("mrc.host.agent.agent")
 
-DEFAULT_CONTROL_DIR = Path("/run/mrc-testbed")
-DEFAULT_WINDOW = 64  # messages of one transfer posted to its QP at a time
 MAX_EVENT_LOG = 4096  # EV transitions, RTOs, probe results, receiver completions kept
 READ_TURN = 8  # frames read from one plane before the next plane gets its turn
 MIN_TIMER_WAIT = 50e-6  # never select shorter than this after a timer fired without progress
@@ -89,7 +87,7 @@ def qp_number(local_index: int, peer_index: int, policy: str) -> int:
     """The QP number host ``local_index`` uses towards host ``peer_index`` for ``policy``.
 
     Every agent creates its QPs at start in one canonical order -- peers by host index, then
-    the policies in :data:`host.policy.POLICIES` order -- and the core numbers QPs in creation
+    the policies in :data:`host.transport.policy.POLICIES` order -- and the core numbers QPs in creation
     order from ``api.FIRST_QPN``. So both ends know each other's QP numbers from the fabric
     alone: host A's QP towards B connects to ``qp_number(B.index, A.index, policy)``. The agent
     checks at start that the core numbered its QPs so.
@@ -98,29 +96,6 @@ def qp_number(local_index: int, peer_index: int, policy: str) -> int:
         raise ValueError(f"no QP from host {local_index} to itself")
     position = peer_index - (1 if peer_index > local_index else 0)
     return api.FIRST_QPN + position * len(POLICY_NAMES) + POLICY_NAMES.index(policy)
-
-
-def default_control_path(host: str) -> Path:
-    """``/run/mrc-testbed/HOST.sock``."""
-    return DEFAULT_CONTROL_DIR / f"{host}.sock"
-
-
-@dataclass(frozen=True)
-class AgentOptions:
-    """Everything ``mrc-host`` is told on its command line."""
-
-    host: str
-    control: Path | None = None  # default: default_control_path(host)
-    cc: str = "nscc"
-    cc_params: tuple[tuple[str, float], ...] = ()  # overrides of the algorithm's defaults
-    ev_count: int = 128
-    direct: bool = False  # accept frames whose carrier still holds uSIDs (back-to-back hosts)
-    setup: bool = True  # prepare the NICs (MTU, MAC, kernel IPv6 off, offloads off)
-    pcap: Path | None = None  # capture every MRC frame sent and received
-    stats_file: Path | None = None  # rewrite the statistics JSON here every second and at exit
-    window: int = DEFAULT_WINDOW
-    rx_ring: bool = True  # receive through a PACKET_RX_RING (else one recv per frame)
-    seed: int | None = None  # the core's random seed (default: derived from the host index)
 
 
 @dataclass

@@ -27,13 +27,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from host.agent import Agent, AgentError, AgentOptions, default_control_path
-from host.agent_setup import SetupError, require_root
-from host.cc import CcProfile
-from host.cc import available as cc_available
-from host.cc import create as cc_create
-from host.control_client import ControlClient, ControlError
-from host.policy import POLICIES
+from host.agent.agent import Agent, AgentError, AgentOptions, default_control_path
+from host.agent.control_client import ControlClient, ControlError
+from host.agent.nic_setup import SetupError, require_root
+from host.transport.cc import CcProfile
+from host.transport.cc import available as cc_available
+from host.transport.cc import create as cc_create
+from host.transport.policy import POLICIES
 from topologies import Fabric, TopologyError, load_topology
 from topologies.config import shipped_topology
 

@@ -7,7 +7,7 @@ them into Mininet nodes and veth pairs. Classes:
   solicitation or MLD noise), checksum and segmentation offloads off, the topology's MTU and,
   when the topology has a link delay, a ``netem`` delay line (see "Link delay" below);
 - :class:`FabricSwitch` -- a Mininet ``Switch`` in the root namespace that runs a switch process
-  (a :class:`controller.targets.SwitchProcess`) on its interfaces; two small subclasses say
+  (a :class:`topologies.switchproc.SwitchProcess`) on its interfaces; two small subclasses say
   which: :class:`Bmv2FabricSwitch` (``simple_switch_grpc`` via ``controller.bmv2.Bmv2Switch``)
   and :class:`ModelFabricSwitch` (``mrc-switch`` via ``switchmodel.launcher.ModelSwitch``);
 - :class:`FabricHost` -- a Mininet ``Host`` with one NIC per plane (``h0-p0``, ``h0-p1``...)
@@ -48,9 +48,9 @@ from mininet.node import Host
 from mininet.node import Switch as MnSwitch
 
 from controller.bmv2 import Bmv2Switch, missing_tools
-from controller.targets import SwitchProcess
 from topologies import Fabric
 from topologies import Switch as FabricSwitchModel
+from topologies.switchproc import SwitchProcess
 
 TARGETS = ("auto", "bmv2", "model")
 NETEM_LIMIT = 100_000  # packets: never reached by a delay line (see the module docstring)

@@ -105,7 +105,7 @@ _ACK_TAIL = struct.Struct("!HHBBHIIIBBBBIIIIQHH")
 _NACK_TAIL = struct.Struct("!HHBBHIIIBBBBIIII12x")
 _PROBE_TAIL = struct.Struct("!HHBBHIIIBBBBIIII12x")
 _PAYLOAD_LEN_AT = OFF_IPV6 + 4
-# public for the sender's inlined hot loop (host/qp.py)
+# public for the sender's inlined hot loop (host/transport/qp.py)
 U16 = _U16
 DATA_TAIL = _DATA_TAIL
 _UDP_LEN_AT = OFF_UDP + 4

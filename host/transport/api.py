@@ -14,14 +14,14 @@ import random
 from collections.abc import Sequence
 from typing import Any, Protocol
 
-from host import wire
-from host.cc import CcProfile
-from host.config import StackConfig
-from host.events import Completion, Event
-from host.evs import EvProfile, EvState
-from host.policy import get_policy
-from host.qp import QueuePair, Shared
-from host.region import MemoryRegion, RegionTable
+from host.transport import wire
+from host.transport.cc import CcProfile
+from host.transport.config import StackConfig
+from host.transport.events import Completion, Event
+from host.transport.evs import EvProfile, EvState
+from host.transport.policy import get_policy
+from host.transport.qp import QueuePair, Shared
+from host.transport.region import MemoryRegion, RegionTable
 from topologies import Path
 
 __all__ = ["CompletionQueue", "Context", "MemoryRegion", "NicLike", "QueuePair"]

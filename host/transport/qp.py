@@ -33,10 +33,10 @@ import zlib
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
-from host import wire
-from host.cc import CcProfile, CongestionControl, create
-from host.config import ACK_TIMEOUT_UNIT, StackConfig
-from host.events import (
+from host.transport import wire
+from host.transport.cc import CcProfile, CongestionControl, create
+from host.transport.config import ACK_TIMEOUT_UNIT, StackConfig
+from host.transport.events import (
     STATUS_OK,
     STATUS_REMOTE_ACCESS_ERROR,
     STATUS_RETRY_EXCEEDED,
@@ -51,10 +51,10 @@ from host.events import (
     WriteCompleted,
     WriteImmReceived,
 )
-from host.evs import EvProfile, EvSlot, EvState, EvTable, GeneratedEvProfile, build_slots
-from host.policy import Policy
-from host.region import RegionTable
-from host.stats import Stats
+from host.transport.evs import EvProfile, EvSlot, EvState, EvTable, GeneratedEvProfile, build_slots
+from host.transport.policy import Policy
+from host.transport.region import RegionTable
+from host.transport.stats import Stats
 
 if TYPE_CHECKING:
     from topologies import Path
@@ -928,7 +928,7 @@ class QueuePair:
         )  # fmt: skip
 
     def on_data_fields(self, fields: wire.DataFields, now: float) -> None:
-        """The receiver's data path on the fields of :func:`host.wire.decode_data`."""
+        """The receiver's data path on the fields of :func:`host.transport.wire.decode_data`."""
         (
             _, psn24, ack_req, ecn, _, va, rkey, dma_len, imm, plane, spine, ev, msg_id, msg_len,
             msg_offset, ts, payload, trimmed,

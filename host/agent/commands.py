@@ -2,7 +2,7 @@
 
 :class:`Commands` turns a decoded request (``{"cmd": ..., fields}``) into an action on the
 :class:`host.agent.Agent` and a JSON reply. Every field is validated before anything happens;
-a bad one raises :class:`host.control.BadRequest` naming it, which the control server turns
+a bad one raises :class:`host.agent.control.BadRequest` naming it, which the control server turns
 into ``{"ok": false, "error": "...", "field": "..."}``.
 """
 
@@ -10,20 +10,11 @@ from __future__ import annotations
 
 import os
 import stat
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-from host.agent_data import (
-    DEFAULT_MESSAGE_SIZE,
-    DEFAULT_SEED,
-    MAX_TRANSFER,
-    Transfer,
-    pattern,
-    sha256_hex,
-    verify_bytes,
-)
-from host.control import (
+from host.agent.control import (
     BadRequest,
     Deferred,
     Reply,
@@ -35,11 +26,58 @@ from host.control import (
     require_int,
     require_str,
 )
-from host.evs import EvState
-from host.policy import POLICIES
+from host.agent.data import (
+    DEFAULT_MESSAGE_SIZE,
+    DEFAULT_SEED,
+    MAX_TRANSFER,
+    Transfer,
+    pattern,
+    sha256_hex,
+    verify_bytes,
+)
+from host.agent.options import AgentOptions
+from host.transport.api import Context, MemoryRegion
+from host.transport.evs import EvState
+from host.transport.policy import POLICIES
+from topologies import Host, Nic, Topology
 
-if TYPE_CHECKING:
-    from host.agent import Agent
+
+class PlaneView(Protocol):
+    """What the commands read of a plane NIC of the agent."""
+
+    @property
+    def nic(self) -> Nic: ...
+
+
+class AgentView(Protocol):
+    """What the commands use of the agent (:class:`host.agent.agent.Agent`)."""
+
+    transfers: dict[int, Transfer]
+    regions: dict[str, MemoryRegion]
+    region_cursor: int
+    qps: dict[tuple[str, str], Any]
+
+    @property
+    def options(self) -> AgentOptions: ...
+    @property
+    def host(self) -> Host: ...
+    @property
+    def peers(self) -> list[Host]: ...
+    @property
+    def control_path(self) -> Path: ...
+    @property
+    def topology(self) -> Topology: ...
+    @property
+    def planes(self) -> Sequence[PlaneView]: ...
+    @property
+    def context(self) -> Context: ...
+    def now(self) -> float: ...
+    def after_core(self, now: float) -> None: ...
+    def start_transfer(self, transfer: Transfer) -> None: ...
+    def add_waiter(self, check: Callable[[float], bool], deadline: float | None) -> None: ...
+    def stats(self) -> dict[str, Any]: ...
+    def stop(self) -> None: ...
+
 
 REGION_ALIGN = 1 << 16  # regions are placed at 64 KiB-aligned virtual addresses
 MAX_REGION = 1 << 31  # bytes: a region is a zeroed bytearray in the agent
@@ -49,8 +87,8 @@ EV_STATES = {"good": EvState.GOOD, "denied": EvState.DENIED, "unknown": EvState.
 class Commands:
     """Handlers of every control command of one agent."""
 
-    def __init__(self, agent: Agent) -> None:
-        self.agent = agent
+    def __init__(self, agent: AgentView) -> None:
+        self.agent: AgentView = agent
         self.table: dict[str, Callable[[Mapping[str, Any]], Reply | Deferred]] = {
             "info": self.info,
             "register": self.register,

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from host.cc.base import CongestionControl, register
+from host.transport.cc.base import CongestionControl, register
 
 
 @register("nscc")

@@ -4,7 +4,7 @@
 ``register("name")`` is the class decorator an algorithm uses to add itself.
 """
 
-from host.cc import fixed, nscc  # noqa: F401  (register the shipped algorithms)
-from host.cc.base import CcProfile, CongestionControl, available, create, register
+from host.transport.cc import fixed, nscc  # noqa: F401  (register the shipped algorithms)
+from host.transport.cc.base import CcProfile, CongestionControl, available, create, register
 
 __all__ = ["CcProfile", "CongestionControl", "available", "create", "register"]

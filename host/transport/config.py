@@ -1,6 +1,6 @@
 """Configuration of the transport core: timers, thresholds and sizes (immutable).
 
-One :class:`StackConfig` is given to a :class:`host.api.Context`; every QP of the context uses
+One :class:`StackConfig` is given to a :class:`host.transport.api.Context`; every QP of the context uses
 it. Change a value with :meth:`StackConfig.with_` (returns a copy). Every default is chosen for
 emulation over Python agents and Mininet (RTTs of milliseconds, not microseconds) and is
 documented in docs/host-stack.md.

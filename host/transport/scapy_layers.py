@@ -1,6 +1,6 @@
 """scapy layers for MRC packets (tests, debugging, captures; never on the hot path).
 
-The layers mirror :mod:`host.wire`: ``MrcBTH`` (RoCEv2 BTH), ``RETH``, ``ImmDt``, ``MrcData``
+The layers mirror :mod:`host.transport.wire`: ``MrcBTH`` (RoCEv2 BTH), ``RETH``, ``ImmDt``, ``MrcData``
 (the 24-byte data extension), ``MrcAETH`` and the control extensions ``MrcAck``, ``MrcNack``,
 ``MrcProbe``. scapy.contrib.roce's ``BTH`` ends with a 4-byte ICRC field that it takes from the
 end of every packet; MRC here sends no ICRC, so that layer would swallow the last four bytes of
@@ -33,7 +33,7 @@ from scapy.layers.inet6 import IPv6
 from scapy.layers.l2 import Ether
 from scapy.packet import Packet, Raw, bind_layers, split_layers
 
-from host import wire
+from host.transport import wire
 
 _OPCODES = {
     wire.OP_WRITE_ONLY: "RC_RDMA_WRITE_ONLY",

@@ -1,7 +1,7 @@
 """Events the transport core hands to its driver (``Context.next_event()``).
 
 A flat list of small dataclasses, one docstring line per field. Times are the ``now`` values the
-driver passed in (seconds). EV states are the strings of :class:`host.evs.EvState`.
+driver passed in (seconds). EV states are the strings of :class:`host.transport.evs.EvState`.
 Completion-queue entries (:class:`Completion`) are also delivered through ``cq.poll()``.
 """
 

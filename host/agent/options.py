@@ -1,0 +1,33 @@
+"""What ``mrc-host`` is told on its command line (:class:`AgentOptions`) and where its control
+socket lives by default."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+DEFAULT_CONTROL_DIR = Path("/run/mrc-testbed")
+DEFAULT_WINDOW = 64  # messages of one transfer posted to its QP at a time
+
+
+def default_control_path(host: str) -> Path:
+    """``/run/mrc-testbed/HOST.sock``."""
+    return DEFAULT_CONTROL_DIR / f"{host}.sock"
+
+
+@dataclass(frozen=True)
+class AgentOptions:
+    """Everything ``mrc-host`` is told on its command line."""
+
+    host: str
+    control: Path | None = None  # default: default_control_path(host)
+    cc: str = "nscc"
+    cc_params: tuple[tuple[str, float], ...] = ()  # overrides of the algorithm's defaults
+    ev_count: int = 128
+    direct: bool = False  # accept frames whose carrier still holds uSIDs (back-to-back hosts)
+    setup: bool = True  # prepare the NICs (MTU, MAC, kernel IPv6 off, offloads off)
+    pcap: Path | None = None  # capture every MRC frame sent and received
+    stats_file: Path | None = None  # rewrite the statistics JSON here every second and at exit
+    window: int = DEFAULT_WINDOW
+    rx_ring: bool = True  # receive through a PACKET_RX_RING (else one recv per frame)
+    seed: int | None = None  # the core's random seed (default: derived from the host index)
