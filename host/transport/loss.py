@@ -1,0 +1,153 @@
+"""Loss recovery of a queue pair: declaring packets lost, the adaptive ACK timeout, the tail-loss
+probe, and the QP's timers."""
+
+from __future__ import annotations
+
+from host.transport import wire
+from host.transport.events import RetransmitTimeout
+from host.transport.evs import EvState
+from host.transport.qp_state import NS, TLP_PACKETS, QpState, TxPacket
+
+
+class LossRecovery(QpState):
+    """Loss recovery of a queue pair."""
+
+    def _lose(self, rec: TxPacket, cause: str, now: float) -> None:
+        rec.in_net = False
+        self.inflight -= rec.length
+        self._retx.append(rec)
+        self._stats.retransmits[cause] += 1
+        if self.policy.failover and cause != "nack" and rec.slot.state is EvState.GOOD:
+            self._retire(rec.slot, cause, now)
+            if rec.slot.state is not EvState.GOOD:
+                # the path failed: what is still in flight on its retired EVs is lost with it;
+                # resend it now on the paths left rather than one ACK timeout per packet
+                for other in list(self._outstanding.values()):
+                    if other.in_net and other.slot.state is not EvState.GOOD:
+                        other.in_net = False
+                        self.inflight -= other.length
+                        self._retx.append(other)
+                        self._stats.retransmits[cause] += 1
+
+    def _first_in_net(self) -> TxPacket | None:
+        for rec in self._outstanding.values():
+            if rec.in_net:
+                return rec
+        return None
+
+    def _base_timeout(self) -> float:
+        """The ACK timeout before backoff: RFC 6298's srtt + 4 x rttvar, at least ``rto_min``
+        (default: the MRC ACK timeout 1.024 us x 2^t, also used before any RTT sample), at most
+        1.024 us x 2^max_backoff_exp. Queues that grow the RTT beyond the configured timeout
+        (slow emulated links, descheduled agents) stretch it instead of firing it spuriously."""
+        srtt = self._srtt
+        if srtt is None:
+            return self._rto_floor
+        rto = srtt + 4.0 * self._rttvar
+        if rto < self._rto_floor:
+            return self._rto_floor
+        return rto if rto < self._rto_max else self._rto_max
+
+    def _timeout(self) -> float:
+        return min(self._base_timeout() * (1 << self._backoff), self._rto_max)
+
+    def _tlp_due(self, first: TxPacket) -> float | None:
+        """When the tail-loss probe fires (None without an RTT estimate): when the oldest packet
+        in flight has waited two smoothed RTTs (plus the receiver's ACK delay), at most once per
+        smoothed RTT."""
+        srtt = self._srtt
+        if not self._cfg.tlp or srtt is None:
+            return None
+        due = first.sent + 2.0 * srtt + self._cfg.ack_delay
+        return due if due > self._tlp_next else self._tlp_next
+
+    def _send_tlp(self, now: float) -> None:
+        """Tail-loss probe: re-send the oldest packets still unacknowledged after the probe
+        timeout (at most ``TLP_PACKETS``) on other EVs. Not a loss: no EV is retired, the
+        window is unchanged, the originals stay in flight; the copy's ACK (or the duplicate ACK
+        it provokes when only ACKs were lost) frees them before the ACK timeout would."""
+        srtt = self._srtt or 0.0
+        self._tlp_next = now + srtt
+        if self.remote_qpn is None:
+            return
+        due = now - 2.0 * srtt
+        out = self._shared.outbox
+        stats = self._stats
+        count = 0
+        for rec in self._outstanding.values():
+            if count >= TLP_PACKETS:
+                break
+            if not rec.in_net or rec.sent > due:
+                continue
+            slot = self.ev_table.next_other(rec.slot)
+            if slot is None:
+                return
+            msg = rec.msg
+            ts32 = int(now * NS) & 0xFFFFFFFF
+            rec.ts32 = ts32  # the copy's ACK echoes this; the original's is accepted too
+            flags = (wire.FLAG_FIRST if rec.offset == 0 else 0) | wire.FLAG_RETX
+            if rec.last:
+                flags |= wire.FLAG_LAST
+            offset = rec.offset
+            frame = wire.encode_data(
+                slot.prefix, self.remote_qpn, rec.psn, True, msg.remote_addr + offset, msg.rkey,
+                msg.imm if rec.last else None, flags, slot.plane, slot.spine_hint, slot.wire,
+                msg.msg_id, msg.length, offset, ts32, msg.data[offset : offset + rec.length],
+            )  # fmt: skip
+            out.append((slot.plane, frame))
+            count += 1
+            stats.data_packets_sent += 1
+            stats.packets_sent += 1
+            stats.bytes_sent += len(frame)
+        stats.tail_loss_probes += count
+
+    def next_timer(self) -> float | None:
+        """The earliest time this QP needs handle_timer."""
+        when: float | None = self._ack_deadline
+        first = self._first_in_net()
+        if first is not None:
+            rto = max(first.sent, self._last_ack) + self._timeout()
+            when = rto if when is None else min(when, rto)
+            tlp = self._tlp_due(first)
+            if tlp is not None and tlp < rto:
+                when = tlp if when is None else min(when, tlp)
+        if self._probe_due:
+            due = min(self._probe_due.values())
+            when = due if when is None else min(when, due)
+        if self._probes:
+            due = min(sent for _, sent in self._probes.values()) + self._cfg.probe_timeout
+            when = due if when is None else min(when, due)
+        return when
+
+    def handle_timer(self, now: float) -> None:
+        """Delayed ACK, ACK timeout, probes."""
+        if self._ack_deadline is not None and self._ack_deadline <= now:
+            self._send_ack(now)
+        first = self._first_in_net()
+        if first is not None:
+            # the timer restarts on every ACK that acknowledges data (RFC 6298, 5.3)
+            expiry = max(first.sent, self._last_ack) + self._timeout()
+            tlp = self._tlp_due(first)
+            if tlp is not None and tlp <= now < expiry:
+                self._send_tlp(now)
+            elif expiry <= now:
+                # every packet older than the un-backed-off timeout is lost, not just the oldest:
+                # else each packet of a lost window would cost one more doubled timeout
+                base = self._base_timeout()
+                lost = [r for r in self._outstanding.values() if r.in_net and r.sent + base <= now]
+                nbytes = 0
+                for rec in lost:
+                    nbytes += rec.length
+                    self._lose(rec, "rto", now)
+                self.cc.on_loss(nbytes=nbytes, timeout=True, now=now)
+                self._stats.rtos += 1
+                self._backoff = min(
+                    self._backoff + 1, self._cfg.max_backoff_exp - self._cfg.ack_timeout_exp
+                )
+                self._shared.events.append(
+                    RetransmitTimeout(
+                        self.qpn, len(lost), self._cfg.ack_timeout_exp + self._backoff, now
+                    )
+                )
+        if self._probe_due or self._probes:
+            self._run_probes(now)

@@ -1,0 +1,442 @@
+"""The sender of a queue pair: posting WRITEs, cutting messages into packets sprayed over EVs,
+and what ACKs and NACKs tell it (acknowledged packets, completions, RTT, congestion)."""
+
+from __future__ import annotations
+
+from host.transport import wire
+from host.transport.events import (
+    STATUS_REMOTE_ACCESS_ERROR,
+    STATUS_RETRY_EXCEEDED,
+    QpError,
+    WriteCompleted,
+)
+from host.transport.evs import EvSlot
+from host.transport.qp_state import (
+    _DATA_UDP_BASE,
+    _EXT_DATA,
+    _FLAG_ECN_ECHO,
+    _FLAG_FIRST,
+    _FLAG_LAST,
+    _GOOD,
+    _OP_WRITE_ONLY,
+    EXPLORE_MASK,
+    NS,
+    PSN_MASK,
+    QpState,
+    TxMessage,
+    TxPacket,
+    _weighted,
+)
+
+
+class Sender(QpState):
+    """The sender of a queue pair."""
+
+    def post_write(
+        self, data: bytes | bytearray | memoryview, remote_addr: int, rkey: int, wr_id: int = 0
+    ) -> int:
+        """Post an RDMA WRITE of ``data`` to ``remote_addr`` (rkey ``rkey``); returns the message id."""
+        return self._post(data, remote_addr, rkey, None, wr_id)
+
+    def post_write_imm(
+        self,
+        data: bytes | bytearray | memoryview,
+        remote_addr: int,
+        rkey: int,
+        imm: int,
+        wr_id: int = 0,
+    ) -> int:
+        """Post an RDMA WRITE with immediate ``imm`` (32 bits); returns the message id."""
+        if not 0 <= imm < 1 << 32:
+            raise ValueError(f"immediate {imm}: expected a 32-bit unsigned value")
+        return self._post(data, remote_addr, rkey, imm, wr_id)
+
+    def _post(
+        self, data: bytes | bytearray | memoryview, remote_addr: int, rkey: int, imm: int | None,
+        wr_id: int,
+    ) -> int:  # fmt: skip
+        if self.remote_qpn is None:
+            raise RuntimeError(f"QP {self.qpn} is not connected: call connect(remote_qpn) first")
+        if self.error is not None:
+            raise RuntimeError(f"QP {self.qpn} is in error ({self.error}): create a new QP")
+        view = memoryview(data).cast("B")
+        if not len(view) < 1 << 32:
+            raise ValueError(f"message of {len(view)} bytes: expected less than 4 GiB")
+        if not remote_addr >= 0 and remote_addr + len(view) <= 1 << 64:
+            raise ValueError(f"remote address {remote_addr:#x}: expected a 64-bit address")
+        if not 0 <= rkey < 1 << 32:
+            raise ValueError(f"rkey {rkey}: expected a 32-bit value")
+        msg_id = self._next_msg_id
+        self._next_msg_id = (msg_id + 1) & 0xFFFFFFFF or 1
+        self._send_queue.append(TxMessage(msg_id, wr_id, imm, view, remote_addr, rkey))
+        self._pending_messages += 1
+        self._stats.messages_sent += 1
+        return msg_id
+
+    @property
+    def outstanding(self) -> int:
+        """Packets sent and not yet acknowledged."""
+        return len(self._outstanding)
+
+    @property
+    def pending_messages(self) -> int:
+        """Messages posted and not yet completed."""
+        return self._pending_messages
+
+    def frames(self, now: float, out: list[tuple[int, bytes | bytearray]]) -> None:
+        """Append the data frames the window allows now (retransmissions first)."""
+        if self.error is not None or self.remote_qpn is None:
+            return
+        cwnd = self.cc.cwnd
+        retx = self._retx
+        outstanding = self._outstanding
+        table = self.ev_table
+        while retx and self.inflight < cwnd:
+            rec = retx[0]
+            if rec.in_net or outstanding.get(rec.psn) is not rec:
+                retx.popleft()
+                continue
+            slot = table.next_other(rec.slot)
+            if slot is None:
+                return
+            retx.popleft()
+            rec.retx += 1
+            if rec.retx > self._cfg.max_retransmits:
+                self._fail(f"packet PSN {rec.psn} retransmitted {rec.retx - 1} times", now)
+                return
+            del outstanding[rec.psn]
+            outstanding[rec.psn] = rec
+            self._transmit(rec, slot, now, out, True)
+        queue = self._send_queue
+        if not queue:
+            return
+        # the hot path: new packets, state in locals, one timestamp and one stats update per call
+        cfg = self._cfg
+        mtu = cfg.mtu
+        limit = min(cfg.max_outstanding, cfg.rx_window - 1)
+        encode = wire.encode_data_split
+        join = b"".join
+        pack_len = wire.U16.pack
+        pack_tail = wire.DATA_TAIL.pack
+        append = out.append
+        remote_qpn = self.remote_qpn
+        ts32 = int(now * NS) & 0xFFFFFFFF
+        inflight = self.inflight
+        psn = self._next_psn
+        tsn = self._tsn
+        psn_limit = self._snd_una + limit
+        sent = 0
+        sent_bytes = 0
+        payload_bytes = 0
+        pinned = table.pinned
+        order = table.order if pinned is None else [pinned]
+        count = len(order)
+        rr = table.rr
+        steer = self._steer and count > 1
+        weights = steer and self._weights
+        skip = self._steer_skip
+        recycle = self._recycle if pinned is None else None
+        while queue and inflight < cwnd and psn < psn_limit and count:
+            if recycle and psn & EXPLORE_MASK:
+                # a path that just delivered a packet without congestion: each path gets new
+                # packets at the rate it delivers them (every EXPLORE_EVERY-th packet follows
+                # the cycle instead, so a path with new spare capacity gains share)
+                # the path of a packet just delivered, its next EV (inline of next_ev)
+                load = recycle.popleft().load
+                evs = load.evs
+                load.rr = n = load.rr + 1
+                slot = evs[n % len(evs)]
+                if slot.state is not _GOOD:
+                    found = load.next_ev()
+                    if found is None:
+                        continue
+                    slot = found
+            else:
+                rr += 1
+                slot = order[rr % count]
+                if weights:
+                    slot, rr = _weighted(slot, order, rr, count)
+                elif steer and slot.load.marked_until > now:
+                    # ECN steering: every other pick of a marked path goes to the next EV
+                    # instead, halving that path's share while its queue drains
+                    skip = not skip
+                    if skip:
+                        rr += 1
+                        slot = order[rr % count]
+            msg = queue[0]
+            offset = msg.offset
+            length = msg.length - offset
+            if length > mtu:
+                length = mtu
+                last = False
+                flags = 0 if offset else _FLAG_FIRST
+            else:
+                last = True
+                flags = _FLAG_LAST if offset else _FLAG_LAST | _FLAG_FIRST
+                msg.all_sent = True
+                queue.popleft()
+            end = offset + length
+            msg.offset = end
+            msg.unacked += 1
+            outstanding[psn] = TxPacket(psn, msg, offset, length, last, slot, now, ts32, tsn)
+            if last and msg.imm is not None:
+                frame = encode(
+                    slot.head, slot.mid, remote_qpn, psn, True, msg.remote_addr + offset, msg.rkey,
+                    msg.imm, flags, slot.plane, slot.spine_hint, slot.wire, msg.msg_id,
+                    msg.length, offset, ts32, msg.data[offset:end],
+                )  # fmt: skip
+            else:
+                # inline of wire.encode_data_split for WRITE Only, the common packet
+                udp_len = _DATA_UDP_BASE + length
+                frame = join((
+                    slot.head, pack_len(udp_len), slot.mid,
+                    pack_tail(
+                        udp_len, 0, _OP_WRITE_ONLY, 0, 0xFFFF, remote_qpn,
+                        (0x80000000 | (psn & PSN_MASK)) if last else psn & PSN_MASK,
+                        msg.remote_addr + offset, msg.rkey, length, _EXT_DATA, flags,
+                        slot.plane, slot.spine_hint, slot.wire, msg.msg_id, msg.length, offset,
+                        ts32,
+                    ),
+                    msg.data[offset:end],
+                ))  # fmt: skip
+            append((slot.plane, frame))
+            psn += 1
+            tsn += 1
+            inflight += length
+            sent += 1
+            sent_bytes += len(frame)
+            payload_bytes += length
+        table.rr = rr
+        self._steer_skip = skip
+        self.inflight = inflight
+        self._next_psn = psn
+        self._tsn = tsn
+        if sent:
+            stats = self._stats
+            stats.data_packets_sent += sent
+            stats.packets_sent += sent
+            stats.bytes_sent += sent_bytes
+            self.cc.on_packet_sent(nbytes=payload_bytes, now=now)
+
+    def _transmit(
+        self,
+        rec: TxPacket,
+        slot: EvSlot,
+        now: float,
+        out: list[tuple[int, bytes | bytearray]],
+        retx: bool,
+    ) -> None:
+        msg = rec.msg
+        ts32 = int(now * NS) & 0xFFFFFFFF
+        rec.slot = slot
+        rec.sent = now
+        rec.ts32 = ts32
+        rec.tsn = self._tsn
+        self._tsn += 1
+        rec.in_net = True
+        self.inflight += rec.length
+        flags = (wire.FLAG_FIRST if rec.offset == 0 else 0) | (wire.FLAG_RETX if retx else 0)
+        if rec.last:
+            flags |= wire.FLAG_LAST
+        offset = rec.offset
+        frame = wire.encode_data(
+            slot.prefix, self.remote_qpn or 0, rec.psn, rec.last or retx, msg.remote_addr + offset,
+            msg.rkey, msg.imm if rec.last else None, flags, slot.plane, slot.spine_hint,
+            slot.wire, msg.msg_id, msg.length, offset, ts32, msg.data[offset : offset + rec.length],
+        )  # fmt: skip
+        out.append((slot.plane, frame))
+        stats = self._stats
+        stats.data_packets_sent += 1
+        stats.packets_sent += 1
+        stats.bytes_sent += len(frame)
+
+    def _acked(self, rec: TxPacket, now: float) -> int:
+        if rec.in_net:
+            self.inflight -= rec.length
+        # a retransmitted packet may have been acknowledged by its first copy: its latest send
+        # order says nothing about what was delivered, so it does not advance loss detection
+        if rec.tsn > self._highest_acked_tsn and rec.retx == 0:
+            self._highest_acked_tsn = rec.tsn
+        msg = rec.msg
+        msg.unacked -= 1
+        if msg.all_sent and msg.unacked == 0:
+            self._complete(msg, now)
+        return rec.length
+
+    def _complete(self, msg: TxMessage, now: float) -> None:
+        self._pending_messages -= 1
+        self._stats.messages_completed += 1
+        self._shared.complete(
+            WriteCompleted(
+                self.cq, self.qpn, msg.wr_id, "write" if msg.imm is None else "write_imm",
+                msg.status, msg.length, msg.imm, msg.remote_addr, now,
+            )
+        )  # fmt: skip
+
+    def _fail(self, reason: str, now: float) -> None:
+        self.error = reason
+        self._shared.events.append(QpError(self.qpn, reason, now))
+        done: set[int] = set()
+        for rec in self._outstanding.values():
+            msg = rec.msg
+            if msg.msg_id not in done:
+                done.add(msg.msg_id)
+                msg.status = STATUS_RETRY_EXCEEDED
+                self._complete(msg, now)
+        for msg in self._send_queue:
+            if msg.msg_id not in done:
+                msg.status = STATUS_RETRY_EXCEEDED
+                self._complete(msg, now)
+        self._outstanding.clear()
+        self._send_queue.clear()
+        self._retx.clear()
+        self.inflight = 0
+
+    def on_ack(self, pkt: wire.AckPacket, now: float) -> None:
+        """Process a parsed ACK/SACK (see :meth:`on_ack_fields`)."""
+        self.on_ack_fields(
+            (pkt.outer.dest_qp, pkt.cum_psn, pkt.sack_base, pkt.sack_bitmap, pkt.ts_echo,
+             pkt.ce_count, pkt.pkt_count, pkt.flags, pkt.ev),
+            now,
+        )  # fmt: skip
+
+    def on_ack_fields(self, fields: wire.AckFields, now: float) -> None:
+        """Free acknowledged packets, detect losses, feed congestion control."""
+        _, cum_psn, sack_base, bitmap, ts_echo, ce_count, pkt_count, flags, ev = fields
+        stats = self._stats
+        stats.acks_received += 1
+        una = self._snd_una
+        d = (cum_psn - una) & PSN_MASK
+        if d > self._next_psn - una:
+            stats.drops["ack_out_of_window"] += 1
+            return
+        outstanding = self._outstanding
+        pop = outstanding.pop
+        freed: list[TxPacket] = []
+        if d:
+            for psn in range(una, una + d):
+                rec = pop(psn, None)
+                if rec is not None:
+                    freed.append(rec)
+            self._snd_una = una = una + d
+        if bitmap:
+            base = una + ((sack_base - una) & PSN_MASK)
+            if base - una < self._rx_window:
+                while bitmap:
+                    low = bitmap & -bitmap
+                    rec = pop(base + low.bit_length() - 1, None)
+                    if rec is not None:
+                        freed.append(rec)
+                    bitmap ^= low
+        acked = 0
+        recycle = self._recycle
+        if freed and recycle is not None:
+            marked_load = None
+            if flags & _FLAG_ECN_ECHO:
+                marked = self.ev_table.by_wire.get(ev)
+                marked_load = marked.load if marked is not None else None
+            for rec in freed:
+                slot = rec.slot
+                if slot.load is not marked_load and rec.retx == 0:
+                    recycle.append(slot)
+        if freed:
+            # inline of _acked: free the packets, complete finished messages
+            inflight = self.inflight
+            top = self._highest_acked_tsn
+            for rec in freed:
+                length = rec.length
+                acked += length
+                if rec.in_net:
+                    inflight -= length
+                # a retransmitted packet may have been acknowledged by an earlier copy; only
+                # when the ACK echoes this copy's timestamp does its send order count
+                if rec.tsn > top and (rec.retx == 0 or rec.ts32 == ts_echo):
+                    top = rec.tsn
+                msg = rec.msg
+                msg.unacked -= 1
+                if msg.all_sent and msg.unacked == 0:
+                    self._complete(msg, now)
+            self.inflight = inflight
+            self._highest_acked_tsn = top
+        rtt: float | None = ((int(now * NS) - ts_echo) & 0xFFFFFFFF) / NS
+        if rtt is not None and rtt < 60.0:
+            stats.rtt.append(rtt)
+            srtt = self._srtt
+            if srtt is None:
+                self._srtt = rtt
+                self._rttvar = rtt / 2
+            else:
+                self._rttvar = 0.75 * self._rttvar + 0.25 * abs(srtt - rtt)
+                self._srtt = 0.875 * srtt + 0.125 * rtt
+        else:
+            rtt = None
+        if ce_count:
+            stats.ecn_marked_seen += ce_count
+        echoed = self.ev_table.by_wire.get(ev)
+        if echoed is not None and rtt is not None:
+            echoed.load.sample(rtt)
+        if self._steer and echoed is not None:
+            if flags & _FLAG_ECN_ECHO:
+                # the EV of a CE-marked packet: its path is congested
+                self._path_congested(echoed, rtt, now)
+            elif self._weights:
+                self._path_feedback(echoed, rtt, now)
+        if self._weights and rtt is not None:
+            # the window answers congestion common to every path: its delay is the fastest
+            # path's; a path slower than that is the spraying weights' business
+            fastest = self.ev_table.fastest_rtt()
+            if fastest and rtt > fastest:
+                rtt = fastest
+        self.cc.on_ack(acked_bytes=acked, rtt=rtt, ce_count=ce_count, pkt_count=pkt_count, now=now)
+        if acked:
+            self._backoff = 0
+            self._last_ack = now
+        limit = self._highest_acked_tsn - self._cfg.reorder_threshold
+        lost: list[TxPacket] = []
+        for rec in outstanding.values():
+            if rec.tsn > limit:
+                break
+            if rec.in_net:
+                # overtaken by later packets, but on a path with a longer queue than theirs a
+                # packet is late, not lost, until it is older than that path's RTT allows
+                load = rec.slot.load
+                if load.srtt and now - rec.sent < load.srtt + 4.0 * load.rttvar:
+                    continue
+                lost.append(rec)
+        if lost:
+            nbytes = 0
+            for rec in lost:
+                nbytes += rec.length
+                self._lose(rec, "sack", now)
+            self.cc.on_loss(nbytes=nbytes, timeout=False, now=now)
+
+    def on_nack(self, pkt: wire.NackPacket, now: float) -> None:
+        """A trimmed packet (retransmit at once, EV stays GOOD) or a refused one (fail the message)."""
+        stats = self._stats
+        stats.nacks_received += 1
+        una = self._snd_una
+        d = (pkt.psn - una) & PSN_MASK
+        rec = self._outstanding.get(una + d) if d < self._next_psn - una else None
+        if rec is None:
+            stats.drops["nack_stale"] += 1
+            return
+        if pkt.flags & wire.FLAG_ACCESS:
+            del self._outstanding[rec.psn]
+            rec.msg.status = STATUS_REMOTE_ACCESS_ERROR
+            self._acked(rec, now)
+            return
+        if not rec.in_net or rec.ts32 != pkt.ts_echo:
+            stats.drops["nack_stale"] += 1
+            return
+        stats.trims_seen += 1
+        local = False
+        if self._steer:
+            self._path_congested(rec.slot, self._srtt, now)
+            if self._weights:
+                # trimmed on a path slower than the fastest: that path's congestion, which
+                # the weights steer around; else congestion of every path, the window's
+                fastest = self.ev_table.fastest_rtt()
+                local = bool(fastest) and rec.slot.load.srtt > fastest * self._w_excess
+        self._lose(rec, "nack", now)
+        if not local:
+            self.cc.on_trim(nbytes=rec.length, now=now)
