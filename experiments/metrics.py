@@ -65,6 +65,8 @@ class TransportResult:
     faults: list[FaultMark] = field(default_factory=list)
     ev_states: list[dict[str, float]] = field(default_factory=list)  # t + state counts
     switches: dict[str, dict[str, int]] = field(default_factory=dict)
+    # switch -> "rx/PORT" and "tx/PORT" -> bytes over the run (the per-port counters)
+    ports: dict[str, dict[str, int]] = field(default_factory=dict)
     hosts: dict[str, dict[str, float]] = field(default_factory=dict)
     planes: dict[str, int] = field(default_factory=dict)  # plane -> bytes sent by host NICs
     base_rtt_s: float | None = None

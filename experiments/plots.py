@@ -5,7 +5,9 @@
 - ``completion_cdf.png`` CDF of message completion times per transport;
 - ``ev_states.png``      EVs per state (GOOD / ASSUMED_BAD / UNKNOWN / DENIED) over time, summed
                          over every sender, one panel per MRC transport;
-- ``switches.png``       trims, ECN marks and drops per switch (from the switch counters).
+- ``switches.png``       trims, ECN marks and drops per switch (from the switch counters);
+- ``fabric.png``         the fabric plane by plane, links coloured by utilisation and failed
+                         links dashed, per transport (:mod:`experiments.fabric_plot`).
 """
 
 from __future__ import annotations
@@ -105,7 +107,10 @@ def plot_completion_cdf(out: Path, results: Sequence[TransportResult]) -> Path:
     ax.set_ylabel("fraction of messages")
     ax.set_ylim(0, 1.02)
     ax.grid(alpha=0.3, which="both")
-    ax.legend(fontsize=8)
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=8)
+    else:
+        ax.text(0.5, 0.5, "no message completed", transform=ax.transAxes, ha="center")
     path = out / "completion_cdf.png"
     fig.tight_layout()
     fig.savefig(path, dpi=110)
@@ -179,4 +184,38 @@ def plot_all(
         plot_completion_cdf(out, results),
         plot_ev_states(out, results),
         plot_switches(out, results),
+        plot_fabric(out, fabric, results),
     ]
+
+
+def plot_fabric(out: Path, fabric: Fabric, results: Sequence[TransportResult]) -> Path:
+    """``fabric.png``: one group of plane panels per transport, links coloured by their
+    utilisation over that transport's run, links it failed dashed, switch counters noted."""
+    from experiments.fabric_plot import draw_fabric, failed_links, link_loads
+
+    loads = []
+    notes = []
+    for r in results:
+        failed = failed_links([(m.action, m.target) for m in r.faults])
+        loads.append(link_loads(fabric, r.ports, failed, r.duration))
+        notes.append(
+            {
+                sw: f"trims {c.get('trimmed', 0)}  ECN {c.get('ecn_marked', 0)}  "
+                f"drops {c.get('drops', 0)}"
+                for sw, c in r.switches.items()
+            }
+        )
+    caption = None
+    if not any(r.ports for r in results):
+        caption = (
+            "no per-port byte counters in this results folder (ports.csv): links are not coloured"
+        )
+    return draw_fabric(
+        fabric,
+        out / "fabric.png",
+        loads=loads,
+        notes=notes,
+        row_titles=[r.name for r in results],
+        title=f"{fabric.summary()}: link utilisation per transport",
+        caption=caption,
+    )

@@ -12,12 +12,13 @@ A run writes its raw records; :func:`render` (the end of ``mrc-testbed run`` and
     ev_states.csv        transport, time_s, GOOD, ASSUMED_BAD, UNKNOWN, DENIED
     ev_transitions.csv   transport, t, host, qpn, ev, path, old, new, reason (agent EV changes)
     switches.csv         transport, switch, trimmed, ecn_marked, drops
+    ports.csv            transport, switch, port, rx_bytes, tx_bytes (per-port byte counters)
     hosts/TRANSPORT.json per-host agent statistics (deltas over the transport's run)
     --- derived ---
     goodput.csv          transport, time_s, goodput_mbps, capacity_mbps
     metrics.json         per-transport figures (see experiments.metrics.summarise)
     summary.md           the summary table
-    goodput.png, completion_cdf.png, ev_states.png, switches.png
+    goodput.png, completion_cdf.png, ev_states.png, switches.png, fabric.png
 """
 
 from __future__ import annotations
@@ -128,6 +129,16 @@ def write_raw(
             for sw, c in sorted(r.switches.items())
         ],
     )
+    port_rows = []
+    for r in results:
+        for sw, counts in sorted(r.ports.items()):
+            numbers = sorted({int(k.split("/", 1)[1]) for k in counts})
+            port_rows += [
+                [r.name, sw, p, counts.get(f"rx/{p}", 0), counts.get(f"tx/{p}", 0)] for p in numbers
+            ]
+    _write_csv(
+        out / "ports.csv", ["transport", "switch", "port", "rx_bytes", "tx_bytes"], port_rows
+    )
     _write_csv(
         out / "ev_transitions.csv",
         ["transport", *TRANSITION_FIELDS],
@@ -208,6 +219,10 @@ def load_raw(out: Path) -> tuple[Fabric, float, list[TransportResult]]:
             results[row["transport"]].switches[row["switch"]] = {
                 k: int(row[k]) for k in ("trimmed", "ecn_marked", "drops")
             }
+        for row in _read_csv(out, "ports.csv"):
+            counts = results[row["transport"]].ports.setdefault(row["switch"], {})
+            counts[f"rx/{row['port']}"] = int(row["rx_bytes"])
+            counts[f"tx/{row['port']}"] = int(row["tx_bytes"])
     except (KeyError, ValueError) as exc:
         raise ResultsError(f"{out}: a CSV file has a bad row ({exc})") from None
     for name, r in results.items():

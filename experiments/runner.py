@@ -57,7 +57,8 @@ class SwitchCounters:
         self.testbed = testbed
 
     def read(self) -> dict[str, dict[str, int]]:
-        """switch -> trimmed / ecn_marked / drops totals (switches that do not answer: absent)."""
+        """switch -> trimmed / ecn_marked / drops totals, and ``rx/PORT`` / ``tx/PORT`` bytes of
+        every port (switches that do not answer: absent)."""
         from controller.client import SwitchClient
         from controller.p4info import P4Info, default_p4info_path
 
@@ -81,6 +82,10 @@ class SwitchCounters:
                     ("drops", "MrcIngress.drops"),
                 ):
                     row[key] = sum(p for p, _ in client.read_counter(counter).values())
+                for key, counter in (("rx", "MrcIngress.port_in"), ("tx", "MrcEgress.port_out")):
+                    for port, (_, nbytes) in client.read_counter(counter).items():
+                        if nbytes:
+                            row[f"{key}/{port}"] = nbytes
                 out[name] = row
             except Exception:  # a switch being rebooted has no counters to give
                 continue
@@ -206,7 +211,13 @@ class Phase:
             flows.finish()
             self.undo_faults()
         self.result.duration = min(self.scenario.duration_s, max(self.now(), interval))
-        self.result.switches = _delta(counters.read(), before)
+        counted = _delta(counters.read(), before)
+        self.result.switches = {
+            sw: {k: v for k, v in row.items() if "/" not in k} for sw, row in counted.items()
+        }
+        self.result.ports = {
+            sw: {k: v for k, v in row.items() if "/" in k} for sw, row in counted.items()
+        }
         after = self.plane_bytes()
         self.result.planes = {p: after.get(p, 0) - planes_before.get(p, 0) for p in after}
         flows.cleanup()

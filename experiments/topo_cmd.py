@@ -8,12 +8,15 @@
 from __future__ import annotations
 
 import argparse
+import sys
+from pathlib import Path
 
 from rich.console import Console
 from rich.table import Table
 
-from topologies import Fabric, load_topology
+from topologies import Fabric, TopologyError, load_topology
 from topologies import usid as usidlib
+from topologies.config import shipped_topology
 from topologies.scale import ClosBuild, scale
 
 
@@ -144,7 +147,7 @@ def scale_report(radix: int, planes: int, console: Console) -> None:
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add ``topo show|paths|scale`` to the ``mrc-testbed`` command line."""
     topo = subparsers.add_parser("topo", help="show a fabric, its paths and scale arithmetic")
-    sub = topo.add_subparsers(dest="topo_cmd", required=True, metavar="{show,paths,scale}")
+    sub = topo.add_subparsers(dest="topo_cmd", required=True, metavar="{show,paths,scale,draw}")
     p_show = sub.add_parser("show", help="nodes, ports, links, uSIDs and addresses")
     p_show.add_argument("file", help="topology YAML file")
     p_show.set_defaults(func=_cmd_show)
@@ -157,6 +160,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p_scale.add_argument("--radix", type=int, required=True, help="switch ports at the plane speed")
     p_scale.add_argument("--planes", type=int, required=True, help="planes (NICs per host)")
     p_scale.set_defaults(func=_cmd_scale)
+    p_draw = sub.add_parser("draw", help="draw the fabric plane by plane (PNG or SVG)")
+    p_draw.add_argument(
+        "file",
+        nargs="?",
+        default="small",
+        help="topology YAML file or shipped name (default small)",
+    )
+    p_draw.add_argument(
+        "--out", type=Path, help="picture file, .png or .svg (default fabric-NAME.png)"
+    )
+    p_draw.set_defaults(func=_cmd_draw)
 
 
 def _cmd_show(args: argparse.Namespace) -> int:
@@ -166,6 +180,36 @@ def _cmd_show(args: argparse.Namespace) -> int:
 
 def _cmd_paths(args: argparse.Namespace) -> int:
     paths(Fabric(load_topology(args.file)), args.src, args.dst, make_console())
+    return 0
+
+
+def _topology_file(name: str) -> Path:
+    """A topology file, or the shipped topology of that name."""
+    path = Path(name)
+    if path.exists() or path.suffix in (".yaml", ".yml"):
+        return path
+    shipped = shipped_topology(name)
+    if not shipped.exists():
+        raise TopologyError(
+            name,
+            "<file>",
+            "no such file",
+            "a topology YAML file or a shipped name (small, default)",
+        )
+    return shipped
+
+
+def _cmd_draw(args: argparse.Namespace) -> int:
+    from experiments.fabric_plot import DrawError, draw_fabric
+
+    fabric = Fabric(load_topology(_topology_file(args.file)))
+    out = args.out or Path(f"fabric-{fabric.topology.name}.png")
+    try:
+        written = draw_fabric(fabric, out)
+    except DrawError as exc:
+        print(f"mrc-testbed topo draw: {exc}", file=sys.stderr)
+        return 2
+    print(f"{fabric.summary()}: drawn in {written}")
     return 0
 
 
