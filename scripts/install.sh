@@ -72,6 +72,23 @@ fi
 "$venv/bin/python" -c 'import mininet.net' 2>/dev/null \
     || die "the venv cannot import mininet.net: is Debian's python3-mininet installed for /usr/bin/python3?"
 
+# The Wireshark dissector of the MRC headers, where tshark / Wireshark is installed: into the
+# personal Lua plugin folder of the user running this (root), so captures open decoded.
+if command -v tshark >/dev/null 2>&1; then
+    plugins=$(tshark -G folders 2>/dev/null | sed -n 's/^Personal Lua Plugins:[[:space:]]*//p')
+    if [ -n "$plugins" ]; then
+        mkdir -p "$plugins"
+        if cmp -s "$here/tools/wireshark/mrc.lua" "$plugins/mrc.lua"; then
+            say "Wireshark dissector ok (already in $plugins)"
+        else
+            cp "$here/tools/wireshark/mrc.lua" "$plugins/mrc.lua"
+            say "Wireshark dissector in $plugins"
+        fi
+    fi
+else
+    say "Wireshark dissector skipped (no tshark)"
+fi
+
 if [ "$with_bmv2" = 1 ]; then
     if command -v p4c >/dev/null 2>&1 && command -v simple_switch_grpc >/dev/null 2>&1; then
         say "BMv2 and p4c ok (already present)"
