@@ -162,7 +162,7 @@ class Bench:
         self.entries = [e for e in tables.entries if e.table != PORT_QOS] + [
             Entry.make(PORT_QOS, {"standard_metadata.egress_spec": port.number}, SET_PORT_QOS,
                        {"trim_threshold": NEVER, "ecn_threshold": NEVER,
-                        "ecn_max_threshold": NEVER, "ecn_slope": 0})
+                        "ecn_max_threshold": NEVER, "ecn_slope": 0, "last_hop": 0})
             for port in self.spine.ports
         ]  # fmt: skip
         assert usidlib.active(self.carrier) == self.spine.usid

@@ -194,7 +194,9 @@ def qos_entries(
                 PORT_QOS,
                 {EGRESS_SPEC: port.number},
                 SET_PORT_QOS,
-                qos.action_params(fabric.topology.queue_depth),
+                qos.action_params(
+                    fabric.topology.queue_depth, fabric.node_kind(port.peer) == "host"
+                ),
             )
         )
     return found

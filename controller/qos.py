@@ -82,8 +82,9 @@ class PortQos:
                 f"ecn_max {self.ecn_max}: expected more than the ECN threshold {self.ecn} (red)"
             )
 
-    def action_params(self, queue_depth: int) -> dict[str, int]:
-        """The ``set_port_qos`` parameters for a port whose data queue holds ``queue_depth``."""
+    def action_params(self, queue_depth: int, last_hop: bool = False) -> dict[str, int]:
+        """The ``set_port_qos`` parameters for a port whose data queue holds ``queue_depth``;
+        ``last_hop``: the port faces a host (packets trimmed there carry DSCP 13)."""
         trim = queue_depth if self.trim_mode == "full" else self.trim
         if self.ecn_mode == "threshold":
             ecn_max, slope = self.ecn, 0
@@ -95,6 +96,7 @@ class PortQos:
             "ecn_threshold": self.ecn,
             "ecn_max_threshold": ecn_max,
             "ecn_slope": slope,
+            "last_hop": int(last_hop),
         }
 
     def with_(self, **changes: object) -> PortQos:

@@ -58,6 +58,7 @@ ACTIONS: dict[str, dict[str, int]] = {
         "ecn_threshold": 19,
         "ecn_max_threshold": 19,
         "ecn_slope": 16,
+        "last_hop": 1,
     },
 }
 COUNTERS: dict[str, int] = {

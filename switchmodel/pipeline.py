@@ -47,6 +47,7 @@ OPCODE_WRITE_ONLY_IMM = 0x0B
 DSCP_ORDINARY = 0
 DSCP_TRIMMABLE = 10
 DSCP_TRIMMED = 12
+DSCP_TRIMMED_LAST_HOP = 13  # trimmed at a host-facing port (set_port_qos last_hop)
 DSCP_CONTROL = 48
 ECN_NOT_ECT = 0
 ECN_ECT1 = 1
@@ -225,7 +226,7 @@ def ingress(frame: bytes | bytearray | memoryview, in_port: int, state: Pipeline
         depth = (state.port_qdepth[port] + arrivals) & QDEPTH_MASK if in_range else 0
         if headers_end >= 0 and dscp == DSCP_TRIMMABLE and depth >= qos.trim_threshold:
             trim = True
-            tc = DSCP_TRIMMED << 2 | ecn
+            tc = (DSCP_TRIMMED_LAST_HOP if qos.last_hop else DSCP_TRIMMED) << 2 | ecn
             priority = PRIORITY_HIGH
             counters.trimmed.count(port, n)
         # ECT(1) or ECT(0): every one from ecn_max_threshold on; below it, RED-like with

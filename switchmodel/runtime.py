@@ -428,6 +428,7 @@ class SwitchRuntime:
                         params["ecn_threshold"],
                         params["ecn_max_threshold"],
                         params["ecn_slope"],
+                        params["last_hop"],
                     )
                 if key is None:
                     state.port_qos_default = qos

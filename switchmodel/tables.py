@@ -69,11 +69,12 @@ class PortQos(NamedTuple):
     ecn_threshold: int
     ecn_max_threshold: int
     ecn_slope: int
+    last_hop: int = 0  #: 1: the port faces a host (trimmed packets get DSCP 13)
 
     @classmethod
-    def fixed(cls, trim_threshold: int, ecn_threshold: int) -> PortQos:
+    def fixed(cls, trim_threshold: int, ecn_threshold: int, last_hop: int = 0) -> PortQos:
         """Trimming and ECN marking at fixed thresholds (no RED)."""
-        return cls(trim_threshold, ecn_threshold, ecn_threshold, 0)
+        return cls(trim_threshold, ecn_threshold, ecn_threshold, 0, last_hop)
 
 
 # ``drop_no_route`` as ipv6_lpm action data: a next hop no packet can leave by.

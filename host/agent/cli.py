@@ -30,7 +30,7 @@ from typing import Any
 from host.agent.agent import Agent, AgentError, AgentOptions, default_control_path
 from host.agent.control_client import ControlClient, ControlError
 from host.agent.nic_setup import SetupError, require_root
-from host.transport.cc import CcProfile
+from host.transport.cc import DEFAULT_CC, CcProfile
 from host.transport.cc import available as cc_available
 from host.transport.cc import create as cc_create
 from host.transport.policy import POLICIES
@@ -74,7 +74,9 @@ def agent_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--control", type=Path, help="control socket path (default /run/mrc-testbed/HOST.sock)"
     )
-    parser.add_argument("--cc", default="nscc", help="congestion control (default nscc)")
+    parser.add_argument(
+        "--cc", default=DEFAULT_CC, help=f"congestion control (default {DEFAULT_CC}; UET: nscc)"
+    )
     parser.add_argument(
         "--cc-param",
         action="append",

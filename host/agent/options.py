@@ -6,6 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from host.transport.cc import DEFAULT_CC
+
 DEFAULT_CONTROL_DIR = Path("/run/mrc-testbed")
 DEFAULT_WINDOW = 64  # messages of one transfer posted to its QP at a time
 
@@ -21,7 +23,7 @@ class AgentOptions:
 
     host: str
     control: Path | None = None  # default: default_control_path(host)
-    cc: str = "nscc"
+    cc: str = DEFAULT_CC
     cc_params: tuple[tuple[str, float], ...] = ()  # overrides of the algorithm's defaults
     ev_count: int = 128
     direct: bool = False  # accept frames whose carrier still holds uSIDs (back-to-back hosts)

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from typing import Any, Protocol
 
 from host.transport import wire
-from host.transport.cc import CcProfile
+from host.transport.cc import DEFAULT_CC, CcProfile
 from host.transport.config import StackConfig
 from host.transport.events import Completion, Event
 from host.transport.evs import EvProfile, EvState
@@ -127,7 +127,7 @@ class Context:
         *,
         cq: CompletionQueue,
         policy: str = "mrc",
-        cc: str | CcProfile = "nscc",
+        cc: str | CcProfile = DEFAULT_CC,
         ev_profile: EvProfile | None = None,
         remote_qpn: int | None = None,
         qpn: int | None = None,

@@ -56,7 +56,10 @@ class Receiver(QpState):
         if trimmed:
             stats.trims_seen += 1
             if self.policy.trim_nack:
-                self._nack(wire.FLAG_TRIMMED, plane, spine, ev, ts, psn24, now)
+                flags = wire.FLAG_TRIMMED
+                if trimmed == wire.TRIM_LAST_HOP:
+                    flags |= wire.FLAG_LAST_HOP
+                self._nack(flags, plane, spine, ev, ts, psn24, now)
             else:
                 stats.drops["trimmed_no_nack"] += 1
             return

@@ -429,14 +429,12 @@ class Sender(QpState):
             stats.drops["nack_stale"] += 1
             return
         stats.trims_seen += 1
-        local = False
-        if self._steer:
+        # a trim at the receiver's own leaf is the receiver's congestion (an incast), the same
+        # on every path: the window answers it, the path choice does not
+        last_hop = bool(pkt.flags & wire.FLAG_LAST_HOP)
+        if last_hop:
+            stats.last_hop_trims_seen += 1
+        elif self._steer:
             self._path_congested(rec.slot, self._srtt, now)
-            if self._weights:
-                # trimmed on a path slower than the fastest: that path's congestion, which
-                # the weights steer around; else congestion of every path, the window's
-                fastest = self.ev_table.fastest_rtt()
-                local = bool(fastest) and rec.slot.load.srtt > fastest * self._w_excess
         self._lose(rec, "nack", now)
-        if not local:
-            self.cc.on_trim(nbytes=rec.length, now=now)
+        self.cc.on_trim(nbytes=rec.length, now=now, last_hop=last_hop)

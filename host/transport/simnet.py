@@ -108,6 +108,7 @@ class SimNet:
         trim_at = (trim_threshold if trim_threshold is not None else depth // 2) if trim else None
         ecn_at = ecn_threshold if ecn_threshold is not None else max(1, depth // 4)
         self._block = int(fabric.block.network_address) >> 96
+        self._hosts_of_fabric = frozenset(h.name for h in fabric.hosts)
         self._hosts: dict[str, Context] = {}
         self._host_timer: dict[str, float | None] = {}
         self._ports: dict[tuple[str, int], _Port] = {}
@@ -241,12 +242,18 @@ class SimNet:
         depth = len(port.high) + len(port.low) + port.busy
         tc = ((frame[14] & 0x0F) << 4) | (frame[15] >> 4) if len(frame) >= 54 else 0
         dscp, ecn = tc >> 2, tc & 3
-        high = dscp in (wire.DSCP_CONTROL, wire.DSCP_TRIMMED)
+        high = dscp in (wire.DSCP_CONTROL, wire.DSCP_TRIMMED, wire.DSCP_TRIMMED_LAST_HOP)
         if port.trim_at is not None and dscp == wire.DSCP_TRIMMABLE and depth >= port.trim_at:
             cut = _mrc_data_header_len(frame)
             if cut:
                 del frame[cut:]
-                tc = (wire.DSCP_TRIMMED << 2) | ecn
+                # a port that faces a host trims at the last hop (docs/p4-pipeline.md)
+                code = (
+                    wire.DSCP_TRIMMED_LAST_HOP
+                    if port.peer in self._hosts_of_fabric
+                    else (wire.DSCP_TRIMMED)
+                )
+                tc = (code << 2) | ecn
                 frame[14] = (frame[14] & 0xF0) | (tc >> 4)
                 frame[15] = (frame[15] & 0x0F) | ((tc & 0x0F) << 4)
                 frame[18:20] = (cut - 54).to_bytes(2, "big")

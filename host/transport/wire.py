@@ -32,6 +32,10 @@ OP_ACKNOWLEDGE = 0x11  # RC ACKNOWLEDGE
 DSCP_DEFAULT = 0  # data of a QP with trimming off: never trimmed
 DSCP_TRIMMABLE = 10
 DSCP_TRIMMED = 12  # written by a switch that trimmed the packet
+DSCP_TRIMMED_LAST_HOP = 13  # ... at the receiver's own leaf (its downlink: an incast)
+# DataPacket.trimmed: 0 whole, 1 trimmed in the fabric, 2 trimmed at the last hop
+TRIM_NONE, TRIM_FABRIC, TRIM_LAST_HOP = 0, 1, 2
+_TRIM_BY_DSCP = {DSCP_TRIMMED: TRIM_FABRIC, DSCP_TRIMMED_LAST_HOP: TRIM_LAST_HOP}
 DSCP_CONTROL = 48
 ECN_NOT_ECT = 0
 ECN_ECT1 = 1
@@ -57,6 +61,7 @@ FLAG_ECN_ECHO = 0x01  # the packet that triggered the ACK arrived CE-marked
 # NACK flags
 FLAG_TRIMMED = 0x01  # the NACKed packet arrived trimmed
 FLAG_ACCESS = 0x02  # the NACKed packet was refused (rkey / address outside the region)
+FLAG_LAST_HOP = 0x04  # the NACKed packet was trimmed by the receiver's own leaf
 
 NO_SPINE = 0xFF  # spine hint of a path within a rack
 
@@ -202,7 +207,7 @@ class DataPacket:
     msg_offset: int  #: offset of this payload within the message
     timestamp: int  #: sender timestamp (ns, modulo 2^32)
     payload: memoryview  #: the payload bytes present (empty when trimmed)
-    trimmed: bool  #: DSCP 12 or payload shorter than dma_len
+    trimmed: int  #: TRIM_FABRIC (DSCP 12, or payload shorter than dma_len), TRIM_LAST_HOP (DSCP 13), or 0
 
 
 @dataclass(slots=True)
@@ -522,7 +527,7 @@ def parse(frame: bytes | bytearray | memoryview, max_frame: int = MAX_FRAME) -> 
             raise BadExtension(
                 f"payload at offset {msg_off} + {dma_len} bytes: message is {msg_len} bytes"
             )
-        trimmed = outer.dscp == DSCP_TRIMMED or present < dma_len
+        trimmed = _TRIM_BY_DSCP.get(outer.dscp, TRIM_FABRIC if present < dma_len else TRIM_NONE)
         payload = memoryview(frame)[off:end]
         return DataPacket(
             outer, opcode, va, rkey, dma_len, imm, flags, plane, spine, ev, msg_id, msg_len,
@@ -563,7 +568,7 @@ _FAST_DATA_IMM = struct.Struct("!QIIIBBBBIIIII")  # RETH + ImmDt + data extensio
 
 DataFields = tuple[
     int, int, bool, int, int, int, int, int, "int | None", int, int, int, int, int, int, int,
-    memoryview, bool,
+    memoryview, int,
 ]  # fmt: skip
 
 
@@ -642,5 +647,6 @@ def decode_data(frame: bytes | bytearray | memoryview) -> DataFields | None:
     return (
         qp_word & QPN_MASK, psn_word & PSN_MASK, psn_word >= 0x80000000, tc & 3, opcode, va,
         rkey, dma_len, imm, plane, spine, ev, msg_id, msg_len, msg_off, ts,
-        memoryview(frame)[head:end], tc >> 2 == DSCP_TRIMMED or present < dma_len,
+        memoryview(frame)[head:end],
+        _TRIM_BY_DSCP.get(tc >> 2, TRIM_FABRIC if present < dma_len else TRIM_NONE),
     )  # fmt: skip

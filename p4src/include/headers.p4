@@ -42,6 +42,7 @@ const bit<16> MRC_DATA_BYTES = 24;
 const bit<6> DSCP_DEFAULT = 0;     // ordinary traffic: never trimmed
 const bit<6> DSCP_TRIMMABLE = 10;  // MRC data: the switch may trim it
 const bit<6> DSCP_TRIMMED = 12;    // what a trimmed packet carries
+const bit<6> DSCP_TRIMMED_LAST_HOP = 13;  // trimmed by the receiver's own leaf (its downlink)
 const bit<6> DSCP_CONTROL = 48;    // MRC control: ACK, NACK, probes
 const bit<2> ECN_NOT_ECT = 0b00;
 const bit<2> ECN_ECT1 = 0b01;
@@ -165,6 +166,7 @@ struct metadata_t {
     qdepth_t ecn_threshold;          // ECN: marks from here (RED: with a rising probability)
     qdepth_t ecn_max_threshold;      // ECN: marks every ECT packet from here
     bit<16>  ecn_slope;              // RED: marking probability per packet above ecn_threshold, /65536
+    bit<1>   last_hop;               // the port faces a host: a trim here is the last hop's
     qdepth_t qdepth;                 // depth of the egress port's queue (port_qdepth + port_arrivals)
 }
 

@@ -93,13 +93,16 @@ control MrcIngress(inout headers_t hdr,
     // ecn_max_threshold and, between ecn_threshold and it, with probability
     // (depth - ecn_threshold) * ecn_slope / 65536 (RED-like); ecn_max_threshold ==
     // ecn_threshold is a fixed threshold. The controller computes the slope.
+    // last_hop: the port faces a host, so a packet trimmed here was trimmed at the last hop (the
+    // receiver's downlink, as in an incast) and says so with DSCP 13 instead of 12.
     action set_port_qos(qdepth_t trim_threshold, qdepth_t ecn_threshold,
-                        qdepth_t ecn_max_threshold, bit<16> ecn_slope) {
+                        qdepth_t ecn_max_threshold, bit<16> ecn_slope, bit<1> last_hop) {
         meta.qos_valid = true;
         meta.trim_threshold = trim_threshold;
         meta.ecn_threshold = ecn_threshold;
         meta.ecn_max_threshold = ecn_max_threshold;
         meta.ecn_slope = ecn_slope;
+        meta.last_hop = last_hop;
     }
 
     table port_qos {
@@ -212,7 +215,7 @@ control MrcIngress(inout headers_t hdr,
             }
             hdr.udp.length = l4_bytes;
             hdr.ipv6.payload_len = srh_bytes + l4_bytes;
-            hdr.ipv6.dscp = DSCP_TRIMMED;
+            hdr.ipv6.dscp = meta.last_hop == 1 ? DSCP_TRIMMED_LAST_HOP : DSCP_TRIMMED;
             standard_metadata.priority = PRIORITY_HIGH;
             truncate((bit<32>) (ETHERNET_BYTES + IPV6_BYTES + hdr.ipv6.payload_len));
             trimmed.count((counter_index_t) standard_metadata.egress_spec);

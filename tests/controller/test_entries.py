@@ -188,9 +188,12 @@ def test_every_switch_gets_its_sids_routes_qos_and_default(fabric: Fabric) -> No
             for e in tables.by_table(PORT_QOS)
         }
         assert sorted(ports) == [p.number for p in switch.ports]
-        params = {k: str(v) for k, v in qos.action_params(t.queue_depth).items()}
-        for entry in ports.values():
+        for number, entry in ports.items():
+            to_host = fabric.node_kind(switch.port(number).peer) == "host"
+            params = {k: str(v) for k, v in qos.action_params(t.queue_depth, to_host).items()}
             assert dict(entry.params) == params
+            # trims at a port that faces a host are the last hop's (DSCP 13)
+            assert entry.param("last_hop") == ("1" if to_host else "0")
 
 
 def test_qos_defaults_follow_queue_depth() -> None:
@@ -205,6 +208,7 @@ def test_qos_defaults_follow_queue_depth() -> None:
         "ecn_threshold": depth // 5,
         "ecn_max_threshold": depth * 4 // 5,
         "ecn_slope": round(65536 / (depth * 4 // 5 - depth // 5)),
+        "last_hop": 0,
     }
     tiny = default_qos(topo.with_(switch={"queue_depth": 1}))
     assert (tiny.ecn, tiny.ecn_max) == (1, 2)
@@ -215,6 +219,7 @@ def test_qos_defaults_follow_queue_depth() -> None:
         "ecn_threshold": depth // 4,
         "ecn_max_threshold": depth // 4,
         "ecn_slope": 0,
+        "last_hop": 0,
     }
 
 

@@ -125,7 +125,9 @@ def route_entries(fabric: Fabric, sw: Switch) -> tuple[Entry, ...]:
     return tuple(found)
 
 
-def qos(port: int, trim: int, ecn: int, ecn_max: int | None = None, slope: int = 0) -> Entry:
+def qos(
+    port: int, trim: int, ecn: int, ecn_max: int | None = None, slope: int = 0, last_hop: int = 0
+) -> Entry:
     """Thresholds of one egress port (ECN at a fixed threshold unless ``ecn_max`` is given)."""
     return Entry(
         "MrcIngress.port_qos",
@@ -136,6 +138,7 @@ def qos(port: int, trim: int, ecn: int, ecn_max: int | None = None, slope: int =
             "ecn_threshold": ecn,
             "ecn_max_threshold": ecn if ecn_max is None else ecn_max,
             "ecn_slope": slope,
+            "last_hop": last_hop,
         },
     )
 
@@ -352,6 +355,15 @@ def all_cases() -> tuple[Case, ...]:
             out=((s_out, frame_out(spine, s_out, shifted, write_trimmed,
                                    dscp=pk.DSCP_TRIMMED)),),
             counters=((TRIMMED, s_out, 1),),
+        ),
+        Case(
+            "trim_at_last_hop",
+            "a port that faces a host (last_hop) trims with DSCP 13: the receiver's own downlink",
+            dst_leaf.name, tables(dst_leaf, qos(l_out, 0, NEVER, last_hop=1)), l_in,
+            frame_in(dst_leaf, l_in, shifted, write, **dscp),
+            out=((l_out, frame_out(dst_leaf, l_out, at_nic, write_trimmed,
+                                   dscp=pk.DSCP_TRIMMED_LAST_HOP)),),
+            counters=((TRIMMED, l_out, 1),),
         ),
         Case(
             "trim_keeps_srh",

@@ -75,6 +75,7 @@ def test_committed_p4info_has_the_contract() -> None:
         ("ecn_threshold", 19),
         ("ecn_max_threshold", 19),
         ("ecn_slope", 16),
+        ("last_hop", 1),
     ]
     assert got["counters"]["MrcIngress.drops"] == (p4i.CounterSpec.BOTH, 16)
     assert got["registers"] == {"port_qdepth": (19, 512), "port_arrivals": (19, 512)}

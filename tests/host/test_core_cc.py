@@ -1,4 +1,5 @@
-"""Congestion control: the registry, profiles, and how NSCC and the fixed window react."""
+"""Congestion control: the registry, profiles, and how the earlier ECN + delay window and the
+fixed window react (UET NSCC has its own tests, tests/host/test_core_nscc.py)."""
 
 from __future__ import annotations
 
@@ -11,9 +12,9 @@ MTU = 4096
 
 
 def test_registry_lists_and_builds_by_name() -> None:
-    assert {"nscc", "fixed"} <= set(cc.available())
+    assert {"nscc", "uet-1.0-nscc", "ecn-delay", "fixed"} <= set(cc.available())
     assert cc.create("fixed", mtu=MTU, params={"window": 4}).cwnd == 4 * MTU
-    profile = cc.CcProfile("nscc", {"max_cwnd": 32})
+    profile = cc.CcProfile("ecn-delay", {"max_cwnd": 32})
     assert cc.create(profile, mtu=MTU).max_cwnd == 32 * MTU
     with pytest.raises(ValueError, match="expected one of .*fixed.*nscc"):
         cc.create("reno", mtu=MTU)
@@ -31,7 +32,7 @@ def test_an_algorithm_can_register_itself() -> None:
                    now: float) -> None:  # fmt: skip
             pass
 
-        def on_trim(self, *, nbytes: int, now: float) -> None:
+        def on_trim(self, *, nbytes: int, now: float, last_hop: bool = False) -> None:
             self.cwnd /= 2
 
         def on_loss(self, *, nbytes: int, timeout: bool, now: float) -> None:
@@ -42,8 +43,8 @@ def test_an_algorithm_can_register_itself() -> None:
     assert algo.cwnd == MTU / 2 and "test-halving" in cc.available()
 
 
-def test_nscc_grows_without_congestion_and_shrinks_on_ecn_with_delay() -> None:
-    algo = cc.create("nscc", mtu=MTU, params={"base_rtt": 100e-6, "target_delay": 50e-6})
+def test_ecn_delay_grows_without_congestion_and_shrinks_on_ecn_with_delay() -> None:
+    algo = cc.create("ecn-delay", mtu=MTU, params={"base_rtt": 100e-6, "target_delay": 50e-6})
     start = algo.cwnd
     for n in range(50):
         algo.on_ack(acked_bytes=4 * MTU, rtt=110e-6, ce_count=0, pkt_count=4, now=n * 1e-4)
@@ -57,8 +58,8 @@ def test_nscc_grows_without_congestion_and_shrinks_on_ecn_with_delay() -> None:
     assert algo.cwnd == shrunk
 
 
-def test_nscc_trims_decrease_at_most_once_per_rtt_and_respect_bounds() -> None:
-    algo = cc.create("nscc", mtu=MTU, params={"base_rtt": 1e-3, "min_cwnd": 2, "max_cwnd": 20})
+def test_ecn_delay_trims_decrease_at_most_once_per_rtt_and_respect_bounds() -> None:
+    algo = cc.create("ecn-delay", mtu=MTU, params={"base_rtt": 1e-3, "min_cwnd": 2, "max_cwnd": 20})
     before = algo.cwnd
     algo.on_trim(nbytes=MTU, now=0.0)
     once = algo.cwnd

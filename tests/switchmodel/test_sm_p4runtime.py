@@ -426,7 +426,13 @@ def test_wildcard_and_per_table_reads(client: SwitchClient) -> None:
         QOS,
         {"standard_metadata.egress_spec": 3},
         "MrcIngress.set_port_qos",
-        {"trim_threshold": 32, "ecn_threshold": 16, "ecn_max_threshold": 16, "ecn_slope": 0},
+        {
+            "trim_threshold": 32,
+            "ecn_threshold": 16,
+            "ecn_max_threshold": 16,
+            "ecn_slope": 0,
+            "last_hop": 0,
+        },
     )
     routes = [entry(f"fcbb:bb00:{i}00::/48", i) for i in range(1, 4)]
     client.insert([sid, end, qos, *routes])
@@ -512,6 +518,7 @@ def test_p4runtime_shell_connects_writes_and_reads(switch: Switch, tmp_path: Pat
         qos.action["ecn_threshold"] = "4"
         qos.action["ecn_max_threshold"] = "4"
         qos.action["ecn_slope"] = "0"
+        qos.action["last_hop"] = "0"
         qos.insert()
         counters = list(sh.CounterEntry("MrcIngress.port_in").read())
         assert len(counters) == 512

@@ -120,6 +120,7 @@ def route(client: SwitchClient, trim: int | None = None) -> None:
                     "ecn_threshold": trim,
                     "ecn_max_threshold": trim,
                     "ecn_slope": 0,
+                    "last_hop": 0,
                 },
             )
         )

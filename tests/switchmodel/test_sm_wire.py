@@ -447,7 +447,13 @@ def plausible_updates(draw: Any) -> p4r.Update:
         match = {"standard_metadata.egress_spec": draw(st.integers(0, 3))}
         action, params = (
             "MrcIngress.set_port_qos",
-            {"trim_threshold": 8, "ecn_threshold": 4, "ecn_max_threshold": 4, "ecn_slope": 0},
+            {
+                "trim_threshold": 8,
+                "ecn_threshold": 4,
+                "ecn_max_threshold": 4,
+                "ecn_slope": 0,
+                "last_hop": 0,
+            },
         )
     else:
         prefix = draw(st.sampled_from(["fcbb:bb00:100::/48", "fcbb:bb00:200::/48", "::/0"]))

@@ -4,7 +4,14 @@
 ``register("name")`` is the class decorator an algorithm uses to add itself.
 """
 
-from host.transport.cc import fixed, nscc  # noqa: F401  (register the shipped algorithms)
-from host.transport.cc.base import CcProfile, CongestionControl, available, create, register
+from host.transport.cc import ecn_delay, fixed, nscc  # noqa: F401  (register the shipped algorithms)
+from host.transport.cc.base import (
+    DEFAULT_CC,
+    CcProfile,
+    CongestionControl,
+    available,
+    create,
+    register,
+)
 
-__all__ = ["CcProfile", "CongestionControl", "available", "create", "register"]
+__all__ = ["DEFAULT_CC", "CcProfile", "CongestionControl", "available", "create", "register"]

@@ -13,13 +13,17 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 _REGISTRY: dict[str, type[CongestionControl]] = {}
+#: the algorithm QPs use unless told otherwise. UET NSCC ("nscc", host/transport/cc/nscc.py) is
+#: implemented and selectable; it becomes the default once protocol time is dilated to the
+#: emulated link rate (docs/host-stack.md, "Congestion control").
+DEFAULT_CC = "ecn-delay"
 
 
 @dataclass(frozen=True)
 class CcProfile:
     """A congestion control choice: an algorithm name and its parameters."""
 
-    name: str = "nscc"
+    name: str = DEFAULT_CC
     params: Mapping[str, float] = field(default_factory=dict)
 
 
@@ -52,8 +56,9 @@ class CongestionControl(abc.ABC):
         """An ACK acknowledged ``acked_bytes``; ``ce_count`` of ``pkt_count`` packets were CE."""
 
     @abc.abstractmethod
-    def on_trim(self, *, nbytes: int, now: float) -> None:
-        """A packet of ``nbytes`` was trimmed by a switch (NACK received)."""
+    def on_trim(self, *, nbytes: int, now: float, last_hop: bool = False) -> None:
+        """A packet of ``nbytes`` was trimmed by a switch (NACK received); ``last_hop``: by the
+        receiver's own leaf (its downlink was the congested port)."""
 
     @abc.abstractmethod
     def on_loss(self, *, nbytes: int, timeout: bool, now: float) -> None:

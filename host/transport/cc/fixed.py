@@ -27,7 +27,7 @@ class FixedWindow(CongestionControl):
     ) -> None:
         """Nothing to do."""
 
-    def on_trim(self, *, nbytes: int, now: float) -> None:
+    def on_trim(self, *, nbytes: int, now: float, last_hop: bool = False) -> None:
         """Nothing to do."""
 
     def on_loss(self, *, nbytes: int, timeout: bool, now: float) -> None:

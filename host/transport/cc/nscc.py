@@ -1,18 +1,35 @@
-"""NSCC-style congestion control (after UEC "uet-1.0-nscc"): a window driven by ECN and delay.
+"""UET NSCC ("uet-1.0-nscc"), the default congestion control of MRC, as the UET reference
+simulator (uet-htsim, ``uec.cpp``) defines it, configured with the fields of the OCP MRC
+controller API's ``struct mrc_ctl_cc_nscc_cfg`` (same names, same units: nanoseconds, bytes).
 
-Each ACK brings an RTT sample and the share of CE-marked packets. With ``qdelay = rtt -
-base_rtt`` (``base_rtt`` is configured, or the smallest RTT seen when 0):
+Per acknowledgement, with ``delay`` = RTT - ``base_rtt`` (the queueing delay) and ``ecn`` =
+the acknowledged packets were CE-marked (an ACK covering marked and unmarked packets is taken
+as two: the marked bytes, then the others):
 
-- ECN marks and ``qdelay >= target_delay``: congestion -- multiplicative decrease by
-  ``beta x`` the CE share (at least ``min_decrease``), at most once per RTT;
-- no marks and ``qdelay < target_delay``: proportional increase, faster the further the delay
-  is below target (``gain``);
-- no marks but ``qdelay >= target_delay``: a small fair increase (another flow's queue);
-- marks but low delay: hold (the marks are stale).
+- quick adapt first (``disable_qa``, ``qa_gate``, ``qa_threshold``): once per base RTT +
+  target delay, after a NACK or a loss, or with a delay above ``qa_threshold``, and when what
+  was delivered in the last such interval is below ``max_cwnd >> qa_gate``, the window drops to
+  what was delivered; the bytes then in flight are ignored by later ECN echoes;
+- ECN and delay >= target: multiplicative decrease, at most once per base RTT:
+  ``cwnd *= max(1 - gamma * (avg_delay - target_delay) / avg_delay, 1 - max_md_jump)``
+  (``avg_delay``: an EWMA of the delay samples);
+- no ECN, delay >= target: fair increase, ``fi`` bytes per byte acknowledged, applied later;
+- no ECN, delay < target: proportional increase ``alpha * (target_delay - delay)`` per byte
+  acknowledged, or fast increase (``fi_scale`` per byte, at once) while the delay stays under
+  1 us for a window's worth of bytes;
+- ECN, delay < target: no window change (the path is congested, not the flow: the spraying
+  steers away from it);
+- increases accumulate and are applied in batches, ``cwnd += increase / cwnd``, once
+  ``adjust_bytes_threshold`` bytes were acknowledged or ``adjust_period_threshold`` passed;
+  ``eta`` is added once per adjustment period;
+- a NACK (trim) takes the NACKed bytes out of the window and triggers quick adapt; the delay
+  EWMA takes it as a delay of one network RTT above base. A trim at the receiver's own leaf
+  (``last_hop``) is the incast's congestion, not a path's: the window answers it, the path
+  choice does not (:mod:`host.transport.sender`).
 
-A trim NACK counts as congestion (decrease, once per RTT). A timeout halves the window; a
-SACK-inferred loss is a path failure in MRC and leaves the window alone. The window stays within
-``[min_cwnd, max_cwnd]`` (in packets of ``mtu`` bytes).
+:func:`uet_defaults` derives the reference's defaults (its ``initNsccParams``) from the
+fabric's base RTT and link rate; every field can be set. docs/host-stack.md lists each rule
+with its source and where the testbed departs.
 """
 
 from __future__ import annotations
@@ -21,90 +38,283 @@ from collections.abc import Mapping
 
 from host.transport.cc.base import CongestionControl, register
 
+NS = 1e-9
+#: UET's reference network: 100 Gb/s with a 12 us RTT (the scaling factors' denominators)
+REFERENCE_BDP = 100e9 / 8 * 12e-6
+REFERENCE_RTT = 12e-6
+FAST_INCREASE_DELAY = 1e-6  # seconds: queueing delay counted as none for fast increase
+DELAY_ALPHA = 0.0125  # the reference's EWMA weight of the delay average
+
+#: the fields of struct mrc_ctl_cc_nscc_cfg (mrc_ctl.h) and their units
+NSCC_FIELDS: Mapping[str, str] = {
+    "disable_qa": "flag (non-zero: quick adapt off)",
+    "adjust_bytes_threshold": "bytes",
+    "adjust_period_threshold": "ns",
+    "base_rtt": "ns",
+    "eta": "bytes",
+    "fi": "bytes per byte acknowledged",
+    "fi_scale": "ratio",
+    "gamma": "ratio",
+    "max_md_jump": "ratio",
+    "max_cwnd": "bytes",
+    "qa_gate": "shift",
+    "qa_threshold": "ns",
+    "target_delay": "ns",
+}
+
+
+def uet_defaults(
+    *, base_rtt: float, link_rate_bps: float, mtu: int, trimming: bool = True
+) -> dict[str, float]:
+    """The reference simulator's NSCC parameters for a network of ``base_rtt`` seconds and
+    ``link_rate_bps``, as ``mrc_ctl_cc_nscc_cfg`` fields (ns, bytes)."""
+    if base_rtt <= 0 or link_rate_bps <= 0 or mtu <= 0:
+        raise ValueError(
+            f"nscc defaults: base_rtt {base_rtt} s, link rate {link_rate_bps} b/s, mtu {mtu}:"
+            " expected positive values"
+        )
+    bdp = base_rtt * link_rate_bps / 8
+    target = base_rtt * (0.75 if trimming else 1.0)
+    scale_a = bdp / REFERENCE_BDP
+    return {
+        "disable_qa": 0,
+        "adjust_bytes_threshold": 8 * mtu,
+        "adjust_period_threshold": base_rtt / NS,
+        "base_rtt": base_rtt / NS,
+        "eta": 0.15 * mtu * scale_a,
+        "fi": 5 * mtu * scale_a,
+        "fi_scale": 0.25 * scale_a,
+        "gamma": 0.8,
+        "max_md_jump": 0.5,
+        "max_cwnd": 1.5 * bdp,
+        "qa_gate": 3,
+        "qa_threshold": 4 * target / NS,
+        "target_delay": target / NS,
+    }
+
 
 @register("nscc")
+@register("uet-1.0-nscc")
 class Nscc(CongestionControl):
-    """Window-based ECN + delay congestion control."""
+    """UET NSCC (see the module docstring). With no ``base_rtt`` given, the smallest RTT seen
+    is the base RTT and the other defaults follow from it and ``max_cwnd`` (a testbed choice for
+    callers that know nothing of the network)."""
 
     defaults: Mapping[str, float] = {
-        "base_rtt": 0.0,  # seconds; 0 = learn the smallest RTT seen
-        "target_delay": 0.0,  # queueing delay tolerated (seconds); 0 = base_rtt / 2
-        "init_cwnd": 16,  # packets
-        "min_cwnd": 1,  # packets
-        "max_cwnd": 256,  # packets
-        "beta": 0.5,  # decrease factor per unit of CE share
-        "min_decrease": 0.1,  # smallest multiplicative decrease on congestion
-        "gain": 4.0,  # proportional increase gain
-        "fair_increase": 0.25,  # increase share when delay is high but unmarked
+        "disable_qa": 0,
+        "adjust_bytes_threshold": 0,  # 0: 8 MTUs
+        "adjust_period_threshold": 0,  # 0: the base RTT
+        "base_rtt": 0,  # 0: learn it (the smallest RTT seen)
+        "eta": -1,  # < 0: the reference's scaling of the base BDP (for eta, fi, fi_scale)
+        "fi": -1,
+        "fi_scale": -1,
+        "gamma": 0.8,
+        "max_md_jump": 0.5,
+        "max_cwnd": 0,  # 0: 64 MTUs
+        "qa_gate": 3,
+        "qa_threshold": 0,  # 0: 4 target delays
+        "target_delay": 0,  # 0: 0.75 base RTT
     }
 
     def __init__(self, *, mtu: int, params: Mapping[str, float] | None = None) -> None:
         super().__init__(mtu=mtu, params=params)
         p = self.params
-        if not 1 <= p["min_cwnd"] <= p["init_cwnd"] <= p["max_cwnd"]:
-            raise ValueError(
-                f"nscc windows min {p['min_cwnd']} / init {p['init_cwnd']} / max {p['max_cwnd']}:"
-                " expected 1 <= min <= init <= max packets"
-            )
-        self.min_cwnd = p["min_cwnd"] * mtu
-        self.max_cwnd = p["max_cwnd"] * mtu
-        self.cwnd = float(p["init_cwnd"] * mtu)
-        self.base_rtt = p["base_rtt"] or 0.0
-        self._learn_base = p["base_rtt"] <= 0
-        self._srtt: float | None = None
-        self._hold_until = 0.0
-        self._beta = p["beta"]
-        self._min_dec = p["min_decrease"]
-        self._gain = p["gain"]
-        self._fair = p["fair_increase"]
+        for name in ("gamma", "max_md_jump"):
+            if not 0 <= p[name] <= 1:
+                raise ValueError(f"nscc {name} {p[name]}: expected 0..1")
+        for name in ("adjust_bytes_threshold", "adjust_period_threshold", "base_rtt",
+                     "max_cwnd", "qa_threshold", "target_delay", "qa_gate"):  # fmt: skip
+            if p[name] < 0:
+                raise ValueError(f"nscc {name} {p[name]}: expected >= 0 ({NSCC_FIELDS[name]})")
+        self.min_cwnd = float(mtu)
+        self.max_cwnd = float(p["max_cwnd"] or 64 * mtu)
+        if self.max_cwnd < mtu:
+            raise ValueError(f"nscc max_cwnd {self.max_cwnd:g}: expected at least one MTU ({mtu})")
+        self.cwnd = self.max_cwnd  # the reference starts at max_cwnd (1.5 BDP)
+        self._learn = p["base_rtt"] <= 0
+        self.base_rtt = p["base_rtt"] * NS
+        self._derive()
+        self.avg_delay = 0.0
+        self.inflight = 0.0  # bytes sent and not yet acknowledged, lost or NACKed
+        self._inc_bytes = 0.0  # increases waiting for the next adjustment
+        self._received_bytes = 0.0  # acknowledged since the last adjustment
+        self._last_adjust = 0.0
+        self._last_eta = 0.0
+        self._last_decrease = float("-inf")
+        self._fi_count = 0.0
+        self._increasing = False
+        self._achieved_bytes = 0.0  # delivered in the current quick-adapt interval
+        self._qa_end = 0.0  # end of that interval (0: not started)
+        self._trigger_qa = False
+        self._bytes_to_ignore = 0.0
+        self._bytes_ignored = 0.0
+        self.quick_adapts = 0
+        self.decreases = 0
 
-    @property
-    def target_delay(self) -> float:
-        """The queueing delay above base_rtt considered congestion."""
-        return self.params["target_delay"] or self.base_rtt / 2
+    def _derive(self) -> None:
+        """The parameters that follow from the base RTT (given or learnt) and max_cwnd."""
+        p, mtu, rtt = self.params, self.mtu, self.base_rtt
+        self.target_delay = p["target_delay"] * NS or 0.75 * rtt
+        self.qa_threshold = p["qa_threshold"] * NS or 4 * self.target_delay
+        self.adjust_period = p["adjust_period_threshold"] * NS or rtt
+        self.adjust_bytes = p["adjust_bytes_threshold"] or 8 * mtu
+        scale_a = (self.max_cwnd / 1.5) / REFERENCE_BDP
+        scale_b = self.target_delay / REFERENCE_RTT
+        self.eta = p["eta"] if p["eta"] >= 0 else 0.15 * mtu * scale_a
+        self.fi = p["fi"] if p["fi"] >= 0 else 5 * mtu * scale_a
+        self.fi_scale = p["fi_scale"] if p["fi_scale"] >= 0 else 0.25 * scale_a
+        # alpha: increase per byte acknowledged per second of delay below target
+        self.alpha = (
+            4.0 * mtu * scale_a * scale_b / self.target_delay if self.target_delay > 0 else 0.0
+        )
+        self.gamma = p["gamma"]
+        self.md_floor = 1.0 - p["max_md_jump"]
+        self.qa_gate = int(p["qa_gate"])
+        self.qa_enabled = not p["disable_qa"]
 
-    def _decrease(self, factor: float, now: float) -> None:
-        if now < self._hold_until:
-            return
-        self.cwnd = max(self.min_cwnd, self.cwnd * (1.0 - factor))
-        self._hold_until = now + (self._srtt if self._srtt is not None else self.base_rtt)
+    # -- the hooks the QP calls ---------------------------------------------------------------
 
     def on_packet_sent(self, *, nbytes: int, now: float) -> None:
-        """Nothing per packet: the window is driven by ACKs."""
+        """Data left: it is in flight."""
+        self.inflight += nbytes
 
     def on_rtt(self, *, rtt: float, now: float) -> None:
-        """Track the smallest RTT (base) and a smoothed RTT (decrease hold time)."""
-        if self._learn_base and (self.base_rtt == 0.0 or rtt < self.base_rtt):
+        """Learn the base RTT when none was configured (the smallest RTT seen)."""
+        if self._learn and (self.base_rtt == 0.0 or rtt < self.base_rtt):
             self.base_rtt = rtt
-        self._srtt = rtt if self._srtt is None else 0.875 * self._srtt + 0.125 * rtt
+            self._derive()
 
     def on_ack(
         self, *, acked_bytes: int, rtt: float | None, ce_count: int, pkt_count: int, now: float
     ) -> None:
-        """Adjust the window from the ECN share and the queueing delay."""
+        """The four cases of NSCC, after quick adapt, then the batched adjustment."""
+        self.inflight = max(0.0, self.inflight - acked_bytes)
         if rtt is not None:
             self.on_rtt(rtt=rtt, now=now)
-        qdelay = 0.0 if rtt is None else max(0.0, rtt - self.base_rtt)
-        target = self.target_delay
-        cwnd = self.cwnd
-        if ce_count:
-            if qdelay >= target:
-                share = ce_count / max(1, pkt_count)
-                self._decrease(max(self._min_dec, self._beta * share), now)
+        if self.base_rtt <= 0.0 or acked_bytes <= 0:
             return
-        if qdelay < target and target > 0:
-            scale = 1.0 + self._gain * (target - qdelay) / target
-        elif target > 0:
-            scale = self._fair
-        else:
-            scale = 1.0
-        self.cwnd = min(self.max_cwnd, cwnd + scale * acked_bytes * self.mtu / cwnd)
+        delay = max(0.0, rtt - self.base_rtt) if rtt is not None else self.avg_delay
+        marked = acked_bytes * min(1.0, ce_count / pkt_count) if ce_count and pkt_count else 0
+        if marked:
+            self._update_delay(delay, ecn=True)
+            self._on_bytes(True, delay, marked, now)
+        if acked_bytes - marked > 0:
+            self._update_delay(delay, ecn=False)
+            self._on_bytes(False, delay, acked_bytes - marked, now)
 
-    def on_trim(self, *, nbytes: int, now: float) -> None:
-        """A trim is congestion: decrease (once per RTT)."""
-        self._decrease(self._min_dec * 2, now)
+    def on_trim(self, *, nbytes: int, now: float, last_hop: bool = False) -> None:
+        """A NACK: quick adapt is triggered, and the NACKed bytes leave the window."""
+        self.inflight = max(0.0, self.inflight - nbytes)
+        self._bytes_ignored += nbytes
+        # the reference takes a NACK as a delay sample of one network RTT above base
+        self._update_delay(self.base_rtt, ecn=True)
+        self._trigger_qa = True
+        if not self._quick_adapt(True, True, 0.0, now):
+            self.cwnd = max(self.min_cwnd, self.cwnd - nbytes)
 
     def on_loss(self, *, nbytes: int, timeout: bool, now: float) -> None:
-        """A timeout halves the window; a SACK loss (path failure) leaves it."""
+        """Lost packets leave flight; a timeout also triggers quick adapt (a SACK loss is a
+        path failure in MRC, the window keeps it)."""
+        self.inflight = max(0.0, self.inflight - nbytes)
         if timeout:
-            self.cwnd = max(self.min_cwnd, self.cwnd / 2)
+            self._trigger_qa = True
+            self._quick_adapt(True, False, 0.0, now)
+
+    def describe(self) -> dict[str, float]:
+        """Window, base RTT, average delay and the effective parameters."""
+        return {
+            "cwnd": self.cwnd,
+            "max_cwnd": self.max_cwnd,
+            "base_rtt_s": self.base_rtt,
+            "target_delay_s": self.target_delay,
+            "avg_delay_s": self.avg_delay,
+            "quick_adapts": self.quick_adapts,
+            "decreases": self.decreases,
+            **self.params,
+        }
+
+    # -- the reference's steps ------------------------------------------------------------------
+
+    def _update_delay(self, delay: float, *, ecn: bool) -> None:
+        """The delay EWMA: an unmarked sample above target counts as a quarter base RTT (delay
+        alone does not decrease the window)."""
+        sample = 0.25 * self.base_rtt if not ecn and delay > self.target_delay else delay
+        self.avg_delay = DELAY_ALPHA * sample + (1 - DELAY_ALPHA) * self.avg_delay
+
+    def _on_bytes(self, ecn: bool, delay: float, nbytes: float, now: float) -> None:
+        self._achieved_bytes += nbytes
+        self._received_bytes += nbytes
+        if self._quick_adapt(False, ecn, delay, now):
+            return
+        target = self.target_delay
+        if not ecn and delay >= target:
+            self._inc_bytes += self.fi * nbytes
+        elif not ecn:
+            self._proportional_increase(nbytes, delay)
+        elif delay >= target:
+            self._multiplicative_decrease(now)
+        # ECN with a delay below target: no window change (switch paths)
+        self._bound()
+        if self._received_bytes > self.adjust_bytes or now - self._last_adjust > self.adjust_period:
+            self._fulfill(now)
+        self._bound()
+
+    def _proportional_increase(self, nbytes: float, delay: float) -> None:
+        if delay < FAST_INCREASE_DELAY:
+            self._fi_count += nbytes
+            if self._fi_count > self.cwnd or self._increasing:
+                self.cwnd += nbytes * self.fi_scale
+                self._increasing = True
+                return
+        else:
+            self._fi_count = 0.0
+        self._increasing = False
+        self._inc_bytes += self.alpha * nbytes * (self.target_delay - delay)
+
+    def _multiplicative_decrease(self, now: float) -> None:
+        self._increasing = False
+        self._fi_count = 0.0
+        avg = self.avg_delay
+        if avg > self.target_delay and now - self._last_decrease > self.base_rtt:
+            factor = max(1.0 - self.gamma * (avg - self.target_delay) / avg, self.md_floor)
+            self.cwnd = max(self.min_cwnd, self.cwnd * factor)
+            self._last_decrease = now
+            self.decreases += 1
+
+    def _fulfill(self, now: float) -> None:
+        self.cwnd += self._inc_bytes / self.cwnd
+        if now - self._last_eta >= self.adjust_period:
+            self.cwnd += self.eta
+            self._last_eta = now
+        self._last_adjust = now
+        self._inc_bytes = 0.0
+        self._received_bytes = 0.0
+
+    def _quick_adapt(self, loss: bool, ecn: bool, delay: float, now: float) -> bool:
+        """The reference's quick adapt: True when it acted (or the ACK is one to ignore)."""
+        if not self.qa_enabled:
+            return False
+        done = False
+        if self._bytes_ignored < self._bytes_to_ignore and ecn:
+            done = True
+        elif now > self._qa_end:
+            if (
+                self._qa_end != 0.0
+                and (self._trigger_qa or loss or delay > self.qa_threshold)
+                and self._achieved_bytes < self.max_cwnd / (1 << self.qa_gate)
+            ):
+                self.cwnd = max(self._achieved_bytes, self.min_cwnd)
+                self._bytes_to_ignore = self.inflight
+                self._bytes_ignored = 0.0
+                self._trigger_qa = False
+                self.quick_adapts += 1
+                done = True
+            self._achieved_bytes = 0.0
+            self._qa_end = now + self.base_rtt + self.target_delay
+        if done:
+            self._inc_bytes = 0.0
+            self._received_bytes = 0.0
+        return done
+
+    def _bound(self) -> None:
+        self.cwnd = min(self.max_cwnd, max(self.min_cwnd, self.cwnd))
