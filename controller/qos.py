@@ -9,8 +9,10 @@ ways of trimming and two of ECN marking, in packets of the port's data queue:
   ``ecn``, a probability rising linearly from 0 at ``ecn`` to ``ecn_pmax`` just below
   ``ecn_max``, every ECT packet from ``ecn_max`` on.
 
-The default (:func:`default_qos`) is the UET-like pair: trim when full, RED between a fifth and
-four fifths of the queue. ``mrc-ctl set-qos`` records overrides, per switch or per port, in a
+The default (:func:`default_qos`) trims at half the queue and marks ECN at a quarter; the
+UET-like pair (:func:`uet_qos`: trim when full, RED between a fifth and four fifths of the queue)
+is one ``set-qos`` away and becomes the default once protocol time is dilated to the emulated
+link rate (with millisecond RTTs, a full 64-packet queue holds 200 ms at 10 Mb/s). ``mrc-ctl set-qos`` records overrides, per switch or per port, in a
 small JSON file kept next to the testbed state file (:func:`overrides_path`), so that every
 later ``push`` and ``watch`` keeps them::
 
@@ -124,8 +126,13 @@ QOS_FIELDS = frozenset({"trim", "ecn", "trim_mode", "ecn_mode", "ecn_max", "ecn_
 
 
 def default_qos(topology: Topology) -> PortQos:
-    """The UET-like default: trim only when the data queue is full; ECN RED from a fifth of the
-    queue (probability 0) to four fifths (probability 1 and above)."""
+    """The default: trim at half the queue, mark ECN at a quarter (:func:`threshold_qos`)."""
+    return threshold_qos(topology)
+
+
+def uet_qos(topology: Topology) -> PortQos:
+    """UET-like: trim only when the data queue is full; ECN RED from a fifth of the queue
+    (probability 0) to four fifths (probability 1 and above)."""
     depth = topology.queue_depth
     low = max(1, depth // 5)
     return PortQos(

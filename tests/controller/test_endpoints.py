@@ -104,13 +104,14 @@ def test_set_qos_saves_without_a_switch_and_rejects_bad_thresholds(
     assert cli.main(["set-qos", *flags, "t0-p0-r0", "--trim", "9", "--no-push"]) == 0
     saved = QosOverrides.load(tmp_path / "q.json")
     default = default_qos(load_topology(shipped_topology("small")))
-    # a trim threshold switches trimming to threshold mode; ECN is kept at its default (RED)
+    # only the trim threshold changes; ECN is kept at its default
     assert saved.lookup("t0-p0-r0", 4) == default.with_(trim=9, trim_mode="threshold")
     assert cli.main(["set-qos", *flags, "t0-p0-r0", "--ecn", "-1", "--no-push"]) == 2
     assert "ecn threshold -1: expected 0..524287" in capsys.readouterr().err
     assert cli.main(["set-qos", *flags, "t0-p0-r0", "--trim", "lots", "--no-push"]) == 2
     assert "--trim lots: expected a number of packets or 'full'" in capsys.readouterr().err
-    assert cli.main(["set-qos", *flags, "t0-p0-r0", "--ecn-max", "2", "--no-push"]) == 2
+    red = ["--ecn-mode", "red", "--ecn-max", "2", "--no-push"]
+    assert cli.main(["set-qos", *flags, "t0-p0-r0", *red]) == 2
     assert "ecn_max 2: expected more than the ECN threshold" in capsys.readouterr().err
     args = ["--trim", "full", "--ecn-mode", "threshold", "--ecn", "5"]
     assert cli.main(["set-qos", *flags, "t0-p0-r0", "--port", "3", *args, "--no-push"]) == 0

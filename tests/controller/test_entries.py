@@ -28,7 +28,7 @@ from controller.entries import (
     switch_tables,
 )
 from controller.p4info import P4Info
-from controller.qos import PortQos, QosError, QosOverrides, default_qos, threshold_qos
+from controller.qos import PortQos, QosError, QosOverrides, default_qos, threshold_qos, uet_qos
 from topologies import Fabric, Tier, load_topology
 from topologies import usid as usidlib
 from topologies.config import shipped_topology
@@ -197,10 +197,12 @@ def test_every_switch_gets_its_sids_routes_qos_and_default(fabric: Fabric) -> No
 
 
 def test_qos_defaults_follow_queue_depth() -> None:
-    """UET-like: trim only when the queue is full, ECN RED from 1/5 to 4/5 of the queue."""
+    """The default: trim at half the queue, ECN at a quarter; UET-like: trim only when the
+    queue is full, ECN RED from 1/5 to 4/5 of the queue."""
     topo = load_topology(shipped_topology("small"))
     depth = topo.queue_depth
-    qos = default_qos(topo)
+    assert default_qos(topo) == threshold_qos(topo)
+    qos = uet_qos(topo)
     assert (qos.trim_mode, qos.ecn_mode) == ("full", "red")
     assert (qos.ecn, qos.ecn_max, qos.ecn_pmax) == (depth // 5, depth * 4 // 5, 1.0)
     assert qos.action_params(depth) == {
@@ -210,7 +212,7 @@ def test_qos_defaults_follow_queue_depth() -> None:
         "ecn_slope": round(65536 / (depth * 4 // 5 - depth // 5)),
         "last_hop": 0,
     }
-    tiny = default_qos(topo.with_(switch={"queue_depth": 1}))
+    tiny = uet_qos(topo.with_(switch={"queue_depth": 1}))
     assert (tiny.ecn, tiny.ecn_max) == (1, 2)
     fixed = threshold_qos(topo)
     assert fixed == PortQos(trim=depth // 2, ecn=depth // 4)
