@@ -357,8 +357,11 @@ class DataPlane:
                         self._block(target)
                         continue
                     except OSError as exc:
+                        # the packet left the queue (BMv2's egress runs at dequeue whatever the
+                        # wire does): egress sees it, the link lost it
                         target.tx_errors += 1
                         log.debug("port %d (%s): send failed: %s", out_port, target.intf, exc)
+                        egress(state, out_port, priority, 0, n)
                         continue
                     target.tx_frames += 1
                     egress(state, out_port, priority, 0, n)
@@ -393,8 +396,11 @@ class DataPlane:
                         self._block(port)
                         break
                     except OSError as exc:
+                        # dequeued all the same: egress sees it (it resets the depth registers)
                         port.tx_errors += 1
                         log.debug("port %d (%s): send failed: %s", port.number, port.intf, exc)
+                        if state is not None:
+                            egress(state, port.number, priority, queue.depth_of(priority), length)
                         continue
                     port.tx_frames += 1
                     if state is not None:

@@ -4,6 +4,7 @@ and an idle switch that sleeps. Needs root; skips otherwise."""
 from __future__ import annotations
 
 import os
+import subprocess
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -227,3 +228,32 @@ def test_congested_port_trims_and_serves_trimmed_first(make_rig) -> None:  # typ
     # trimmed headers use the high-priority queue: they overtake full packets queued before
     first_trimmed = arrivals.index(trimmed[0])
     assert any(IPv6(f[14:]).tc >> 2 == 10 for f in arrivals[first_trimmed:])
+
+
+def test_packets_lost_on_a_down_link_still_leave_the_queue(make_rig) -> None:  # type: ignore[no-untyped-def]
+    """Egress sees a packet when it leaves its queue, whether or not the wire took it (as in
+    BMv2): packets sent into a down link reset the depth registers, so once the link is back
+    a lone data packet finds the queue empty and is not trimmed."""
+    rig = make_rig("dwn", rate_bps=2_000_000, queue_depth=16)
+    route(rig.client, trim=4)
+    out_intf = rig.switch.ports[2]
+    frame = mrc_frame(DST, dscp=10, payload=bytes(1000))
+    subprocess.run(["ip", "link", "set", "dev", out_intf, "down"], check=True)
+    try:
+        for _ in range(12):
+            rig.inbound.send(frame)
+        eventually(
+            lambda: rig.client.read_counter("MrcEgress.port_out").get(2, (0, 0))[0] >= 12,
+            "the queued packets to leave the queue of the down port",
+        )
+    finally:
+        subprocess.run(["ip", "link", "set", "dev", out_intf, "up"], check=True)
+    depth = rig.client.read_register("port_qdepth").get(2, 0)
+    arrivals = rig.client.read_register("port_arrivals").get(2, 0)
+    assert depth + arrivals < 4, (depth, arrivals)
+    eventually(lambda: Path(f"/sys/class/net/{out_intf}/operstate").read_text().strip() != "down",
+               "the link to come back")  # fmt: skip
+    rig.outbound.recv_all(quiet=0.3)
+    rig.inbound.send(frame)
+    got = rig.outbound.recv(5.0)
+    assert got is not None and IPv6(got[14:]).tc >> 2 == 10 and len(got) == len(frame)
