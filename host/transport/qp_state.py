@@ -44,6 +44,12 @@ RECYCLE_MAX = 4096
 # one packet in this many (a power of two) takes the spraying cycle even when EVs are recycled
 EXPLORE_EVERY = 16
 EXPLORE_MASK = EXPLORE_EVERY - 1
+# a SACK-inferred loss needs this many later packets of the packet's own path acknowledged
+# (paths deliver in order; other paths' packets overtake freely)
+SAME_PATH_REORDER = 3
+# ... and without such evidence, the packet's age must exceed its path's srtt + 4 rttvar by this
+# factor (on a queue that is growing, delivered packets are older than the smoothed RTT)
+LATE_FACTOR = 1.5
 
 
 def _weighted(slot: EvSlot, order: list[EvSlot], rr: int, count: int) -> tuple[EvSlot, int]:

@@ -20,8 +20,10 @@ from host.transport.qp_state import (
     _GOOD,
     _OP_WRITE_ONLY,
     EXPLORE_MASK,
+    LATE_FACTOR,
     NS,
     PSN_MASK,
+    SAME_PATH_REORDER,
     QpState,
     TxMessage,
     TxPacket,
@@ -350,8 +352,12 @@ class Sender(QpState):
                     inflight -= length
                 # a retransmitted packet may have been acknowledged by an earlier copy; only
                 # when the ACK echoes this copy's timestamp does its send order count
-                if rec.tsn > top and (rec.retx == 0 or rec.ts32 == ts_echo):
-                    top = rec.tsn
+                if rec.retx == 0 or rec.ts32 == ts_echo:
+                    if rec.tsn > top:
+                        top = rec.tsn
+                    load = rec.slot.load
+                    if rec.tsn > load.acked_tsn:
+                        load.acked_tsn = rec.tsn
                 msg = rec.msg
                 msg.unacked -= 1
                 if msg.all_sent and msg.unacked == 0:
@@ -397,10 +403,18 @@ class Sender(QpState):
             if rec.tsn > limit:
                 break
             if rec.in_net:
-                # overtaken by later packets, but on a path with a longer queue than theirs a
-                # packet is late, not lost, until it is older than that path's RTT allows
+                # Overtaken by later packets. A path delivers in order, so a later packet of
+                # the same path acknowledged means this one is lost. Packets of other paths
+                # overtake freely (a longer queue); without evidence from its own path (a path
+                # that died acknowledges nothing) a packet is lost once it is older than its
+                # path's RTT allows, with a margin (LATE_FACTOR: a queue that grows makes packets
+                # older than the smoothed RTT says).
                 load = rec.slot.load
-                if load.srtt and now - rec.sent < load.srtt + 4.0 * load.rttvar:
+                if (
+                    load.acked_tsn - rec.tsn < SAME_PATH_REORDER
+                    and load.srtt
+                    and (now - rec.sent < LATE_FACTOR * (load.srtt + 4.0 * load.rttvar))
+                ):
                     continue
                 lost.append(rec)
         if lost:
