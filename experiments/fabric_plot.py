@@ -218,9 +218,14 @@ def link_loads(
     found: dict[tuple[str, str], LinkLoad] = {}
     for link in fabric.links:
         directions: list[int] = []
-        for node, port, other in ((link.a, link.a_port, link.b), (link.b, link.b_port, link.a)):
+        ends = (
+            (link.a, link.a_port, link.b, link.b_port),
+            (link.b, link.b_port, link.a, link.a_port),
+        )
+        for node, port, other, other_port in ends:
             if fabric.node_kind(node) == "host":
-                value = ports.get(other, {}).get(f"rx/{link.b_port}")
+                # a host has no counters: what it sent is what its leaf's port received
+                value = ports.get(other, {}).get(f"rx/{other_port}")
             else:
                 value = ports.get(node, {}).get(f"tx/{port}")
             if value is not None:

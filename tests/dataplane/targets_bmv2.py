@@ -120,18 +120,4 @@ class Bmv2Target(P4RuntimeTarget[Bmv2Switch]):
             for port, rate in sorted(self.port_rates.items())
             for command in port_queue_commands(port, rate, None, switch.mtu)
         ]
-        result = subprocess.run(
-            switch.cli_command(),
-            input="\n".join(commands) + "\n",
-            capture_output=True,
-            text=True,
-            timeout=30,
-            check=False,
-        )
-        output = result.stdout + result.stderr
-        bad = [line for line in output.splitlines() if "Error" in line or "Invalid" in line]
-        if result.returncode != 0 or bad:
-            raise RuntimeError(
-                f"BMv2 target: {' '.join(switch.cli_command())} could not shape the ports "
-                f"({'; '.join(commands)}): {'; '.join(bad) or f'status {result.returncode}'}"
-            )
+        switch.run_cli(commands, f"could not shape the ports ({'; '.join(commands)})")
