@@ -171,22 +171,6 @@ def capacity_bps(
     return sum(rates)
 
 
-ACK_FRAME_BYTES = 128  # an ACK frame of the host stack, rounded up
-
-
-def serialization_rtt(fabric: Fabric) -> float:
-    """The unloaded round trip of a full-size data frame and its ACK between racks.
-
-    Four links each way (NIC, leaf, spine, leaf, NIC), each serialising the frame at the link
-    rate, plus the links' propagation delay: the floor under any data packet's RTT.
-    """
-    topo = fabric.topology
-    rate = topo.link_rate_mbps * 1e6
-    frame = topo.link_mtu + 14
-    links = 4
-    return links * (frame + ACK_FRAME_BYTES) * 8 / rate + 2 * links * topo.link_delay_us / 1e6
-
-
 # -- series --------------------------------------------------------------------------------------
 
 
@@ -352,7 +336,7 @@ def summarise(fabric: Fabric, result: TransportResult, interval: float) -> dict[
     recoveries = []
     # A data packet's RTT cannot be below the serialisation floor; an agent's smallest sample
     # may come from a small packet (a probe), so the larger of the two is the base RTT.
-    base_rtt = max(serialization_rtt(fabric), result.base_rtt_s or 0.0)
+    base_rtt = max(fabric.topology.base_rtt, result.base_rtt_s or 0.0)
     for mark in result.faults:
         if mark.action in ("down", "kill"):
             active = mark.t < end - interval  # the flows still ran after the fault

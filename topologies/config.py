@@ -8,8 +8,9 @@ A topology file describes one two-tier multi-plane fabric::
     spines_per_plane: 2    # T1 switches per plane; every T0 links to every T1 of its plane
     hosts_per_rack: 2
     link:
-      rate_mbps: 100       # every link, shaped inside the switch
-      delay_us: 50         # one-way propagation delay of every link
+      rate_mbps: 100       # every link, shaped inside the switch (the emulated rate)
+      delay_us: 50         # one-way propagation delay of every link (emulated)
+      nominal_rate_gbps: 100  # the rate of the real fabric the emulation stands for
     switch:
       queue_depth: 64      # packets per egress queue
     mtu: 4096              # MRC payload bytes per packet (RDMA-sized)
@@ -39,6 +40,8 @@ IFNAME_MAX = 15
 # Ethernet 14 + IPv6 40 + SRH with 4 segments 72 + UDP 8 + BTH 12 + RETH 16 + ImmDt 4 + ext 24.
 MAX_HEADER_BYTES = 14 + 40 + 8 + 4 * 16 + 8 + 12 + 16 + 4 + 24
 MAX_LINK_MTU = 9500
+CONTROL_FRAME_BYTES = 128  # an ACK, NACK or probe frame of the host stack, rounded up
+BASE_RTT_LINKS = 4  # links a packet crosses between racks: NIC, leaf, spine, leaf, NIC
 
 
 class FieldError(ValueError):
@@ -96,6 +99,7 @@ class Topology:
     link_rate_mbps: float
     link_delay_us: float
     queue_depth: int
+    nominal_rate_gbps: float
     mtu: int
     usid_block: ipaddress.IPv6Network
     source: str = "<memory>"
@@ -104,6 +108,23 @@ class Topology:
     def hosts(self) -> int:
         """Number of hosts in the fabric."""
         return self.racks * self.hosts_per_rack
+
+    @property
+    def dilation(self) -> float:
+        """How many times slower the emulated fabric runs than the real one it stands for:
+        nominal (real) link rate / emulated link rate. Protocol timers are dilated by it."""
+        return self.nominal_rate_gbps * 1e3 / self.link_rate_mbps
+
+    @property
+    def base_rtt(self) -> float:
+        """The unloaded round trip (emulated seconds) of a full-size data frame and its ACK
+        between racks: four links each way, each serialising the frame at the link rate, plus
+        the links' propagation delay. The floor under any data packet's RTT, and the base RTT
+        that times are reported in."""
+        frame = self.link_mtu + 14
+        rate = self.link_rate_mbps * 1e6
+        links = BASE_RTT_LINKS
+        return links * (frame + CONTROL_FRAME_BYTES) * 8 / rate + 2 * links * self.link_delay_us / 1e6
 
     @property
     def link_mtu(self) -> int:
@@ -123,7 +144,11 @@ class Topology:
             "racks": self.racks,
             "spines_per_plane": self.spines_per_plane,
             "hosts_per_rack": self.hosts_per_rack,
-            "link": {"rate_mbps": self.link_rate_mbps, "delay_us": self.link_delay_us},
+            "link": {
+                "rate_mbps": self.link_rate_mbps,
+                "delay_us": self.link_delay_us,
+                "nominal_rate_gbps": self.nominal_rate_gbps,
+            },
             "switch": {"queue_depth": self.queue_depth},
             "mtu": self.mtu,
             "usid_block": str(self.usid_block),
@@ -143,7 +168,7 @@ _TOP_FIELDS = {
     "description",
 }
 _DEFAULTS: dict[str, Any] = {
-    "link": {"rate_mbps": 100.0, "delay_us": 50.0},
+    "link": {"rate_mbps": 100.0, "delay_us": 50.0, "nominal_rate_gbps": 100.0},
     "switch": {"queue_depth": 64},
     "mtu": 4096,
     "usid_block": "fcbb:bb00::/32",
@@ -233,6 +258,7 @@ def parse_topology(data: object, source: str = "<memory>") -> Topology:
     link = section("link")
     rate = number("link.rate_mbps", link["rate_mbps"], 0.0, strict=True)
     delay = number("link.delay_us", link["delay_us"], 0.0, strict=False)
+    nominal = number("link.nominal_rate_gbps", link["nominal_rate_gbps"], 0.0, strict=True)
     switch = section("switch")
     queue_depth = integer("switch.queue_depth", switch["queue_depth"], 1, 1 << 18)
     mtu = integer("mtu", data.get("mtu", _DEFAULTS["mtu"]), 256, MAX_LINK_MTU - MAX_HEADER_BYTES)
@@ -256,6 +282,7 @@ def parse_topology(data: object, source: str = "<memory>") -> Topology:
         link_rate_mbps=rate,
         link_delay_us=delay,
         queue_depth=queue_depth,
+        nominal_rate_gbps=nominal,
         mtu=mtu,
         usid_block=block,
         source=source,

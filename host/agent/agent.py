@@ -49,6 +49,8 @@ from host.agent.sockets import BATCH, PlaneSocket
 from host.transport import api
 from host.transport.api import MemoryRegion
 from host.transport.cc import CcProfile
+from host.transport.cc import create as cc_create
+from host.transport.cc.fabric import fabric_cc_profile
 from host.transport.config import StackConfig
 from host.transport.events import (
     Completion,
@@ -136,7 +138,13 @@ class Agent:
         self.peers = [h for h in fabric.hosts if h.name != self.host.name]
         self.control_path = options.control or default_control_path(self.host.name)
         self.topology = fabric.topology
-        self.config = StackConfig(mtu=self.topology.mtu, ev_count=options.ev_count)
+        # protocol time is real-fabric time: the core's clock runs `dilation` times slower
+        self.config = StackConfig(
+            mtu=self.topology.mtu, ev_count=options.ev_count, dilation=self.topology.dilation
+        )
+        self.cc_profile = fabric_cc_profile(
+            self.topology, CcProfile(options.cc, dict(options.cc_params))
+        )
         self.selector = selectors.DefaultSelector()
         self.planes: list[PlaneNic] = []
         self.started = time.monotonic()
@@ -180,13 +188,30 @@ class Agent:
 
     # -- set-up -------------------------------------------------------------------------------
 
+    def set_cc_profile(self, profile: CcProfile) -> CcProfile:
+        """Use ``profile`` on every QP from now on (NSCC fields it leaves unset come from the
+        fabric) and return the effective one. Refused while any QP has messages in flight: a
+        window is not handed from one algorithm to another mid-transfer."""
+        busy = [
+            f"{peer}/{policy}"
+            for (peer, policy), qp in self.qps.items()
+            if qp.describe()["pending_messages"] or qp.describe()["outstanding"]
+        ]
+        if busy:
+            raise ValueError(f"QPs with messages in flight ({', '.join(busy[:4])}): wait first")
+        effective = fabric_cc_profile(self.topology, profile)
+        for qp in self.qps.values():
+            qp.cc = cc_create(effective, mtu=self.config.mtu)
+        self.cc_profile = effective
+        return effective
+
     def _create_qp(self, peer: Host, paths: list[Any], policy: str) -> Any:
         qp = self.context.create_qp(
             peer.name,
             paths,
             cq=self.cq,
             policy=policy,
-            cc=CcProfile(self.options.cc, dict(self.options.cc_params)),
+            cc=self.cc_profile,
             ev_profile=GeneratedEvProfile(count=self.options.ev_count),
             remote_qpn=qp_number(peer.index, self.host.index, policy),
         )

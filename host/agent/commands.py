@@ -37,6 +37,8 @@ from host.agent.data import (
 )
 from host.agent.options import AgentOptions
 from host.transport.api import Context, MemoryRegion
+from host.transport.cc import CcProfile, CcProfileError
+from host.transport.cc.base import PROFILE_KEYS
 from host.transport.evs import EvState
 from host.transport.policy import POLICIES
 from topologies import Host, Nic, Topology
@@ -77,6 +79,9 @@ class AgentView(Protocol):
     def add_waiter(self, check: Callable[[float], bool], deadline: float | None) -> None: ...
     def stats(self) -> dict[str, Any]: ...
     def stop(self) -> None: ...
+    @property
+    def cc_profile(self) -> CcProfile: ...
+    def set_cc_profile(self, profile: CcProfile) -> CcProfile: ...
 
 
 REGION_ALIGN = 1 << 16  # regions are placed at 64 KiB-aligned virtual addresses
@@ -99,6 +104,7 @@ class Commands:
             "stats": self.stats,
             "paths": self.paths,
             "set-ev": self.set_ev,
+            "cc-profile": self.cc_profile,
             "verify": self.verify,
             "quit": self.quit,
         }
@@ -127,7 +133,9 @@ class Commands:
             "pid": os.getpid(),
             "control": str(agent.control_path),
             "direct": agent.options.direct,
-            "cc": agent.options.cc,
+            "cc": agent.cc_profile.name,
+            "dilation": agent.topology.dilation,
+            "nominal_rate_gbps": agent.topology.nominal_rate_gbps,
             "ev_count": agent.options.ev_count,
             "mtu": agent.topology.mtu,
             "link_mtu": agent.topology.link_mtu,
@@ -145,6 +153,25 @@ class Commands:
             "policies": list(POLICIES),
             "qpns": {f"{peer}/{policy}": qp.qpn for (peer, policy), qp in agent.qps.items()},
         }
+
+    def cc_profile(self, request: Mapping[str, Any]) -> Reply:
+        """The CC profile of the agent's QPs (``{"algorithm", "config"}``, for NSCC the fields of
+        mrc_ctl_cc_nscc_cfg in its units); with ``algorithm`` and/or ``config`` given, set it
+        first (only while no message is in flight)."""
+        reject_unknown(request, set(PROFILE_KEYS))
+        agent = self.agent
+        if any(key in request for key in PROFILE_KEYS):
+            try:
+                profile = CcProfile.from_dict(
+                    {k: request[k] for k in PROFILE_KEYS if k in request}, mtu=agent.topology.mtu
+                )
+            except CcProfileError as exc:
+                raise BadRequest(f"field '{exc.field}': {exc}", exc.field) from None
+            try:
+                agent.set_cc_profile(profile)
+            except ValueError as exc:
+                raise BadRequest(str(exc)) from None
+        return {"ok": True, **agent.cc_profile.as_dict()}
 
     def stats(self, request: Mapping[str, Any]) -> Reply:
         """All statistics of the agent and the core."""

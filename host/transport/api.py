@@ -5,14 +5,21 @@ regions, completion queues and queue pairs. It mirrors the OCP MRC API concepts 
 CQ, post WRITE / WRITE_IMM, poll; EV profiles, EV states, probes, CC profiles) and is driven
 like aioquic's connection: the driver passes frames and the time in, and takes frames, timers
 and events out. Nothing here opens a socket or reads a clock. See docs/host-stack.md.
+
+Time dilation happens here and only here: the driver passes its own clock, the context runs
+the core on protocol time = driver time / ``config.dilation`` (real-fabric seconds, the unit of
+every timer in :class:`host.transport.config.StackConfig` and of the congestion control's
+parameters), and every time it hands back (timers, event and completion times, RTTs in
+statistics) is in the driver's clock again.
 """
 
 from __future__ import annotations
 
 import collections
+import dataclasses
 import random
 from collections.abc import Sequence
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 from host.transport import wire
 from host.transport.cc import DEFAULT_CC, CcProfile
@@ -21,7 +28,7 @@ from host.transport.events import Completion, Event
 from host.transport.evs import EvProfile, EvState
 from host.transport.policy import get_policy
 from host.transport.qp import QueuePair, Shared
-from host.transport.region import MemoryRegion, RegionTable
+from host.transport.region import MemoryRegion, RegionBuffer, RegionTable
 from topologies import Path
 
 __all__ = ["CompletionQueue", "Context", "MemoryRegion", "NicLike", "QueuePair"]
@@ -49,19 +56,43 @@ class NicLike(Protocol):
     def address(self) -> Any: ...  # noqa: D102
 
 
+#: event fields that are times or durations: protocol time inside the core, driver time outside
+_TIME_FIELDS = ("time", "rtt")
+
+
+_E = TypeVar("_E", bound=Event)
+
+
+def _to_driver(event: _E, dilation: float) -> _E:
+    """``event`` with its times in the driver's clock (a copy; the same object if undilated)."""
+    if dilation == 1.0:
+        return event
+    changes = {
+        f.name: getattr(event, f.name) * dilation
+        for f in dataclasses.fields(event)
+        if f.name in _TIME_FIELDS
+    }
+    return dataclasses.replace(event, **changes)
+
+
 class CompletionQueue:
     """Completions of the QPs bound to it, oldest first."""
 
-    def __init__(self, number: int, entries: collections.deque[Completion]) -> None:
+    def __init__(
+        self, number: int, entries: collections.deque[Completion], dilation: float = 1.0
+    ) -> None:
         self.number = number
         self._entries = entries
+        self._dilation = dilation
 
     def poll(self, n: int = 16) -> list[Completion]:
-        """Take up to ``n`` completions."""
+        """Take up to ``n`` completions (times in the driver's clock)."""
         out: list[Completion] = []
         entries = self._entries
+        dilation = self._dilation
         while entries and len(out) < n:
-            out.append(entries.popleft())
+            entry = entries.popleft()
+            out.append(entry if dilation == 1.0 else _to_driver(entry, dilation))
         return out
 
     def __len__(self) -> int:
@@ -90,15 +121,23 @@ class Context:
         self._qps: dict[int, QueuePair] = {}
         self._next_qpn = FIRST_QPN
         self._next_cq = 1
-        self._now = 0.0
+        self._now = 0.0  # protocol time
         self._max_frame = self.config.max_frame
+        self.dilation = self.config.dilation  #: driver seconds per protocol second
+        self._scale = 1.0 / self.dilation
+        # the last timer handed out, in both clocks: a driver woken at exactly that driver time
+        # must find it due, whatever the rounding of the division
+        self._timer = (float("inf"), float("inf"))
 
     # -- memory, CQs, QPs ---------------------------------------------------------------------
 
     def register_region(
-        self, addr: int, length: int, buffer: bytearray | None = None
+        self, addr: int, length: int, buffer: RegionBuffer | None = None
     ) -> MemoryRegion:
-        """Make ``[addr, addr + length)`` remotely writable; the region's ``rkey`` names it."""
+        """Make ``[addr, addr + length)`` remotely writable; the region's ``rkey`` names it.
+
+        ``buffer`` backs the region: a bytearray, or any :class:`host.transport.region.PlacementTarget`
+        a driver provides (e.g. another process's memory); default a new zeroed bytearray."""
         return self._regions.register(addr, length, buffer)
 
     def deregister_region(self, rkey: int) -> None:
@@ -118,7 +157,7 @@ class Context:
         self._next_cq += 1
         entries: collections.deque[Completion] = collections.deque()
         self._shared.cqs[number] = entries
-        return CompletionQueue(number, entries)
+        return CompletionQueue(number, entries, self.dilation)
 
     def create_qp(
         self,
@@ -170,6 +209,12 @@ class Context:
         except KeyError:
             raise KeyError(f"QP {qpn}: no such QP on {self.host}") from None
 
+    def destroy_qp(self, qpn: int) -> None:
+        """Forget QP ``qpn``: its pending messages are dropped, later packets for it are
+        counted as ``unknown_qp``; its number may be used again."""
+        if self._qps.pop(qpn, None) is None:
+            raise KeyError(f"QP {qpn}: no such QP on {self.host}")
+
     @property
     def qps(self) -> list[QueuePair]:
         """Every QP of this context."""
@@ -189,14 +234,27 @@ class Context:
 
     def _at(self, now: float | None) -> float:
         if now is not None:
-            self._now = max(self._now, now)
-            return now
+            proto = self._protocol_time(now)
+            self._now = max(self._now, proto)
+            return proto
         return self._now
+
+    def _protocol_time(self, now: float) -> float:
+        """The protocol time at the driver's ``now``."""
+        if self._scale == 1.0:
+            return now
+        proto = now * self._scale
+        wall, due = self._timer
+        if now >= wall and proto < due:
+            proto = due
+        return proto
 
     # -- driver interface ---------------------------------------------------------------------
 
     def receive_frame(self, plane: int, frame: bytes | bytearray | memoryview, now: float) -> None:
         """Process one frame received on ``plane``'s NIC; bad frames are dropped and counted."""
+        if self._scale != 1.0:
+            now = self._protocol_time(now)
         self._now = now
         stats = self._stats
         size = len(frame)
@@ -248,6 +306,8 @@ class Context:
 
     def frames_to_send(self, now: float) -> list[tuple[int, bytes | bytearray]]:
         """Every frame to send now, as ``(plane, frame)``: control first, then data."""
+        if self._scale != 1.0:
+            now = self._protocol_time(now)
         self._now = now
         out = self._shared.outbox
         self._shared.outbox = []
@@ -257,16 +317,22 @@ class Context:
         return out
 
     def next_timer(self) -> float | None:
-        """The absolute time at which :meth:`handle_timer` must be called (None: no timer)."""
+        """The driver time at which :meth:`handle_timer` must be called (None: no timer)."""
         when: float | None = None
         for qp in self._qps.values():
             t = qp.next_timer()
             if t is not None and (when is None or t < when):
                 when = t
-        return when
+        if when is None or self._scale == 1.0:
+            return when
+        wall = when * self.dilation
+        self._timer = (wall, when)
+        return wall
 
     def handle_timer(self, now: float) -> None:
         """Run every timer that is due (delayed ACKs, ACK timeouts, probes)."""
+        if self._scale != 1.0:
+            now = self._protocol_time(now)
         self._now = now
         for qp in self._qps.values():
             qp.handle_timer(now)
@@ -274,10 +340,22 @@ class Context:
     def next_event(self) -> Event | None:
         """The oldest event not yet taken, or None."""
         events = self._shared.events
-        return events.popleft() if events else None
+        if not events:
+            return None
+        return _to_driver(events.popleft(), self.dilation)
 
     def stats(self) -> dict[str, Any]:
-        """The statistics dict (see docs/host-stack.md)."""
+        """The statistics dict (see docs/host-stack.md): times in the driver's clock, and the
+        RTT summary also in protocol (real-fabric) time as ``rtt_protocol``."""
         out = self._shared.stats.as_dict()
         out["qps"] = {qpn: qp.describe() for qpn, qp in self._qps.items()}
+        out["dilation"] = self.dilation
+        rtt = out["rtt"]
+        out["rtt_protocol"] = dict(rtt)
+        if self.dilation != 1.0:
+            d = self.dilation
+            out["rtt"] = {k: (v if k == "count" else v * d) for k, v in rtt.items()}
+            out["ev_transitions"] = [
+                {**tr, "time": tr["time"] * d} for tr in out["ev_transitions"]
+            ]
         return out

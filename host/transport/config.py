@@ -1,9 +1,16 @@
 """Configuration of the transport core: timers, thresholds and sizes (immutable).
 
 One :class:`StackConfig` is given to a :class:`host.transport.api.Context`; every QP of the context uses
-it. Change a value with :meth:`StackConfig.with_` (returns a copy). Every default is chosen for
-emulation over Python agents and Mininet (RTTs of milliseconds, not microseconds) and is
-documented in docs/host-stack.md.
+it. Change a value with :meth:`StackConfig.with_` (returns a copy).
+
+Every time here is *protocol time*: seconds of the real fabric the testbed stands for (a 100 Gb/s
+fabric whose round trip is a few microseconds), never seconds of the emulation. The emulated
+fabric runs its links ``dilation`` times slower than the real ones (``dilation`` = nominal link
+rate / emulated link rate, :attr:`topologies.Topology.dilation`), so the context runs its
+protocol clock that many times slower than its driver's clock: every timer below fires after
+``dilation`` x its value of driver time, and every RTT the core measures is in real-fabric
+units. The defaults are real-fabric values; docs/host-stack.md ("Time dilation") says where each
+comes from.
 """
 
 from __future__ import annotations
@@ -24,16 +31,17 @@ class StackConfig:
     """Every tunable of the transport core."""
 
     mtu: int = 4096  #: payload bytes per data packet
-    ack_timeout_exp: int = (
-        17  #: t: ACK timeout = 1.024 us x 2^t (17 -> 134 ms, above emulated RTTs)
-    )
-    max_backoff_exp: int = 22  #: t never grows beyond this on repeated timeouts (4.3 s)
+    dilation: float = 1.0  #: driver seconds per protocol second (nominal / emulated link rate)
+    ack_timeout_exp: int = 7  #: t (mrc_qp_attr.timeout): ACK timeout = 1.024 us x 2^t (131 us)
+    max_backoff_exp: int = 11  #: t never grows beyond this on repeated timeouts (2.1 ms)
+    retry_linear_cnt: int = 3  #: ACK timeouts at the fixed interval before backing off (max 7)
+    retry_exp_cnt: int = 25  #: backed-off timeouts in a row before the QP fails (25: never)
     max_retransmits: int = 64  #: a packet retransmitted more often fails its message
     reorder_threshold: int = 16  #: a packet is lost when one sent this many packets later is acked
     ack_every: int = 4  #: the receiver ACKs after this many data packets...
-    ack_delay: float = 100e-6  #: ...or this long after the first unacknowledged one (seconds)
-    probe_timeout: float = 2e-3  #: a probe without reply after this long is lost (seconds)
-    probe_interval: float = 2e-3  #: gap between probes of an EV that is not GOOD (seconds)
+    ack_delay: float = 10e-9  #: ...or this long after the first unacknowledged one (seconds)
+    probe_timeout: float = 8e-6  #: a probe without reply after this long is lost (seconds)
+    probe_interval: float = 8e-6  #: gap between probes of an EV that is not GOOD (seconds)
     ev_count: int = 128  #: EVs per QP for the generated profile (split evenly over planes)
     ev_min_active: int = 1  #: never retire an EV if fewer GOOD ones would remain
     retire_path: bool = True  #: a loss retires every EV of the lost packet's path, not only its EV
@@ -54,12 +62,15 @@ class StackConfig:
     def __post_init__(self) -> None:
         checks: list[tuple[str, bool, str]] = [
             ("mtu", 64 <= self.mtu <= 9000, "64..9000 bytes"),
-            ("ack_timeout_exp", 0 <= self.ack_timeout_exp <= 31, "0..31"),
+            ("dilation", self.dilation > 0, "> 0 (driver seconds per protocol second)"),
+            ("ack_timeout_exp", 0 <= self.ack_timeout_exp <= 24, "0..24 (mrc.h)"),
             (
                 "max_backoff_exp",
                 self.ack_timeout_exp <= self.max_backoff_exp <= 31,
                 "ack_timeout_exp..31",
             ),
+            ("retry_linear_cnt", 0 <= self.retry_linear_cnt <= 7, "0..7 (mrc.h)"),
+            ("retry_exp_cnt", 0 <= self.retry_exp_cnt <= 25, "0..25, 25: no limit (mrc.h)"),
             ("max_retransmits", self.max_retransmits >= 1, ">= 1"),
             ("reorder_threshold", self.reorder_threshold >= 1, ">= 1"),
             ("ack_every", self.ack_every >= 1, ">= 1"),
@@ -87,8 +98,12 @@ class StackConfig:
 
     @property
     def ack_timeout(self) -> float:
-        """The initial ACK (retransmission) timeout in seconds: 1.024 us x 2^t."""
+        """The initial ACK (retransmission) timeout in protocol seconds: 1.024 us x 2^t."""
         return ACK_TIMEOUT_UNIT * (1 << self.ack_timeout_exp)
+
+    #: the fields that are protocol times (seconds); ``ack_timeout_exp`` and
+    #: ``max_backoff_exp`` are times too, as exponents of ``ACK_TIMEOUT_UNIT``
+    TIME_FIELDS = ("ack_delay", "probe_timeout", "probe_interval", "rto_min")
 
     def with_(self, **changes: Any) -> StackConfig:
         """A copy with some fields changed."""

@@ -6,7 +6,7 @@ from __future__ import annotations
 from host.transport import wire
 from host.transport.events import RetransmitTimeout
 from host.transport.evs import EvState
-from host.transport.qp_state import NS, TLP_PACKETS, QpState, TxPacket
+from host.transport.qp_state import NS, RETRY_EXP_UNLIMITED, TLP_PACKETS, QpState, TxPacket
 
 
 class LossRecovery(QpState):
@@ -141,13 +141,22 @@ class LossRecovery(QpState):
                     self._lose(rec, "rto", now)
                 self.cc.on_loss(nbytes=nbytes, timeout=True, now=now)
                 self._stats.rtos += 1
-                self._backoff = min(
-                    self._backoff + 1, self._cfg.max_backoff_exp - self._cfg.ack_timeout_exp
-                )
-                self._shared.events.append(
-                    RetransmitTimeout(
-                        self.qpn, len(lost), self._cfg.ack_timeout_exp + self._backoff, now
+                cfg = self._cfg
+                # mrc.h's retry counters: retry_linear_cnt timeouts at the fixed interval, then
+                # retry_exp_cnt doubled ones (25: no limit); an ACK of new data starts over
+                self._timeouts += 1
+                if self._timeouts > cfg.retry_linear_cnt:
+                    self._backoff = min(
+                        self._backoff + 1, cfg.max_backoff_exp - cfg.ack_timeout_exp
                     )
+                self._shared.events.append(
+                    RetransmitTimeout(self.qpn, len(lost), cfg.ack_timeout_exp + self._backoff, now)
                 )
+                if (
+                    cfg.retry_exp_cnt < RETRY_EXP_UNLIMITED
+                    and self._timeouts > cfg.retry_linear_cnt + cfg.retry_exp_cnt
+                ):
+                    self._fail(f"{self._timeouts} ACK timeouts in a row (retry limit)", now)
+                    return
         if self._probe_due or self._probes:
             self._run_probes(now)

@@ -138,6 +138,7 @@ class QueuePair(Sender, Receiver, LossRecovery, PathChoice):
         self._highest_acked_tsn = -1
         self.inflight = 0
         self._backoff = 0
+        self._timeouts = 0
         self._pending_messages = 0
         # RTT estimate (RFC 6298) for the adaptive ACK timeout and the tail-loss probe
         self._srtt: float | None = None

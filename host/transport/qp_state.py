@@ -39,6 +39,8 @@ NS = 1_000_000_000
 _GOOD = EvState.GOOD
 # packets a tail-loss probe re-sends at most
 TLP_PACKETS = 4
+#: mrc_qp_attr.retry.exp_cnt value meaning "no limit" (mrc.h)
+RETRY_EXP_UNLIMITED = 25
 # recycled EVs kept at most (the newest)
 RECYCLE_MAX = 4096
 # one packet in this many (a power of two) takes the spraying cycle even when EVs are recycled
@@ -197,6 +199,7 @@ class QpState:
     _highest_acked_tsn: int
     inflight: int
     _backoff: int
+    _timeouts: int  # ACK timeouts in a row (since data was last acknowledged)
     _pending_messages: int
     _srtt: float | None
     _rttvar: float
@@ -225,6 +228,10 @@ class QpState:
 
     def _lose(self, rec: TxPacket, cause: str, now: float) -> None:
         """Declare a packet lost (:class:`host.transport.loss.LossRecovery`)."""
+        raise NotImplementedError
+
+    def _fail(self, reason: str, now: float) -> None:
+        """Give up: fail every message of the QP (:class:`host.transport.sender.Sender`)."""
         raise NotImplementedError
 
     def _send_ack(self, now: float) -> None:

@@ -396,6 +396,7 @@ class Sender(QpState):
         self.cc.on_ack(acked_bytes=acked, rtt=rtt, ce_count=ce_count, pkt_count=pkt_count, now=now)
         if acked:
             self._backoff = 0
+            self._timeouts = 0
             self._last_ack = now
         limit = self._highest_acked_tsn - self._cfg.reorder_threshold
         lost: list[TxPacket] = []

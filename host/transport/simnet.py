@@ -105,6 +105,13 @@ class SimNet:
         depth = queue_depth or topo.queue_depth
         rate = (rate_mbps or topo.link_rate_mbps) * 1e6
         delay = (delay_us if delay_us is not None else topo.link_delay_us) * 1e-6
+        #: the fabric's topology with this network's link rate and delay
+        self.topology = topo.with_(
+            link={"rate_mbps": rate / 1e6, "delay_us": delay * 1e6,
+                  "nominal_rate_gbps": topo.nominal_rate_gbps}
+        )  # fmt: skip
+        #: the time dilation of contexts on this network: nominal rate / its links' rate
+        self.dilation = self.topology.dilation
         trim_at = (trim_threshold if trim_threshold is not None else depth // 2) if trim else None
         ecn_at = ecn_threshold if ecn_threshold is not None else max(1, depth // 4)
         self._block = int(fabric.block.network_address) >> 96

@@ -8,6 +8,8 @@ from dataclasses import dataclass, field
 import pytest
 
 from host.transport.api import CompletionQueue, Context, MemoryRegion, QueuePair
+from host.transport.cc import CcProfile
+from host.transport.cc.fabric import fabric_cc_profile
 from host.transport.config import StackConfig
 from host.transport.events import Event
 from host.transport.simnet import SimNet
@@ -59,7 +61,10 @@ class Net:
         return self.hosts[name]
 
     def connect(self, src: str, dst: str, **qp_options: object) -> Flow:
-        """QPs src -> dst and dst -> src, connected, with the same options."""
+        """QPs src -> dst and dst -> src, connected, with the same options (by default, NSCC
+        fitted to the in-memory network, as the agents fit it to theirs)."""
+        if "cc" not in qp_options:
+            qp_options["cc"] = fabric_cc_profile(self.sim.topology, CcProfile("nscc"))
         a, b = self.host(src), self.host(dst)
         qa = a.create_qp(dst, self.fabric.paths(src, dst), cq=self.cqs[src], **qp_options)  # type: ignore[arg-type]
         qb = b.create_qp(src, self.fabric.paths(dst, src), cq=self.cqs[dst], **qp_options)  # type: ignore[arg-type]
@@ -87,10 +92,16 @@ class Net:
 
 @pytest.fixture
 def make_net(fabric: Fabric) -> Callable[..., Net]:
-    """Factory: ``make_net(seed=1, config=StackConfig(...), **simnet_options)``."""
+    """Factory: ``make_net(seed=1, config=StackConfig(...), **simnet_options)``.
+
+    The contexts run dilated as the agents do: the fabric's nominal rate over the in-memory
+    links' rate, unless ``config`` sets a dilation of its own."""
 
     def build(seed: int = 1, config: StackConfig | None = None, **options: object) -> Net:
         sim = SimNet(fabric, seed=seed, **options)  # type: ignore[arg-type]
-        return Net(fabric, sim, config or StackConfig())
+        config = config or StackConfig()
+        if config.dilation == 1.0:
+            config = config.with_(dilation=sim.dilation)
+        return Net(fabric, sim, config)
 
     return build

@@ -36,7 +36,7 @@ def test_any_fault_mix_delivers_every_message_intact(
     make_net: Any, seed: int, loss: float, duplicate: float, reorder: float, trim_threshold: int,
     sizes: list[int], policy: str, dst: str,
 ) -> None:  # fmt: skip
-    config = StackConfig(ack_timeout_exp=14, max_retransmits=1000)
+    config = StackConfig(ack_timeout_exp=4, max_retransmits=1000)
     net = make_net(seed=seed, config=config, trim_threshold=trim_threshold)
     net.sim.set_faults(loss=loss, duplicate=duplicate, reorder=reorder, reorder_delay=2e-3)
     # two senders into one receiver: its last hop queues, so trimming happens too

@@ -17,7 +17,6 @@ from experiments.metrics import (
     goodput_series,
     percentile,
     recovery,
-    serialization_rtt,
 )
 from experiments.results import ResultsError, render, write_raw
 from topologies import Fabric, load_topology
@@ -41,9 +40,9 @@ def test_capacity_of_a_permutation(fabric: Fabric) -> None:
     assert capacity_bps(fabric, PERMUTATION, down) == pytest.approx(6 * 20e6)
 
 
-def test_serialization_rtt_is_four_full_frames_and_acks(fabric: Fabric) -> None:
+def test_base_rtt_is_four_full_frames_and_acks(fabric: Fabric) -> None:
     frame = fabric.topology.link_mtu + 14
-    assert serialization_rtt(fabric) == pytest.approx(4 * (frame + 128) * 8 / 20e6)
+    assert fabric.topology.base_rtt == pytest.approx(4 * (frame + 128) * 8 / 20e6)
 
 
 def test_capacity_of_an_incast_is_the_receiver(fabric: Fabric) -> None:

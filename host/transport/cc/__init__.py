@@ -8,10 +8,19 @@ from host.transport.cc import ecn_delay, fixed, nscc  # noqa: F401  (register th
 from host.transport.cc.base import (
     DEFAULT_CC,
     CcProfile,
+    CcProfileError,
     CongestionControl,
     available,
     create,
     register,
 )
 
-__all__ = ["DEFAULT_CC", "CcProfile", "CongestionControl", "available", "create", "register"]
+__all__ = [
+    "DEFAULT_CC",
+    "CcProfile",
+    "CcProfileError",
+    "CongestionControl",
+    "available",
+    "create",
+    "register",
+]

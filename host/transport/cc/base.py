@@ -13,18 +13,72 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 _REGISTRY: dict[str, type[CongestionControl]] = {}
-#: the algorithm QPs use unless told otherwise. UET NSCC ("nscc", host/transport/cc/nscc.py) is
-#: implemented and selectable; it becomes the default once protocol time is dilated to the
-#: emulated link rate (docs/host-stack.md, "Congestion control").
-DEFAULT_CC = "ecn-delay"
+#: the algorithm QPs use unless told otherwise: UET NSCC, MRC's default ("uet-1.0-nscc")
+DEFAULT_CC = "nscc"
+#: the keys of a CC profile as a mapping (YAML in scenarios, JSON on the agent's control
+#: interface), after mrc_ctl.h's CC profile attributes CC_ALGORITHM and CC_CONFIG
+PROFILE_KEYS = ("algorithm", "config")
+
+
+class CcProfileError(ValueError):
+    """A CC profile mapping that does not describe a usable congestion control; ``field``
+    names the key at fault (``config.base_rtt``)."""
+
+    def __init__(self, message: str, field: str) -> None:
+        super().__init__(message)
+        self.field = field
 
 
 @dataclass(frozen=True)
 class CcProfile:
-    """A congestion control choice: an algorithm name and its parameters."""
+    """A congestion control choice: an algorithm name and its parameters (for NSCC, the
+    fields of ``struct mrc_ctl_cc_nscc_cfg`` with their names and units)."""
 
     name: str = DEFAULT_CC
     params: Mapping[str, float] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, object]:
+        """``{"algorithm": name, "config": {field: value}}`` (what :meth:`from_dict` reads)."""
+        return {"algorithm": self.name, "config": dict(self.params)}
+
+    @classmethod
+    def from_dict(cls, data: object, *, mtu: int = 4096) -> CcProfile:
+        """A profile from ``{"algorithm": NAME, "config": {FIELD: NUMBER}}``, checked by
+        building the algorithm once: an unknown key, algorithm or field, or a value out of
+        range, raises :class:`CcProfileError` naming it."""
+        if not isinstance(data, Mapping):
+            raise CcProfileError(
+                f"CC profile {data!r}: expected a mapping with keys {PROFILE_KEYS}", "cc"
+            )
+        for key in data:
+            if key not in PROFILE_KEYS:
+                raise CcProfileError(f"CC profile key {key!r}: expected one of {PROFILE_KEYS}", key)
+        name = data.get("algorithm", DEFAULT_CC)
+        if name not in _REGISTRY:
+            raise CcProfileError(
+                f"CC algorithm {name!r}: expected one of {', '.join(available())}", "algorithm"
+            )
+        config = data.get("config") or {}
+        if not isinstance(config, Mapping):
+            raise CcProfileError(f"CC config {config!r}: expected a mapping of fields", "config")
+        allowed = _REGISTRY[name].defaults
+        params: dict[str, float] = {}
+        for key, value in config.items():
+            if key not in allowed:
+                raise CcProfileError(
+                    f"{name} field {key!r}: expected one of {sorted(allowed)}", f"config.{key}"
+                )
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise CcProfileError(f"{name} field {key!r} = {value!r}: expected a number",
+                                     f"config.{key}")  # fmt: skip
+            params[key] = value
+        profile = cls(name, params)
+        try:
+            create(profile, mtu=mtu)
+        except ValueError as exc:
+            bad = next((k for k in params if f" {k} " in f" {exc} "), None)
+            raise CcProfileError(str(exc), f"config.{bad}" if bad else "config") from None
+        return profile
 
 
 class CongestionControl(abc.ABC):
