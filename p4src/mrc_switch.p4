@@ -4,7 +4,9 @@
  * Static SRv6 forwarding and congestion trimming:
  *   - uN (NEXT-C-SID) shift of 16-bit uSIDs after a 32-bit block, and classic End (RFC 8986)
  *     with an SRH when the uSID carrier is exhausted;
- *   - static LPM forwarding to a port and next-hop MACs (no routing protocol, no ECMP);
+ *   - static LPM forwarding to a port and next-hop MACs (no routing protocol);
+ *   - ECMP for plain host NIC addresses of other racks (EVs that are not paths: the STEV and
+ *     UDP formats): the leaf hashes the flow over its uplinks with an action selector;
  *   - per-port thresholds: MRC data packets above the trim threshold lose their payload and
  *     go out re-marked at high priority; ECN-capable packets above the ECN threshold get CE;
  *   - counters per port and per drop reason.

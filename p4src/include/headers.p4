@@ -168,6 +168,7 @@ struct metadata_t {
     bit<16>  ecn_slope;              // RED: marking probability per packet above ecn_threshold, /65536
     bit<1>   last_hop;               // the port faces a host: a trim here is the last hop's
     qdepth_t qdepth;                 // depth of the egress port's queue (port_qdepth + port_arrivals)
+    bit<16>  ecmp_l4_src_port;       // UDP source port for the ECMP hash, 0 without UDP
 }
 
 #endif  // MRC_HEADERS_P4

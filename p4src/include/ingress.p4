@@ -10,7 +10,9 @@
  *   5. my_sid: usid_un shifts the carrier (or, when the carrier is exhausted, does End);
  *      srv6_end does End. End: with an SRH and segments_left > 0, segments_left -= 1 and
  *      dst = segment_list[segments_left]; without one the packet is dropped (SID_END);
- *   6. ipv6_lpm picks port and MACs, or drops (NO_ROUTE);
+ *   6. ipv6_ecmp: a plain host NIC address of another rack (on a leaf) goes to one of the
+ *      equal-cost uplinks, chosen by a hash of (IPv6 source, IPv6 destination, flow label,
+ *      UDP source port); anything else: ipv6_lpm picks port and MACs, or drops (NO_ROUTE);
  *   7. priority: control DSCP high, else low;
  *   8. the depth of the egress port's data queue: port_qdepth (left by the last departure)
  *      plus port_arrivals (packets queued there since);
@@ -84,6 +86,33 @@ control MrcIngress(inout headers_t hdr,
             drop_no_route;
         }
         default_action = drop_no_route();
+        size = 1024;
+    }
+
+    // ---- ipv6_ecmp: plain NIC addresses of other racks, spread over the uplinks ------------
+    // An EV that is not a path (the STEV and UDP formats) travels to the destination NIC's
+    // plain address, block:uSID(NIC)::, and the leaf picks the uplink. The entry's /48 points
+    // at a group of set_next_hop members (one per uplink). BMv2 packs the selector fields in
+    // this order with no padding between them (128 + 128 + 20 + 16 = 292 bits, zero-filled at
+    // the end to 37 bytes), hashes them with CRC-32 and takes the member (hash mod group size)
+    // in the order of the members' handles. switchmodel computes the same (switchmodel/ecmp.py).
+
+    action_selector(HashAlgorithm.crc32, 32w1024, 32w32) ecmp_selector;
+
+    table ipv6_ecmp {
+        key = {
+            hdr.ipv6.dst_addr: lpm;
+            hdr.ipv6.src_addr: selector;
+            hdr.ipv6.dst_addr: selector;
+            hdr.ipv6.flow_label: selector;
+            meta.ecmp_l4_src_port: selector;
+        }
+        actions = {
+            set_next_hop;
+            NoAction;
+        }
+        default_action = NoAction();   // not a plain NIC address of another rack: ipv6_lpm
+        implementation = ecmp_selector;
         size = 1024;
     }
 
@@ -181,8 +210,15 @@ control MrcIngress(inout headers_t hdr,
         }
 
         // -- 6: forwarding --
-        if (!ipv6_lpm.apply().hit) {
-            return;   // drop_no_route counted it
+        if (hdr.udp.isValid()) {
+            meta.ecmp_l4_src_port = hdr.udp.src_port;
+        } else {
+            meta.ecmp_l4_src_port = 0;
+        }
+        if (!ipv6_ecmp.apply().hit) {
+            if (!ipv6_lpm.apply().hit) {
+                return;   // drop_no_route counted it
+            }
         }
 
         // -- 7: priority class --
