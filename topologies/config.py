@@ -127,6 +127,11 @@ class Topology:
         return links * (frame + CONTROL_FRAME_BYTES) * 8 / rate + 2 * links * self.link_delay_us / 1e6
 
     @property
+    def frame_time(self) -> float:
+        """Emulated seconds one full-size data frame takes on a link."""
+        return (self.link_mtu + 14) * 8 / (self.link_rate_mbps * 1e6)
+
+    @property
     def link_mtu(self) -> int:
         """Interface MTU (IPv6 packet bytes) that carries a full MRC data packet."""
         return self.mtu + MAX_HEADER_BYTES - 14

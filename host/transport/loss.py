@@ -58,7 +58,7 @@ class LossRecovery(QpState):
         srtt = self._srtt
         if not self._cfg.tlp or srtt is None:
             return None
-        due = first.sent + 2.0 * srtt + self._cfg.ack_delay
+        due = first.sent + max(2.0 * srtt, srtt + 4.0 * self._rttvar) + self._cfg.ack_delay
         return due if due > self._tlp_next else self._tlp_next
 
     def _send_tlp(self, now: float) -> None:

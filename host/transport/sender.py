@@ -410,11 +410,16 @@ class Sender(QpState):
                 # that died acknowledges nothing) a packet is lost once it is older than its
                 # path's RTT allows, with a margin (LATE_FACTOR: a queue that grows makes packets
                 # older than the smoothed RTT says).
+                # A path with no RTT sample yet is judged by the QP's.
                 load = rec.slot.load
+                if load.srtt:
+                    srtt, rttvar = load.srtt, load.rttvar
+                else:
+                    srtt, rttvar = self._srtt or 0.0, self._rttvar
                 if (
                     load.acked_tsn - rec.tsn < SAME_PATH_REORDER
-                    and load.srtt
-                    and (now - rec.sent < LATE_FACTOR * (load.srtt + 4.0 * load.rttvar))
+                    and srtt
+                    and (now - rec.sent < LATE_FACTOR * (srtt + 4.0 * rttvar))
                 ):
                     continue
                 lost.append(rec)
