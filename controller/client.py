@@ -415,31 +415,46 @@ class SwitchClient:
         if update is None:
             return "<no such update>"
         entity = update.entity
-        if entity.WhichOneof("entity") == "table_entry":
+        which = entity.WhichOneof("entity")
+        if which == "table_entry":
             if self.p4info is not None:
                 return self.p4info.describe(entity.table_entry)
             return f"table entry of table id {entity.table_entry.table_id}"
-        return str(entity.WhichOneof("entity"))
+        if which == "action_profile_member" and self.p4info is not None:
+            return str(self.p4info.decode_member(entity.action_profile_member))
+        if which == "action_profile_group" and self.p4info is not None:
+            return str(self.p4info.decode_group(entity.action_profile_group))
+        return str(which)
 
     def _updates(self, kind: Any, entries: Iterable[Any]) -> list[Any]:
         updates = []
         for entry in entries:
             update = p4r.Update()
             update.type = kind
-            update.entity.table_entry.CopyFrom(entry)
+            if isinstance(entry, p4r.Entity):
+                update.entity.CopyFrom(entry)
+            elif isinstance(entry, p4r.ActionProfileMember):
+                update.entity.action_profile_member.CopyFrom(entry)
+            elif isinstance(entry, p4r.ActionProfileGroup):
+                update.entity.action_profile_group.CopyFrom(entry)
+            else:
+                update.entity.table_entry.CopyFrom(entry)
             updates.append(update)
         return updates
 
     def insert(self, entries: Iterable[Any]) -> None:
-        """INSERT these ``p4r.TableEntry`` messages in one Write."""
+        """INSERT these ``p4r.TableEntry`` messages in one Write (``p4r.ActionProfileMember``,
+        ``p4r.ActionProfileGroup`` and ``p4r.Entity`` messages too)."""
         self.write(self._updates(p4r.Update.INSERT, entries))
 
     def modify(self, entries: Iterable[Any]) -> None:
-        """MODIFY these ``p4r.TableEntry`` messages in one Write (default entries too)."""
+        """MODIFY these ``p4r.TableEntry`` messages (default entries too; and the other kinds
+        :meth:`insert` takes) in one Write."""
         self.write(self._updates(p4r.Update.MODIFY, entries))
 
     def delete(self, entries: Iterable[Any]) -> None:
-        """DELETE these ``p4r.TableEntry`` messages in one Write."""
+        """DELETE these ``p4r.TableEntry`` messages (and the other kinds :meth:`insert` takes)
+        in one Write."""
         self.write(self._updates(p4r.Update.DELETE, entries))
 
     # -- reads -------------------------------------------------------------------------------
@@ -495,6 +510,20 @@ class SwitchClient:
         entity.table_entry.is_default_action = True
         found = [e.table_entry for e in self.read([entity])]
         return found[0] if found else None
+
+    def read_profile(self, profile: str) -> tuple[list[Any], list[Any]]:
+        """The members (``p4r.ActionProfileMember``) and groups (``p4r.ActionProfileGroup``)
+        of action profile ``profile``."""
+        profile_id = self._info().action_profile_id(profile)
+        members = p4r.Entity()
+        members.action_profile_member.action_profile_id = profile_id
+        groups = p4r.Entity()
+        groups.action_profile_group.action_profile_id = profile_id
+        found = self.read([members, groups])
+        return (
+            [e.action_profile_member for e in found if e.HasField("action_profile_member")],
+            [e.action_profile_group for e in found if e.HasField("action_profile_group")],
+        )
 
     def read_counter(self, name: str) -> dict[int, tuple[int, int]]:
         """Every cell of counter ``name``: index -> (packets, bytes)."""

@@ -8,8 +8,11 @@ ids and readable values into P4Runtime bytes, and back:
   (``MrcIngress.ipv6_lpm``) or by any unambiguous suffix (``ipv6_lpm``);
 - :meth:`P4Info.table_entry` / :meth:`P4Info.default_entry`: build ``p4r.TableEntry`` messages
   from readable values (IPv6 text ``fcbb:bb00:400::/48``, MAC text, integers, bytes);
-- :meth:`P4Info.decode` / :meth:`P4Info.describe`: the reverse, for ``show``, ``diff`` and
-  error messages;
+- :meth:`P4Info.profile_member` / :meth:`P4Info.profile_group`: action profile members and
+  groups (the ECMP groups of ``MrcIngress.ipv6_ecmp``), and table entries pointing at a group
+  (``table_entry(..., group_id=N)``);
+- :meth:`P4Info.decode` / :meth:`P4Info.describe` (and :meth:`P4Info.decode_member`,
+  :meth:`P4Info.decode_group`): the reverse, for ``show``, ``diff`` and error messages;
 - :meth:`P4Info.missing`: the tables and actions of the contract (:data:`CONTRACT`) that a P4Info
   lacks, so a wrong P4Info is reported by name before anything is written.
 
@@ -20,7 +23,7 @@ are sent in canonical form (no leading zero bytes), as the P4Runtime specificati
 from __future__ import annotations
 
 import ipaddress
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -41,7 +44,10 @@ CONTRACT: Mapping[str, tuple[str, ...]] = {
     "MrcIngress.my_sid": ("MrcIngress.usid_un", "MrcIngress.srv6_end"),
     "MrcIngress.ipv6_lpm": ("MrcIngress.set_next_hop", "MrcIngress.drop_no_route"),
     "MrcIngress.port_qos": ("MrcIngress.set_port_qos",),
+    "MrcIngress.ipv6_ecmp": ("MrcIngress.set_next_hop",),
 }
+#: The action profiles of the P4 contract (with a selector: ECMP groups).
+CONTRACT_PROFILES: tuple[str, ...] = ("MrcIngress.ecmp_selector",)
 #: The counters of the P4 contract.
 CONTRACT_COUNTERS: tuple[str, ...] = (
     "MrcIngress.port_in",
@@ -76,12 +82,42 @@ class DecodedEntry:
     params: dict[str, str] = field(default_factory=dict)
     priority: int = 0
     is_default: bool = False
+    group: int = 0  # the action profile group the entry points at (0: a direct action)
 
     def __str__(self) -> str:
         keys = ", ".join(f"{k}={v}" for k, v in self.match.items()) or "default"
         args = ", ".join(f"{k}={v}" for k, v in self.params.items())
         prio = f" priority {self.priority}" if self.priority else ""
+        if self.group:
+            return f"{self.table} [{keys}]{prio} -> group {self.group}"
         return f"{self.table} [{keys}]{prio} -> {self.action or 'NoAction'}({args})"
+
+
+@dataclass(frozen=True)
+class DecodedMember:
+    """An action profile member in readable form."""
+
+    profile: str
+    member_id: int
+    action: str = ""
+    params: dict[str, str] = field(default_factory=dict)
+
+    def __str__(self) -> str:
+        args = ", ".join(f"{k}={v}" for k, v in self.params.items())
+        return f"{self.profile} member {self.member_id} -> {self.action}({args})"
+
+
+@dataclass(frozen=True)
+class DecodedGroup:
+    """An action profile group in readable form: its member ids, sorted."""
+
+    profile: str
+    group_id: int
+    members: tuple[int, ...] = ()
+
+    def __str__(self) -> str:
+        ids = ", ".join(str(m) for m in self.members) or "none"
+        return f"{self.profile} group {self.group_id} -> members {ids}"
 
 
 def canonical(data: bytes) -> bytes:
@@ -233,6 +269,14 @@ class P4Info:
                 f"(it has: {', '.join(r.preamble.name for r in self.proto.registers) or 'none'})"
             ) from None
 
+    def action_profile(self, name: str) -> Any:
+        """The ``p4i.ActionProfile`` called ``name``."""
+        return self._obj(P4Type.action_profile, name)
+
+    def action_profile_id(self, name: str) -> int:
+        """Id of action profile ``name``."""
+        return int(self.action_profile(name).preamble.id)
+
     def table_id(self, name: str) -> int:
         """Id of table ``name``."""
         return int(self.table(name).preamble.id)
@@ -285,6 +329,8 @@ class P4Info:
                     lacking.append(f"action {action} in table {table}")
         counter_names = {c.preamble.name for c in self.proto.counters}
         lacking.extend(f"counter {c}" for c in counters if c not in counter_names)
+        profile_names = {p.preamble.name for p in self.proto.action_profiles}
+        lacking.extend(f"action profile {p}" for p in CONTRACT_PROFILES if p not in profile_names)
         return lacking
 
     # -- building entries --------------------------------------------------------------------
@@ -317,12 +363,15 @@ class P4Info:
         action: str,
         params: Mapping[str, Value] | None = None,
         priority: int = 0,
+        group_id: int = 0,
     ) -> Any:
         """A ``p4r.TableEntry`` of ``table`` built from readable values.
 
         Exact fields take an integer, bytes or text (IPv6 or MAC); LPM fields take
         ``"addr/len"`` (or an ``IPv6Network``; a bare address means a full-length prefix);
         ternary fields take ``"value&&&mask"``. A zero-length LPM prefix is left out (wildcard).
+        With ``group_id`` the entry points at that action profile group (the table must have
+        an action profile) and ``action`` and ``params`` are ignored.
         """
         info = self.table(table)
         entry = p4r.TableEntry()
@@ -359,7 +408,15 @@ class P4Info:
             else:
                 raise P4InfoError(f"{what}: match type {mf.match_type} is not supported")
             entry.match.append(fm)
-        entry.action.action.CopyFrom(self._action_proto(action, params or {}))
+        if group_id:
+            if not info.implementation_id:
+                raise P4InfoError(
+                    f"table {info.preamble.name} has no action profile: group {group_id} "
+                    "cannot be its action"
+                )
+            entry.action.action_profile_group_id = group_id
+        else:
+            entry.action.action.CopyFrom(self._action_proto(action, params or {}))
         if priority:
             entry.priority = priority
         return entry
@@ -374,7 +431,58 @@ class P4Info:
         entry.action.action.CopyFrom(self._action_proto(action, params or {}))
         return entry
 
+    def profile_member(
+        self, profile: str, member_id: int, action: str, params: Mapping[str, Value] | None = None
+    ) -> Any:
+        """A ``p4r.ActionProfileMember`` of ``profile``: ``action(params)`` under ``member_id``."""
+        if member_id < 1:
+            raise P4InfoError(f"{profile} member id {member_id}: expected a positive integer")
+        member = p4r.ActionProfileMember()
+        member.action_profile_id = self.action_profile_id(profile)
+        member.member_id = member_id
+        member.action.CopyFrom(self._action_proto(action, params or {}))
+        return member
+
+    def profile_group(self, profile: str, group_id: int, members: Sequence[int]) -> Any:
+        """A ``p4r.ActionProfileGroup`` of ``profile`` holding ``members`` (weight 1 each)."""
+        if group_id < 1:
+            raise P4InfoError(f"{profile} group id {group_id}: expected a positive integer")
+        group = p4r.ActionProfileGroup()
+        group.action_profile_id = self.action_profile_id(profile)
+        group.group_id = group_id
+        for member_id in members:
+            group.members.add(member_id=member_id, weight=1)
+        return group
+
     # -- reading entries ---------------------------------------------------------------------
+
+    def _decode_action(self, act: Any) -> tuple[str, dict[str, str]]:
+        action = self.name_of(act.action_id)
+        try:
+            declared = {p.id: p for p in self.action(action).params}
+        except P4InfoError:
+            declared = {}
+        params: dict[str, str] = {}
+        for param in act.params:
+            p = declared.get(param.param_id)
+            pname = p.name if p is not None else f"#{param.param_id}"
+            params[pname] = format_value(param.value, p.bitwidth if p is not None else 0)
+        return action, params
+
+    def decode_member(self, member: Any) -> DecodedMember:
+        """A ``p4r.ActionProfileMember`` in readable form."""
+        action, params = self._decode_action(member.action)
+        return DecodedMember(
+            self.name_of(member.action_profile_id), int(member.member_id), action, params
+        )
+
+    def decode_group(self, group: Any) -> DecodedGroup:
+        """A ``p4r.ActionProfileGroup`` in readable form."""
+        return DecodedGroup(
+            self.name_of(group.action_profile_id),
+            int(group.group_id),
+            tuple(sorted(int(m.member_id) for m in group.members)),
+        )
 
     def decode(self, entry: Any) -> DecodedEntry:
         """A ``p4r.TableEntry`` in readable form (unknown ids are shown as ``#id``)."""
@@ -403,17 +511,12 @@ class P4Info:
                 match[name] = str(getattr(fm, str(kind))).strip()
         action = ""
         params: dict[str, str] = {}
-        if entry.HasField("action") and entry.action.WhichOneof("type") == "action":
-            act = entry.action.action
-            action = self.name_of(act.action_id)
-            try:
-                declared = {p.id: p for p in self.action(action).params}
-            except P4InfoError:
-                declared = {}
-            for param in act.params:
-                p = declared.get(param.param_id)
-                pname = p.name if p is not None else f"#{param.param_id}"
-                params[pname] = format_value(param.value, p.bitwidth if p is not None else 0)
+        group = 0
+        kind = entry.action.WhichOneof("type") if entry.HasField("action") else None
+        if kind == "action":
+            action, params = self._decode_action(entry.action.action)
+        elif kind == "action_profile_group_id":
+            group = int(entry.action.action_profile_group_id)
         return DecodedEntry(
             table=table_name,
             match=match,
@@ -421,6 +524,7 @@ class P4Info:
             params=params,
             priority=int(entry.priority),
             is_default=bool(entry.is_default_action),
+            group=group,
         )
 
     def describe(self, entry: Any) -> str:
