@@ -9,13 +9,17 @@ another width is a :class:`ContractError` naming it.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from p4.config.v1 import p4info_pb2 as p4i
 
 MY_SID = "MrcIngress.my_sid"
 IPV6_LPM = "MrcIngress.ipv6_lpm"
+IPV6_ECMP = "MrcIngress.ipv6_ecmp"
 PORT_QOS = "MrcIngress.port_qos"
+#: the action selector of ipv6_ecmp (its members and groups are written over P4Runtime)
+ECMP_SELECTOR = "MrcIngress.ecmp_selector"
 
 NO_ACTION = "NoAction"
 USID_UN = "MrcIngress.usid_un"
@@ -28,6 +32,8 @@ PORT_QDEPTH = "port_qdepth"
 PORT_ARRIVALS = "port_arrivals"
 #: the program's registers (declared at top level, so P4Info names them without a control)
 REGISTERS = (PORT_QDEPTH, PORT_ARRIVALS)
+#: table -> its action profile (with a selector): the table's entries point at its groups
+PROFILES: dict[str, str] = {IPV6_ECMP: ECMP_SELECTOR}
 
 # table -> (match field name, bit width, match type), actions it must offer, default action
 TABLES: dict[str, tuple[tuple[str, int, int], frozenset[str], str]] = {
@@ -40,6 +46,11 @@ TABLES: dict[str, tuple[tuple[str, int, int], frozenset[str], str]] = {
         ("hdr.ipv6.dst_addr", 128, p4i.MatchField.LPM),
         frozenset({SET_NEXT_HOP, DROP_NO_ROUTE}),
         DROP_NO_ROUTE,
+    ),
+    IPV6_ECMP: (
+        ("hdr.ipv6.dst_addr", 128, p4i.MatchField.LPM),
+        frozenset({SET_NEXT_HOP, NO_ACTION}),
+        NO_ACTION,
     ),
     PORT_QOS: (
         ("standard_metadata.egress_spec", 9, p4i.MatchField.EXACT),
@@ -87,6 +98,17 @@ class TableBinding:
     match_type: int
     action_ids: frozenset[int]
     size: int
+    profile_id: int = 0  # the action profile of an indirect table (0: direct actions)
+
+
+@dataclass(frozen=True)
+class ProfileBinding:
+    """One action profile (with a selector) under the ids of a given P4Info."""
+
+    name: str
+    id: int
+    table_id: int  # the table it implements
+    size: int
 
 
 @dataclass(frozen=True)
@@ -107,6 +129,7 @@ class Binding:
     actions: dict[int, ActionBinding]
     counters: dict[int, tuple[str, int]]  # id -> (name, size)
     registers: dict[int, str]  # id -> name (one of REGISTERS)
+    profiles: dict[int, ProfileBinding] = dataclasses.field(default_factory=dict)
 
     def table_named(self, name: str) -> TableBinding:
         """The table called ``name``."""
@@ -189,6 +212,24 @@ def bind(info: p4i.P4Info) -> Binding:
             mf.match_type,
             frozenset(ref for ref in refs if ref in action_names),
             int(table.size) or 1024,
+            int(table.implementation_id),
+        )
+
+    profiles_by_name = {p.preamble.name: p for p in info.action_profiles}
+    profiles: dict[int, ProfileBinding] = {}
+    for table_name, profile_name in PROFILES.items():
+        profile = profiles_by_name.get(profile_name)
+        if profile is None:
+            problems.append(f"action profile '{profile_name}' is missing")
+            continue
+        table = tables_by_name.get(table_name)
+        if not profile.with_selector:
+            problems.append(f"action profile '{profile_name}' has no selector")
+        if table is None or table.implementation_id != profile.preamble.id:
+            problems.append(f"table '{table_name}' is not implemented by '{profile_name}'")
+            continue
+        profiles[profile.preamble.id] = ProfileBinding(
+            profile_name, profile.preamble.id, table.preamble.id, int(profile.size) or 1024
         )
 
     counters_by_name = {c.preamble.name: c for c in info.counters}
@@ -219,4 +260,4 @@ def bind(info: p4i.P4Info) -> Binding:
 
     if problems:
         raise ContractError("P4Info is not the mrc_switch program: " + "; ".join(problems))
-    return Binding(info, tables, actions, counters, registers)
+    return Binding(info, tables, actions, counters, registers, profiles)

@@ -13,7 +13,8 @@ parser   Ethernet; IPv6 if ether type 0x86DD; SRH if next header 43 (routing typ
          PARSE_ERROR. The parser is total: any byte string gives a verdict, never an exception.
 ingress  count port_in; parser error -> drop; no IPv6 -> NOT_IPV6; hop limit <= 1 -> HOP_LIMIT,
          else decrement; my_sid (uN shift or End; End without a segment left -> SID_END);
-         ipv6_lpm (set_next_hop or drop_no_route -> NO_ROUTE); priority (control DSCP high);
+         ipv6_ecmp (a group's member picked by BMv2's hash, :mod:`switchmodel.ecmp`), on a
+         miss ipv6_lpm (set_next_hop or drop_no_route -> NO_ROUTE); priority (control DSCP high);
          depth of the egress port's data queue = port_qdepth + port_arrivals; port_qos -> trim
          (DSCP 10 MRC data, depth >= trim threshold) or ECN CE (ECT: depth >= ECN maximum
          threshold, or depth >= ECN threshold and a 16-bit random draw below
@@ -33,7 +34,8 @@ import random
 import struct
 from typing import NamedTuple
 
-from switchmodel.tables import NO_QOS, DropReason, NextHop, PipelineState, SidAction
+from switchmodel.ecmp import ecmp_hash
+from switchmodel.tables import NO_QOS, DropReason, EcmpGroup, NextHop, PipelineState, SidAction
 
 ETHERTYPE_IPV6 = 0x86DD
 NH_ROUTING = 43
@@ -197,10 +199,18 @@ def ingress(frame: bytes | bytearray | memoryview, in_port: int, state: Pipeline
             return _drop(state, _SID_END, n)
 
     hop: NextHop | None = None
-    for shift, routes in state.ipv6_lpm._probes:  # LpmTable.lookup, inlined
-        hop = routes.get(new_dst >> shift)
-        if hop is not None:
-            break
+    if state.ipv6_ecmp._probes:
+        group: EcmpGroup | None = state.ipv6_ecmp.lookup(new_dst)
+        if group is not None and group.hops:  # an empty group is a miss
+            src = int.from_bytes(frame[ETH_LEN + 8 : ETH_LEN + 24], "big")
+            sport = (frame[udp_off] << 8 | frame[udp_off + 1]) if udp_off >= 0 else 0
+            hops = group.hops
+            hop = hops[ecmp_hash(src, new_dst, vtf & 0xFFFFF, sport) % len(hops)]
+    if hop is None:
+        for shift, routes in state.ipv6_lpm._probes:  # LpmTable.lookup, inlined
+            hop = routes.get(new_dst >> shift)
+            if hop is not None:
+                break
     hit = hop is not None
     if hop is None:
         hop = state.ipv6_lpm_default

@@ -6,6 +6,8 @@ translates every change into the :class:`~switchmodel.tables.PipelineState` the 
 under the data path's lock. Table entries arrive as :class:`~switchmodel.wire.TableEntryData`
 (decoded from the wire by :mod:`switchmodel.wire`, or from a ``p4r.TableEntry``) and are kept as
 the bytes a Read answers with, so neither a write nor a read builds protobuf messages for them.
+Action profile members and groups (the ECMP groups of ``ipv6_ecmp``) are kept by
+:mod:`switchmodel.profiles`; ``ipv6_ecmp`` entries point at a group by id.
 
 Errors are :class:`RuntimeStatus` exceptions carrying a ``google.rpc.Code`` and a message that
 names the offending entity; the gRPC adapter (:mod:`switchmodel.server`) turns them into RPC
@@ -27,6 +29,7 @@ from p4.v1 import p4runtime_pb2 as p4r
 
 from switchmodel import contract, wire
 from switchmodel.contract import Binding, ContractError, TableBinding
+from switchmodel.profiles import ProfileError, ProfileState
 from switchmodel.tables import (
     DROP_NO_ROUTE,
     NO_QOS,
@@ -100,6 +103,8 @@ class SwitchRuntime:
         # table id -> key -> the entry as one element of ReadResponse.entities
         self._entries: dict[int, dict[Key, bytes]] = {}
         self._defaults: dict[int, p4r.TableEntry] = {}
+        self._profiles: dict[int, ProfileState] = {}  # action profile id -> its state
+        self._group_of: dict[int, dict[Key, int]] = {}  # indirect table id -> key -> group id
 
     # -- pipeline config ---------------------------------------------------------------------
 
@@ -158,6 +163,10 @@ class SwitchRuntime:
         self._committed = config
         self._entries = {table_id: {} for table_id in config.binding.tables}
         self._defaults = {}
+        self._profiles = {
+            p.id: ProfileState(p.name, p.id, p.size) for p in config.binding.profiles.values()
+        }
+        self._group_of = {p.table_id: {} for p in config.binding.profiles.values()}
         with self.target.lock:
             self.target.state = PipelineState()
 
@@ -200,6 +209,10 @@ class SwitchRuntime:
                 self._write_counter(binding, update.type, update.entity.counter_entry)
             elif kind == "register_entry":
                 self._write_register(binding, update.type, update.entity.register_entry)
+            elif kind == "action_profile_member":
+                self._write_member(binding, update.type, update.entity.action_profile_member)
+            elif kind == "action_profile_group":
+                self._write_group(binding, update.type, update.entity.action_profile_group)
             else:
                 raise RuntimeStatus(
                     code_pb2.UNIMPLEMENTED, f"writing {kind or 'an empty entity'} is not supported"
@@ -216,6 +229,76 @@ class SwitchRuntime:
         """
         with self._lock:
             self._write_table_entry(self._require(), kind, entry, original)
+
+    def _profile(self, profile_id: int) -> ProfileState:
+        profile = self._profiles.get(profile_id)
+        if profile is None:
+            raise RuntimeStatus(
+                code_pb2.NOT_FOUND, f"action profile id {profile_id:#x} is not in the P4Info"
+            )
+        return profile
+
+    def _write_member(self, binding: Binding, kind: int, member: p4r.ActionProfileMember) -> None:
+        profile = self._profile(member.action_profile_id)
+        hop = None
+        if kind != p4r.Update.DELETE:
+            bound = binding.actions.get(member.action.action_id)
+            if bound is None or bound.name != contract.SET_NEXT_HOP:
+                raise _invalid(
+                    f"{profile.name} member {member.member_id}: the action must be "
+                    f"{contract.SET_NEXT_HOP}"
+                )
+            table = binding.tables[binding.profiles[profile.profile_id].table_id]
+            _name, params = self._action_data(
+                binding,
+                table,
+                wire.table_entry_data(p4r.TableEntry(action=p4r.TableAction(action=member.action))),
+            )
+            hop = next_hop(
+                params["port"], params["smac"].to_bytes(6, "big"), params["dmac"].to_bytes(6, "big")
+            )
+        try:
+            with self.target.lock:
+                profile.write_member(kind, member, hop)
+        except ProfileError as exc:
+            raise RuntimeStatus(exc.code, exc.message) from None
+
+    def _write_group(self, binding: Binding, kind: int, group: p4r.ActionProfileGroup) -> None:
+        profile = self._profile(group.action_profile_id)
+        try:
+            with self.target.lock:
+                profile.write_group(kind, group)
+        except ProfileError as exc:
+            raise RuntimeStatus(exc.code, exc.message) from None
+
+    def _write_indirect_entry(
+        self, table: TableBinding, kind: int, key: Key, entry: TableEntryData
+    ) -> None:
+        """INSERT, MODIFY or DELETE an entry of a table with an action selector: its action is
+        a group of the table's action profile."""
+        profile = self._profile(table.profile_id)
+        groups = self._group_of[table.id]
+        if kind != p4r.Update.DELETE and entry.action_kind != "action_profile_group_id":
+            raise _invalid(
+                f"{table.name}: entry {self._describe(table, key)} needs an action profile group "
+                f"of {profile.name} (the table has an action selector)"
+            )
+        with self.target.lock:
+            state = self.target.state
+            assert state is not None  # committed implies a state
+            try:
+                data = profile.use_group(entry.group_id) if kind != p4r.Update.DELETE else None
+            except ProfileError as exc:
+                raise RuntimeStatus(exc.code, exc.message) from None
+            previous = groups.get(key)
+            if previous is not None:
+                profile.release_group(previous)
+            if data is None:
+                groups.pop(key, None)
+                state.ipv6_ecmp.remove(*key)
+            else:
+                groups[key] = entry.group_id
+                state.ipv6_ecmp.insert(key[0], key[1], data)
 
     def _table(self, binding: Binding, table_id: int) -> TableBinding:
         table = binding.tables.get(table_id)
@@ -284,6 +367,9 @@ class SwitchRuntime:
         data, other fields as written; framed as one element of ``ReadResponse.entities``."""
         value, length = key
         lpm = table.match_type == p4i.MatchField.LPM
+        if original is None and entry.group_id:
+            original = wire.table_entry_proto(entry._replace(action_kind=None))
+            original.action.action_profile_group_id = entry.group_id
         if original is None:
             action = entry.action
             assert action is not None  # checked by _action_data
@@ -330,6 +416,8 @@ class SwitchRuntime:
                 raise _invalid(f"{table.name}: a default entry has no match fields")
             if entry.action_kind is not None:
                 name, params = self._action_data(binding, table, entry)
+                if table.profile_id and name != contract.NO_ACTION:
+                    raise _invalid(f"{table.name}: the default action can only be NoAction")
                 if original is not None:
                     stored = p4r.TableEntry()
                     stored.CopyFrom(original)
@@ -353,8 +441,7 @@ class SwitchRuntime:
                 raise RuntimeStatus(
                     code_pb2.RESOURCE_EXHAUSTED, f"{table.name}: table full ({table.size} entries)"
                 )
-            name, params = self._action_data(binding, table, entry)
-            self._apply(table, key, name, params)
+            self._set(binding, table, kind, key, entry)
             entries[key] = self._stored(entry, key, table, original)
         elif kind == p4r.Update.MODIFY:
             if key not in entries:
@@ -362,8 +449,7 @@ class SwitchRuntime:
                     code_pb2.NOT_FOUND,
                     f"{table.name}: no entry {self._describe(table, key)} to modify",
                 )
-            name, params = self._action_data(binding, table, entry)
-            self._apply(table, key, name, params)
+            self._set(binding, table, kind, key, entry)
             entries[key] = self._stored(entry, key, table, original)
         elif kind == p4r.Update.DELETE:
             if key not in entries:
@@ -371,10 +457,22 @@ class SwitchRuntime:
                     code_pb2.NOT_FOUND,
                     f"{table.name}: no entry {self._describe(table, key)} to delete",
                 )
-            self._apply(table, key, None, {})
+            self._set(binding, table, kind, key, entry)
             del entries[key]
         else:
             raise _invalid(f"{table.name}: update type {kind} is not INSERT, MODIFY or DELETE")
+
+    def _set(
+        self, binding: Binding, table: TableBinding, kind: int, key: Key, entry: TableEntryData
+    ) -> None:
+        """Make the data path see an INSERT, MODIFY or DELETE of the entry at ``key``."""
+        if table.profile_id:
+            self._write_indirect_entry(table, kind, key, entry)
+        elif kind == p4r.Update.DELETE:
+            self._apply(table, key, None, {})
+        else:
+            name, params = self._action_data(binding, table, entry)
+            self._apply(table, key, name, params)
 
     @staticmethod
     def _describe(table: TableBinding, key: Key) -> str:
@@ -505,9 +603,29 @@ class SwitchRuntime:
                 return list(self._read_counters(binding, entity.counter_entry))
             if kind == "register_entry":
                 return list(self._read_registers(binding, entity.register_entry))
+            if kind == "action_profile_member":
+                want_member = entity.action_profile_member
+                return [
+                    chunk
+                    for profile in self._profiles_of(want_member.action_profile_id)
+                    for chunk in profile.read_members(want_member.member_id)
+                ]
+            if kind == "action_profile_group":
+                want_group = entity.action_profile_group
+                return [
+                    chunk
+                    for profile in self._profiles_of(want_group.action_profile_id)
+                    for chunk in profile.read_groups(want_group.group_id)
+                ]
             raise RuntimeStatus(
                 code_pb2.UNIMPLEMENTED, f"reading {kind or 'an empty entity'} is not supported"
             )
+
+    def _profiles_of(self, profile_id: int) -> list[ProfileState]:
+        """The profile ``profile_id`` (every profile for 0: a wildcard read)."""
+        if profile_id:
+            return [self._profile(profile_id)]
+        return [self._profiles[pid] for pid in sorted(self._profiles)]
 
     def _read_tables(self, binding: Binding, want: p4r.TableEntry) -> Iterator[bytes]:
         tables = (

@@ -7,6 +7,7 @@ the pure pipeline (:mod:`switchmodel.pipeline`) only looks them up:
   (lookups try the lengths in use, longest first: two dict probes for the fabric's /48 + /128);
 - :class:`ExactTable` -- exact match (a dict);
 - :class:`NextHop`, :class:`PortQos` -- the action data of ``set_next_hop`` and ``set_port_qos``;
+- :class:`EcmpGroup` -- an ECMP group of ``ipv6_ecmp``: its members' next hops in BMv2's order;
 - :class:`Counters`, :class:`PipelineState` -- counter arrays, the ``port_qdepth`` register and
   the three tables with their default actions: everything the pipeline reads and writes.
 
@@ -75,6 +76,17 @@ class PortQos(NamedTuple):
     def fixed(cls, trim_threshold: int, ecn_threshold: int, last_hop: int = 0) -> PortQos:
         """Trimming and ECN marking at fixed thresholds (no RED)."""
         return cls(trim_threshold, ecn_threshold, ecn_threshold, 0, last_hop)
+
+
+class EcmpGroup:
+    """An action profile group of ``ecmp_selector`` as the data path sees it: the next hops of
+    its members in the order BMv2 picks from (by member handle). ``ipv6_ecmp`` entries hold
+    the group object itself, so a change of its members is seen at once."""
+
+    __slots__ = ("hops",)
+
+    def __init__(self, hops: tuple[NextHop, ...] = ()) -> None:
+        self.hops = hops
 
 
 # ``drop_no_route`` as ipv6_lpm action data: a next hop no packet can leave by.
@@ -196,6 +208,7 @@ class PipelineState:
     my_sid_default: SidAction = SidAction.NO_ACTION
     ipv6_lpm: LpmTable[NextHop] = field(default_factory=LpmTable)
     ipv6_lpm_default: NextHop = DROP_NO_ROUTE
+    ipv6_ecmp: LpmTable[EcmpGroup] = field(default_factory=LpmTable)
     port_qos: ExactTable[PortQos] = field(default_factory=ExactTable)
     port_qos_default: PortQos = NO_QOS
     counters: Counters = field(default_factory=Counters)

@@ -77,6 +77,7 @@ class TableEntryData(NamedTuple):
     action: ActionCall | None  # the direct action when action_kind == "action"
     priority: int
     is_default_action: bool
+    group_id: int = 0  # the action profile group when action_kind == "action_profile_group_id"
 
 
 class WriteRequestData(NamedTuple):
@@ -435,6 +436,7 @@ def table_entry_data(entry: p4r.TableEntry) -> TableEntryData:
             match.append(Match(fm.field_id, kind, b"", 0))
     action_kind: str | None = None
     action: ActionCall | None = None
+    group_id = 0
     if entry.HasField("action"):
         action_kind = entry.action.WhichOneof("type") or ""
         if action_kind == "action":
@@ -442,6 +444,8 @@ def table_entry_data(entry: p4r.TableEntry) -> TableEntryData:
             action = ActionCall(
                 call.action_id, tuple((param.param_id, param.value) for param in call.params)
             )
+        elif action_kind == "action_profile_group_id":
+            group_id = int(entry.action.action_profile_group_id)
     return TableEntryData(
         entry.table_id,
         tuple(match),
@@ -449,6 +453,7 @@ def table_entry_data(entry: p4r.TableEntry) -> TableEntryData:
         action,
         entry.priority,
         entry.is_default_action,
+        group_id,
     )
 
 

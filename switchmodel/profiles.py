@@ -1,0 +1,216 @@
+"""Action profile members and groups (the ECMP groups of ``ipv6_ecmp``), as P4Runtime sees them.
+
+One :class:`ProfileState` per action profile of the program keeps what was written -- each
+member's action and parameters, each group's member ids, and how many table entries point at
+each group -- and the :class:`~switchmodel.tables.EcmpGroup` objects the data path reads. The
+members of a group are ordered as BMv2 orders them: by the handle BMv2 gives a member when it
+is created, the smallest handle not in use (so creation order on a fresh switch, and a handle
+freed by a delete is reused first). With the same writes, both targets therefore pick the same
+member for the same hash (:mod:`switchmodel.ecmp`).
+
+The rules follow P4Runtime (and what BMv2's server answers): a group may hold only existing
+members, each once; a member still in a group and a group still used by a table entry cannot be
+deleted (FAILED_PRECONDITION); a duplicate insert is ALREADY_EXISTS, a missing id NOT_FOUND.
+Errors are :class:`~switchmodel.runtime.RuntimeStatus`-compatible ``(code, message)`` pairs
+raised as :class:`ProfileError`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+from google.rpc import code_pb2
+from p4.v1 import p4runtime_pb2 as p4r
+
+from switchmodel.tables import EcmpGroup, NextHop
+
+
+class ProfileError(Exception):
+    """A refused member or group write: a ``google.rpc.Code`` and a message."""
+
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+@dataclass
+class _Member:
+    handle: int
+    hop: NextHop
+    stored: bytes  # the member as one element of ReadResponse.entities
+
+
+@dataclass
+class _Group:
+    members: tuple[int, ...]  # member ids, sorted
+    data: EcmpGroup = field(default_factory=EcmpGroup)
+    users: int = 0  # table entries pointing at the group
+
+
+def _chunk(entity: p4r.Entity) -> bytes:
+    """``entity`` framed as one element of ``ReadResponse.entities``."""
+    return bytes(p4r.ReadResponse(entities=[entity]).SerializeToString())
+
+
+class ProfileState:
+    """The members and groups of one action profile (with a selector)."""
+
+    def __init__(self, name: str, profile_id: int, size: int) -> None:
+        self.name = name
+        self.profile_id = profile_id
+        self.size = size
+        self._members: dict[int, _Member] = {}
+        self._groups: dict[int, _Group] = {}
+
+    # -- members -----------------------------------------------------------------------------
+
+    def _free_handle(self) -> int:
+        used = {m.handle for m in self._members.values()}
+        handle = 0
+        while handle in used:
+            handle += 1
+        return handle
+
+    def write_member(self, kind: int, member: p4r.ActionProfileMember, hop: NextHop | None) -> None:
+        """INSERT, MODIFY or DELETE ``member``; ``hop`` is its decoded ``set_next_hop`` (None
+        for a DELETE)."""
+        member_id = int(member.member_id)
+        what = f"{self.name} member {member_id}"
+        if member_id < 1:
+            raise ProfileError(code_pb2.INVALID_ARGUMENT, f"{what}: expected a member id >= 1")
+        current = self._members.get(member_id)
+        if kind == p4r.Update.DELETE:
+            if current is None:
+                raise ProfileError(code_pb2.NOT_FOUND, f"{what} does not exist")
+            holders = sorted(g for g, grp in self._groups.items() if member_id in grp.members)
+            if holders:
+                raise ProfileError(
+                    code_pb2.FAILED_PRECONDITION,
+                    f"{what} is still in group(s) {', '.join(map(str, holders))}",
+                )
+            del self._members[member_id]
+            return
+        assert hop is not None
+        stored = p4r.Entity()
+        stored.action_profile_member.CopyFrom(member)
+        if kind == p4r.Update.INSERT:
+            if current is not None:
+                raise ProfileError(code_pb2.ALREADY_EXISTS, f"{what} already exists")
+            if len(self._members) >= self.size:
+                raise ProfileError(
+                    code_pb2.RESOURCE_EXHAUSTED, f"{self.name}: full ({self.size} members)"
+                )
+            self._members[member_id] = _Member(self._free_handle(), hop, _chunk(stored))
+        elif kind == p4r.Update.MODIFY:
+            if current is None:
+                raise ProfileError(code_pb2.NOT_FOUND, f"{what} does not exist")
+            current.hop = hop
+            current.stored = _chunk(stored)
+            for group in self._groups.values():
+                if member_id in group.members:
+                    self._refresh(group)
+        else:
+            raise ProfileError(code_pb2.INVALID_ARGUMENT, f"{what}: update type {kind} unknown")
+
+    # -- groups ------------------------------------------------------------------------------
+
+    def _refresh(self, group: _Group) -> None:
+        """Recompute the next hops the data path picks from, in member handle order."""
+        members = sorted((self._members[m] for m in group.members), key=lambda m: m.handle)
+        group.data.hops = tuple(m.hop for m in members)
+
+    def write_group(self, kind: int, group: p4r.ActionProfileGroup) -> None:
+        """INSERT, MODIFY (its member list is replaced) or DELETE ``group``."""
+        group_id = int(group.group_id)
+        what = f"{self.name} group {group_id}"
+        if group_id < 1:
+            raise ProfileError(code_pb2.INVALID_ARGUMENT, f"{what}: expected a group id >= 1")
+        current = self._groups.get(group_id)
+        if kind == p4r.Update.DELETE:
+            if current is None:
+                raise ProfileError(code_pb2.NOT_FOUND, f"{what} does not exist")
+            if current.users:
+                raise ProfileError(
+                    code_pb2.FAILED_PRECONDITION,
+                    f"{what} is still used by {current.users} table entries",
+                )
+            del self._groups[group_id]
+            return
+        ids: list[int] = []
+        for member in group.members:
+            if member.member_id not in self._members:
+                raise ProfileError(
+                    code_pb2.NOT_FOUND, f"{what}: member {member.member_id} does not exist"
+                )
+            if member.weight not in (0, 1):
+                raise ProfileError(
+                    code_pb2.UNIMPLEMENTED,
+                    f"{what}: member {member.member_id} has weight {member.weight}; "
+                    "only weight 1 is supported",
+                )
+            if member.member_id in ids:
+                raise ProfileError(
+                    code_pb2.INVALID_ARGUMENT, f"{what}: member {member.member_id} given twice"
+                )
+            ids.append(int(member.member_id))
+        if group.max_size and len(ids) > group.max_size:
+            raise ProfileError(
+                code_pb2.INVALID_ARGUMENT,
+                f"{what}: {len(ids)} members exceed its max_size {group.max_size}",
+            )
+        if kind == p4r.Update.INSERT:
+            if current is not None:
+                raise ProfileError(code_pb2.ALREADY_EXISTS, f"{what} already exists")
+            if len(self._groups) >= self.size:
+                raise ProfileError(
+                    code_pb2.RESOURCE_EXHAUSTED, f"{self.name}: full ({self.size} groups)"
+                )
+            current = self._groups[group_id] = _Group(tuple(sorted(ids)))
+        elif kind == p4r.Update.MODIFY:
+            if current is None:
+                raise ProfileError(code_pb2.NOT_FOUND, f"{what} does not exist")
+            current.members = tuple(sorted(ids))
+        else:
+            raise ProfileError(code_pb2.INVALID_ARGUMENT, f"{what}: update type {kind} unknown")
+        self._refresh(current)
+
+    def use_group(self, group_id: int) -> EcmpGroup:
+        """A table entry now points at ``group_id``: its data (NOT_FOUND when it does not
+        exist)."""
+        group = self._groups.get(group_id)
+        if group is None:
+            raise ProfileError(code_pb2.NOT_FOUND, f"{self.name} group {group_id} does not exist")
+        group.users += 1
+        return group.data
+
+    def release_group(self, group_id: int) -> None:
+        """A table entry no longer points at ``group_id``."""
+        group = self._groups.get(group_id)
+        if group is not None and group.users:
+            group.users -= 1
+
+    # -- reads -------------------------------------------------------------------------------
+
+    def read_members(self, member_id: int = 0) -> Iterator[bytes]:
+        """The members (one when ``member_id`` is given), framed for a ReadResponse."""
+        for mid in sorted(self._members) if not member_id else [member_id]:
+            found = self._members.get(mid)
+            if found is not None:
+                yield found.stored
+
+    def read_groups(self, group_id: int = 0) -> Iterator[bytes]:
+        """The groups (one when ``group_id`` is given), framed for a ReadResponse: each with
+        its members in id order, weight 1."""
+        for gid in sorted(self._groups) if not group_id else [group_id]:
+            found = self._groups.get(gid)
+            if found is None:
+                continue
+            entity = p4r.Entity()
+            group = entity.action_profile_group
+            group.action_profile_id = self.profile_id
+            group.group_id = gid
+            for member_id in found.members:
+                group.members.add(member_id=member_id, weight=1)
+            yield _chunk(entity)
