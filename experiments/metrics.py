@@ -354,8 +354,10 @@ def summarise(fabric: Fabric, result: TransportResult, interval: float) -> dict[
                     "fault": f"{mark.action} {mark.target}",
                     "flows_active": active,
                     "recovery_s": took,
+                    "recovery_real_s": real_time(fabric, took),
                     "recovery_rtts": rtts,
                     "ev_failover_p50_s": median,
+                    "ev_failover_p50_real_s": real_time(fabric, median),
                     "ev_failover_max_s": worst,
                     "ev_failover_p50_rtts": median / rtt if median is not None and rtt else None,
                     "ev_failover_qps": qps,
@@ -387,10 +389,32 @@ def summarise(fabric: Fabric, result: TransportResult, interval: float) -> dict[
         "host_totals": totals,
         "switch_totals": switch_totals,
         "base_rtt_s": base_rtt,
+        "base_rtt_real_s": real_time(fabric, base_rtt),
+        "dilation": fabric.topology.dilation,
+        "nominal_rate_gbps": fabric.topology.nominal_rate_gbps,
         "agent_min_rtt_s": result.base_rtt_s,
         "recovery": recoveries,
         "planes_bytes": dict(result.planes),
     }
+
+
+def real_time(fabric: Fabric, seconds: float | None) -> float | None:
+    """The real-fabric equivalent of ``seconds`` measured on the emulation: divided by the
+    topology's time dilation (nominal link rate / emulated link rate)."""
+    return None if seconds is None else seconds / fabric.topology.dilation
+
+
+def format_real(seconds: float | None, nominal_rate_gbps: object) -> str:
+    """``4.1 us at 100 Gb/s``: a real-fabric time in the unit that reads best."""
+    if seconds is None:
+        return "-"
+    for unit, scale in (("ns", 1e-9), ("us", 1e-6), ("ms", 1e-3)):
+        if seconds < 1000 * scale:
+            text = f"{seconds / scale:.3g} {unit}"
+            break
+    else:
+        text = f"{seconds:.3g} s"
+    return f"{text} at {float(nominal_rate_gbps):g} Gb/s"  # type: ignore[arg-type]
 
 
 def format_seconds(value: float | None) -> str:
@@ -409,13 +433,21 @@ def summary_rows(metrics: Mapping[str, Mapping[str, object]]) -> list[list[str]]
         if isinstance(rec, list) and rec:
             first = rec[0]
             took = first.get("recovery_s")
+            nominal = m.get("nominal_rate_gbps")
             rec_text = "never" if took is None else format_seconds(took)
+            real = first.get("recovery_real_s")
+            if took is not None and real is not None and nominal:
+                rec_text += f" = {format_real(real, nominal)}"
             if not first.get("flows_active", True):
                 rec_text = "done before"
             failover = first.get("ev_failover_p50_s")
             if failover is not None:
                 rtts = first.get("ev_failover_p50_rtts")
-                ev_text = f"{failover * 1000:.1f} ms" + (f" ({rtts:.1f} RTT)" if rtts else "")
+                ev_text = f"{failover * 1000:.1f} ms"
+                real = first.get("ev_failover_p50_real_s")
+                if real is not None and nominal:
+                    ev_text += f" = {format_real(real, nominal)}"
+                ev_text += f" ({rtts:.1f} RTT)" if rtts else ""
         p50 = m.get("flow_completion_p50_s")
         worst = m.get("flow_completion_max_s")
         rows.append(

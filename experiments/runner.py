@@ -281,6 +281,11 @@ class MrcFlows:
         self.testbed.set_trimming(
             self.phase.transport.trimming, scenario.trim_threshold, scenario.ecn_threshold
         )
+        cc = self.phase.transport.cc
+        if cc is not None:
+            for host in self.testbed.fabric.hosts:
+                with self.client(host.name) as c:
+                    c.request("cc-profile", **cc.as_dict())
         for i, (w, _src, dst) in enumerate(self.flows):
             size = self.phase.scenario.workloads[w].total_bytes
             with self.client(dst) as c:

@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from host.transport.cc import CcProfile, CcProfileError
 from topologies import Fabric, Link, Topology, TopologyError, load_topology
 from topologies.config import FieldError, read_yaml_file, shipped_topology
 
@@ -86,6 +87,7 @@ class Transport:
     name: str
     kind: str
     trimming: bool = True  # switches trim above their threshold (off: they drop)
+    cc: CcProfile | None = None  # MRC transports: the agents' CC profile (None: the default)
 
     @property
     def is_kernel(self) -> bool:
@@ -286,6 +288,8 @@ _TOP = (
     "topology",
     "link_rate_mbps",
     "link_delay_us",
+    "nominal_rate_gbps",
+    "cc",
     "queue_depth",
     "trim_threshold",
     "ecn_threshold",
@@ -305,7 +309,7 @@ _WORKLOAD = (
     "senders",
     "seed",
 )
-_TRANSPORT = ("name", "transport", "trimming")
+_TRANSPORT = ("name", "transport", "trimming", "cc")
 _FAULT = ("kind", "at_s", "link", "switch", "down_s", "until_s", "rate_per_min")
 
 
@@ -325,11 +329,19 @@ def _topology(p: _Parser, data: Mapping[str, Any], base: Path) -> Topology:
     try:
         topo = load_topology(path)
         changes: dict[str, Any] = {}
-        link = {"rate_mbps": topo.link_rate_mbps, "delay_us": topo.link_delay_us}
+        link = {
+            "rate_mbps": topo.link_rate_mbps,
+            "delay_us": topo.link_delay_us,
+            "nominal_rate_gbps": topo.nominal_rate_gbps,
+        }
         if "link_rate_mbps" in data:
             link["rate_mbps"] = p.number("link_rate_mbps", data["link_rate_mbps"], 0.0, strict=True)
         if "link_delay_us" in data:
             link["delay_us"] = p.number("link_delay_us", data["link_delay_us"])
+        if "nominal_rate_gbps" in data:
+            link["nominal_rate_gbps"] = p.number(
+                "nominal_rate_gbps", data["nominal_rate_gbps"], 0.0, strict=True
+            )
         changes["link"] = link
         if "queue_depth" in data:
             changes["switch"] = {"queue_depth": p.integer("queue_depth", data["queue_depth"], 1)}
@@ -380,17 +392,32 @@ def _workload(p: _Parser, i: int, value: object, fabric: Fabric) -> Workload:
     return Workload(kind, message, total, start, hosts, tuple(pairs), receiver, senders, seed)
 
 
-def _transport(p: _Parser, i: int, value: object) -> Transport:
+def _cc(p: _Parser, field: str, value: object, mtu: int) -> CcProfile:
+    """A CC profile: ``{algorithm: nscc, config: {mrc_ctl_cc_nscc_cfg fields}}``."""
+    try:
+        return CcProfile.from_dict(value, mtu=mtu)
+    except CcProfileError as exc:
+        at = field if exc.field == "cc" else f"{field}.{exc.field}"
+        raise p.fail(at, value, f"a CC profile ({exc})") from None
+
+
+def _transport(
+    p: _Parser, i: int, value: object, default_cc: CcProfile | None, mtu: int
+) -> Transport:
     f = f"transports[{i}]"
     if isinstance(value, str):
-        return Transport(value, p.choice(f, value, TRANSPORTS))
+        kind = p.choice(f, value, TRANSPORTS)
+        return Transport(value, kind, cc=None if kind in KERNEL_TRANSPORTS else default_cc)
     t = p.mapping(f, value, _TRANSPORT)
     kind = p.choice(f"{f}.transport", t.get("transport"), TRANSPORTS)
     name = p.string(f"{f}.name", t.get("name", kind))
     trimming = t.get("trimming", True)
     if not isinstance(trimming, bool):
         raise p.fail(f"{f}.trimming", trimming, "true or false")
-    return Transport(name, kind, trimming)
+    cc = _cc(p, f"{f}.cc", t["cc"], mtu) if "cc" in t else default_cc
+    if cc is not None and kind in KERNEL_TRANSPORTS:
+        raise p.fail(f"{f}.cc", t.get("cc"), f"no CC profile: {kind} is a kernel transport")
+    return Transport(name, kind, trimming, cc)
 
 
 def _fault(p: _Parser, i: int, value: object, fabric: Fabric, duration: float) -> Fault:
@@ -465,7 +492,10 @@ def parse_scenario(data: object, source: str = "<memory>", base: Path | None = N
     raw_transports = d.get("transports", ["mrc"])
     if not isinstance(raw_transports, list) or not raw_transports:
         raise p.fail("transports", raw_transports, "a non-empty list of transports")
-    transports = tuple(_transport(p, i, t) for i, t in enumerate(raw_transports))
+    default_cc = _cc(p, "cc", d["cc"], topo.mtu) if "cc" in d else None
+    transports = tuple(
+        _transport(p, i, t, default_cc, topo.mtu) for i, t in enumerate(raw_transports)
+    )
     names = [t.name for t in transports]
     if len(set(names)) != len(names):
         raise p.fail("transports", names, "distinct transport names (give each a 'name')")
