@@ -32,7 +32,15 @@ from typing import Any
 from controller.client import P4RuntimeError, SwitchClient, SwitchUnreachable
 from controller.counters import SwitchCounters, read_counters
 from controller.endpoints import TARGETS, Endpoints, EndpointsError, resolve
-from controller.entries import Entry, SwitchTables, diff, fabric_tables
+from controller.entries import (
+    GROUP,
+    MANAGED_PROFILES,
+    TABLE_ENTRY,
+    Entry,
+    SwitchTables,
+    diff,
+    fabric_tables,
+)
 from controller.p4info import P4Info, P4InfoError, default_bmv2_json_path, default_p4info_path
 from controller.push import (
     DEFAULT_BATCH,
@@ -119,7 +127,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("show", parents=[common], help="the installed entries of one switch")
     p.add_argument("name", metavar="SWITCH")
-    p.add_argument("--table", help="only this table (e.g. ipv6_lpm)")
+    p.add_argument(
+        "--table", help="only this table or action profile (e.g. ipv6_lpm, ecmp_selector)"
+    )
     p.add_argument("--dry-run", action="store_true", help="show the intended entries instead")
 
     p = sub.add_parser("diff", parents=[common], help="intended vs installed (exit 1 if different)")
@@ -272,10 +282,17 @@ def _entries_table(ctx: Context, switch: str, entries: Sequence[Entry], title: s
             )
             or "(default)"
         )
+        if e.kind != TABLE_ENTRY:
+            match = f"{e.kind} {e.number}"
         params = ", ".join(
             f"{k}={_peer_label(ctx, switch, v) if k == 'port' else v}" for k, v in e.params
         )
-        table.add_row(e.table.rsplit(".", 1)[-1], match, e.action.rsplit(".", 1)[-1], params)
+        action = e.action.rsplit(".", 1)[-1]
+        if e.kind == GROUP:
+            action, params = "(group)", f"members {', '.join(map(str, e.members))}"
+        elif e.group:
+            action = f"group {e.group}"
+        table.add_row(e.table.rsplit(".", 1)[-1], match, action, params)
     return table
 
 
@@ -327,7 +344,8 @@ def _push_with_progress(
 def cmd_show(args: argparse.Namespace) -> int:
     ctx = Context(args, need_switches=not args.dry_run)
     name = args.name
-    wanted = ctx.info.table(args.table).preamble.name if args.table else None
+    wanted = _table_or_profile(ctx.info, args.table) if args.table else None
+    profiles = [p for p in MANAGED_PROFILES if wanted in (None, p)]
     if args.dry_run:
         entries = list(ctx.tables([name])[name].entries)
         title = f"{name} (intended)"
@@ -336,8 +354,17 @@ def cmd_show(args: argparse.Namespace) -> int:
         try:
             if client.get_pipeline() is None:
                 raise Failure(f"{name}: no pipeline installed (run 'mrc-ctl push {name}')")
-            entries = [Entry.from_proto(ctx.info, e) for e in client.read_table_entries(wanted)]
-            for table in [wanted] if wanted else ctx.info.table_names():
+            tables = [] if wanted in MANAGED_PROFILES else [wanted] if wanted else None
+            entries = (
+                [Entry.from_proto(ctx.info, e) for e in client.read_table_entries(wanted)]
+                if tables != []
+                else []
+            )
+            for profile in profiles:
+                members, groups = client.read_profile(profile)
+                entries += [Entry.from_member(ctx.info.decode_member(m)) for m in members]
+                entries += [Entry.from_group(ctx.info.decode_group(g)) for g in groups]
+            for table in ctx.info.table_names() if tables is None else tables:
                 try:
                     default = client.read_default_entry(table)
                 except P4RuntimeError:
@@ -352,6 +379,18 @@ def cmd_show(args: argparse.Namespace) -> int:
     entries.sort(key=lambda e: (e.table, e.is_default, e.match))
     _console().print(_entries_table(ctx, name, entries, f"{title}: {len(entries)} entries"))
     return 0
+
+
+def _table_or_profile(info: P4Info, name: str) -> str:
+    """The full name of the table, or of the action profile, called ``name`` (a suffix will
+    do); the error names both kinds when neither exists."""
+    try:
+        return str(info.table(name).preamble.name)
+    except P4InfoError as exc:
+        try:
+            return str(info.action_profile(name).preamble.name)
+        except P4InfoError:
+            raise exc from None
 
 
 def cmd_diff(args: argparse.Namespace) -> int:

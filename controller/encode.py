@@ -9,7 +9,8 @@ protobuf descriptors, so nothing here restates the P4Runtime schema), and
 :func:`write_request` wraps encoded updates into the bytes of a ``p4r.WriteRequest``.
 
 The result parses to exactly the message :meth:`Entry.to_proto` builds (tests check this);
-:meth:`controller.client.SwitchClient.write_encoded` sends it.
+:meth:`controller.client.SwitchClient.write_encoded` sends it. Action profile members and groups
+(a handful per switch) go through the protobuf runtime.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from typing import Any
 from p4.config.v1 import p4info_pb2 as p4i
 from p4.v1 import p4runtime_pb2 as p4r
 
-from controller.entries import Entry
+from controller.entries import MEMBER, TABLE_ENTRY, Entry
 from controller.p4info import P4Info, P4InfoError, _split_prefix, canonical, encode_value
 
 
@@ -64,6 +65,8 @@ def _field_bytes(number: int, payload: bytes) -> bytes:
 _UPDATE_TYPE = _number(p4r.Update, "type")
 _UPDATE_ENTITY = _number(p4r.Update, "entity")
 _ENTITY_TABLE_ENTRY = _number(p4r.Entity, "table_entry")
+_ENTITY_MEMBER = _number(p4r.Entity, "action_profile_member")
+_ENTITY_GROUP = _number(p4r.Entity, "action_profile_group")
 _TE_TABLE_ID = _number(p4r.TableEntry, "table_id")
 _TE_MATCH = _number(p4r.TableEntry, "match")
 _TE_ACTION = _number(p4r.TableEntry, "action")
@@ -79,6 +82,7 @@ _LPM_PREFIX = _number(p4r.FieldMatch.LPM, "prefix_len")
 _TERNARY_VALUE = _number(p4r.FieldMatch.Ternary, "value")
 _TERNARY_MASK = _number(p4r.FieldMatch.Ternary, "mask")
 _TA_ACTION = _number(p4r.TableAction, "action")
+_TA_GROUP = _number(p4r.TableAction, "action_profile_group_id")
 _ACTION_ID = _number(p4r.Action, "action_id")
 _ACTION_PARAMS = _number(p4r.Action, "params")
 _PARAM_ID = _number(p4r.Action.Param, "param_id")
@@ -164,6 +168,11 @@ class UpdateEncoder:
                     _TE_MATCH, _field_varint(_FM_FIELD_ID, mf.id) + _field_bytes(kind, body)
                 )
             )
+        if entry.group:
+            out.append(_field_bytes(_TE_ACTION, _field_varint(_TA_GROUP, entry.group)))
+            out.append(_field_varint(_TE_PRIORITY, entry.priority))
+            out.append(_field_varint(_TE_DEFAULT, int(entry.is_default)))
+            return b"".join(out)
         action_id, declared = self._action(entry.action)
         given = dict(entry.params)
         if len(given) != len(declared) or any(n not in given for n, _, _ in declared):
@@ -182,7 +191,11 @@ class UpdateEncoder:
 
     def update(self, kind: int, entry: Entry) -> bytes:
         """The wire bytes of a ``p4r.Update`` of type ``kind`` (``p4r.Update.INSERT``...)."""
-        entity = _field_bytes(_ENTITY_TABLE_ENTRY, self.table_entry(entry))
+        if entry.kind == TABLE_ENTRY:
+            entity = _field_bytes(_ENTITY_TABLE_ENTRY, self.table_entry(entry))
+        else:
+            number = _ENTITY_MEMBER if entry.kind == MEMBER else _ENTITY_GROUP
+            entity = _field_bytes(number, entry.to_proto(self.info).SerializeToString())
         return _field_varint(_UPDATE_TYPE, kind) + _field_bytes(_UPDATE_ENTITY, entity)
 
 

@@ -5,9 +5,12 @@ few writes as possible:
 
 1. the forwarding pipeline is set when the switch has none or a different one (the P4Info, plus
    the BMv2 JSON as device config on BMv2; a cookie derived from both identifies it);
-2. the managed tables (and the default entries the controller sets) are read back;
-3. only the difference is written: deletes, then modifies, then inserts, in Write requests of at
-   most ``batch_size`` updates, each failed update decoded into an error line.
+2. the managed tables, the members and groups of the managed action profiles (the ECMP
+   groups) and the default entries the controller sets are read back;
+3. only the difference is written, in Write requests of at most ``batch_size`` updates, each
+   failed update decoded into an error line. The order keeps every reference valid: table
+   entries are deleted first, then groups; members are written before the groups that hold
+   them, groups before the table entries that point at them; members are deleted last.
 
 :func:`push_fabric` does this for many switches in parallel (one thread per switch, each with its
 own :class:`~controller.client.SwitchClient`) and returns one :class:`PushReport` per switch.
@@ -29,7 +32,18 @@ from p4.v1 import p4runtime_pb2 as p4r
 
 from controller.client import P4RuntimeError, SwitchClient, SwitchUnreachable
 from controller.encode import UpdateEncoder
-from controller.entries import IPV6_LPM, MANAGED_TABLES, Diff, Entry, SwitchTables, diff
+from controller.entries import (
+    GROUP,
+    IPV6_LPM,
+    MANAGED_PROFILES,
+    MANAGED_TABLES,
+    MEMBER,
+    TABLE_ENTRY,
+    Diff,
+    Entry,
+    SwitchTables,
+    diff,
+)
 from controller.p4info import P4Info
 
 DEFAULT_BATCH = 500
@@ -115,12 +129,22 @@ def installed_patterns(
     info: P4Info,
     tables: Sequence[str] = MANAGED_TABLES,
     defaults: Sequence[str] = (IPV6_LPM,),
+    profiles: Sequence[str] = MANAGED_PROFILES,
 ) -> list[Any]:
-    """Read patterns (``p4r.Entity``) for the entries of ``tables`` and defaults of ``defaults``."""
+    """Read patterns (``p4r.Entity``) for the entries of ``tables``, the members and groups of
+    ``profiles`` and the defaults of ``defaults``."""
     patterns = []
     for table in tables:
         entity = p4r.Entity()
         entity.table_entry.table_id = info.table_id(table)
+        patterns.append(entity)
+    for profile in profiles:  # groups before members: read order is a valid delete order
+        profile_id = info.action_profile_id(profile)
+        entity = p4r.Entity()
+        entity.action_profile_group.action_profile_id = profile_id
+        patterns.append(entity)
+        entity = p4r.Entity()
+        entity.action_profile_member.action_profile_id = profile_id
         patterns.append(entity)
     for table in defaults:
         entity = p4r.Entity()
@@ -131,8 +155,10 @@ def installed_patterns(
 
 
 def decode_entities(info: P4Info, entities: Sequence[Any]) -> list[Entry]:
-    """The table entries among read ``p4r.Entity`` messages, as :class:`Entry` values."""
-    return [Entry.from_proto(info, e.table_entry) for e in entities if e.HasField("table_entry")]
+    """The table entries, action profile members and groups among read ``p4r.Entity``
+    messages, as :class:`Entry` values."""
+    found = (Entry.from_entity(info, e) for e in entities)
+    return [e for e in found if e is not None]
 
 
 def read_installed(
@@ -140,18 +166,20 @@ def read_installed(
     info: P4Info,
     tables: Sequence[str] = MANAGED_TABLES,
     defaults: Sequence[str] = (IPV6_LPM,),
+    profiles: Sequence[str] = MANAGED_PROFILES,
 ) -> list[Entry]:
-    """The installed entries of ``tables`` plus the default entries of ``defaults``.
+    """The installed entries of ``tables``, members and groups of ``profiles`` plus the default
+    entries of ``defaults``.
 
     One Read request carries every pattern; a switch that refuses to read default entries is
-    asked again for the tables alone.
+    asked again without them.
     """
     try:
-        found = client.read(installed_patterns(info, tables, defaults))
+        found = client.read(installed_patterns(info, tables, defaults, profiles))
     except P4RuntimeError as exc:
         if exc.code not in ("UNIMPLEMENTED", "INVALID_ARGUMENT") or not defaults:
             raise
-        found = client.read(installed_patterns(info, tables, ()))
+        found = client.read(installed_patterns(info, tables, (), profiles))
     return decode_entities(info, found)
 
 
@@ -166,10 +194,21 @@ def write_diff(
     encoder = UpdateEncoder(info)
     errors: list[str] = []
     done = {"delete": 0, "modify": 0, "insert": 0}
+
+    def of(entries: Sequence[Entry], kind: str) -> Sequence[Entry]:
+        return [e for e in entries if e.kind == kind]
+
+    # references stay valid at every step: a table entry -> its group -> the group's members
     steps: list[tuple[str, int, Sequence[Entry]]] = [
-        ("delete", p4r.Update.DELETE, changes.deletes),
-        ("modify", p4r.Update.MODIFY, changes.modifies),
-        ("insert", p4r.Update.INSERT, changes.inserts),
+        ("delete", p4r.Update.DELETE, of(changes.deletes, TABLE_ENTRY)),
+        ("delete", p4r.Update.DELETE, of(changes.deletes, GROUP)),
+        ("modify", p4r.Update.MODIFY, of(changes.modifies, MEMBER)),
+        ("insert", p4r.Update.INSERT, of(changes.inserts, MEMBER)),
+        ("modify", p4r.Update.MODIFY, of(changes.modifies, GROUP)),
+        ("insert", p4r.Update.INSERT, of(changes.inserts, GROUP)),
+        ("modify", p4r.Update.MODIFY, of(changes.modifies, TABLE_ENTRY)),
+        ("insert", p4r.Update.INSERT, of(changes.inserts, TABLE_ENTRY)),
+        ("delete", p4r.Update.DELETE, of(changes.deletes, MEMBER)),
     ]
     for name, kind, entries in steps:
         for batch in _batches(entries, batch_size):

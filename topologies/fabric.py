@@ -373,6 +373,26 @@ class Fabric:
             return node
         raise KeyError(f"{address} is no host NIC address of {self.topology.name}")
 
+    def uplinks(self, switch: Switch | str) -> tuple[Port, ...]:
+        """A T0's ports up to the spines of its plane, in spine order (its ECMP choices);
+        empty for a T1."""
+        sw = self.switch(switch) if isinstance(switch, str) else switch
+        if sw.tier is not Tier.T0:
+            return ()
+        return tuple(
+            p
+            for p in sw.ports
+            if p.peer in self._switches and self._switches[p.peer].tier is Tier.T1
+        )
+
+    def plane_nics(self, plane: int) -> list[Nic]:
+        """The host NICs of ``plane``, in host order."""
+        if not 0 <= plane < self.topology.planes:
+            raise ValueError(
+                f"plane {plane}: fabric {self.topology.name} has planes 0..{self.topology.planes - 1}"
+            )
+        return [host.nic(plane) for host in self._hosts.values()]
+
     # -- paths -------------------------------------------------------------------------------
 
     def paths(self, src: str, dst: str) -> list[Path]:

@@ -28,10 +28,13 @@ def test_every_fabric_entry_encodes_like_the_protobuf_runtime(info: P4Info, topo
         for entry in tables.entries:
             for kind in (p4r.Update.INSERT, p4r.Update.MODIFY, p4r.Update.DELETE):
                 expected = p4r.Update(type=kind)
-                expected.entity.table_entry.CopyFrom(entry.to_proto(info))
+                expected.entity.CopyFrom(entry.to_entity(info))
                 assert p4r.Update.FromString(encoder.update(kind, entry)) == expected
                 count += 1
     assert count == 3 * sum(len(t.entries) for t in fabric_tables(fabric).values())
+    # the ECMP groups are among them: members, groups and table entries pointing at a group
+    kinds = {(e.kind, bool(e.group)) for t in fabric_tables(fabric).values() for e in t.entries}
+    assert {("member", False), ("group", False), ("table", True)} <= kinds
 
 
 def test_write_request_carries_device_election_and_updates(info: P4Info) -> None:

@@ -1,8 +1,10 @@
 """The computed tables forward every path of the shipped fabrics, hop by hop.
 
 A small walker applies the pipeline's forwarding semantics (my_sid: uN shift or End; then
-ipv6_lpm) to the intended entries of each switch, starting at the source NIC's T0 and following
-the egress port to its peer through the fabric model, for every host pair and every path.
+ipv6_ecmp, whose group's member the walker is told to take, else ipv6_lpm) to the intended
+entries of each switch, starting at the source NIC's T0 and following the egress port to its
+peer through the fabric model, for every host pair and every path, and for plain NIC addresses
+(EVs that are not paths) over every uplink of the source leaf.
 """
 
 from __future__ import annotations
@@ -16,10 +18,16 @@ from hypothesis import strategies as st
 
 from controller.entries import (
     DROP_NO_ROUTE,
+    ECMP_SELECTOR,
+    GROUP,
+    IPV6_ECMP,
     IPV6_LPM,
+    MEMBER,
     MY_SID,
     PORT_QOS,
+    SET_NEXT_HOP,
     SRV6_END,
+    UPLINKS_GROUP,
     USID_UN,
     Entry,
     SwitchTables,
@@ -72,8 +80,24 @@ class Dropped(Exception):
     pass
 
 
-def walk(fabric: Fabric, tables: dict[str, SwitchTables], src_nic, packet: Packet) -> Arrival:  # type: ignore[no-untyped-def]
-    """Forward ``packet`` from ``src_nic`` through the intended tables until it leaves."""
+def ecmp_route(entries: SwitchTables, dst: ipaddress.IPv6Address, pick: int) -> Entry | None:
+    """The member ``ipv6_ecmp`` sends ``dst`` to, taking member ``pick`` (mod the group's size,
+    members in id order) of the group, or None when ipv6_ecmp has no entry for ``dst``."""
+    entry = longest_match(entries.by_table(IPV6_ECMP), dst)
+    if entry is None:
+        return None
+    groups = {g.number: g for g in entries.by_table(ECMP_SELECTOR) if g.kind == GROUP}
+    members = {m.number: m for m in entries.by_table(ECMP_SELECTOR) if m.kind == MEMBER}
+    group = groups[entry.group]
+    assert group.members, f"{entries.switch}: group {entry.group} is empty"
+    return members[group.members[pick % len(group.members)]]
+
+
+def walk(  # type: ignore[no-untyped-def]
+    fabric: Fabric, tables: dict[str, SwitchTables], src_nic, packet: Packet, pick: int = 0
+) -> Arrival:
+    """Forward ``packet`` from ``src_nic`` through the intended tables until it leaves; an ECMP
+    group sends it to its member ``pick``."""
     switch = fabric.switch(src_nic.switch)
     in_port = src_nic.switch_port
     hops: list[tuple[str, int, int]] = []
@@ -89,7 +113,9 @@ def walk(fabric: Fabric, tables: dict[str, SwitchTables], src_nic, packet: Packe
                 packet.dst = packet.segment_list[packet.segments_left]
             else:
                 raise Dropped(f"SID_END at {switch.name}")
-        route = longest_match(entries.by_table(IPV6_LPM), packet.dst)
+        route = ecmp_route(entries, packet.dst, pick)
+        if route is None:
+            route = longest_match(entries.by_table(IPV6_LPM), packet.dst)
         if route is None:
             default = [e for e in entries.by_table(IPV6_LPM) if e.is_default]
             assert default and default[0].action == DROP_NO_ROUTE
@@ -180,7 +206,11 @@ def test_every_switch_gets_its_sids_routes_qos_and_default(fabric: Fabric) -> No
             f"{switch.end_sid}/128": SRV6_END,
         }
         routes = [e for e in tables.by_table(IPV6_LPM) if not e.is_default]
-        expected = t.hosts_per_rack + t.spines_per_plane if switch.tier is Tier.T0 else t.racks
+        expected = (
+            t.hosts_per_rack + t.spines_per_plane
+            if switch.tier is Tier.T0
+            else t.racks + t.hosts  # its leaves, and every NIC of its plane
+        )
         assert len(routes) == expected
         assert [e.action for e in tables.by_table(IPV6_LPM) if e.is_default] == [DROP_NO_ROUTE]
         ports = {
@@ -194,6 +224,117 @@ def test_every_switch_gets_its_sids_routes_qos_and_default(fabric: Fabric) -> No
             assert dict(entry.params) == params
             # trims at a port that faces a host are the last hop's (DSCP 13)
             assert entry.param("last_hop") == ("1" if to_host else "0")
+
+
+def test_plain_nic_address_reaches_the_nic_over_every_uplink(fabric: Fabric) -> None:
+    """An EV that is not a path (STEV, UDP) is sent to the NIC's plain address: the source
+    leaf's ECMP group may take any uplink, and every one of them gets it to the NIC."""
+    tables = fabric_tables(fabric)
+    t = fabric.topology
+    for a in fabric.hosts:
+        for b in fabric.hosts:
+            if a.name == b.name:
+                continue
+            for plane in range(t.planes):
+                src, dst = a.nic(plane), b.nic(plane)
+                spines = set()
+                picks = range(t.spines_per_plane) if a.rack != b.rack else range(1)
+                for pick in picks:
+                    arrival = walk(fabric, tables, src, Packet(dst.address), pick)
+                    assert arrival.nic == dst.intf
+                    assert arrival.dst == dst.address
+                    assert arrival.dmac == dst.mac
+                    if a.rack == b.rack:
+                        assert arrival.hops == [(src.switch, src.switch_port, dst.switch_port)]
+                    else:
+                        assert len(arrival.hops) == 3
+                        spines.add(arrival.hops[1][0])
+                if a.rack != b.rack:
+                    assert spines == {
+                        fabric.t1_name(plane, s) for s in range(t.spines_per_plane)
+                    }, "the ECMP group covers every spine of the plane"
+
+
+def test_every_leaf_gets_one_ecmp_group_of_its_uplinks(fabric: Fabric) -> None:
+    t = fabric.topology
+    for switch in fabric.switches:
+        tables = switch_tables(fabric, switch)
+        profile = tables.by_table(ECMP_SELECTOR)
+        routes = tables.by_table(IPV6_ECMP)
+        if switch.tier is Tier.T1:
+            assert profile == [] and routes == []
+            continue
+        uplinks = fabric.uplinks(switch)
+        assert [p.peer for p in uplinks] == [
+            fabric.t1_name(switch.plane, s) for s in range(t.spines_per_plane)
+        ]
+        members = [e for e in profile if e.kind == MEMBER]
+        assert [(m.number, m.action) for m in members] == [
+            (p.number, SET_NEXT_HOP) for p in uplinks
+        ]
+        for member, port in zip(members, uplinks, strict=True):
+            assert dict(member.params) == {
+                "port": str(port.number),
+                "smac": port.mac,
+                "dmac": port.peer_mac,
+            }
+        groups = [e for e in profile if e.kind == GROUP]
+        assert [(g.number, g.members) for g in groups] == [
+            (UPLINKS_GROUP, tuple(p.number for p in uplinks))
+        ]
+        remote = [
+            f"{usidlib.prefix(fabric.block, n.usid)}"
+            for n in fabric.plane_nics(switch.plane)
+            if n.switch != switch.name
+        ]
+        assert [dict(e.match)["hdr.ipv6.dst_addr"] for e in routes] == remote
+        assert {e.group for e in routes} == {UPLINKS_GROUP}
+        assert len(remote) == t.hosts - t.hosts_per_rack
+
+
+def test_diff_covers_the_ecmp_groups() -> None:
+    fabric = Fabric(load_topology(shipped_topology("small")))
+    intended = switch_tables(fabric, "t0-p0-r0").entries
+    members = [e for e in intended if e.kind == MEMBER]
+    group = next(e for e in intended if e.kind == GROUP)
+    ecmp = [e for e in intended if e.table == IPV6_ECMP]
+    # nothing installed: members, the group and its routes are all inserts
+    changes = diff(intended, [])
+    assert set(members + [group] + ecmp) <= set(changes.inserts)
+    # a group that lost a member is a modify of the group, shown with what is installed
+    shrunk = Entry.group_of(ECMP_SELECTOR, group.number, group.members[:1])
+    stray = Entry.member(ECMP_SELECTOR, 99, SET_NEXT_HOP, dict(members[0].params))
+    installed = [e for e in intended if e != group] + [shrunk, stray]
+    changes = diff(intended, installed)
+    assert changes.modifies == (group,) and changes.inserts == ()
+    assert changes.deletes == (stray,)
+    assert changes.lines()[0] == (
+        f"~ ecmp_selector group 1 -> members 3, 4  (installed: members {group.members[0]})"
+    )
+    # a route pointing at another group is a modify too
+    moved = Entry.to_group(IPV6_ECMP, dict(ecmp[0].match), 2)
+    changes = diff(intended, [e for e in intended if e != ecmp[0]] + [moved])
+    assert changes.modifies == (ecmp[0],)
+
+
+def test_ecmp_entries_build_p4runtime_messages() -> None:
+    info = P4Info.load()
+    fabric = Fabric(load_topology(shipped_topology("small")))
+    tables = switch_tables(fabric, "t0-p0-r0")
+    member, group = (next(e for e in tables.entries if e.kind == kind) for kind in (MEMBER, GROUP))
+    route = tables.by_table(IPV6_ECMP)[0]
+    m = member.to_proto(info)
+    assert (m.action_profile_id, m.member_id) == (info.action_profile_id(ECMP_SELECTOR), 3)
+    assert m.action.action_id == info.action_id(SET_NEXT_HOP)
+    g = group.to_proto(info)
+    assert [x.member_id for x in g.members] == [3, 4] and {x.weight for x in g.members} == {1}
+    r = route.to_proto(info)
+    assert r.action.action_profile_group_id == UPLINKS_GROUP
+    # and back
+    assert Entry.from_entity(info, member.to_entity(info)) == member
+    assert Entry.from_entity(info, group.to_entity(info)) == group
+    assert Entry.from_entity(info, route.to_entity(info)) == route
+    assert str(route) == "ipv6_ecmp [hdr.ipv6.dst_addr=fcbb:bb00:c02::/48] -> group 1"
 
 
 def test_qos_defaults_follow_queue_depth() -> None:
@@ -265,7 +406,7 @@ def test_entries_round_trip_through_p4info(fabric: Fabric) -> None:
     info = P4Info.load()
     for tables in fabric_tables(fabric).values():
         for entry in tables.entries:
-            assert Entry.from_proto(info, entry.to_proto(info)) == entry
+            assert Entry.from_entity(info, entry.to_entity(info)) == entry
 
 
 def test_diff_inserts_modifies_and_deletes() -> None:

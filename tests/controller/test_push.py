@@ -14,7 +14,17 @@ from google.protobuf import text_format
 from controller import cli
 from controller.client import P4RuntimeError, SwitchClient, SwitchUnreachable
 from controller.counters import read_counters
-from controller.entries import IPV6_LPM, MY_SID, PORT_QOS, Entry, fabric_tables
+from controller.entries import (
+    ECMP_SELECTOR,
+    GROUP,
+    IPV6_ECMP,
+    IPV6_LPM,
+    MEMBER,
+    MY_SID,
+    PORT_QOS,
+    Entry,
+    fabric_tables,
+)
 from controller.p4info import P4Info, default_p4info_path
 from controller.push import PushOptions, SwitchAddress, push_fabric, read_installed
 from controller.qos import QosOverrides
@@ -230,6 +240,47 @@ def test_show_prints_prefixes_macs_ports_and_action_names(
         ["show", *model_fabric.state_flags(), switch.name, "--table", "port_qos"], capsys
     )
     assert code == 0 and "set_port_qos" in out and "set_next_hop" not in out
+    # the ECMP group, its members and the routes pointing at it
+    code, out, _ = run_cli(
+        ["show", *model_fabric.state_flags(), switch.name, "--table", "ecmp_selector"], capsys
+    )
+    assert code == 0 and "member 3" in out and "group 1" in out and "members 3, 4" in out
+    code, out, _ = run_cli(
+        ["show", *model_fabric.state_flags(), switch.name, "--table", "ipv6_ecmp"], capsys
+    )
+    assert code == 0 and "fcbb:bb00:c02::/48" in out and "group 1" in out
+
+
+def test_diff_and_push_cover_the_ecmp_groups(
+    model_fabric: ModelFabric, info: P4Info, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A leaf whose group lost a member and whose ECMP routes were deleted by hand: diff names
+    them, push writes them back in an order the switch accepts, and nothing differs after."""
+    push_all(model_fabric, info)
+    flags = model_fabric.switch_flags()
+    name = "t0-p1-r0"
+    intended = fabric_tables(model_fabric.fabric)[name]
+    group = next(e for e in intended.by_table(ECMP_SELECTOR) if e.kind == GROUP)
+    last = next(e for e in intended.by_table(ECMP_SELECTOR) if e.number == group.members[-1])
+    assert last.kind == MEMBER
+    routes = intended.by_table(IPV6_ECMP)
+    client = connect(model_fabric, name, info)
+    try:
+        client.delete([r.to_proto(info) for r in routes])
+        client.modify(
+            [Entry.group_of(ECMP_SELECTOR, group.number, group.members[:-1]).to_proto(info)]
+        )
+        client.delete([last.to_proto(info)])
+    finally:
+        client.close()
+    code, out, _ = run_cli(["diff", *flags, name], capsys)
+    assert code == 1
+    assert f"{name}: {len(routes) + 2} entries differ" in out
+    assert f"+ {last}" in out and f"~ {group}  (installed: members" in out
+    assert f"+ {routes[0]}" in out
+    code, out, _ = run_cli(["push", *flags, name], capsys)
+    assert code == 0 and f"{name}: +{len(routes) + 1} ~1 -0, 0 errors" in out
+    assert run_cli(["diff", *flags], capsys)[0] == 0
 
 
 def test_set_qos_is_persisted_and_kept_by_later_pushes(

@@ -155,3 +155,22 @@ def test_lookups_reject_unknown_names(fabric: Fabric) -> None:
         fabric.paths("h0", "h0")
     with pytest.raises(KeyError, match="no host NIC address"):
         fabric.nic_of_address(fabric.switches[0].end_sid)
+
+
+def test_uplinks_and_plane_nics(fabric: Fabric) -> None:
+    t = fabric.topology
+    for sw in fabric.switches:
+        uplinks = fabric.uplinks(sw)
+        if sw.tier is Tier.T1:
+            assert uplinks == ()
+            continue
+        assert [p.peer for p in uplinks] == [
+            fabric.t1_name(sw.plane, s) for s in range(t.spines_per_plane)
+        ]
+        assert fabric.uplinks(sw.name) == uplinks
+    for plane in range(t.planes):
+        nics = fabric.plane_nics(plane)
+        assert [n.host for n in nics] == [h.name for h in fabric.hosts]
+        assert {n.plane for n in nics} == {plane}
+    with pytest.raises(ValueError, match=f"plane {t.planes}: fabric"):
+        fabric.plane_nics(t.planes)
