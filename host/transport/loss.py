@@ -145,17 +145,18 @@ class LossRecovery(QpState):
                 # mrc.h's retry counters: retry_linear_cnt timeouts at the fixed interval, then
                 # retry_exp_cnt doubled ones (25: no limit); an ACK of new data starts over
                 self._timeouts += 1
-                if self._timeouts > cfg.retry_linear_cnt:
+                give_up = (
+                    cfg.retry_exp_cnt < RETRY_EXP_UNLIMITED
+                    and self._timeouts > cfg.retry_linear_cnt + cfg.retry_exp_cnt
+                )
+                if self._timeouts > cfg.retry_linear_cnt and not give_up:
                     self._backoff = min(
                         self._backoff + 1, cfg.max_backoff_exp - cfg.ack_timeout_exp
                     )
                 self._shared.events.append(
                     RetransmitTimeout(self.qpn, len(lost), cfg.ack_timeout_exp + self._backoff, now)
                 )
-                if (
-                    cfg.retry_exp_cnt < RETRY_EXP_UNLIMITED
-                    and self._timeouts > cfg.retry_linear_cnt + cfg.retry_exp_cnt
-                ):
+                if give_up:
                     self._fail(f"{self._timeouts} ACK timeouts in a row (retry limit)", now)
                     return
         if self._probe_due or self._probes:

@@ -259,9 +259,10 @@ def test_cli_says_it_needs_root(tmp_path: Path) -> None:
 # -- the real command handlers, fuzzed (an agent without sockets: no root needed) -------------
 
 FIELDS = ["name", "size", "peer", "addr", "rkey", "policy", "message_size", "imm", "seed",
-          "file", "transfers", "timeout", "region", "offset", "sha256", "state", "ev", "path"]  # fmt: skip
+          "file", "transfers", "timeout", "region", "offset", "sha256", "state", "ev", "path",
+          "algorithm", "config"]  # fmt: skip
 COMMANDS = ["info", "register", "regions", "transfer", "write", "wait", "stats", "paths",
-            "set-ev", "verify", "nope", ""]  # fmt: skip
+            "set-ev", "verify", "cc-profile", "nope", ""]  # fmt: skip
 
 
 def json_values() -> st.SearchStrategy[Any]:
@@ -348,3 +349,55 @@ def test_control_lines_of_garbage_get_errors(
     reply, _ = server.dispatch(line)
     if isinstance(reply, dict) and not reply["ok"]:
         assert reply["error"]
+
+
+# -- CC profiles on the control interface ------------------------------------------------------
+
+#: a profile with every field of struct mrc_ctl_cc_nscc_cfg (mrc_ctl.h), in its units
+NSCC_CFG = {
+    "disable_qa": 0, "adjust_bytes_threshold": 32768, "adjust_period_threshold": 3000,
+    "base_rtt": 3000, "eta": 200.0, "fi": 6000.0, "fi_scale": 0.08, "gamma": 0.8,
+    "max_md_jump": 0.5, "max_cwnd": 100000, "qa_gate": 3, "qa_threshold": 9000,
+    "target_delay": 2250,
+}  # fmt: skip
+
+
+def test_cc_profile_round_trips_with_the_ocp_field_names(
+    commands_server: tuple[ControlServer, Any],
+) -> None:
+    from host.transport.cc.nscc import NSCC_FIELDS
+
+    server, agent = commands_server
+    assert set(NSCC_CFG) == set(NSCC_FIELDS)
+
+    def ask(**request: Any) -> dict[str, Any]:
+        reply, _ = server.dispatch(json.dumps({"cmd": "cc-profile", **request}).encode())
+        assert isinstance(reply, dict)
+        return reply
+
+    # by default: NSCC, every field derived from the fabric in protocol (real-fabric) units
+    default = ask()
+    assert default["ok"] and default["algorithm"] == "nscc"
+    assert set(default["config"]) == set(NSCC_FIELDS)
+    topo = agent.topology
+    assert default["config"]["base_rtt"] < topo.base_rtt / 1e-9  # dilated: ns of the real fabric
+    set_all = ask(algorithm="nscc", config=NSCC_CFG)
+    assert set_all == {"ok": True, "algorithm": "nscc", "config": NSCC_CFG}
+    assert ask() == set_all
+    for qp in agent.qps.values():
+        assert qp.cc.params == NSCC_CFG and qp.cc.max_cwnd == 100000
+    # a partial profile keeps the fabric's values for the fields it leaves out
+    partial = ask(algorithm="uet-1.0-nscc", config={"gamma": 0.5})
+    assert partial["config"]["gamma"] == 0.5
+    assert partial["config"]["base_rtt"] == default["config"]["base_rtt"]
+    other = ask(algorithm="ecn-delay", config={})
+    assert other == {"ok": True, "algorithm": "ecn-delay", "config": {}}
+    # unknown fields and algorithms are refused, naming the field
+    bad = ask(algorithm="nscc", config={"base_rtt": 3000, "gama": 0.5})
+    assert not bad["ok"] and bad["field"] == "config.gama" and "gama" in bad["error"]
+    bad = ask(algorithm="cubic")
+    assert not bad["ok"] and bad["field"] == "algorithm"
+    bad = ask(algorithm="nscc", config={"gamma": 2})
+    assert not bad["ok"] and bad["field"] == "config.gamma"
+    assert ask()["algorithm"] == "ecn-delay"  # nothing changed by the refusals
+    ask(algorithm="nscc")

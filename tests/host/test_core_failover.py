@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from host.transport.config import StackConfig
+import pytest
+
+from host.transport.config import ConfigError, StackConfig
 from host.transport.events import EvStateChanged, QpError, RetransmitTimeout
 
 BASE = 0x7F00_0000_0000
@@ -183,3 +185,25 @@ def test_one_timeout_recovers_a_whole_lost_window(make_net: Any) -> None:
     # packet per (doubling) timeout
     assert len(timeouts) <= 3
     assert end < 1.0  # simulated seconds: 4 MiB at 100 Mb/s is 0.34 s plus the outage
+
+
+def test_retry_counters_after_mrc_h_linear_then_exponential(make_net: Any) -> None:
+    # mrc_qp_attr.retry: linear_cnt timeouts at the fixed interval, then exp_cnt doubled ones,
+    # then the QP fails (exp_cnt 25 would mean no limit)
+    config = StackConfig(ack_timeout_exp=0, retry_linear_cnt=2, retry_exp_cnt=3)
+    net = make_net(seed=9, config=config)
+    flow = net.connect("h0", "h2", policy="single-path")
+    first = flow.sender.ev_table.pinned.path.hops[0]
+    net.sim.fail_link(first.switch, net.fabric.switch(first.switch).port(first.out_port).peer, 0.0)
+    flow.sender.post_write(pattern(20_000, 1), BASE, flow.region.rkey, wr_id=5)
+    net.sim.kick("h0")
+    net.run(30.0, stop=lambda: len(net.cqs["h0"]) == 1)
+    (entry,) = net.cqs["h0"].poll()
+    assert (entry.wr_id, entry.status) == (5, "retry_exceeded")
+    timeouts = [e.backoff for e in net.events if isinstance(e, RetransmitTimeout)]
+    # 2 retries at t = 0, 3 backed off (t = 1, 2, 3), and the sixth timeout gives up
+    assert timeouts == [0, 0, 1, 2, 3, 3]
+    errors = [e for e in net.events if isinstance(e, QpError)]
+    assert len(errors) == 1 and "retry limit" in errors[0].reason
+    with pytest.raises(ConfigError, match="retry_linear_cnt"):
+        StackConfig(retry_linear_cnt=8)
