@@ -1,26 +1,32 @@
 """Fabric-level performance of the testbed: goodput, recovery, incast, CPU headroom.
 
-Brings the small fabric up (Mininet) on each switch target asked for (``--target both``: BMv2
-and switchmodel, one after the other at the same link rate) and runs four measurements through
-the experiment runner, each a scenario of its own:
+Brings fabrics up (Mininet) on each switch target asked for (``--target both``: BMv2 and
+switchmodel, one after the other at the same link rate) and runs these measurements through the
+experiment runner, each a scenario of its own:
 
-1. **permutation goodput** -- every host sends ``--size`` to one host of the other rack; MRC
-   beside single-path and kernel MPTCP, as a fraction of the aggregate plane capacity
-   (target for MRC: >= 0.9);
-2. **recovery after a link failure** -- the same permutation with a leaf-spine link failed
+1. **permutation goodput** on the small fabric -- every host sends ``--size`` to one host of the
+   other rack; MRC beside single-path and kernel MPTCP, as a fraction of the aggregate plane
+   capacity (target for MRC: >= 0.9), with RTOs and EV retirements (target: none, nothing
+   failed);
+2. **permutation on the default fabric** (4 planes, 16 switches): MRC alone, the same figures;
+3. **recovery after a link failure** -- the small permutation with a leaf-spine link failed
    mid-transfer and not repaired; goodput recovery (until goodput is back to 90% of what
    survives, at the sampling resolution) and, for MRC, the EV failover time (fault to the first
-   EV of a failed path marked ASSUMED_BAD, median over the QPs that used it), in ms and in base
-   RTTs (target <= 10 RTTs); MRC beside MPTCP;
-3. **incast** -- three senders to one receiver with a shallow buffer, trimming on and off:
-   bottleneck utilisation (target with trimming >= 0.9) and RTOs (target 0);
-4. **CPU headroom** -- CPU time of the switch, agent and watch processes over an idle period
-   and during the MRC permutation, as a share of the machine's cores.
+   EV of a failed path marked ASSUMED_BAD, median over the QPs that used it), in ms, in base
+   RTTs (target <= 10 RTTs) and as real-fabric time; MRC beside MPTCP;
+4. **incast** -- three senders to one receiver (small fabric) and eight to one (medium fabric),
+   with a shallow buffer, trimming on and off: bottleneck utilisation (target with trimming
+   >= 0.9 and >= trimming off + 0.08) and RTOs (target 0);
+5. **CPU headroom** -- CPU time of the switch, agent and watch processes over an idle period
+   and during the MRC permutation, as a share of the machine's cores, and the time-dilation
+   margin: the emulated time of one full-size frame on a link over the CPU time a switch hop
+   and an agent spend on a packet (the dilation holds while that margin is well above 1).
 
 Figures are printed side by side, one column per target, and written to ``--out`` (JSON) with
 the results folders.
 
     sudo .venv/bin/python benchmarks/fabric.py [--rate 10] [--size 8MiB] [--target both] [--out DIR]
+        [--only permutation,default,failure,incast]
 """
 
 from __future__ import annotations
@@ -115,11 +121,12 @@ def scenario(
     transports: list[Any],
     duration: float,
     faults: list[dict[str, Any]] | None = None,
+    topology: str = "small",
     **extra: Any,
 ) -> Any:
     data: dict[str, Any] = {
         "name": name,
-        "topology": "small",
+        "topology": topology,
         "link_rate_mbps": rate,
         "link_delay_us": 0,
         "duration_s": duration,
@@ -134,6 +141,40 @@ def scenario(
     return parse_scenario(data)
 
 
+def incast_scenario(topology: str, rate: float, senders: int, total: str) -> Any:
+    """``senders`` hosts to h0 with a shallow buffer, trimming on and off."""
+    return parse_scenario(
+        {
+            "name": f"incast-{senders}",
+            "topology": topology,
+            "link_rate_mbps": rate,
+            "link_delay_us": 0,
+            "queue_depth": 8,
+            "trim_threshold": 4,
+            "ecn_threshold": 2,
+            "duration_s": 30,
+            "sample_interval_s": 0.1,
+            "transports": [
+                {"name": "mrc-trim", "transport": "mrc", "trimming": True},
+                {"name": "mrc-no-trim", "transport": "mrc", "trimming": False},
+            ],
+            "workloads": [
+                {
+                    "kind": "incast",
+                    "receiver": "h0",
+                    "senders": [f"h{i}" for i in range(1, senders + 1)],
+                    "message_bytes": "256KiB",
+                    "total_bytes": total,
+                    "start_s": 0.2,
+                }
+            ],
+        }
+    )
+
+
+MEASUREMENTS = ("permutation", "default", "failure", "incast")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rate", type=float, default=10.0, help="link rate in Mb/s (default 10)")
@@ -144,8 +185,19 @@ def main(argv: list[str] | None = None) -> int:
         choices=["both", "auto", "bmv2", "model"],
         help="switch target(s) (default both: BMv2 where installed, and switchmodel)",
     )
+    parser.add_argument(
+        "--only",
+        default=",".join(MEASUREMENTS),
+        help=f"comma-separated measurements (default all: {','.join(MEASUREMENTS)})",
+    )
     parser.add_argument("--out", type=Path, help="folder for the results (default: a temp dir)")
     args = parser.parse_args(argv)
+    only = [m.strip() for m in args.only.split(",") if m.strip()]
+    unknown = sorted(set(only) - set(MEASUREMENTS))
+    if unknown:
+        print(f"--only {args.only}: unknown {unknown}; expected some of {MEASUREMENTS}",
+              file=sys.stderr)  # fmt: skip
+        return 2
     if os.geteuid() != 0:
         print(
             "benchmarks/fabric.py needs root (Mininet, namespaces): run it with sudo",
@@ -168,22 +220,82 @@ def main(argv: list[str] | None = None) -> int:
     }
     for target in targets:
         print(f"measuring on {target} ...", file=sys.stderr)
-        figures["targets"][target] = measure(target, args.rate, args.size, out / target)
+        figures["targets"][target] = measure(target, args.rate, args.size, out / target, only)
     (out / "fabric.json").write_text(json.dumps(figures, indent=2) + "\n")
     report(figures)
     print(f"results: {out}")
     return 0
 
 
-def measure(target: str, rate: float, size: str, out: Path) -> dict[str, Any]:
-    """The four measurements on one switch target; results folders go under ``out``."""
+def _ms(value: float | None) -> float | None:
+    return None if value is None else value * 1000
+
+
+def _us(value: float | None) -> float | None:
+    return None if value is None else value * 1e6
+
+
+def permutation_figures(
+    metrics: dict[str, Any], cpu: dict[str, dict[str, float]], frame_time: float
+) -> dict[str, Any]:
+    """Goodput, RTOs, EV retirements and CPU of each transport of a permutation run."""
+    out: dict[str, Any] = {}
+    for k, v in metrics.items():
+        entry: dict[str, Any] = {
+            "goodput_fraction": v["goodput_fraction"],
+            "goodput_mbps": v["goodput_bps"] / 1e6,
+            "rtos": v["rtos"],
+            "ev_retirements": v.get("ev_retirements", 0),
+            "complete": v["complete"],
+        }
+        used = cpu.get(k)
+        if used:
+            entry["cpu_cores"] = used["cores"]
+            # the dilation margin: a frame's emulated time over the CPU time spent on it per
+            # switch hop (3 between racks) and per agent (sender and receiver)
+            packets = max(v["delivered_bytes"] / 4096, 1.0)
+            switch_hop = used["switches"] / (packets * 3)
+            agent = used["agents"] / (packets * 2)
+            entry["cpu_per_switch_hop_us"] = switch_hop * 1e6
+            entry["cpu_per_agent_packet_us"] = agent * 1e6
+            entry["dilation_margin"] = frame_time / max(switch_hop, agent, 1e-12)
+        out[k] = entry
+    return out
+
+
+def measure(target: str, rate: float, size: str, out: Path, only: list[str]) -> dict[str, Any]:
+    """The measurements on one switch target; results folders go under ``out``."""
     out.mkdir(parents=True, exist_ok=True)
     first = scenario("bench", rate, size, ["mrc"], 30)
     testbed = Testbed(first.topology, target, state_path=out / "run" / "state.json")
-    figures: dict[str, Any] = {}
+    figures: dict[str, Any] = {
+        "dilation": first.topology.dilation,
+        "nominal_rate_gbps": first.topology.nominal_rate_gbps,
+    }
     quiet = lambda _line: None  # noqa: E731 -- the runner's chatter is not wanted here
     testbed.up()
     cpu = CpuMeter(testbed)
+    marks: dict[str, dict[str, float]] = {}
+    original = Phase.run
+
+    def run_metered(self: Phase) -> Any:
+        cpu.reset()
+        started = time.monotonic()
+        result = original(self)
+        cpu.read()
+        took = max(time.monotonic() - started, 1e-9)
+        marks[self.transport.name] = {"cores": cpu.used / took, **dict(cpu.by_kind)}
+        return result
+
+    def rebuild(topology: Any) -> Testbed:
+        nonlocal testbed
+        testbed.down()
+        testbed = Testbed(topology, target, state_path=out / "run" / "state.json")
+        cpu.testbed = testbed
+        testbed.up()
+        return testbed
+
+    Phase.run = run_metered  # type: ignore[method-assign]
     try:
         cpu.reset()
         time.sleep(5.0)
@@ -191,112 +303,75 @@ def measure(target: str, rate: float, size: str, out: Path) -> dict[str, Any]:
         figures["cpu_idle_cores"] = cpu.used / 5.0
         figures["cpu_idle_by_kind"] = {k: v / 5.0 for k, v in cpu.by_kind.items()}
 
-        # 1. permutation goodput (with CPU metering of the MRC phase)
-        perm = scenario("permutation", rate, size, ["mrc", "single-path", "mptcp"], 30)
-        marks: dict[str, float] = {}
-        original = Phase.run
+        if "permutation" in only:
+            perm = scenario("permutation", rate, size, ["mrc", "single-path", "mptcp"], 30)
+            marks.clear()
+            m1 = run_scenario(perm, out / "permutation", testbed=testbed, progress=False,
+                              show=quiet)  # fmt: skip
+            figures["permutation"] = permutation_figures(m1, marks, perm.topology.frame_time)
 
-        def run_metered(self: Phase) -> Any:
-            cpu.reset()
-            started = time.monotonic()
-            result = original(self)
-            cpu.read()
-            marks[self.transport.name] = cpu.used / max(time.monotonic() - started, 1e-9)
-            return result
-
-        Phase.run = run_metered  # type: ignore[method-assign]
-        try:
-            m1 = run_scenario(
-                perm, out / "permutation", testbed=testbed, progress=False, show=quiet
+        if "failure" in only:
+            fail = scenario(
+                "failure",
+                rate,
+                "16MiB",
+                ["mrc", "mptcp"],
+                20,
+                faults=[{"kind": "link_down", "at_s": 3.0, "link": LINK}],
             )
-        finally:
-            Phase.run = original  # type: ignore[method-assign]
-        figures["permutation"] = {
-            k: {
-                "goodput_fraction": v["goodput_fraction"],
-                "goodput_mbps": v["goodput_bps"] / 1e6,
-                "rtos": v["rtos"],
-                "complete": v["complete"],
-                "cpu_cores": marks.get(k),
-            }
-            for k, v in m1.items()
-        }
+            m2 = run_scenario(fail, out / "failure", testbed=testbed, progress=False, show=quiet)
+            figures["failure"] = {}
+            for k, v in m2.items():
+                rec = v["recovery"][0] if v["recovery"] else {}
+                base = v["base_rtt_s"]
+                took = rec.get("recovery_s")
+                figures["failure"][k] = {
+                    "goodput_recovery_ms": _ms(took),
+                    "goodput_recovery_rtts": took / base if took is not None and base else None,
+                    "goodput_recovery_real_us": _us(rec.get("recovery_real_s")),
+                    "ev_failover_p50_ms": _ms(rec.get("ev_failover_p50_s")),
+                    "ev_failover_max_ms": _ms(rec.get("ev_failover_max_s")),
+                    "ev_failover_p50_rtts": rec.get("ev_failover_p50_rtts"),
+                    "ev_failover_p50_real_us": _us(rec.get("ev_failover_p50_real_s")),
+                    "base_rtt_ms": _ms(base),
+                    "base_rtt_real_us": _us(v.get("base_rtt_real_s")),
+                    "goodput_fraction": v["goodput_fraction"],
+                    "rtos": v["rtos"],
+                    "complete": v["complete"],
+                }
 
-        # 2. recovery after a link failure (not repaired during the run)
-        fail = scenario(
-            "failure",
-            rate,
-            "16MiB",
-            ["mrc", "mptcp"],
-            20,
-            faults=[{"kind": "link_down", "at_s": 3.0, "link": LINK}],
-        )
-        m2 = run_scenario(fail, out / "failure", testbed=testbed, progress=False, show=quiet)
-        figures["failure"] = {}
-        for k, v in m2.items():
-            rec = v["recovery"][0] if v["recovery"] else {}
-            figures["failure"][k] = {
-                "goodput_recovery_ms": None
-                if rec.get("recovery_s") is None
-                else rec["recovery_s"] * 1000,
-                "ev_failover_p50_ms": None
-                if rec.get("ev_failover_p50_s") is None
-                else rec["ev_failover_p50_s"] * 1000,
-                "ev_failover_max_ms": None
-                if rec.get("ev_failover_max_s") is None
-                else rec["ev_failover_max_s"] * 1000,
-                "ev_failover_p50_rtts": rec.get("ev_failover_p50_rtts"),
-                "base_rtt_ms": None if v["base_rtt_s"] is None else v["base_rtt_s"] * 1000,
-                "goodput_fraction": v["goodput_fraction"],
-                "complete": v["complete"],
-            }
+        if "default" in only:
+            wide = scenario("default-permutation", rate, size, ["mrc"], 30, topology="default")
+            rebuild(wide.topology)
+            marks.clear()
+            m4 = run_scenario(wide, out / "default", testbed=testbed, progress=False, show=quiet)
+            figures["default"] = permutation_figures(m4, marks, wide.topology.frame_time)
 
-        # 3. incast with trimming on and off
-        incast = parse_scenario(
-            {
-                "name": "incast",
-                "topology": "small",
-                "link_rate_mbps": rate,
-                "link_delay_us": 0,
-                "queue_depth": 8,
-                "trim_threshold": 4,
-                "ecn_threshold": 2,
-                "duration_s": 20,
-                "sample_interval_s": 0.1,
-                "transports": [
-                    {"name": "mrc-trim", "transport": "mrc", "trimming": True},
-                    {"name": "mrc-no-trim", "transport": "mrc", "trimming": False},
-                ],
-                "workloads": [
-                    {
-                        "kind": "incast",
-                        "receiver": "h0",
-                        "senders": ["h1", "h2", "h3"],
-                        "message_bytes": "256KiB",
-                        "total_bytes": "6MiB",
-                        "start_s": 0.2,
+        if "incast" in only:
+            figures["incast"] = {}
+            # the incasts need the shallow buffer: each runs on a fabric of its own
+            for label, topo, senders, total in (
+                ("3 -> 1", "small", 3, "6MiB"),
+                ("8 -> 1", "medium", 8, "3MiB"),
+            ):
+                inc = incast_scenario(topo, rate, senders, total)
+                rebuild(inc.topology)
+                m3 = run_scenario(inc, out / f"incast-{senders}", testbed=testbed,
+                                  progress=False, show=quiet)  # fmt: skip
+                figures["incast"][label] = {
+                    k: {
+                        "bottleneck_utilisation": v["goodput_fraction"],
+                        "rtos": v["rtos"],
+                        "nacks": v["nacks"],
+                        "trims": v["switch_totals"]["trimmed"],
+                        "drops": v["switch_totals"]["drops"],
+                        "ev_retirements": v.get("ev_retirements", 0),
+                        "complete": v["complete"],
                     }
-                ],
-            }
-        )
-        # The incast needs the shallow buffer: it runs on a fabric of its own.
-        testbed.down()
-        testbed = Testbed(incast.topology, target, state_path=out / "run" / "state.json")
-        cpu.testbed = testbed
-        testbed.up()
-        m3 = run_scenario(incast, out / "incast", testbed=testbed, progress=False, show=quiet)
-        figures["incast"] = {
-            k: {
-                "bottleneck_utilisation": v["goodput_fraction"],
-                "rtos": v["rtos"],
-                "nacks": v["nacks"],
-                "trims": v["switch_totals"]["trimmed"],
-                "drops": v["switch_totals"]["drops"],
-                "complete": v["complete"],
-            }
-            for k, v in m3.items()
-        }
+                    for k, v in m3.items()
+                }
     finally:
+        Phase.run = original  # type: ignore[method-assign]
         cpu.stop.set()
         testbed.down()
     return figures
@@ -311,65 +386,105 @@ def report(f: dict[str, Any]) -> None:
     cores = f["cores"] or 1
     targets = list(f["targets"])
     by = f["targets"]
-    print(f"fabric small at {f['rate_mbps']:g} Mb/s per link, {f['size']} per flow, {cores} cores")
-    width = 24
+    first = by[targets[0]]
+    print(
+        f"fabrics at {f['rate_mbps']:g} Mb/s per link standing for "
+        f"{first['nominal_rate_gbps']:g} Gb/s (dilation {first['dilation']:,.0f}), "
+        f"{f['size']} per flow, {cores} cores"
+    )
+    width = 30
 
     def row(label: str, cells: list[str]) -> None:
         print(f"  {label:<44}" + "".join(f"{c:>{width}}" for c in cells))
 
     row("", targets)
-    row(
-        "idle testbed CPU (cores)",
-        [f"{by[t]['cpu_idle_cores']:.2f}" for t in targets],
-    )
-    print("1. permutation: goodput / aggregate plane capacity (target MRC >= 0.9)")
-    for k in by[targets[0]]["permutation"]:
-        cells = []
-        for t in targets:
-            v = by[t]["permutation"].get(k)
-            cells.append(
-                "-"
-                if v is None
-                else f"{v['goodput_fraction']:.2f}, {v['rtos']:.0f} RTO"
-                + ("" if v["complete"] else " (inc.)")
+    row("idle testbed CPU (cores)", [f"{by[t]['cpu_idle_cores']:.2f}" for t in targets])
+
+    def permutation(key: str, title: str) -> None:
+        if key not in first:
+            return
+        print(title)
+        for k in first[key]:
+            cells = []
+            for t in targets:
+                v = by[t].get(key, {}).get(k)
+                cells.append(
+                    "-"
+                    if v is None
+                    else f"{v['goodput_fraction']:.2f}, {v['rtos']:.0f} RTO, "
+                    f"{v['ev_retirements']} EVs retired" + ("" if v["complete"] else " (inc.)")
+                )
+            row(f"   {k}", cells)
+        for k in first[key]:
+            row(
+                f"   CPU during {k} (cores)",
+                [_fmt(by[t].get(key, {}).get(k, {}).get("cpu_cores")) for t in targets],
             )
-        row(f"   {k}", cells)
-    for k in by[targets[0]]["permutation"]:
+        mrc = [by[t].get(key, {}).get("mrc", {}) for t in targets]
         row(
-            f"   CPU during {k} (cores)",
-            [_fmt(by[t]["permutation"].get(k, {}).get("cpu_cores")) for t in targets],
+            "   CPU per switch hop / agent packet (us)",
+            [
+                f"{_fmt(v.get('cpu_per_switch_hop_us'), '.0f')} / "
+                f"{_fmt(v.get('cpu_per_agent_packet_us'), '.0f')}"
+                for v in mrc
+            ],
         )
-    print("2. link failure: goodput recovery and EV failover (target <= 10 base RTTs)")
-    for k in by[targets[0]]["failure"]:
-        rec, fail = [], []
-        for t in targets:
-            v = by[t]["failure"].get(k, {})
-            base = v.get("base_rtt_ms")
-            ms = v.get("goodput_recovery_ms")
-            rtts = ms / base if ms is not None and base else None
-            rec.append(f"{_fmt(ms, '.0f')} ms ({_fmt(rtts, '.0f')} RTT)")
-            fail.append(
-                f"{_fmt(v.get('ev_failover_p50_ms'), '.1f')} ms "
-                f"({_fmt(v.get('ev_failover_p50_rtts'), '.1f')} RTT)"
-            )
-        row(f"   {k} goodput back to 90%", rec)
-        if k == "mrc":
-            row(f"   {k} EV failover p50", fail)
-    row(
-        "   base RTT (ms)",
-        [_fmt(by[t]["failure"].get("mrc", {}).get("base_rtt_ms")) for t in targets],
+        row(
+            "   dilation margin (frame time / CPU)",
+            [_fmt(v.get("dilation_margin"), ".0f") for v in mrc],
+        )
+
+    permutation(
+        "permutation",
+        "1. permutation, small fabric: goodput / capacity (target MRC >= 0.9, 0 EVs retired)",
     )
-    print("3. incast 3 -> 1: bottleneck utilisation (target with trimming >= 0.9, 0 RTOs)")
-    for k in by[targets[0]]["incast"]:
-        cells = []
-        for t in targets:
-            v = by[t]["incast"].get(k)
-            cells.append(
-                "-"
-                if v is None
-                else f"{v['bottleneck_utilisation']:.2f}, {v['rtos']:.0f} RTO, {v['trims']} trims"
-            )
-        row(f"   {k}", cells)
+    permutation(
+        "default",
+        "2. permutation, default fabric (4 planes): goodput / capacity (target >= 0.9, 0 retired)",
+    )
+    if "failure" in first:
+        print("3. link failure: goodput recovery and EV failover (target <= 10 base RTTs)")
+        for k in first["failure"]:
+            rec, fail = [], []
+            for t in targets:
+                v = by[t].get("failure", {}).get(k, {})
+                rec.append(
+                    f"{_fmt(v.get('goodput_recovery_ms'), '.0f')} ms "
+                    f"({_fmt(v.get('goodput_recovery_rtts'), '.1f')} RTT, "
+                    f"{_fmt(v.get('goodput_recovery_real_us'), '.1f')} us)"
+                )
+                fail.append(
+                    f"{_fmt(v.get('ev_failover_p50_ms'), '.1f')} ms "
+                    f"({_fmt(v.get('ev_failover_p50_rtts'), '.1f')} RTT, "
+                    f"{_fmt(v.get('ev_failover_p50_real_us'), '.2f')} us)"
+                )
+            row(f"   {k} goodput back to 90%", rec)
+            if k == "mrc":
+                row(f"   {k} EV failover p50", fail)
+        row(
+            "   base RTT (ms; real us)",
+            [
+                f"{_fmt(by[t].get('failure', {}).get('mrc', {}).get('base_rtt_ms'))}; "
+                f"{_fmt(by[t].get('failure', {}).get('mrc', {}).get('base_rtt_real_us'))}"
+                for t in targets
+            ],
+        )
+    if "incast" in first:
+        print(
+            "4. incast: bottleneck utilisation (target trimming >= 0.9 and >= off + 0.08, 0 RTOs)"
+        )
+        for label in first["incast"]:
+            for k in first["incast"][label]:
+                cells = []
+                for t in targets:
+                    v = by[t].get("incast", {}).get(label, {}).get(k)
+                    cells.append(
+                        "-"
+                        if v is None
+                        else f"{v['bottleneck_utilisation']:.2f}, {v['rtos']:.0f} RTO, "
+                        f"{v['trims']} trims, {v['drops']} drops"
+                    )
+                row(f"   {label} {k}", cells)
 
 
 if __name__ == "__main__":

@@ -385,6 +385,7 @@ def summarise(fabric: Fabric, result: TransportResult, interval: float) -> dict[
         "flow_completion_p50_s": percentile(list(flows_done.values()), 0.5),
         "flow_completion_max_s": max(flows_done.values()) if flows_done else None,
         "rtos": totals.get("rtos", 0.0),
+        "ev_retirements": sum(1 for tr in result.ev_transitions if tr.get("new") == "assumed_bad"),
         "nacks": totals.get("nacks", 0.0),
         "host_totals": totals,
         "switch_totals": switch_totals,
