@@ -130,7 +130,7 @@ class P4RuntimeTarget(DataplaneTarget, Generic[S]):
     def install(self, entries: Sequence[Any], defaults: Sequence[Any] = ()) -> None:
         client = self._require()
         if self._installed:
-            client.delete(self._installed)
+            client.delete(list(reversed(self._installed)))  # groups after the entries using them
             self._installed = []
         wanted = {int(d.table_id): d for d in defaults}
         for table_id, original in list(self._defaults_changed.items()):
