@@ -8,6 +8,22 @@ refuses anything that does not lie entirely inside the region.
 from __future__ import annotations
 
 import random
+from typing import Any, Protocol
+
+
+class PlacementTarget(Protocol):
+    """Memory a region can be backed by besides a bytearray (e.g. a driver's view of another
+    process's memory): sized, sliced reads, sliced writes. The core only ever calls
+    ``target[start:stop] = data`` and ``target[start:stop]`` within ``len(target)``."""
+
+    def __len__(self) -> int: ...  # noqa: D105
+
+    def __getitem__(self, index: slice) -> bytes: ...  # noqa: D105
+
+    def __setitem__(self, index: slice, data: Any) -> None: ...  # noqa: D105
+
+
+RegionBuffer = bytearray | PlacementTarget
 
 
 class RegionError(ValueError):
@@ -19,12 +35,12 @@ class MemoryRegion:
 
     __slots__ = ("addr", "length", "rkey", "buffer", "view", "end")
 
-    def __init__(self, addr: int, length: int, rkey: int, buffer: bytearray) -> None:
+    def __init__(self, addr: int, length: int, rkey: int, buffer: RegionBuffer) -> None:
         self.addr = addr
         self.length = length
         self.rkey = rkey
         self.buffer = buffer
-        self.view = memoryview(buffer)
+        self.view: Any = memoryview(buffer) if isinstance(buffer, bytearray) else buffer
         self.end = addr + length
 
     def contains(self, va: int, length: int) -> bool:
@@ -59,7 +75,9 @@ class RegionTable:
         self._by_rkey: dict[int, MemoryRegion] = {}
         self.by_rkey = self._by_rkey  #: read-only view for the receiver's hot path
 
-    def register(self, addr: int, length: int, buffer: bytearray | None = None) -> MemoryRegion:
+    def register(
+        self, addr: int, length: int, buffer: RegionBuffer | None = None
+    ) -> MemoryRegion:
         """Register ``length`` bytes at ``addr`` (backed by ``buffer`` or a new zeroed one)."""
         if not 0 <= addr < 1 << 64:
             raise RegionError(f"region address {addr:#x}: expected a 64-bit unsigned value")
