@@ -43,6 +43,7 @@ from host.agent.commands import Commands
 from host.agent.control import ControlServer, SocketInUse
 from host.agent.data import Transfer
 from host.agent.nic_setup import NicSetup, SetupError, prepare_nic, require_interface
+from host.agent.ocp import OcpProvider, ocp_socket_path
 from host.agent.options import DEFAULT_CONTROL_DIR, AgentOptions, default_control_path
 from host.agent.pcap import PcapWriter
 from host.agent.sockets import BATCH, PlaneSocket
@@ -171,6 +172,7 @@ class Agent:
         self._stats_written = 0.0
         self.pcap = PcapWriter(options.pcap) if options.pcap else None
         self.control: ControlServer | None = None
+        self.ocp: OcpProvider | None = None  # the OCP MRC API provider (docs/ocp-api.md)
 
         self.context = api.Context(
             self.host.name,
@@ -264,6 +266,13 @@ class Agent:
         except OSError as exc:
             raise AgentError(f"control socket {self.control_path}: {exc.strerror or exc}") from None
         self.control.register(self.selector)
+        try:
+            self.ocp = OcpProvider(self, ocp_socket_path(self.control_path))
+        except SocketInUse as exc:
+            raise AgentError(str(exc)) from None
+        except OSError as exc:
+            raise AgentError(f"OCP API socket: {exc.strerror or exc}") from None
+        self.ocp.server.register(self.selector)
         log.info(
             "%s ready: planes %s, control %s%s",
             self.host.name,
@@ -476,6 +485,8 @@ class Agent:
     # -- events and transfers -------------------------------------------------------------------
 
     def _on_event(self, event: Event, now: float) -> None:
+        if self.ocp is not None and self.ocp.on_event(event):
+            return
         if isinstance(event, Completion):
             self._on_completion(event)
             return
@@ -649,6 +660,9 @@ class Agent:
         if self.control is not None:
             self.control.close()
             self.control = None
+        if self.ocp is not None:
+            self.ocp.close()
+            self.ocp = None
         for plane in self.planes:
             with contextlib.suppress(KeyError, ValueError):
                 self.selector.unregister(plane.sock.sock)
