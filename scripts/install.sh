@@ -26,7 +26,8 @@ command -v apt-get >/dev/null 2>&1 || die "apt-get not found: this script suppor
 
 export DEBIAN_FRONTEND=noninteractive
 APT_PACKAGES="python3 python3-venv python3-pip python3-dev gcc git ca-certificates \
-mininet openvswitch-switch iproute2 ethtool bridge-utils tcpdump tshark iperf3 procps psmisc kmod"
+mininet openvswitch-switch iproute2 ethtool bridge-utils tcpdump tshark iperf3 procps psmisc kmod \
+make libc6-dev libibverbs-dev"
 
 missing=""
 for pkg in $APT_PACKAGES; do
@@ -87,6 +88,18 @@ if command -v tshark >/dev/null 2>&1; then
     fi
 else
     say "Wireshark dissector skipped (no tshark)"
+fi
+
+# lib_mrc.so and the emulated verbs device (libibverbs.so.1) for programs written against the
+# OCP MRC API (docs/ocp-api.md), built against the OCP headers where they are (MRC_H_PATH,
+# default ../shared/ocp-mrc next to the repository).
+mrc_h="${MRC_H_PATH:-$here/../shared/ocp-mrc}"
+if [ -f "$mrc_h/mrc.h" ]; then
+    make -s -C "$here/capi" MRC_H_PATH="$mrc_h" >/dev/null || die "building lib_mrc.so failed (see the messages above)"
+    say "lib_mrc.so and the emulated verbs device in build/capi"
+else
+    make -s -C "$here/capi" verbs >/dev/null || die "building the emulated verbs device failed (see the messages above)"
+    say "lib_mrc.so skipped (no mrc.h in $mrc_h: set MRC_H_PATH to the OCP MRC API headers)"
 fi
 
 if [ "$with_bmv2" = 1 ]; then

@@ -1,0 +1,1038 @@
+/*
+ * mrc-testbed: lib_mrc.so, the OCP MRC application API (mrc.h) on the testbed.
+ *
+ * Every call becomes a request to the host agent's OCP API socket (docs/ocp-api.md), sent on
+ * the session of the ibv_context the application opened with the testbed's libibverbs.so.1.
+ * Completion channels and asynchronous events have a connection each, on which the agent
+ * pushes one line per event; their file descriptors are those connections.
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "mrc.h"
+#include "mrc_int.h"
+
+#define EXPORT __attribute__((visibility("default")))
+
+/* -- helpers ---------------------------------------------------------------------------------- */
+
+static int fail(int err, const char *fmt, const char *what)
+{
+	mtb_set_error(err, fmt, what);
+	return -1;
+}
+
+struct mrc_context *mrc_ctx_check(struct mrc_context *ctx, const char *fn)
+{
+	if (!ctx || ctx->magic != MRC_CTX_MAGIC) {
+		fail(EINVAL, "%s: not an MRC context (NULL or destroyed)", fn);
+		return NULL;
+	}
+	return ctx;
+}
+
+static struct mrc_cq *cq_check(struct mrc_cq *cq, const char *fn)
+{
+	if (!cq || cq->magic != MRC_CQ_MAGIC) {
+		fail(EINVAL, "%s: not an MRC CQ (NULL or destroyed)", fn);
+		return NULL;
+	}
+	return cq;
+}
+
+static struct mrc_qp *qp_check(struct mrc_qp *qp, const char *fn)
+{
+	if (!qp || qp->magic != MRC_QP_MAGIC) {
+		fail(EINVAL, "%s: not an MRC QP (NULL or destroyed)", fn);
+		return NULL;
+	}
+	return qp;
+}
+
+static char *call(struct mrc_context *ctx, struct mtb_sb *sb)
+{
+	char *reply = mtb_call(ctx->mtb, sb);
+
+	mtb_sb_free(sb);
+	return reply;
+}
+
+/* -- versions, device ------------------------------------------------------------------------- */
+
+EXPORT void mrc_query_version(uint32_t *current_version, uint32_t *last_supported_version,
+			      uint32_t *vendor_version, uint32_t *last_supported_vendor_version)
+{
+	if (current_version)
+		*current_version = MRC_API_CURRENT_VERSION;
+	if (last_supported_version)
+		*last_supported_version = MRC_API_LAST_SUPPORTED_VERSION;
+	if (vendor_version)
+		*vendor_version = MRC_VENDOR_API_CURRENT_VERSION;
+	if (last_supported_vendor_version)
+		*last_supported_vendor_version = MRC_VENDOR_API_LAST_SUPPORTED_VERSION;
+}
+
+static int query_device(struct ibv_context *context, struct mrc_device_attr *attr, int *supported)
+{
+	struct mtb_context *m;
+	struct mtb_sb sb;
+	char *reply;
+	uint64_t v;
+
+	if (!context || !attr || !supported)
+		return fail(EINVAL, "%s: context, attr and supported are required", "mrc_query_device");
+	memset(attr, 0, sizeof(*attr));
+	m = mtb_from_ibv(context);
+	if (!m) { /* another provider's device: no MRC there */
+		*supported = 0;
+		return 0;
+	}
+	mtb_sb_init(&sb);
+	mtb_sb_printf(&sb, "{\"cmd\":\"query_device\"}");
+	reply = mtb_call(m, &sb);
+	mtb_sb_free(&sb);
+	if (!reply)
+		return -1;
+	if (!mtb_json_u64(reply, "protocol_version", &v))
+		attr->mrc_protocol_version = (uint32_t)v;
+	if (!mtb_json_u64(reply, "max_wimm", &v))
+		attr->wimm_attr.max_wimm = (uint16_t)v;
+	if (!mtb_json_u64(reply, "max_wimm_dest", &v))
+		attr->wimm_attr.max_wimm_dest = (uint16_t)v;
+	if (!mtb_json_u64(reply, "max_mpr", &v))
+		attr->mpr_attr.max_mpr = (uint8_t)v;
+	if (!mtb_json_u64(reply, "mpr_resolution", &v))
+		attr->mpr_attr.mpr_resolution = (uint8_t)v;
+	if (!mtb_json_u64(reply, "cap", &v))
+		attr->cap = (uint32_t)v;
+	attr->qp_attr.max_qp_hint = MRC_MAX_QP_HINTS;
+	*supported = 1;
+	return 0;
+}
+
+EXPORT int mrc_query_device(struct ibv_context *context, struct mrc_device_attr *attr,
+			    int *supported)
+{
+	return query_device(context, attr, supported);
+}
+
+EXPORT int mrc_query_device_ex(struct ibv_context *context, struct mrc_context *mcontext,
+			       struct mrc_device_attr *attr, int *supported)
+{
+	if (mcontext && !mrc_ctx_check(mcontext, "mrc_query_device_ex"))
+		return -1;
+	if (mcontext && context && mcontext->ibv != context)
+		return fail(EINVAL, "%s: the MRC context belongs to another verbs context",
+			    "mrc_query_device_ex");
+	return query_device(context ? context : (mcontext ? mcontext->ibv : NULL), attr,
+			    supported);
+}
+
+/* -- context ------------------------------------------------------------------------------------ */
+
+static int attach(struct mrc_context *ctx, struct mtb_conn *conn, const char *role,
+		  uint64_t *id)
+{
+	struct mtb_sb sb;
+	char *reply;
+
+	if (mtb_connect(conn, ctx->mtb->sock_path) < 0)
+		return -1;
+	mtb_sb_init(&sb);
+	mtb_sb_printf(&sb, "{\"cmd\":\"attach\",\"session\":%llu,\"token\":%llu,\"role\":\"%s\"}",
+		      (unsigned long long)ctx->mtb->session, (unsigned long long)ctx->mtb->token,
+		      role);
+	reply = mtb_call_conn(conn, &sb);
+	mtb_sb_free(&sb);
+	if (!reply) {
+		int err = errno;
+
+		mtb_close(conn);
+		errno = err;
+		return -1;
+	}
+	if (id && mtb_json_u64(reply, "channel", id)) {
+		mtb_close(conn);
+		return fail(EPROTO, "%s: no channel number in the agent's reply", "attach");
+	}
+	return 0;
+}
+
+EXPORT struct mrc_context *mrc_create_context(struct ibv_context *vcontext,
+					      struct mrc_context_attr *context_attr)
+{
+	struct mtb_context *m = mtb_from_ibv(vcontext);
+	struct mrc_context *ctx;
+	uint32_t used = MRC_API_CURRENT_VERSION;
+
+	if (!m)
+		return NULL;
+	if (context_attr && context_attr->mrc_api_version_used) {
+		used = context_attr->mrc_api_version_used;
+		if (used > MRC_API_CURRENT_VERSION) { /* the oldest supported is 0.0.0 */
+			mtb_set_error(EPROTONOSUPPORT, "mrc_create_context: API version %#x: the "
+				      "library supports up to %#x", used, MRC_API_CURRENT_VERSION);
+			return NULL;
+		}
+	}
+	if (context_attr && context_attr->mrc_vendor_api_version_used >
+				    MRC_VENDOR_API_CURRENT_VERSION) {
+		mtb_set_error(EPROTONOSUPPORT, "mrc_create_context: vendor API version %#x: the "
+			      "library supports up to %#x", context_attr->mrc_vendor_api_version_used,
+			      MRC_VENDOR_API_CURRENT_VERSION);
+		return NULL;
+	}
+	ctx = calloc(1, sizeof(*ctx));
+	if (!ctx) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	ctx->magic = MRC_CTX_MAGIC;
+	ctx->ibv = vcontext;
+	ctx->mtb = m;
+	ctx->api_version = used;
+	ctx->async.fd = -1;
+	pthread_mutex_init(&ctx->lock, NULL);
+	if (attach(ctx, &ctx->async, "async", NULL) < 0) {
+		int err = errno;
+
+		pthread_mutex_destroy(&ctx->lock);
+		free(ctx);
+		errno = err;
+		return NULL;
+	}
+	return ctx;
+}
+
+EXPORT int mrc_destroy_context(struct mrc_context *mrc_ctx)
+{
+	if (!mrc_ctx_check(mrc_ctx, "mrc_destroy_context"))
+		return -1;
+	if (mrc_ctx->qps || mrc_ctx->cqs || mrc_ctx->channels || mrc_ctx->hints) {
+		mtb_set_error(EBUSY, "mrc_destroy_context: destroy its QPs (%d), CQs (%d), channels "
+			      "(%d) and QP hints (%d) first", mrc_ctx->nqps, mrc_ctx->ncqs,
+			      mrc_ctx->channels, mrc_ctx->hints);
+		return -1;
+	}
+	mtb_close(&mrc_ctx->async);
+	mrc_ctx->magic = 0;
+	pthread_mutex_destroy(&mrc_ctx->lock);
+	free(mrc_ctx);
+	return 0;
+}
+
+/* -- completion channels ------------------------------------------------------------------------ */
+
+EXPORT int mrc_create_comp_channel(struct mrc_context *mrc_ctx, struct mrc_comp_channel **channel)
+{
+	struct mrc_comp_channel *ch;
+	uint64_t id;
+
+	if (!mrc_ctx_check(mrc_ctx, "mrc_create_comp_channel"))
+		return -1;
+	if (!channel)
+		return fail(EINVAL, "%s: channel is required", "mrc_create_comp_channel");
+	ch = calloc(1, sizeof(*ch));
+	if (!ch) {
+		errno = ENOMEM;
+		return -1;
+	}
+	if (attach(mrc_ctx, &ch->conn, "channel", &id) < 0) {
+		int err = errno;
+
+		free(ch);
+		errno = err;
+		return -1;
+	}
+	ch->magic = MRC_CH_MAGIC;
+	ch->ctx = mrc_ctx;
+	ch->id = id;
+	pthread_mutex_lock(&mrc_ctx->lock);
+	mrc_ctx->channels++;
+	pthread_mutex_unlock(&mrc_ctx->lock);
+	*channel = ch;
+	return 0;
+}
+
+EXPORT int mrc_get_comp_channel_fd(struct mrc_comp_channel *channel, int *fd)
+{
+	if (!channel || channel->magic != MRC_CH_MAGIC || !fd)
+		return fail(EINVAL, "%s: not a completion channel, or fd is NULL",
+			    "mrc_get_comp_channel_fd");
+	*fd = channel->conn.fd;
+	return 0;
+}
+
+EXPORT int mrc_destroy_comp_channel(struct mrc_comp_channel *channel)
+{
+	if (!channel || channel->magic != MRC_CH_MAGIC)
+		return fail(EINVAL, "%s: not a completion channel", "mrc_destroy_comp_channel");
+	if (channel->refs)
+		return fail(EBUSY, "%s: CQs still use the channel", "mrc_destroy_comp_channel");
+	pthread_mutex_lock(&channel->ctx->lock);
+	channel->ctx->channels--;
+	pthread_mutex_unlock(&channel->ctx->lock);
+	mtb_close(&channel->conn);
+	channel->magic = 0;
+	free(channel);
+	return 0;
+}
+
+/* -- CQs -------------------------------------------------------------------------------------------- */
+
+struct mrc_cq *mrc_cq_create(struct mrc_context *ctx, int cqe, void *cq_context,
+			     struct mrc_comp_channel *channel, int comp_vector, int ev_cq)
+{
+	struct mrc_cq *cq;
+	struct mtb_sb sb;
+	char *reply;
+	uint64_t id;
+
+	if (cqe < 1) {
+		fail(EINVAL, "%s: cqe must be at least 1", "mrc_create_cq");
+		return NULL;
+	}
+	if (channel && channel->magic != MRC_CH_MAGIC) {
+		fail(EINVAL, "%s: not a completion channel", "mrc_create_cq");
+		return NULL;
+	}
+	if (channel && channel->ctx != ctx) {
+		fail(EINVAL, "%s: the channel belongs to another MRC context", "mrc_create_cq");
+		return NULL;
+	}
+	if (comp_vector != 0) {
+		fail(EINVAL, "%s: the device has one completion vector (0)", "mrc_create_cq");
+		return NULL;
+	}
+	mtb_sb_init(&sb);
+	mtb_sb_printf(&sb, "{\"cmd\":\"create_cq\",\"cqe\":%d,\"channel\":%llu}", cqe,
+		      channel ? (unsigned long long)channel->id : 0ULL);
+	reply = call(ctx, &sb);
+	if (!reply)
+		return NULL;
+	if (mtb_json_u64(reply, "cq", &id)) {
+		fail(EPROTO, "%s: no CQ number in the agent's reply", "mrc_create_cq");
+		return NULL;
+	}
+	cq = calloc(1, sizeof(*cq));
+	if (!cq) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	cq->magic = MRC_CQ_MAGIC;
+	cq->ctx = ctx;
+	cq->id = id;
+	cq->cq_context = cq_context;
+	cq->channel = channel;
+	cq->cqe = cqe;
+	cq->ev_cq = ev_cq;
+	pthread_mutex_lock(&ctx->lock);
+	cq->next = ctx->cqs;
+	ctx->cqs = cq;
+	ctx->ncqs++;
+	if (channel)
+		channel->refs++;
+	pthread_mutex_unlock(&ctx->lock);
+	return cq;
+}
+
+EXPORT struct mrc_cq *mrc_create_cq(struct mrc_context *mrc_ctx, int cqe, void *cq_context,
+				    struct mrc_comp_channel *channel, int comp_vector)
+{
+	if (!mrc_ctx_check(mrc_ctx, "mrc_create_cq"))
+		return NULL;
+	return mrc_cq_create(mrc_ctx, cqe, cq_context, channel, comp_vector, 0);
+}
+
+EXPORT int mrc_poll_cq(struct mrc_cq *cq, int num_entries, struct ibv_wc *wc)
+{
+	struct mtb_sb sb;
+	const char *cursor, *entry;
+	char *reply;
+	int n = 0;
+
+	if (!cq_check(cq, "mrc_poll_cq"))
+		return -1;
+	if (cq->ev_cq)
+		return fail(EINVAL, "%s: an EV event CQ is polled with mrc_ctl_poll_ev_event",
+			    "mrc_poll_cq");
+	if (num_entries < 0 || (num_entries > 0 && !wc))
+		return fail(EINVAL, "%s: expected num_entries >= 0 and a wc array", "mrc_poll_cq");
+	if (num_entries == 0)
+		return 0;
+	mtb_sb_init(&sb);
+	mtb_sb_printf(&sb, "{\"cmd\":\"poll_cq\",\"cq\":%llu,\"n\":%d}",
+		      (unsigned long long)cq->id, num_entries);
+	reply = call(cq->ctx, &sb);
+	if (!reply)
+		return -1;
+	cursor = mtb_json_get(reply, "wc");
+	if (!cursor)
+		return fail(EPROTO, "%s: no completions in the agent's reply", "mrc_poll_cq");
+	while (n < num_entries && (entry = mtb_json_next(&cursor))) {
+		unsigned long long v[7] = {0};
+		const char *p = entry;
+
+		for (int i = 0; i < 7; i++) {
+			char *end;
+
+			while (*p == '[' || *p == ',' || *p == ' ')
+				p++;
+			v[i] = strtoull(p, &end, 10);
+			p = end;
+		}
+		memset(&wc[n], 0, sizeof(wc[n]));
+		wc[n].wr_id = v[0];
+		wc[n].status = (enum ibv_wc_status)v[1];
+		wc[n].opcode = (enum ibv_wc_opcode)v[2];
+		wc[n].byte_len = (uint32_t)v[3];
+		wc[n].imm_data = (__be32)v[4];
+		wc[n].qp_num = (uint32_t)v[5];
+		wc[n].wc_flags = (unsigned int)v[6];
+		n++;
+	}
+	return n;
+}
+
+EXPORT int mrc_destroy_cq(struct mrc_cq *cq)
+{
+	struct mrc_context *ctx;
+	struct mtb_sb sb;
+
+	if (!cq_check(cq, "mrc_destroy_cq"))
+		return -1;
+	if (cq->events_got != cq->events_acked)
+		return fail(EBUSY, "%s: acknowledge every CQ event (mrc_ack_cq_events) first",
+			    "mrc_destroy_cq");
+	ctx = cq->ctx;
+	mtb_sb_init(&sb);
+	mtb_sb_printf(&sb, "{\"cmd\":\"destroy_cq\",\"cq\":%llu}", (unsigned long long)cq->id);
+	if (!call(ctx, &sb))
+		return -1;
+	pthread_mutex_lock(&ctx->lock);
+	for (struct mrc_cq **p = &ctx->cqs; *p; p = &(*p)->next)
+		if (*p == cq) {
+			*p = cq->next;
+			break;
+		}
+	ctx->ncqs--;
+	if (cq->channel)
+		cq->channel->refs--;
+	pthread_mutex_unlock(&ctx->lock);
+	cq->magic = 0;
+	free(cq);
+	return 0;
+}
+
+EXPORT int mrc_req_notify_cq(struct mrc_cq *cq, int solicited_only)
+{
+	struct mtb_sb sb;
+
+	if (!cq_check(cq, "mrc_req_notify_cq"))
+		return EINVAL;
+	mtb_sb_init(&sb);
+	mtb_sb_printf(&sb, "{\"cmd\":\"req_notify_cq\",\"cq\":%llu,\"solicited\":%d}",
+		      (unsigned long long)cq->id, solicited_only ? 1 : 0);
+	return call(cq->ctx, &sb) ? 0 : errno;
+}
+
+EXPORT int mrc_get_cq_event(struct mrc_comp_channel *channel, struct mrc_cq **cq,
+			    void **cq_context)
+{
+	struct mrc_context *ctx;
+	char *line;
+	uint64_t id;
+
+	if (!channel || channel->magic != MRC_CH_MAGIC || !cq || !cq_context)
+		return fail(EINVAL, "%s: expected a completion channel, cq and cq_context",
+			    "mrc_get_cq_event");
+	ctx = channel->ctx;
+	for (;;) {
+		line = mtb_read_line(&channel->conn);
+		if (!line)
+			return -1;
+		if (mtb_json_u64(line, "cq", &id))
+			continue;
+		pthread_mutex_lock(&ctx->lock);
+		for (struct mrc_cq *c = ctx->cqs; c; c = c->next)
+			if (c->id == id) {
+				c->events_got++;
+				*cq = c;
+				*cq_context = c->cq_context;
+				pthread_mutex_unlock(&ctx->lock);
+				return 0;
+			}
+		pthread_mutex_unlock(&ctx->lock);
+	}
+}
+
+EXPORT void mrc_ack_cq_events(struct mrc_cq *cq, unsigned int nevents)
+{
+	if (cq && cq->magic == MRC_CQ_MAGIC)
+		__atomic_add_fetch(&cq->events_acked, nevents, __ATOMIC_RELAXED);
+}
+
+/* -- asynchronous events ------------------------------------------------------------------------ */
+
+EXPORT int mrc_get_async_event(struct mrc_context *mrc_ctx, struct mrc_async_event *event)
+{
+	char *line;
+	int64_t type, v;
+
+	if (!mrc_ctx_check(mrc_ctx, "mrc_get_async_event"))
+		return -1;
+	if (!event)
+		return fail(EINVAL, "%s: event is required", "mrc_get_async_event");
+	for (;;) {
+		line = mtb_read_line(&mrc_ctx->async);
+		if (!line)
+			return -1;
+		if (mtb_json_i64(line, "type", &type))
+			continue;
+		memset(event, 0, sizeof(*event));
+		event->event_type = (enum ibv_event_type)type;
+		if (!mtb_json_i64(line, "qpn", &v)) {
+			pthread_mutex_lock(&mrc_ctx->lock);
+			for (struct mrc_qp *q = mrc_ctx->qps; q; q = q->next)
+				if (q->qpn == (uint32_t)v)
+					event->element.qp = q;
+			pthread_mutex_unlock(&mrc_ctx->lock);
+			if (!event->element.qp)
+				continue; /* destroyed meanwhile */
+		} else if (!mtb_json_i64(line, "cq", &v)) {
+			pthread_mutex_lock(&mrc_ctx->lock);
+			for (struct mrc_cq *c = mrc_ctx->cqs; c; c = c->next)
+				if (c->id == (uint64_t)v)
+					event->element.cq = c;
+			pthread_mutex_unlock(&mrc_ctx->lock);
+			if (!event->element.cq)
+				continue;
+		} else if (!mtb_json_i64(line, "port", &v)) {
+			event->element.port_num = (int)v;
+		}
+		return 0;
+	}
+}
+
+EXPORT void mrc_ack_async_event(struct mrc_async_event *event)
+{
+	(void)event; /* nothing is held for an event */
+}
+
+/* -- QP hints (kept by the library: advice the emulated device has no use for) ---------------------- */
+
+#define HINT_MASK_ALL (MRC_QP_HINT_NUM_QPS_PER_PEER | MRC_QP_HINT_NUM_SEND_PEERS | \
+		       MRC_QP_HINT_NUM_REMOTE_RECV_PEERS | MRC_QP_HINT_VENDOR_CFG)
+
+static int vendor_cfg_empty(const uint8_t *cfg, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		if (cfg[i])
+			return 0;
+	return 1;
+}
+
+static int hint_set(struct mrc_qp_hint *hint, const struct mrc_qp_hint_attr *attr, int mask,
+		    const char *fn)
+{
+	if (mask & ~HINT_MASK_ALL)
+		return fail(EINVAL, "%s: unknown bits in the attribute mask", fn);
+	if ((mask & MRC_QP_HINT_NUM_QPS_PER_PEER && attr->num_qps_per_peer < 0) ||
+	    (mask & MRC_QP_HINT_NUM_SEND_PEERS && attr->num_send_peers < 0) ||
+	    (mask & MRC_QP_HINT_NUM_REMOTE_RECV_PEERS && attr->num_remote_recv_peers < 0))
+		return fail(EINVAL, "%s: hint counts must be >= 0", fn);
+	if (mask & MRC_QP_HINT_VENDOR_CFG &&
+	    !vendor_cfg_empty(attr->vendor_cfg, sizeof(attr->vendor_cfg)))
+		return fail(EINVAL, "%s: the testbed has no vendor-specific hints", fn);
+	if (mask & MRC_QP_HINT_NUM_QPS_PER_PEER)
+		hint->attr.num_qps_per_peer = attr->num_qps_per_peer;
+	if (mask & MRC_QP_HINT_NUM_SEND_PEERS)
+		hint->attr.num_send_peers = attr->num_send_peers;
+	if (mask & MRC_QP_HINT_NUM_REMOTE_RECV_PEERS)
+		hint->attr.num_remote_recv_peers = attr->num_remote_recv_peers;
+	return 0;
+}
+
+EXPORT struct mrc_qp_hint *mrc_create_qp_hint(struct mrc_context *mrc_ctx,
+					      struct mrc_qp_hint_init_attr *init_attr)
+{
+	struct mrc_qp_hint *hint;
+
+	if (!mrc_ctx_check(mrc_ctx, "mrc_create_qp_hint"))
+		return NULL;
+	if (!init_attr) {
+		fail(EINVAL, "%s: init_attr is required", "mrc_create_qp_hint");
+		return NULL;
+	}
+	if (mrc_ctx->hints >= MRC_MAX_QP_HINTS) {
+		fail(ENOMEM, "%s: at most max_qp_hint hints", "mrc_create_qp_hint");
+		return NULL;
+	}
+	hint = calloc(1, sizeof(*hint));
+	if (!hint) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	hint->magic = MRC_HINT_MAGIC;
+	hint->ctx = mrc_ctx;
+	if (hint_set(hint, &init_attr->attr, MRC_QP_HINT_NUM_QPS_PER_PEER |
+		     MRC_QP_HINT_NUM_SEND_PEERS | MRC_QP_HINT_NUM_REMOTE_RECV_PEERS |
+		     MRC_QP_HINT_VENDOR_CFG, "mrc_create_qp_hint")) {
+		int err = errno;
+
+		free(hint);
+		errno = err;
+		return NULL;
+	}
+	pthread_mutex_lock(&mrc_ctx->lock);
+	hint->id = ++mrc_ctx->next_hint;
+	mrc_ctx->hints++;
+	pthread_mutex_unlock(&mrc_ctx->lock);
+	return hint;
+}
+
+static struct mrc_qp_hint *hint_check(struct mrc_qp_hint *hint, const char *fn)
+{
+	if (!hint || hint->magic != MRC_HINT_MAGIC) {
+		fail(EINVAL, "%s: not a QP hint (NULL or destroyed)", fn);
+		return NULL;
+	}
+	return hint;
+}
+
+EXPORT int mrc_destroy_qp_hint(struct mrc_qp_hint *qp_hint)
+{
+	if (!hint_check(qp_hint, "mrc_destroy_qp_hint"))
+		return -1;
+	if (qp_hint->refs)
+		return fail(EBUSY, "%s: QPs still use the hint", "mrc_destroy_qp_hint");
+	pthread_mutex_lock(&qp_hint->ctx->lock);
+	qp_hint->ctx->hints--;
+	pthread_mutex_unlock(&qp_hint->ctx->lock);
+	qp_hint->magic = 0;
+	free(qp_hint);
+	return 0;
+}
+
+EXPORT int mrc_query_qp_hint(struct mrc_qp_hint *qp_hint, struct mrc_qp_hint_attr *qp_hint_attr,
+			     int qp_hint_attr_mask)
+{
+	if (!hint_check(qp_hint, "mrc_query_qp_hint"))
+		return -1;
+	if (!qp_hint_attr || qp_hint_attr_mask & ~HINT_MASK_ALL)
+		return fail(EINVAL, "%s: expected attr and a valid mask", "mrc_query_qp_hint");
+	if (qp_hint_attr_mask & MRC_QP_HINT_NUM_QPS_PER_PEER)
+		qp_hint_attr->num_qps_per_peer = qp_hint->attr.num_qps_per_peer;
+	if (qp_hint_attr_mask & MRC_QP_HINT_NUM_SEND_PEERS)
+		qp_hint_attr->num_send_peers = qp_hint->attr.num_send_peers;
+	if (qp_hint_attr_mask & MRC_QP_HINT_NUM_REMOTE_RECV_PEERS)
+		qp_hint_attr->num_remote_recv_peers = qp_hint->attr.num_remote_recv_peers;
+	if (qp_hint_attr_mask & MRC_QP_HINT_VENDOR_CFG)
+		memset(qp_hint_attr->vendor_cfg, 0, sizeof(qp_hint_attr->vendor_cfg));
+	return 0;
+}
+
+EXPORT int mrc_modify_qp_hint(struct mrc_qp_hint *qp_hint, struct mrc_qp_hint_attr *qp_hint_attr,
+			      int qp_hint_attr_mask)
+{
+	if (!hint_check(qp_hint, "mrc_modify_qp_hint"))
+		return -1;
+	if (!qp_hint_attr)
+		return fail(EINVAL, "%s: attr is required", "mrc_modify_qp_hint");
+	return hint_set(qp_hint, qp_hint_attr, qp_hint_attr_mask, "mrc_modify_qp_hint");
+}
+
+/* -- QPs ---------------------------------------------------------------------------------------- */
+
+EXPORT struct mrc_qp *mrc_create_qp(struct mrc_context *mrc_ctx,
+				    struct mrc_qp_init_attr *attr)
+{
+	struct mrc_qp *qp;
+	struct mtb_sb sb;
+	char *reply;
+	uint64_t qpn;
+
+	if (!mrc_ctx_check(mrc_ctx, "mrc_create_qp"))
+		return NULL;
+	if (!attr) {
+		fail(EINVAL, "%s: init attributes are required", "mrc_create_qp");
+		return NULL;
+	}
+	if (!cq_check(attr->send_cq, "mrc_create_qp (send_cq)") ||
+	    !cq_check(attr->recv_cq, "mrc_create_qp (recv_cq)"))
+		return NULL;
+	if (attr->send_cq->ctx != mrc_ctx || attr->recv_cq->ctx != mrc_ctx ||
+	    attr->send_cq->ev_cq || attr->recv_cq->ev_cq) {
+		fail(EINVAL, "%s: send_cq and recv_cq must be completion CQs of this context",
+		     "mrc_create_qp");
+		return NULL;
+	}
+	if (!attr->pd || attr->pd->context != mrc_ctx->ibv) {
+		fail(EINVAL, "%s: pd must be a protection domain of the context's device",
+		     "mrc_create_qp");
+		return NULL;
+	}
+	if (attr->cap.max_send_wr < 1) {
+		fail(EINVAL, "%s: cap.max_send_wr must be at least 1", "mrc_create_qp");
+		return NULL;
+	}
+	mtb_sb_init(&sb);
+	mtb_sb_printf(&sb, "{\"cmd\":\"create_qp\",\"send_cq\":%llu,\"recv_cq\":%llu,"
+		      "\"max_send_wr\":%u,\"max_recv_wr\":%u,\"max_send_sge\":%u,"
+		      "\"max_recv_sge\":%u,\"max_inline\":%u,\"sq_sig_all\":%d,"
+		      "\"send_ops\":%llu,\"protocol_version\":%u}",
+		      (unsigned long long)attr->send_cq->id, (unsigned long long)attr->recv_cq->id,
+		      attr->cap.max_send_wr, attr->cap.max_recv_wr, attr->cap.max_send_sge,
+		      attr->cap.max_recv_sge, attr->cap.max_inline_data, attr->sq_sig_all ? 1 : 0,
+		      (unsigned long long)attr->send_ops_flags, (unsigned int)attr->protocol_version);
+	reply = call(mrc_ctx, &sb);
+	if (!reply)
+		return NULL;
+	if (mtb_json_u64(reply, "qpn", &qpn)) {
+		fail(EPROTO, "%s: no QP number in the agent's reply", "mrc_create_qp");
+		return NULL;
+	}
+	qp = calloc(1, sizeof(*qp));
+	if (!qp) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	qp->magic = MRC_QP_MAGIC;
+	qp->ctx = mrc_ctx;
+	qp->qpn = (uint32_t)qpn;
+	qp->init = *attr;
+	pthread_mutex_lock(&mrc_ctx->lock);
+	qp->next = mrc_ctx->qps;
+	mrc_ctx->qps = qp;
+	mrc_ctx->nqps++;
+	pthread_mutex_unlock(&mrc_ctx->lock);
+	return qp;
+}
+
+EXPORT int mrc_destroy_qp(struct mrc_qp *qp)
+{
+	struct mrc_context *ctx;
+	struct mtb_sb sb;
+
+	if (!qp_check(qp, "mrc_destroy_qp"))
+		return -1;
+	ctx = qp->ctx;
+	mtb_sb_init(&sb);
+	mtb_sb_printf(&sb, "{\"cmd\":\"destroy_qp\",\"qpn\":%u}", qp->qpn);
+	if (!call(ctx, &sb))
+		return -1;
+	pthread_mutex_lock(&ctx->lock);
+	for (struct mrc_qp **p = &ctx->qps; *p; p = &(*p)->next)
+		if (*p == qp) {
+			*p = qp->next;
+			break;
+		}
+	ctx->nqps--;
+	if (qp->hint)
+		qp->hint->refs--;
+	pthread_mutex_unlock(&ctx->lock);
+	qp->magic = 0;
+	free(qp);
+	return 0;
+}
+
+EXPORT int mrc_get_qpn(struct mrc_qp *qp, uint32_t *qpn)
+{
+	if (!qp_check(qp, "mrc_get_qpn"))
+		return -1;
+	if (!qpn)
+		return fail(EINVAL, "%s: qpn is required", "mrc_get_qpn");
+	*qpn = qp->qpn;
+	return 0;
+}
+
+#define IBV_UNSUPPORTED (IBV_QP_PORT | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | \
+			 IBV_QP_MIN_RNR_TIMER | IBV_QP_MAX_QP_RD_ATOMIC | \
+			 IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_ALT_PATH | IBV_QP_PATH_MIG_STATE | \
+			 IBV_QP_QKEY | IBV_QP_CAP | IBV_QP_EN_SQD_ASYNC_NOTIFY)
+#define IBV_ACCEPTED (IBV_QP_STATE | IBV_QP_CUR_STATE | IBV_QP_AV | IBV_QP_DEST_QPN | \
+		      IBV_QP_RQ_PSN | IBV_QP_SQ_PSN | IBV_QP_ACCESS_FLAGS | IBV_QP_PKEY_INDEX | \
+		      IBV_QP_PATH_MTU)
+#define MRC_MASK_ALL (MRC_QP_MAX_WIMM | MRC_QP_MAX_WIMM_DEST | MRC_QP_MPR | MRC_QP_MPR_DEST | \
+		      MRC_QP_TIMEOUT | MRC_QP_EV_PROFILE_ID | MRC_QP_CC_PROFILE_ID | MRC_QP_HINT | \
+		      MRC_QP_RETRY_CNT | MRC_QP_CAP | MRC_QP_VENDOR_CFG)
+
+EXPORT int mrc_modify_qp(struct mrc_qp *qp, struct ibv_qp_attr *vattr, int vattr_mask,
+			 struct mrc_qp_attr *mrc_attr, int mrc_attr_mask)
+{
+	struct mtb_sb sb;
+	char gid[33];
+
+	if (!qp_check(qp, "mrc_modify_qp"))
+		return EINVAL;
+	if ((vattr_mask && !vattr) || (mrc_attr_mask && !mrc_attr)) {
+		fail(EINVAL, "%s: a mask without its attribute structure", "mrc_modify_qp");
+		return EINVAL;
+	}
+	if (vattr_mask & IBV_UNSUPPORTED) {
+		mtb_set_error(EINVAL, "mrc_modify_qp: ibv attribute mask %#x not supported by MRC "
+			      "QPs (IBV_QP_PORT, _TIMEOUT, _RETRY_CNT, RNR, RD_ATOMIC, ALT_PATH, "
+			      "PATH_MIG_STATE, QKEY, CAP); use the MRC attributes",
+			      vattr_mask & IBV_UNSUPPORTED);
+		return EINVAL;
+	}
+	if (vattr_mask & ~(IBV_ACCEPTED | IBV_UNSUPPORTED)) {
+		mtb_set_error(EINVAL, "mrc_modify_qp: unknown ibv attribute mask bits %#x",
+			      vattr_mask & ~(IBV_ACCEPTED | IBV_UNSUPPORTED));
+		return EINVAL;
+	}
+	if (mrc_attr_mask & ~MRC_MASK_ALL) {
+		mtb_set_error(EINVAL, "mrc_modify_qp: unknown MRC attribute mask bits %#x",
+			      mrc_attr_mask & ~MRC_MASK_ALL);
+		return EINVAL;
+	}
+	if (mrc_attr_mask & MRC_QP_VENDOR_CFG &&
+	    !vendor_cfg_empty(mrc_attr->vendor_cfg, sizeof(mrc_attr->vendor_cfg))) {
+		fail(EINVAL, "%s: the testbed has no vendor-specific QP configuration",
+		     "mrc_modify_qp");
+		return EINVAL;
+	}
+	if (mrc_attr_mask & MRC_QP_HINT && mrc_attr->qp_hint &&
+	    (!hint_check(mrc_attr->qp_hint, "mrc_modify_qp") ||
+	     mrc_attr->qp_hint->ctx != qp->ctx)) {
+		fail(EINVAL, "%s: qp_hint is not a hint of this context", "mrc_modify_qp");
+		return EINVAL;
+	}
+	mtb_sb_init(&sb);
+	mtb_sb_printf(&sb, "{\"cmd\":\"modify_qp\",\"qpn\":%u", qp->qpn);
+	if (vattr_mask & IBV_QP_STATE)
+		mtb_sb_printf(&sb, ",\"state\":%d", (int)vattr->qp_state);
+	if (vattr_mask & IBV_QP_CUR_STATE)
+		mtb_sb_printf(&sb, ",\"cur_state\":%d", (int)vattr->cur_qp_state);
+	if (vattr_mask & IBV_QP_AV) {
+		if (!vattr->ah_attr.is_global) {
+			mtb_sb_free(&sb);
+			fail(EINVAL, "%s: IBV_QP_AV needs is_global = 1 and the peer's GID (RoCEv2)",
+			     "mrc_modify_qp");
+			return EINVAL;
+		}
+		mtb_hex_encode(vattr->ah_attr.grh.dgid.raw, 16, gid);
+		mtb_sb_printf(&sb, ",\"dgid\":\"%s\"", gid);
+	}
+	if (vattr_mask & IBV_QP_DEST_QPN)
+		mtb_sb_printf(&sb, ",\"dest_qpn\":%u", vattr->dest_qp_num);
+	if (vattr_mask & IBV_QP_RQ_PSN)
+		mtb_sb_printf(&sb, ",\"rq_psn\":%u", vattr->rq_psn);
+	if (vattr_mask & IBV_QP_SQ_PSN)
+		mtb_sb_printf(&sb, ",\"sq_psn\":%u", vattr->sq_psn);
+	if (mrc_attr_mask & MRC_QP_MAX_WIMM)
+		mtb_sb_printf(&sb, ",\"max_wimm\":%u", mrc_attr->wimm.max_wimm);
+	if (mrc_attr_mask & MRC_QP_MAX_WIMM_DEST)
+		mtb_sb_printf(&sb, ",\"max_wimm_dest\":%u", mrc_attr->wimm.max_wimm_dest);
+	if (mrc_attr_mask & MRC_QP_MPR)
+		mtb_sb_printf(&sb, ",\"mpr\":%u", mrc_attr->mpr.mpr);
+	if (mrc_attr_mask & MRC_QP_MPR_DEST)
+		mtb_sb_printf(&sb, ",\"mpr_dest\":%u", mrc_attr->mpr.mpr_dest);
+	if (mrc_attr_mask & MRC_QP_TIMEOUT)
+		mtb_sb_printf(&sb, ",\"timeout\":%u", mrc_attr->timeout);
+	if (mrc_attr_mask & MRC_QP_EV_PROFILE_ID)
+		mtb_sb_printf(&sb, ",\"ev_profile\":%llu",
+			      (unsigned long long)mrc_attr->profile.ev_profile_id);
+	if (mrc_attr_mask & MRC_QP_CC_PROFILE_ID)
+		mtb_sb_printf(&sb, ",\"cc_profile\":%llu",
+			      (unsigned long long)mrc_attr->profile.cc_profile_id);
+	if (mrc_attr_mask & MRC_QP_RETRY_CNT)
+		mtb_sb_printf(&sb, ",\"retry_linear\":%u,\"retry_exp\":%u",
+			      mrc_attr->retry.linear_cnt, mrc_attr->retry.exp_cnt);
+	if (mrc_attr_mask & MRC_QP_CAP)
+		mtb_sb_printf(&sb, ",\"cap\":%u", mrc_attr->cap);
+	if (mrc_attr_mask & MRC_QP_HINT)
+		mtb_sb_printf(&sb, ",\"hint\":%llu",
+			      mrc_attr->qp_hint ? (unsigned long long)mrc_attr->qp_hint->id : 0ULL);
+	mtb_sb_printf(&sb, "}");
+	if (!call(qp->ctx, &sb))
+		return errno;
+	if (mrc_attr_mask & MRC_QP_HINT) {
+		pthread_mutex_lock(&qp->ctx->lock);
+		if (qp->hint)
+			qp->hint->refs--;
+		qp->hint = mrc_attr->qp_hint;
+		if (qp->hint)
+			qp->hint->refs++;
+		pthread_mutex_unlock(&qp->ctx->lock);
+	}
+	return 0;
+}
+
+EXPORT int mrc_query_qp(struct mrc_qp *qp, struct ibv_qp_attr *vattr, int vattr_mask,
+			struct mrc_qp_attr *mrc_attr, int mrc_attr_mask,
+			struct mrc_qp_init_attr *init_attr)
+{
+	struct mtb_sb sb;
+	char *reply, gid[40] = "";
+	uint64_t v;
+
+	if (!qp_check(qp, "mrc_query_qp"))
+		return EINVAL;
+	if ((vattr_mask && !vattr) || (mrc_attr_mask && !mrc_attr)) {
+		fail(EINVAL, "%s: a mask without its attribute structure", "mrc_query_qp");
+		return EINVAL;
+	}
+	mtb_sb_init(&sb);
+	mtb_sb_printf(&sb, "{\"cmd\":\"query_qp\",\"qpn\":%u}", qp->qpn);
+	reply = call(qp->ctx, &sb);
+	if (!reply)
+		return errno;
+	if (vattr) {
+		memset(vattr, 0, sizeof(*vattr));
+		if (!mtb_json_u64(reply, "state", &v))
+			vattr->qp_state = vattr->cur_qp_state = (enum ibv_qp_state)v;
+		if (!mtb_json_u64(reply, "dest_qpn", &v))
+			vattr->dest_qp_num = (uint32_t)v;
+		if (!mtb_json_u64(reply, "rq_psn", &v))
+			vattr->rq_psn = (uint32_t)v;
+		if (!mtb_json_u64(reply, "sq_psn", &v))
+			vattr->sq_psn = (uint32_t)v;
+		if (!mtb_json_str(reply, "dgid", gid, sizeof(gid)) && strlen(gid) == 32) {
+			vattr->ah_attr.is_global = 1;
+			mtb_hex_decode(gid, vattr->ah_attr.grh.dgid.raw, 16);
+		}
+		vattr->path_mtu = IBV_MTU_4096;
+		vattr->qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_LOCAL_WRITE;
+		vattr->cap = qp->init.cap;
+	}
+	if (mrc_attr) {
+		memset(mrc_attr, 0, sizeof(*mrc_attr));
+		if (mrc_attr_mask & MRC_QP_MAX_WIMM && !mtb_json_u64(reply, "max_wimm", &v))
+			mrc_attr->wimm.max_wimm = (uint16_t)v;
+		if (mrc_attr_mask & MRC_QP_MAX_WIMM_DEST && !mtb_json_u64(reply, "max_wimm_dest", &v))
+			mrc_attr->wimm.max_wimm_dest = (uint16_t)v;
+		if (mrc_attr_mask & MRC_QP_MPR && !mtb_json_u64(reply, "mpr", &v))
+			mrc_attr->mpr.mpr = (uint8_t)v;
+		if (mrc_attr_mask & MRC_QP_MPR_DEST && !mtb_json_u64(reply, "mpr_dest", &v))
+			mrc_attr->mpr.mpr_dest = (uint8_t)v;
+		if (mrc_attr_mask & MRC_QP_TIMEOUT && !mtb_json_u64(reply, "timeout", &v))
+			mrc_attr->timeout = (uint8_t)v;
+		if (mrc_attr_mask & MRC_QP_EV_PROFILE_ID && !mtb_json_u64(reply, "ev_profile", &v))
+			mrc_attr->profile.ev_profile_id = v;
+		if (mrc_attr_mask & MRC_QP_CC_PROFILE_ID && !mtb_json_u64(reply, "cc_profile", &v))
+			mrc_attr->profile.cc_profile_id = v;
+		if (mrc_attr_mask & MRC_QP_RETRY_CNT) {
+			if (!mtb_json_u64(reply, "retry_linear", &v))
+				mrc_attr->retry.linear_cnt = (uint8_t)v;
+			if (!mtb_json_u64(reply, "retry_exp", &v))
+				mrc_attr->retry.exp_cnt = (uint8_t)v;
+		}
+		if (mrc_attr_mask & MRC_QP_CAP && !mtb_json_u64(reply, "cap", &v))
+			mrc_attr->cap = (uint32_t)v;
+		if (mrc_attr_mask & MRC_QP_HINT)
+			mrc_attr->qp_hint = qp->hint;
+	}
+	if (init_attr)
+		*init_attr = qp->init;
+	return 0;
+}
+
+/* -- work requests ------------------------------------------------------------------------------- */
+
+static void put_sges(struct mtb_sb *sb, const struct ibv_sge *sg, int n)
+{
+	mtb_sb_printf(sb, "[");
+	for (int i = 0; i < n; i++)
+		mtb_sb_printf(sb, "%s[%llu,%u,%u]", i ? "," : "", (unsigned long long)sg[i].addr,
+			      sg[i].length, sg[i].lkey);
+	mtb_sb_printf(sb, "]");
+}
+
+EXPORT int mrc_post_recv(struct mrc_qp *qp, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad_wr)
+{
+	struct mtb_sb sb;
+	int64_t bad = 0;
+
+	if (bad_wr)
+		*bad_wr = wr;
+	if (!qp_check(qp, "mrc_post_recv"))
+		return -1;
+	if (!wr)
+		return fail(EINVAL, "%s: no work request", "mrc_post_recv");
+	mtb_sb_init(&sb);
+	mtb_sb_printf(&sb, "{\"cmd\":\"post_recv\",\"qpn\":%u,\"wrs\":[", qp->qpn);
+	for (struct ibv_recv_wr *w = wr; w; w = w->next) {
+		if (w->num_sge < 0 || (w->num_sge > 0 && !w->sg_list)) {
+			mtb_sb_free(&sb);
+			if (bad_wr)
+				*bad_wr = w;
+			return fail(EINVAL, "%s: a work request with a bad SGE list", "mrc_post_recv");
+		}
+		mtb_sb_printf(&sb, "%s[%llu,", w == wr ? "" : ",", (unsigned long long)w->wr_id);
+		put_sges(&sb, w->sg_list, w->num_sge);
+		mtb_sb_printf(&sb, "]");
+	}
+	mtb_sb_printf(&sb, "]}");
+	char *reply = call(qp->ctx, &sb);
+	int err = errno;
+
+	if (reply) {
+		if (bad_wr)
+			*bad_wr = NULL;
+		return 0;
+	}
+	bad = mtb_last_bad();
+	if (bad_wr) {
+		struct ibv_recv_wr *w = wr;
+
+		for (int64_t i = 0; i < bad && w; i++)
+			w = w->next;
+		*bad_wr = w ? w : wr;
+	}
+	errno = err;
+	return -1;
+}
+
+EXPORT int mrc_post_send(struct mrc_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad_wr)
+{
+	struct mtb_sb sb;
+	int64_t bad;
+
+	if (bad_wr)
+		*bad_wr = wr;
+	if (!qp_check(qp, "mrc_post_send"))
+		return EINVAL;
+	if (!wr) {
+		fail(EINVAL, "%s: no work request", "mrc_post_send");
+		return EINVAL;
+	}
+	mtb_sb_init(&sb);
+	mtb_sb_printf(&sb, "{\"cmd\":\"post_send\",\"qpn\":%u,\"wrs\":[", qp->qpn);
+	for (struct ibv_send_wr *w = wr; w; w = w->next) {
+		if (w->num_sge < 0 || (w->num_sge > 0 && !w->sg_list)) {
+			mtb_sb_free(&sb);
+			if (bad_wr)
+				*bad_wr = w;
+			fail(EINVAL, "%s: a work request with a bad SGE list", "mrc_post_send");
+			return EINVAL;
+		}
+		mtb_sb_printf(&sb, "%s[%llu,%d,%u,%u,%llu,%u,", w == wr ? "" : ",",
+			      (unsigned long long)w->wr_id, (int)w->opcode, w->send_flags,
+			      (unsigned int)w->imm_data, (unsigned long long)w->wr.rdma.remote_addr,
+			      w->wr.rdma.rkey);
+		put_sges(&sb, w->sg_list, w->num_sge);
+		mtb_sb_printf(&sb, "]");
+	}
+	mtb_sb_printf(&sb, "]}");
+	if (call(qp->ctx, &sb)) {
+		if (bad_wr)
+			*bad_wr = NULL;
+		return 0;
+	}
+	int err = errno;
+
+	bad = mtb_last_bad();
+	if (bad_wr) {
+		struct ibv_send_wr *w = wr;
+
+		for (int64_t i = 0; i < bad && w; i++)
+			w = w->next;
+		*bad_wr = w ? w : wr;
+	}
+	errno = err;
+	return err;
+}
