@@ -1,0 +1,398 @@
+/*
+ * mrc_pingpong: WRITE_IMM ping-pong and a bandwidth sweep between two testbed hosts, written
+ * against the OCP MRC API (mrc.h) and libibverbs, checking every byte that arrives.
+ *
+ *   mrc-testbed exec h0 -- mrc_pingpong -n h0 -p h2 -r /tmp/rv &
+ *   mrc-testbed exec h2 -- mrc_pingpong -n h2 -p h0 -r /tmp/rv
+ *
+ * The two ends meet through files in a rendezvous folder both can read (testbed hosts share
+ * the file system): each writes its QP number, GID, receive buffer address and rkey to
+ * DIR/NAME.qp and reads the peer's. The end whose name sorts first starts the ping-pong.
+ *
+ * Options: -n NAME (this end), -p PEER, -r DIR, -d DEVICE (default: the first), -i ITERS
+ * (ping-pong round trips, default 100), -s MAX (largest sweep size in bytes, default 1 MiB),
+ * -t SECONDS (give up after, default 120).
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "mrc.h"
+
+#define CHECK(cond, ...)                                                         \
+	do {                                                                     \
+		if (!(cond)) {                                                   \
+			fprintf(stderr, "mrc_pingpong: " __VA_ARGS__);          \
+			fprintf(stderr, " (%s)\n", strerror(errno));             \
+			exit(1);                                                 \
+		}                                                                \
+	} while (0)
+
+struct peer_info {
+	uint32_t qpn;
+	union ibv_gid gid;
+	uint64_t addr;
+	uint32_t rkey;
+};
+
+struct end {
+	struct ibv_context *ibv;
+	struct ibv_pd *pd;
+	struct mrc_context *mrc;
+	struct mrc_cq *scq, *rcq; /* sends and receives complete independently */
+	struct mrc_qp *qp;
+	struct ibv_mr *smr, *rmr;
+	uint8_t *sbuf, *rbuf;
+	size_t size;
+	struct peer_info peer;
+	double deadline;
+	int recvs_posted;
+};
+
+static double now(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* the byte at offset i of message (tag) from side (who) */
+static uint8_t pattern(uint32_t tag, int who, size_t i)
+{
+	uint32_t x = tag * 2654435761u + (uint32_t)who * 40503u + (uint32_t)i * 2246822519u;
+
+	return (uint8_t)(x ^ (x >> 13) ^ (x >> 24));
+}
+
+static void fill(uint8_t *buf, size_t n, uint32_t tag, int who)
+{
+	for (size_t i = 0; i < n; i++)
+		buf[i] = pattern(tag, who, i);
+}
+
+static void verify(const uint8_t *buf, size_t n, uint32_t tag, int who, const char *what)
+{
+	for (size_t i = 0; i < n; i++)
+		if (buf[i] != pattern(tag, who, i)) {
+			fprintf(stderr, "mrc_pingpong: %s: byte %zu of %zu is %#x, expected %#x\n",
+				what, i, n, buf[i], pattern(tag, who, i));
+			exit(1);
+		}
+}
+
+static void post_recv(struct end *e)
+{
+	struct ibv_recv_wr wr = {.wr_id = 0x7000 + (uint64_t)e->recvs_posted}, *bad;
+
+	CHECK(mrc_post_recv(e->qp, &wr, &bad) == 0, "mrc_post_recv");
+	e->recvs_posted++;
+}
+
+static void post_write(struct end *e, size_t offset, size_t len, int imm, uint32_t imm_value,
+		       uint64_t wr_id)
+{
+	struct ibv_sge sge = {
+		.addr = (uintptr_t)e->sbuf + offset, .length = (uint32_t)len, .lkey = e->smr->lkey,
+	};
+	struct ibv_send_wr wr = {
+		.wr_id = wr_id, .sg_list = &sge, .num_sge = 1,
+		.opcode = imm ? IBV_WR_RDMA_WRITE_WITH_IMM : IBV_WR_RDMA_WRITE,
+		.send_flags = IBV_SEND_SIGNALED, .imm_data = htobe32(imm_value),
+	}, *bad;
+	int rc;
+
+	wr.wr.rdma.remote_addr = e->peer.addr + offset;
+	wr.wr.rdma.rkey = e->peer.rkey;
+	rc = mrc_post_send(e->qp, &wr, &bad);
+	errno = rc;
+	CHECK(rc == 0, "mrc_post_send of %zu bytes at offset %zu", len, offset);
+}
+
+/* Wait for one completion of the given opcode (sends on the send CQ, in posting order). */
+static struct ibv_wc wait_wc(struct end *e, enum ibv_wc_opcode opcode)
+{
+	struct mrc_cq *cq = opcode == IBV_WC_RECV_RDMA_WITH_IMM ? e->rcq : e->scq;
+	struct ibv_wc wc;
+
+	for (;;) {
+		int n = mrc_poll_cq(cq, 1, &wc);
+
+		CHECK(n >= 0, "mrc_poll_cq");
+		if (n == 1) {
+			if (wc.status != IBV_WC_SUCCESS) {
+				fprintf(stderr, "mrc_pingpong: completion of wr %llu: %s\n",
+					(unsigned long long)wc.wr_id, ibv_wc_status_str(wc.status));
+				exit(1);
+			}
+			if (wc.opcode == opcode)
+				return wc;
+			fprintf(stderr, "mrc_pingpong: unexpected completion opcode %d\n", wc.opcode);
+			exit(1);
+		}
+		if (now() > e->deadline) {
+			fprintf(stderr, "mrc_pingpong: timed out waiting for a completion\n");
+			exit(1);
+		}
+		usleep(50);
+	}
+}
+
+static void rendezvous(struct end *e, const char *dir, const char *name, const char *peer)
+{
+	char path[512], tmp[520], line[256];
+	struct peer_info me = {0};
+	union ibv_gid gid;
+	FILE *f;
+
+	CHECK(ibv_query_gid(e->ibv, 1, 0, &gid) == 0, "ibv_query_gid");
+	CHECK(mrc_get_qpn(e->qp, &me.qpn) == 0, "mrc_get_qpn");
+	snprintf(path, sizeof(path), "%s/%s.qp", dir, name);
+	snprintf(tmp, sizeof(tmp), "%s.tmp", path);
+	f = fopen(tmp, "w");
+	CHECK(f, "cannot write %s", tmp);
+	fprintf(f, "%u ", me.qpn);
+	for (int i = 0; i < 16; i++)
+		fprintf(f, "%02x", gid.raw[i]);
+	fprintf(f, " %llu %u\n", (unsigned long long)(uintptr_t)e->rbuf, e->rmr->rkey);
+	fclose(f);
+	CHECK(rename(tmp, path) == 0, "rename %s", tmp);
+
+	snprintf(path, sizeof(path), "%s/%s.qp", dir, peer);
+	for (;;) {
+		f = fopen(path, "r");
+		if (f && fgets(line, sizeof(line), f)) {
+			char hex[40];
+			unsigned long long addr;
+
+			fclose(f);
+			if (sscanf(line, "%u %32s %llu %u", &e->peer.qpn, hex, &addr, &e->peer.rkey) == 4) {
+				for (int i = 0; i < 16; i++) {
+					unsigned int b;
+
+					sscanf(hex + 2 * i, "%2x", &b);
+					e->peer.gid.raw[i] = (uint8_t)b;
+				}
+				e->peer.addr = addr;
+				return;
+			}
+		} else if (f) {
+			fclose(f);
+		}
+		CHECK(now() < e->deadline, "no rendezvous file %s from the peer", path);
+		usleep(10000);
+	}
+}
+
+/* RESET -> INIT: the host's own EV and CC profiles (0), no hint */
+static void init_qp(struct end *e)
+{
+	struct ibv_qp_attr va = {.qp_state = IBV_QPS_INIT};
+	struct mrc_qp_attr ma = {.qp_hint = NULL};
+	int rc;
+
+	rc = mrc_modify_qp(e->qp, &va, IBV_QP_STATE, &ma,
+			   MRC_QP_EV_PROFILE_ID | MRC_QP_CC_PROFILE_ID | MRC_QP_HINT);
+	errno = rc;
+	CHECK(rc == 0, "RESET -> INIT");
+}
+
+/* INIT -> RTR -> RTS towards the peer */
+static void connect_qp(struct end *e)
+{
+	struct ibv_qp_attr va;
+	struct mrc_qp_attr ma;
+	int rc;
+
+	va = (struct ibv_qp_attr){.qp_state = IBV_QPS_RTR, .dest_qp_num = e->peer.qpn};
+	va.ah_attr.is_global = 1;
+	va.ah_attr.grh.dgid = e->peer.gid;
+	ma = (struct mrc_qp_attr){.wimm.max_wimm_dest = 64};
+	rc = mrc_modify_qp(e->qp, &va, IBV_QP_STATE | IBV_QP_AV | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN,
+			   &ma, MRC_QP_MAX_WIMM_DEST);
+	errno = rc;
+	CHECK(rc == 0, "INIT -> RTR");
+
+	va = (struct ibv_qp_attr){.qp_state = IBV_QPS_RTS};
+	ma = (struct mrc_qp_attr){.wimm.max_wimm = 64, .timeout = 17,
+				  .retry = {.linear_cnt = 7, .exp_cnt = 25}};
+	rc = mrc_modify_qp(e->qp, &va, IBV_QP_STATE | IBV_QP_SQ_PSN, &ma,
+			   MRC_QP_MAX_WIMM | MRC_QP_TIMEOUT | MRC_QP_RETRY_CNT);
+	errno = rc;
+	CHECK(rc == 0, "RTR -> RTS");
+}
+
+int main(int argc, char **argv)
+{
+	const char *name = NULL, *peer = NULL, *dir = NULL, *device = NULL;
+	size_t max = 1 << 20;
+	int iters = 100, op, n;
+	double timeout = 120;
+	struct end e = {0};
+
+	while ((op = getopt(argc, argv, "n:p:r:d:i:s:t:")) != -1) {
+		switch (op) {
+		case 'n': name = optarg; break;
+		case 'p': peer = optarg; break;
+		case 'r': dir = optarg; break;
+		case 'd': device = optarg; break;
+		case 'i': iters = atoi(optarg); break;
+		case 's': max = strtoull(optarg, NULL, 0); break;
+		case 't': timeout = atof(optarg); break;
+		default:
+			fprintf(stderr, "usage: %s -n NAME -p PEER -r DIR [-d DEVICE] [-i ITERS] "
+				"[-s MAX_BYTES] [-t SECONDS]\n", argv[0]);
+			return 2;
+		}
+	}
+	if (!name || !peer || !dir || iters < 1 || max < 4096) {
+		fprintf(stderr, "mrc_pingpong: -n NAME, -p PEER and -r DIR are required "
+			"(-i >= 1, -s >= 4096)\n");
+		return 2;
+	}
+	e.deadline = now() + timeout;
+	int first = strcmp(name, peer) < 0;
+
+	/* device, PD, memory */
+	struct ibv_device **list = ibv_get_device_list(&n);
+
+	CHECK(list && n > 0, "no verbs device (run inside a testbed host: mrc-testbed exec)");
+	struct ibv_device *dev = list[0];
+
+	for (int i = 0; device && list[i]; i++)
+		if (strcmp(ibv_get_device_name(list[i]), device) == 0)
+			dev = list[i];
+	e.ibv = ibv_open_device(dev);
+	CHECK(e.ibv, "ibv_open_device %s", ibv_get_device_name(dev));
+	ibv_free_device_list(list);
+
+	struct mrc_device_attr dattr;
+	int supported = 0;
+
+	CHECK(mrc_query_device(e.ibv, &dattr, &supported) == 0 && supported,
+	      "the device does not support MRC");
+	e.pd = ibv_alloc_pd(e.ibv);
+	CHECK(e.pd, "ibv_alloc_pd");
+	e.size = max;
+	e.sbuf = aligned_alloc(4096, max);
+	e.rbuf = aligned_alloc(4096, max);
+	CHECK(e.sbuf && e.rbuf, "buffers of %zu bytes", max);
+	memset(e.rbuf, 0, max);
+	e.smr = ibv_reg_mr(e.pd, e.sbuf, max, IBV_ACCESS_LOCAL_WRITE);
+	e.rmr = ibv_reg_mr(e.pd, e.rbuf, max, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+	CHECK(e.smr && e.rmr, "ibv_reg_mr");
+
+	/* MRC context, CQ, QP */
+	struct mrc_context_attr cattr = {.mrc_api_version_used = MRC_API_CURRENT_VERSION};
+
+	e.mrc = mrc_create_context(e.ibv, &cattr);
+	CHECK(e.mrc, "mrc_create_context");
+	e.scq = mrc_create_cq(e.mrc, 1024, NULL, NULL, 0);
+	e.rcq = mrc_create_cq(e.mrc, 64, NULL, NULL, 0);
+	CHECK(e.scq && e.rcq, "mrc_create_cq");
+	struct mrc_qp_init_attr qattr = {
+		.send_cq = e.scq, .recv_cq = e.rcq, .sq_sig_all = 1, .pd = e.pd,
+		.cap = {.max_send_wr = 256, .max_recv_wr = 64, .max_send_sge = 1, .max_recv_sge = 1},
+		.send_ops_flags = IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM,
+	};
+	e.qp = mrc_create_qp(e.mrc, &qattr);
+	CHECK(e.qp, "mrc_create_qp");
+	init_qp(&e);
+	for (int i = 0; i < 4; i++) /* receives before the peer can write */
+		post_recv(&e);
+	rendezvous(&e, dir, name, peer);
+	connect_qp(&e);
+	uint32_t qpn;
+
+	CHECK(mrc_get_qpn(e.qp, &qpn) == 0, "mrc_get_qpn");
+	printf("%s: QP %#x connected to %s QP %#x\n", name, qpn, peer, e.peer.qpn);
+
+	/* ping-pong: 64-byte WRITE_IMMs, the immediate carries the round number */
+	double start = now();
+
+	for (int i = 0; i < iters; i++) {
+		struct ibv_wc wc;
+		size_t len = 64;
+
+		if (first) {
+			fill(e.sbuf, len, (uint32_t)i, 0);
+			post_write(&e, 0, len, 1, (uint32_t)i, (uint64_t)i);
+			wait_wc(&e, IBV_WC_RDMA_WRITE);
+		}
+		wc = wait_wc(&e, IBV_WC_RECV_RDMA_WITH_IMM);
+		post_recv(&e);
+		CHECK(be32toh(wc.imm_data) == (uint32_t)i && wc.byte_len == len,
+		      "round %d: immediate %u, %u bytes", i, be32toh(wc.imm_data), wc.byte_len);
+		verify(e.rbuf, len, (uint32_t)i, first ? 1 : 0, "ping-pong");
+		if (!first) {
+			fill(e.sbuf, len, (uint32_t)i, 1);
+			post_write(&e, 0, len, 1, (uint32_t)i, (uint64_t)i);
+			wait_wc(&e, IBV_WC_RDMA_WRITE);
+		}
+	}
+	double elapsed = now() - start;
+
+	printf("%s: ping-pong %d round trips, %.1f us per round trip\n", name, iters,
+	       elapsed / iters * 1e6);
+
+	/* bandwidth sweep: the first end writes; every size fills the peer's buffer with WRITEs,
+	 * waits for their completions (each placed), then a WRITE_IMM names the size; the peer
+	 * checks every byte and answers with a 64-byte WRITE_IMM */
+	for (size_t size = 4096; size <= max; size *= 2) {
+		size_t count = max / size;
+		uint32_t tag = (uint32_t)size;
+
+		if (first) {
+			fill(e.sbuf, count * size, tag, 0);
+			start = now();
+			size_t posted = 0, done = 0;
+
+			while (done < count) {
+				while (posted < count && posted - done < 128) {
+					post_write(&e, posted * size, size, 0, 0, posted);
+					posted++;
+				}
+				wait_wc(&e, IBV_WC_RDMA_WRITE);
+				done++;
+			}
+			post_write(&e, 0, 64, 1, tag, 1 << 30);
+			wait_wc(&e, IBV_WC_RDMA_WRITE);
+			struct ibv_wc wc = wait_wc(&e, IBV_WC_RECV_RDMA_WITH_IMM);
+
+			post_recv(&e);
+			elapsed = now() - start;
+			CHECK(be32toh(wc.imm_data) == tag, "sweep %zu: answer %u", size,
+			      be32toh(wc.imm_data));
+			verify(e.rbuf, 64, tag, 1, "sweep answer");
+			printf("%s: sweep %8zu B x %4zu: %8.2f MB/s (every byte checked by %s)\n", name,
+			       size, count, count * size / elapsed / 1e6, peer);
+		} else {
+			struct ibv_wc wc = wait_wc(&e, IBV_WC_RECV_RDMA_WITH_IMM);
+
+			post_recv(&e);
+			CHECK(be32toh(wc.imm_data) == tag, "sweep %zu: immediate %u", size,
+			      be32toh(wc.imm_data));
+			/* the WRITE_IMM rewrote the first 64 bytes from the same pattern */
+			verify(e.rbuf, count * size, tag, 0, "sweep");
+			fill(e.sbuf, 64, tag, 1);
+			post_write(&e, 0, 64, 1, tag, 1 << 30);
+			wait_wc(&e, IBV_WC_RDMA_WRITE);
+		}
+	}
+	printf("%s: done, every byte checked\n", name);
+
+	/* clean up */
+	CHECK(mrc_destroy_qp(e.qp) == 0, "mrc_destroy_qp");
+	CHECK(mrc_destroy_cq(e.scq) == 0 && mrc_destroy_cq(e.rcq) == 0, "mrc_destroy_cq");
+	CHECK(mrc_destroy_context(e.mrc) == 0, "mrc_destroy_context");
+	CHECK(ibv_dereg_mr(e.smr) == 0 && ibv_dereg_mr(e.rmr) == 0, "ibv_dereg_mr");
+	CHECK(ibv_dealloc_pd(e.pd) == 0, "ibv_dealloc_pd");
+	CHECK(ibv_close_device(e.ibv) == 0, "ibv_close_device");
+	free(e.sbuf);
+	free(e.rbuf);
+	return 0;
+}
