@@ -10,7 +10,7 @@ import argparse
 import sys
 from collections.abc import Callable
 
-from experiments import runner, testbed, topo_cmd
+from experiments import exec_cmd, runner, testbed, topo_cmd
 from topologies import TopologyError
 
 # Modules that add subcommands; each has register(subparsers).
@@ -18,6 +18,7 @@ COMMAND_MODULES: list[Callable[[argparse._SubParsersAction], None]] = [
     topo_cmd.register,
     testbed.register,
     runner.register,
+    exec_cmd.register,
 ]
 
 
