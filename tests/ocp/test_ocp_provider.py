@@ -1,0 +1,442 @@
+"""The agent side of the OCP MRC API (host/agent/ocp.py) without sockets or namespaces.
+
+Two providers (h0 and h1 of the small fabric) run on transport-core contexts joined by the
+in-memory network; the "application" is this test process: its buffers (ctypes) are registered
+with ibv_reg_mr semantics and read and written in place by process_vm_readv / _writev, which a
+process may do on itself without privileges.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+
+from host.agent import ocp
+from host.agent.ocp import OcpProvider
+from host.transport.api import Context
+from host.transport.config import StackConfig
+from host.transport.events import WriteCompleted
+from host.transport.simnet import SimNet
+from topologies import Fabric, Host, load_topology
+from topologies.config import shipped_topology
+
+RESET, INIT, RTR, RTS, ERR = 0, 1, 2, 3, 6
+ACCESS_RW = 1 | 2
+
+
+@dataclass
+class FakeConn:
+    """What the provider uses of a connection: who it is, where pushes go."""
+
+    pid: int = field(default_factory=os.getpid)
+    uid: int = field(default_factory=os.geteuid)
+    owner: Any = None
+    pushed: list[dict[str, Any]] = field(default_factory=list)
+
+    def push(self, message: dict[str, Any]) -> None:
+        self.pushed.append(dict(message))
+
+
+class FakeAgent:
+    """A host agent reduced to what the provider needs, on an in-memory network."""
+
+    def __init__(self, fabric: Fabric, name: str, sim: SimNet) -> None:
+        self.fabric = fabric
+        self.host: Host = fabric.host(name)
+        self.sim = sim
+        self.context = Context(name, self.host.nics, config=StackConfig(dilation=sim.dilation),
+                               seed=self.host.index + 1)  # fmt: skip
+        sim.attach(self.context)
+
+    def now(self) -> float:
+        return self.sim.now
+
+    def after_core(self, now: float) -> None:
+        self.sim.kick(self.host.name)
+
+
+class Side:
+    """One host: its agent, provider, session connection and helpers to call commands."""
+
+    def __init__(self, fabric: Fabric, name: str, sim: SimNet, tmp: Any) -> None:
+        self.agent = FakeAgent(fabric, name, sim)
+        self.provider = OcpProvider(self.agent, tmp / f"{name}.ocp.sock")
+        self.conn = FakeConn()
+        self.hello = self.call("hello")
+        self.buffers: list[Any] = []
+
+    def call(self, cmd: str, conn: FakeConn | None = None, **fields: Any) -> dict[str, Any]:
+        return self.provider.dispatch(conn or self.conn, {"cmd": cmd, **fields})  # type: ignore[arg-type]
+
+    def ok(self, cmd: str, **fields: Any) -> dict[str, Any]:
+        reply = self.call(cmd, **fields)
+        assert reply["ok"], reply
+        return reply
+
+    def fails(self, cmd: str, code: int, **fields: Any) -> dict[str, Any]:
+        reply = self.call(cmd, **fields)
+        assert not reply["ok"] and reply["errno"] == code, reply
+        assert reply["error"]
+        return reply
+
+    def buffer(self, size: int, fill: int = 0) -> Any:
+        buf = (ctypes.c_char * size)(*([bytes([fill])] * size))
+        self.buffers.append(buf)
+        return buf
+
+    def reg(
+        self, buf: Any, access: int = ACCESS_RW, offset: int = 0, length: int | None = None
+    ) -> dict[str, Any]:
+        addr = ctypes.addressof(buf) + offset
+        reply = self.ok("reg_mr", addr=addr, length=length or len(buf) - offset, access=access)
+        return {**reply, "addr": addr}
+
+    def gid(self) -> str:
+        return str(self.hello["ports"][0]["gid"])
+
+    def drain(self) -> None:
+        ctx = self.agent.context
+        while (event := ctx.next_event()) is not None:
+            self.provider.on_event(event)
+
+    def poll(self, cq: int, n: int = 64) -> list[list[int]]:
+        return list(self.ok("poll_cq", cq=cq, n=n)["wc"])
+
+    def close(self) -> None:
+        self.provider.server.close()
+
+
+@pytest.fixture(scope="module")
+def fabric() -> Fabric:
+    return Fabric(load_topology(shipped_topology("small")))
+
+
+@dataclass
+class Pair:
+    sim: SimNet
+    h0: Side
+    h1: Side
+
+    def run(self, seconds: float = 2.0) -> None:
+        self.sim.run(self.sim.now + seconds)
+        self.h0.drain()
+        self.h1.drain()
+
+
+@pytest.fixture
+def pair(fabric: Fabric, tmp_path: Any) -> Iterator[Pair]:
+    sim = SimNet(fabric, seed=3)
+    p = Pair(sim, Side(fabric, "h0", sim, tmp_path), Side(fabric, "h1", sim, tmp_path))
+    yield p
+    p.h0.close()
+    p.h1.close()
+
+
+def make_qp(side: Side, **caps: Any) -> tuple[int, int, int]:
+    """A QP with its own send and receive CQs: (qpn, send_cq, recv_cq)."""
+    scq = side.ok("create_cq", cqe=256)["cq"]
+    rcq = side.ok("create_cq", cqe=256)["cq"]
+    fields = {"max_send_wr": 64, "max_recv_wr": 16, "max_send_sge": 2, "max_recv_sge": 1, **caps}
+    qpn = side.ok("create_qp", send_cq=scq, recv_cq=rcq, **fields)["qpn"]
+    return qpn, scq, rcq
+
+
+def connect(a: Side, qa: int, b: Side, qb: int, **rts: Any) -> None:
+    """Both QPs RESET -> INIT -> RTR -> RTS towards each other."""
+    for side, qpn in ((a, qa), (b, qb)):
+        side.ok("modify_qp", qpn=qpn, state=INIT, ev_profile=0, cc_profile=0)
+    a.ok("modify_qp", qpn=qa, state=RTR, dgid=b.gid(), dest_qpn=qb)
+    b.ok("modify_qp", qpn=qb, state=RTR, dgid=a.gid(), dest_qpn=qa)
+    a.ok("modify_qp", qpn=qa, state=RTS, **rts)
+    b.ok("modify_qp", qpn=qb, state=RTS, **rts)
+
+
+def write_wr(wr_id: int, mr: dict[str, Any], remote: dict[str, Any], length: int, *,
+             imm: int | None = None, offset: int = 0, remote_offset: int = 0) -> list[Any]:  # fmt: skip
+    opcode = ocp.WR_RDMA_WRITE if imm is None else ocp.WR_RDMA_WRITE_WITH_IMM
+    return [
+        wr_id, opcode, ocp.SEND_SIGNALED, imm or 0, remote["addr"] + remote_offset,
+        remote["rkey"], [[mr["addr"] + offset, length, mr["lkey"]]],
+    ]  # fmt: skip
+
+
+# -- sessions, device ----------------------------------------------------------------------------
+
+
+def test_hello_gives_ports_with_plane_addresses(pair: Pair, fabric: Fabric) -> None:
+    ports = pair.h0.hello["ports"]
+    assert [p["port"] for p in ports] == [1, 2]
+    for port, nic in zip(ports, fabric.host("h0").nics, strict=True):
+        assert bytes.fromhex(port["gid"]) == nic.address.packed
+        assert port["active"] is True
+    device = pair.h0.ok("query_device")
+    assert device["max_wimm"] == ocp.MAX_WIMM and device["protocol_version"] == 1
+
+
+def test_commands_need_a_session_and_name_bad_fields(pair: Pair) -> None:
+    stranger = FakeConn()
+    reply = pair.h0.call("create_cq", conn=stranger, cqe=4)
+    assert not reply["ok"] and "hello" in reply["error"]
+    pair.h0.fails("create_cq", errno.EINVAL, cqe=0)
+    reply = pair.h0.fails("create_qp", errno.EINVAL, send_cq=99, recv_cq=99, max_send_wr=1)
+    assert "send_cq" in reply["error"]
+    pair.h0.fails("nonsense", errno.EOPNOTSUPP)
+    pair.h0.fails("attach", errno.EINVAL, session=1, token=0, role="channel")
+
+
+def test_reg_mr_refuses_unmapped_memory(pair: Pair) -> None:
+    reply = pair.h0.fails("reg_mr", errno.EFAULT, addr=8, length=4096, access=ACCESS_RW)
+    assert "process" in reply["error"]
+    pair.h0.fails("dereg_mr", errno.EINVAL, lkey=12345)
+
+
+# -- the QP state machine ------------------------------------------------------------------------
+
+
+def test_qp_state_machine(pair: Pair) -> None:
+    h0, h1 = pair.h0, pair.h1
+    qa, _, _ = make_qp(h0)
+    qb, _, _ = make_qp(h1)
+    assert h0.ok("query_qp", qpn=qa)["state"] == RESET
+    h0.fails("modify_qp", errno.EINVAL, qpn=qa, state=RTR, dgid=h1.gid(), dest_qpn=qb)
+    reply = h0.fails("modify_qp", errno.EINVAL, qpn=qa, state=INIT)
+    assert "profile" in reply["error"]
+    h0.fails("modify_qp", errno.EINVAL, qpn=qa, state=INIT, ev_profile=7, cc_profile=0)
+    h0.fails("modify_qp", errno.EINVAL, qpn=qa, state=INIT, ev_profile=0, cc_profile=0, timeout=3)
+    h0.fails(
+        "modify_qp", errno.EINVAL, qpn=qa, state=INIT, cur_state=RTS, ev_profile=0, cc_profile=0
+    )
+    h0.ok("modify_qp", qpn=qa, state=INIT, ev_profile=0, cc_profile=0)
+    h0.fails("post_send", errno.EINVAL, qpn=qa, wrs=[])
+    reply = h0.fails("modify_qp", errno.EINVAL, qpn=qa, state=RTR)
+    assert "IBV_QP_AV" in reply["error"]
+    h0.fails("modify_qp", errno.EINVAL, qpn=qa, state=RTR, dgid="00" * 16, dest_qpn=qb)
+    h0.fails("modify_qp", errno.EINVAL, qpn=qa, state=RTR, dgid=h0.gid(), dest_qpn=qb)
+    h0.fails("modify_qp", errno.EINVAL, qpn=qa, state=RTR, dgid=h1.gid(), dest_qpn=qb,
+             max_wimm_dest=ocp.MAX_WIMM + 1)  # fmt: skip
+    h0.fails("modify_qp", errno.EINVAL, qpn=qa, state=RTR, dgid=h1.gid(), dest_qpn=qb,
+             cap=ocp.MRC_QP_CAP_DYNAMIC_MPR)  # fmt: skip
+    h0.ok("modify_qp", qpn=qa, state=RTR, dgid=h1.gid(), dest_qpn=qb, max_wimm_dest=8)
+    h0.fails("modify_qp", errno.EINVAL, qpn=qa, state=4)  # SQD
+    h0.fails("modify_qp", errno.EINVAL, qpn=qa, state=INIT)
+    described = h0.ok("modify_qp", qpn=qa, state=RTS, max_wimm=4, timeout=12, retry_linear=7,
+                      retry_exp=25)  # fmt: skip
+    assert (described["state"], described["max_wimm"], described["max_wimm_dest"]) == (RTS, 4, 8)
+    assert described["remote_host"] == "h1" and described["dest_qpn"] == qb
+    h0.fails("modify_qp", errno.EINVAL, qpn=qa, state=RTS, timeout=25)
+    assert h0.ok("modify_qp", qpn=qa, state=ERR)["state"] == ERR
+    assert h0.ok("modify_qp", qpn=qa, state=RESET)["state"] == RESET
+    assert qa in h0.ok("query_qp", qpn=qa).values()
+    h0.ok("destroy_qp", qpn=qa)
+    h0.fails("query_qp", errno.EINVAL, qpn=qa)
+
+
+def test_send_ops_and_opcodes_are_write_and_write_imm_only(pair: Pair) -> None:
+    h0 = pair.h0
+    scq = h0.ok("create_cq", cqe=4)["cq"]
+    h0.fails("create_qp", errno.EOPNOTSUPP, send_cq=scq, recv_cq=scq, max_send_wr=1,
+             send_ops=1 << 2)  # fmt: skip
+    h0.fails("create_qp", errno.EINVAL, send_cq=scq, recv_cq=scq, max_send_wr=1,
+             protocol_version=2)  # fmt: skip
+    busy = h0.ok("create_qp", send_cq=scq, recv_cq=scq, max_send_wr=1)["qpn"]
+    h0.fails("destroy_cq", errno.EBUSY, cq=scq)
+    h0.ok("destroy_qp", qpn=busy)
+    h0.ok("destroy_cq", cq=scq)
+
+
+# -- data: WRITE_IMM, receives, order, errors ----------------------------------------------------
+
+
+def test_write_imm_consumes_a_posted_receive(pair: Pair) -> None:
+    h0, h1 = pair.h0, pair.h1
+    qa, scq, _ = make_qp(h0)
+    qb, _, rcq = make_qp(h1)
+    connect(h0, qa, h1, qb)
+    src, dst = h0.buffer(20000, 0), h1.buffer(20000, 0)
+    ctypes.memmove(src, os.urandom(20000), 20000)
+    mr, remote = h0.reg(src, access=1), h1.reg(dst)
+    h1.ok("post_recv", qpn=qb, wrs=[[71, []], [72, []]])
+    h0.ok("post_send", qpn=qa, wrs=[write_wr(5, mr, remote, 12345, imm=0xABCD1234, offset=100,
+                                               remote_offset=200)])  # fmt: skip
+    pair.run()
+    assert h0.poll(scq) == [[5, ocp.WC_SUCCESS, ocp.WC_OPCODE_RDMA_WRITE, 12345, 0, qa, 0]]
+    assert h1.poll(rcq) == [
+        [
+            71,
+            ocp.WC_SUCCESS,
+            ocp.WC_OPCODE_RECV_RDMA_WITH_IMM,
+            12345,
+            0xABCD1234,
+            qb,
+            ocp.WC_WITH_IMM,
+        ]
+    ]
+    assert bytes(dst[200 : 200 + 12345]) == bytes(src[100 : 100 + 12345])
+    assert bytes(dst[:200]) == bytes(200) and bytes(dst[200 + 12345 :]) == bytes(20000 - 12545)
+    assert h1.ok("query_qp", qpn=qb)["recvs_posted"] == 1
+
+
+def test_write_imm_without_a_receive_is_a_fatal_qp_error(pair: Pair) -> None:
+    h0, h1 = pair.h0, pair.h1
+    qa, scq, _ = make_qp(h0)
+    qb, _, rcq = make_qp(h1)
+    connect(h0, qa, h1, qb)
+    async_conn = FakeConn()
+    reply = h1.provider.dispatch(async_conn, {"cmd": "attach", "session": h1.hello["session"],  # type: ignore[arg-type]
+                                              "token": h1.hello["token"], "role": "async"})  # fmt: skip
+    assert reply["ok"], reply
+    src, dst = h0.buffer(4096), h1.buffer(4096)
+    mr, remote = h0.reg(src), h1.reg(dst)
+    h0.ok("post_send", qpn=qa, wrs=[write_wr(9, mr, remote, 64, imm=7)])
+    pair.run()
+    [wc] = h1.poll(rcq)
+    assert wc[1] == ocp.WC_LOC_QP_OP_ERR and wc[4] == 7
+    assert h1.ok("query_qp", qpn=qb)["state"] == ERR
+    assert async_conn.pushed == [{"event": "async", "type": ocp.EVENT_QP_FATAL, "qpn": qb}]
+    assert h1.provider.counters["recv_without_buffer"] == 1
+    # a QP in ERR flushes what is posted to it
+    h1.ok("post_recv", qpn=qb, wrs=[[3, []]])
+    assert h1.poll(rcq) == [[3, ocp.WC_WR_FLUSH_ERR, ocp.WC_OPCODE_RECV_RDMA_WITH_IMM, 0, 0, qb, 0]]
+
+
+def test_send_completions_come_in_posting_order(pair: Pair) -> None:
+    h0, h1 = pair.h0, pair.h1
+    qa, scq, _ = make_qp(h0)
+    qb, _, _ = make_qp(h1)
+    connect(h0, qa, h1, qb)
+    src, dst = h0.buffer(8192), h1.buffer(8192)
+    mr, remote = h0.reg(src), h1.reg(dst)
+    h0.ok("post_send", qpn=qa, wrs=[write_wr(i, mr, remote, 100) for i in (1, 2, 3)])
+    _, qp = h0.provider.qps[qa]
+    tokens = list(qp.by_token)
+    core_cq = h0.provider.core_cq.number
+
+    def done(token: int) -> None:
+        h0.provider.on_event(WriteCompleted(core_cq, qa, token, "write", "ok", 100, None, 0, 0.0))
+
+    done(tokens[2])
+    assert h0.poll(scq) == []
+    done(tokens[0])
+    assert [wc[0] for wc in h0.poll(scq)] == [1]
+    done(tokens[1])
+    assert [wc[0] for wc in h0.poll(scq)] == [2, 3]
+
+
+def test_many_writes_complete_in_order_over_the_network(pair: Pair) -> None:
+    h0, h1 = pair.h0, pair.h1
+    qa, scq, _ = make_qp(h0)
+    qb, _, _ = make_qp(h1)
+    connect(h0, qa, h1, qb)
+    src, dst = h0.buffer(1 << 20), h1.buffer(1 << 20)
+    ctypes.memmove(src, os.urandom(1 << 20), 1 << 20)
+    mr, remote = h0.reg(src), h1.reg(dst)
+    sizes = [200_000, 100, 50_000, 7, 300_000, 1]
+    offset, wrs = 0, []
+    for i, size in enumerate(sizes):
+        wrs.append(write_wr(i, mr, remote, size, offset=offset, remote_offset=offset))
+        offset += size
+    h0.ok("post_send", qpn=qa, wrs=wrs)
+    pair.run(5.0)
+    assert [wc[0] for wc in h0.poll(scq)] == list(range(len(sizes)))
+    assert bytes(dst[:offset]) == bytes(src[:offset])
+
+
+def test_post_send_refuses_bad_memory_and_writes_nothing(pair: Pair) -> None:
+    h0, h1 = pair.h0, pair.h1
+    qa, scq, _ = make_qp(h0)
+    qb, _, _ = make_qp(h1)
+    connect(h0, qa, h1, qb)
+    src, dst = h0.buffer(8192, 0x11), h1.buffer(8192, 0x22)
+    mr, remote = h0.reg(src, offset=0, length=4096), h1.reg(dst, offset=0, length=4096)
+    bad_lkey = {**mr, "lkey": 999}
+    reply = h0.fails("post_send", errno.EINVAL, qpn=qa,
+                     wrs=[write_wr(1, mr, remote, 10), write_wr(2, bad_lkey, remote, 10)])  # fmt: skip
+    assert reply["bad"] == 1 and "not a registered memory region" in reply["error"]
+    reply = h0.fails("post_send", errno.EINVAL, qpn=qa,
+                     wrs=[write_wr(3, mr, remote, 100, offset=4000)])  # fmt: skip
+    assert reply["bad"] == 0 and "outside memory region" in reply["error"]
+    wr = write_wr(4, mr, remote, 10)
+    wr[1] = 2  # IBV_WR_SEND
+    h0.fails("post_send", errno.EINVAL, qpn=qa, wrs=[wr])
+    # remote address outside the peer's region, and a wrong rkey: remote access errors
+    h0.ok("post_send", qpn=qa, wrs=[write_wr(5, mr, remote, 100, remote_offset=4050)])
+    pair.run()
+    wcs = h0.poll(scq)
+    assert [wc[0] for wc in wcs] == [1, 5]
+    assert wcs[0][1] == ocp.WC_SUCCESS and wcs[1][1] == ocp.WC_REM_ACCESS_ERR
+    assert bytes(dst[10:]) == b"\x22" * (8192 - 10)  # only WR 1's ten bytes landed
+    assert h0.ok("query_qp", qpn=qa)["state"] == ERR
+
+
+def test_write_imm_limit_and_receive_limit(pair: Pair) -> None:
+    h0, h1 = pair.h0, pair.h1
+    qa, _, _ = make_qp(h0)
+    qb, _, _ = make_qp(h1, max_recv_wr=2)
+    connect(h0, qa, h1, qb, max_wimm=2)
+    src, dst = h0.buffer(4096), h1.buffer(4096)
+    mr, remote = h0.reg(src), h1.reg(dst)
+    reply = h1.fails("post_recv", errno.ENOMEM, qpn=qb, wrs=[[1, []], [2, []], [3, []]])
+    assert reply["bad"] == 2
+    reply = h0.fails("post_send", errno.ENOMEM, qpn=qa,
+                     wrs=[write_wr(i, mr, remote, 8, imm=i) for i in range(3)])  # fmt: skip
+    assert reply["bad"] == 2 and "max_wimm" in reply["error"]
+
+
+def test_completion_channel_gets_an_event(pair: Pair) -> None:
+    h0, h1 = pair.h0, pair.h1
+    channel_conn = FakeConn()
+    reply = h0.provider.dispatch(channel_conn, {"cmd": "attach", "session": h0.hello["session"],  # type: ignore[arg-type]
+                                                "token": h0.hello["token"], "role": "channel"})  # fmt: skip
+    channel = reply["channel"]
+    scq = h0.ok("create_cq", cqe=8, channel=channel)["cq"]
+    h0.fails("req_notify_cq", errno.EINVAL, cq=h0.ok("create_cq", cqe=8)["cq"])
+    qa = h0.ok("create_qp", send_cq=scq, recv_cq=scq, max_send_wr=4)["qpn"]
+    qb, _, _ = make_qp(h1)
+    connect(h0, qa, h1, qb)
+    src, dst = h0.buffer(4096), h1.buffer(4096)
+    mr, remote = h0.reg(src), h1.reg(dst)
+    h0.ok("req_notify_cq", cq=scq)
+    h0.ok("post_send", qpn=qa, wrs=[write_wr(1, mr, remote, 8), write_wr(2, mr, remote, 8)])
+    pair.run()
+    assert channel_conn.pushed == [{"event": "cq", "cq": scq}]  # once per arming
+    assert len(h0.poll(scq)) == 2
+
+
+def test_closing_the_session_frees_everything(pair: Pair) -> None:
+    h0, h1 = pair.h0, pair.h1
+    qa, _, _ = make_qp(h0)
+    qb, _, _ = make_qp(h1)
+    connect(h0, qa, h1, qb)
+    dst = h0.buffer(4096)
+    rkey = h0.reg(dst)["rkey"]
+    ctx = h0.agent.context
+    assert qa in {qp.qpn for qp in ctx.qps} and ctx.region(rkey)
+    h0.provider.closed(h0.conn)  # type: ignore[arg-type]
+    assert qa not in {qp.qpn for qp in ctx.qps}
+    with pytest.raises(KeyError):
+        ctx.region(rkey)
+    assert not h0.provider.sessions and not h0.provider.qps
+
+
+def test_port_admin_state_denies_the_plane(pair: Pair) -> None:
+    h0, h1 = pair.h0, pair.h1
+    qa, _, _ = make_qp(h0)
+    qb, _, _ = make_qp(h1)
+    connect(h0, qa, h1, qb)
+    if os.geteuid() != 0:
+        h0.fails("modify_port", errno.EPERM, port=1, enabled=0)
+        return
+    h0.fails("modify_port", errno.EINVAL, port=9, enabled=0)
+    reply = h0.ok("modify_port", port=1, enabled=0)
+    assert reply["evs"] > 0 and h0.ok("query_port", port=1)["active"] is False
+    core = h0.agent.context.qp(qa)
+    states = {info.state.value for info in core.ev_table.evs() if info.plane == 0}
+    assert states == {"denied"}
+    h0.ok("modify_port", port=1, enabled=1)
+    assert h0.ok("query_port", port=1)["active"] is True
