@@ -18,7 +18,16 @@ from typing import Any
 
 import pytest
 
-from controller.entries import GROUP, MEMBER, Entry, switch_tables
+from controller.entries import (
+    ECMP_SELECTOR,
+    GROUP,
+    MEMBER,
+    SET_NEXT_HOP,
+    TABLE_ENTRY,
+    UPLINKS_GROUP,
+    Entry,
+    switch_tables,
+)
 from switchmodel.ecmp import member_index
 from topologies import Switch
 
@@ -51,7 +60,8 @@ class EcmpCase:
     flows: tuple[Flow, ...]
     #: the destination after the switch's SRv6 step (what the hash sees); None: ``dst``
     dst_out: ipaddress.IPv6Address | None = None
-    #: uplink port numbers in the order their members are created (None: the controller's)
+    #: the ports of the group's members, in the order the members are created (None: the
+    #: controller's group of the uplinks); any port will do, to try groups of other sizes
     member_order: tuple[int, ...] | None = None
     #: the one port every flow must take (a route with no choice); None: the ECMP group's pick
     fixed_port: int | None = None
@@ -67,17 +77,22 @@ class EcmpCase:
         return fabric().switch(self.switch)
 
     def entries(self) -> list[Entry]:
-        """The controller's entries for the switch, members created in :attr:`member_order`."""
+        """The controller's entries for the switch; with :attr:`member_order`, its ECMP members
+        and group replaced by members on those ports (created in that order) and their group."""
         found = [e for e in switch_tables(fabric(), self.sw).entries if not e.is_default]
         if self.member_order is None:
             return found
-        members = {e.number: e for e in found if e.kind == MEMBER}
-        assert sorted(members) == sorted(self.member_order), "member_order names every uplink"
-        ordered = [members[p] for p in self.member_order]
-        return ordered + [e for e in found if e.kind != MEMBER]
+        members = []
+        for number in self.member_order:
+            port = self.sw.port(number)
+            params = {"port": number, "smac": port.mac, "dmac": port.peer_mac}
+            members.append(Entry.member(ECMP_SELECTOR, number, SET_NEXT_HOP, params))
+        group = Entry.group_of(ECMP_SELECTOR, UPLINKS_GROUP, self.member_order)
+        rest = [e for e in found if e.kind == TABLE_ENTRY]
+        return members + [group] + rest
 
     def uplinks_in_handle_order(self) -> list[int]:
-        """The uplink ports of the group, in the order BMv2 picks from (creation order)."""
+        """The ports of the group's members, in the order BMv2 picks from (creation order)."""
         return [e.number for e in self.entries() if e.kind == MEMBER]
 
     def expected_port(self, src: ipaddress.IPv6Address, flow: Flow) -> int:
@@ -144,6 +159,16 @@ def ecmp_cases() -> tuple[EcmpCase, ...]:
             h2.address,
             _stev(32),
             member_order=(4, 3),
+        ),
+        EcmpCase(
+            "three-members-use-the-whole-hash",
+            "a group of three (ports 2, 3, 4, the last created first): hash mod 3 depends on "
+            "every bit of the 32-bit CRC, not only the low ones",
+            leaf.name,
+            h0.switch_port,
+            h2.address,
+            _stev(60),
+            member_order=(4, 2, 3),
         ),
         EcmpCase(
             "end-then-ecmp-hashes-the-new-destination",
