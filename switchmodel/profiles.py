@@ -95,6 +95,8 @@ class ProfileState:
         assert hop is not None
         stored = p4r.Entity()
         stored.action_profile_member.CopyFrom(member)
+        for param in stored.action_profile_member.action.params:  # canonical, as Reads answer
+            param.value = param.value.lstrip(b"\x00") or b"\x00"
         if kind == p4r.Update.INSERT:
             if current is not None:
                 raise ProfileError(code_pb2.ALREADY_EXISTS, f"{what} already exists")

@@ -154,6 +154,12 @@ def test_members_groups_and_routes_are_read_back_as_written(client: SwitchClient
     assert read_members == members
     assert read_groups == [group]
     assert client.read_table_entries(ECMP) == [route(1)]
+    # parameters written with leading zero bytes are read back canonical
+    padded = member(5, 5)
+    padded.action.params[0].value = b"\x00\x05"
+    client.insert([padded])
+    read_members, _ = client.read_profile(PROFILE)
+    assert read_members[-1] == member(5, 5)
     # one member or group by id
     want = p4r.Entity()
     want.action_profile_member.action_profile_id = INFO.action_profile_id(PROFILE)
