@@ -25,7 +25,13 @@ from host.transport import wire
 from host.transport.cc import DEFAULT_CC, CcProfile
 from host.transport.config import StackConfig
 from host.transport.events import Completion, Event
-from host.transport.evs import EvProfile, EvState
+from host.transport.evs import (
+    EvProfile,
+    EvProfileError,
+    EvState,
+    GeneratedEvProfile,
+    ProfileStates,
+)
 from host.transport.policy import get_policy
 from host.transport.qp import QueuePair, Shared
 from host.transport.region import MemoryRegion, RegionBuffer, RegionTable
@@ -119,6 +125,8 @@ class Context:
         self._shared = Shared(self.config, self._regions)
         self._stats = self._shared.stats
         self._qps: dict[int, QueuePair] = {}
+        self._profiles: dict[int, ProfileStates] = {}  #: EV profiles by id
+        self._next_profile = 1
         self._next_qpn = FIRST_QPN
         self._next_cq = 1
         self._now = 0.0  # protocol time
@@ -167,12 +175,15 @@ class Context:
         cq: CompletionQueue,
         policy: str = "mrc",
         cc: str | CcProfile = DEFAULT_CC,
-        ev_profile: EvProfile | None = None,
+        ev_profile: EvProfile | int | None = None,
         remote_qpn: int | None = None,
         qpn: int | None = None,
     ) -> QueuePair:
         """A QP to ``remote_host`` over ``paths`` (from ``Fabric.paths(self.host, remote_host)``).
 
+        ``ev_profile`` is the id of a profile made with :meth:`create_ev_profile` (its EV states
+        are shared with every other QP using it), or a profile of this QP's own (default: a
+        generated one of ``config.ev_count`` EVs).
         ``qpn`` picks the local QP number (1..2^24-1, unused), e.g. one both peers can derive
         without exchanging it; by default numbers are allocated from 0x100 upwards.
         """
@@ -193,9 +204,14 @@ class Context:
             self._next_qpn += 1
         elif not 0 < qpn <= wire.QPN_MASK or qpn in self._qps:
             raise ValueError(f"QP number {qpn}: expected an unused value in 1..{wire.QPN_MASK}")
+        if isinstance(ev_profile, int):
+            profile = self.ev_profile(ev_profile)
+        else:
+            profile = self._new_profile(ev_profile, None)
         qp = QueuePair(
             self._shared, qpn, remote_host, paths, cq=cq.number, policy=get_policy(policy), cc=cc,
-            ev_profile=ev_profile, remote_qpn=None, rng=random.Random(self._rng.getrandbits(64)),
+            ev_profile=None, remote_qpn=None, rng=random.Random(self._rng.getrandbits(64)),
+            profile=profile,
         )  # fmt: skip
         if remote_qpn is not None:
             qp.connect(remote_qpn)
@@ -212,8 +228,10 @@ class Context:
     def destroy_qp(self, qpn: int) -> None:
         """Forget QP ``qpn``: its pending messages are dropped, later packets for it are
         counted as ``unknown_qp``; its number may be used again."""
-        if self._qps.pop(qpn, None) is None:
+        qp = self._qps.pop(qpn, None)
+        if qp is None:
             raise KeyError(f"QP {qpn}: no such QP on {self.host}")
+        qp.ev_profile.detach(qp.ev_table)
 
     @property
     def qps(self) -> list[QueuePair]:
@@ -222,10 +240,60 @@ class Context:
 
     # -- host-controller side -------------------------------------------------------------------
 
+    def _new_profile(self, profile: EvProfile | None, profile_id: int | None) -> ProfileStates:
+        chosen = profile or GeneratedEvProfile()
+        if profile_id is None:
+            while self._next_profile in self._profiles:
+                self._next_profile += 1
+            profile_id = self._next_profile
+            self._next_profile += 1
+        elif profile_id in self._profiles or not 0 <= profile_id < 1 << 64:
+            raise EvProfileError(f"EV profile id {profile_id}: expected an unused 64-bit id")
+        min_active = chosen.min_active
+        states = ProfileStates(
+            profile_id, chosen, self.config.ev_min_active if min_active is None else min_active
+        )
+        self._profiles[profile_id] = states
+        return states
+
+    def create_ev_profile(self, profile: EvProfile, profile_id: int | None = None) -> int:
+        """Make an EV profile QPs can share (``create_qp(ev_profile=id)``); returns its id."""
+        return self._new_profile(profile, profile_id).profile_id
+
+    def ev_profile(self, profile_id: int) -> ProfileStates:
+        """The EV profile ``profile_id`` (its states, its QPs' tables)."""
+        try:
+            return self._profiles[profile_id]
+        except KeyError:
+            raise KeyError(f"EV profile {profile_id}: no such profile on {self.host}") from None
+
+    @property
+    def ev_profiles(self) -> dict[int, ProfileStates]:
+        """Every EV profile of this context, by id (QPs' own profiles included)."""
+        return dict(self._profiles)
+
     def set_ev_state(self, qpn: int, ev: int, state: EvState, now: float | None = None) -> None:
-        """Operator action on an EV: DENIED (stop using it), UNKNOWN (probe it back), GOOD."""
+        """Operator action on an EV: DENIED (stop using it), UNKNOWN (probe it back), GOOD.
+        The state is the EV profile's: every QP using the profile sees it."""
         qp = self.qp(qpn)
         qp.set_ev_state(qp.ev_table.slot(ev), EvState(state), "operator", self._at(now))
+
+    def set_profile_ev_state(
+        self, profile_id: int, ev: int, state: EvState, now: float | None = None,
+        reason: str = "operator",
+    ) -> None:  # fmt: skip
+        """Set the state of EV ``ev`` of a profile (``MRC_CTL_EV_OP_MODIFY_EV_STATE``)."""
+        profile = self.ev_profile(profile_id)
+        at = self._at(now)
+        for qp in self._qps.values():
+            if qp.ev_profile is profile:
+                try:
+                    slot = qp.ev_table.slot(ev)
+                except KeyError:
+                    continue
+                qp.set_ev_state(slot, EvState(state), reason, at)
+                return
+        raise KeyError(f"EV {ev:#x}: not in EV profile {profile_id} (or no QP uses it)")
 
     def probe_ev(self, qpn: int, ev: int, now: float | None = None) -> int:
         """Send a probe on EV ``ev`` of QP ``qpn`` now; returns the probe id."""

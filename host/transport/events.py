@@ -54,8 +54,10 @@ class EvStateChanged(Event):
     path: str  #: label of the EV's path (e.g. "p1-s0")
     old: str  #: previous state
     new: str  #: new state
-    reason: str  #: "rto", "sack", "path", "probe_reply", "operator", ...
+    reason: str  #: "rto", "sack", "path", "probe_reply", "operator", "port_down", ...
     time: float  #: when it changed
+    profile: int = 0  #: the EV profile whose state changed (every QP using it sees the change)
+    plane: int = 0  #: the plane (NIC, mrc_ctl_ev.port - 1) of the EV
 
 
 @dataclass

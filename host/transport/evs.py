@@ -1,19 +1,31 @@
-"""EV profiles and the EV table of a QP: which entropy values exist, their paths and states.
+"""EV profiles, EV format profiles and the EV tables of QPs: which entropy values exist, how
+they appear on the wire, and their states.
 
-An EV (entropy value) names one way through the fabric. Here every EV is bound to a
-``topologies.Path`` (the agent passes the paths in; nothing here computes an address), and the
-sender picks a different GOOD EV for every packet (round robin from a random start).
+An EV (entropy value) names one way through the fabric. How an EV reaches the wire is its
+**format** (an :class:`EvFormatProfile`, after ``mrc_ctl_ev_fmt_profile_attr``):
 
-Profiles, as in the OCP MRC API:
+- ``SRV6`` -- the EV is bound to a ``topologies.Path`` and the packet carries that path's uSID
+  carrier as its destination (the agent passes the paths in; nothing here computes an
+  address); the EV number itself rides in the flow label and UDP source port;
+- ``STEV`` -- the EV's bits are spread over the IPv6 flow label (low 20 bits) and the UDP source
+  port (the bits above), the packet goes to the destination NIC's plain address and the
+  switches pick the path by ECMP hash: the host knows no path, only its EVs;
+- ``UDP`` -- the EV is carried in the UDP source port alone (flow label 0), ECMP as for STEV.
 
-- :class:`GeneratedEvProfile` -- ``count`` EVs spread evenly over the paths; the value is
-  ``plane << 28 | (spine + 1) << 20 | n`` (``n`` = 1, 2, ... unique in the QP);
-- :class:`ExplicitEvProfile` -- given 32-bit EVs, each mapped to a path index;
+Profiles (after ``mrc_ctl_ev_profile_attr``):
+
+- :class:`GeneratedEvProfile` -- ``count`` EVs. SRV6: spread evenly over the paths, value
+  ``plane << 28 | (spine + 1) << 20 | n``; STEV / UDP: generated from :class:`EvField` s as the
+  OCP API expands them (init value, mask, min/max), spread over the planes in turn;
+- :class:`ExplicitEvProfile` -- given EVs: ``(ev, path_index)`` (SRV6) or ``(ev, plane)``
+  (STEV / UDP);
 - :class:`Srv6EvProfile` -- one EV per path, the EV *is* the path's 128-bit uSID carrier (its
   32-bit wire form is the CRC-32 of the carrier).
 
 States: GOOD (in use), ASSUMED_BAD (lost a packet: not used, probed), DENIED (operator: not used,
-not probed), UNKNOWN (not used, probed; GOOD on a probe reply).
+not probed), UNKNOWN (not used, probed; GOOD on a probe reply). States belong to the profile
+(:class:`ProfileStates`), not to a QP: every QP that uses a profile sees the same state of each
+EV, so one QP's discovery of a failed path keeps the others off it until a probe reinstates it.
 """
 
 from __future__ import annotations
@@ -40,23 +52,199 @@ class EvProfileError(ValueError):
     """An EV profile that cannot be applied to the given paths."""
 
 
+class EvFormat(str, enum.Enum):
+    """How an EV is carried (``mrc_ctl_ev_fmt_mode``)."""
+
+    SRV6 = "srv6"  #: the path's uSID carrier as destination (EV number in flow label + port)
+    STEV = "stev"  #: EV bits in the IPv6 flow label and the UDP source port; ECMP in the fabric
+    UDP = "udp"  #: EV bits in the UDP source port only; ECMP in the fabric
+
+
+#: the widest EV each format carries (bits): SRV6 a 128-bit carrier, STEV flow label (20) plus 12
+#: bits of the UDP source port, UDP the source port
+FORMAT_MAX_WIDTH = {EvFormat.SRV6: 128, EvFormat.STEV: 32, EvFormat.UDP: 16}
+
+
+def ev_format(value: object) -> EvFormat:
+    """``value`` (an :class:`EvFormat` or its name, any case) as an :class:`EvFormat`."""
+    if isinstance(value, EvFormat):
+        return value
+    try:
+        return EvFormat(str(value).lower())
+    except ValueError:
+        raise EvProfileError(
+            f"EV format {value!r}: expected one of {', '.join(f.value for f in EvFormat)}"
+        ) from None
+
+
+@dataclass(frozen=True)
+class EvFormatProfile:
+    """An EV format profile (``mrc_ctl_ev_fmt_profile_attr``): the mode and the widths of its
+    format fields, most significant first; no fields means one field of the mode's width."""
+
+    mode: EvFormat = EvFormat.SRV6
+    fields: tuple[int, ...] = ()
+    srh: bool = False  #: SRV6 with a Segment Routing Header (not sent by this stack)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "mode", ev_format(self.mode))
+        object.__setattr__(self, "fields", tuple(int(w) for w in self.fields))
+        top = FORMAT_MAX_WIDTH[self.mode]
+        if any(w < 1 for w in self.fields):
+            raise EvProfileError(f"EV format field widths {self.fields}: expected widths >= 1")
+        if sum(self.fields) > top:
+            raise EvProfileError(
+                f"EV format fields {self.fields} ({sum(self.fields)} bits): the {self.mode.value} "
+                f"format carries at most {top} bits"
+            )
+        if self.srh:
+            raise EvProfileError(
+                "EV format SRV6 with an SRH: not supported by this stack's sender (uSID carrier "
+                "only; the switches do process SRHs)"
+            )
+
+    @property
+    def widths(self) -> tuple[int, ...]:
+        """The format fields' widths (one field of the mode's width when none were given)."""
+        return self.fields or (FORMAT_MAX_WIDTH[self.mode],)
+
+    @property
+    def width(self) -> int:
+        """The width of an expanded EV in bits."""
+        return sum(self.widths)
+
+
+SRV6_FORMAT = EvFormatProfile(EvFormat.SRV6)
+STEV_FORMAT = EvFormatProfile(EvFormat.STEV)
+UDP_FORMAT = EvFormatProfile(EvFormat.UDP)
+
+
+@dataclass(frozen=True)
+class EvField:
+    """One field of a generated EV profile (``mrc_ctl_ev_field``): its width, the value its
+    bits start from, where generated bits go (``mask``, default every bit) and the range of the
+    generated values (``max_val`` default: every value the mask allows)."""
+
+    width: int
+    init_val: int = 0
+    min_val: int = 0
+    max_val: int | None = None
+    mask: int | None = None
+
+    @property
+    def gen_bits(self) -> int:
+        """Bits generated for this field (the mask's set bits)."""
+        return bin(self.effective_mask).count("1")
+
+    @property
+    def effective_mask(self) -> int:
+        """The mask (every bit of the field when none was given)."""
+        return (1 << self.width) - 1 if self.mask is None else self.mask
+
+    @property
+    def top(self) -> int:
+        """The largest generated value."""
+        if self.max_val is not None:
+            return self.max_val
+        return (1 << self.gen_bits) - 1 if self.gen_bits else 0
+
+    def check(self, index: int, format_width: int) -> None:
+        """Refuse a field the OCP API would refuse (naming it and the rule)."""
+        name = f"EV field {index}"
+        if not 1 <= self.width <= format_width:
+            raise EvProfileError(
+                f"{name}: width {self.width}, expected 1..{format_width} (its format field)"
+            )
+        if not 0 <= self.init_val < 1 << self.width:
+            raise EvProfileError(f"{name}: init_val {self.init_val:#x} wider than {self.width} bits")
+        if not 0 <= self.effective_mask < 1 << self.width:
+            raise EvProfileError(f"{name}: mask {self.effective_mask:#x} has bits outside the field")
+        if self.top >= 1 << self.gen_bits:
+            raise EvProfileError(
+                f"{name}: max_val {self.top} wider than the {self.gen_bits} mask bits"
+            )
+        if not 0 <= self.min_val <= self.top:
+            raise EvProfileError(f"{name}: min_val {self.min_val}, expected 0..max_val {self.top}")
+
+    def expand(self, value: int) -> int:
+        """The field value with ``value``'s bits, most significant first, put where the mask's
+        bits are (the OCP API's expansion steps)."""
+        out = self.init_val
+        mask = self.effective_mask
+        k = self.gen_bits
+        for bit in range(self.width - 1, -1, -1):
+            if mask >> bit & 1:
+                k -= 1
+                if value >> k & 1:
+                    out |= 1 << bit
+                else:
+                    out &= ~(1 << bit)
+        return out
+
+
+def generate_evs(fields: Sequence[EvField], fmt: EvFormatProfile, count: int) -> list[int]:
+    """The first ``count`` EVs a generated profile gives: every combination of the fields'
+    values (the last field varying fastest), each field expanded and placed in its format
+    field (zero-filled when the format field is wider), the first field most significant."""
+    widths = fmt.widths
+    if not fields:
+        fields = (EvField(fmt.width, min_val=1),)
+        widths = (fmt.width,)
+    if len(fields) > len(widths):
+        raise EvProfileError(
+            f"{len(fields)} EV fields: the {fmt.mode.value} format profile has {len(widths)}"
+        )
+    for i, (field_, width) in enumerate(zip(fields, widths, strict=False)):
+        field_.check(i, width)
+    spans = [f.top - f.min_val + 1 for f in fields]
+    total = 1
+    for span in spans:
+        total *= span
+    if not 1 <= count <= total:
+        raise EvProfileError(f"generated EV count {count}: the EV fields give 1..{total} EVs")
+    shifts = [sum(widths[i + 1 :]) for i in range(len(fields))]
+    out = []
+    for n in range(count):
+        ev = 0
+        rest = n
+        for i in range(len(fields) - 1, -1, -1):
+            rest, digit = divmod(rest, spans[i])
+            ev |= fields[i].expand(fields[i].min_val + digit) << shifts[i]
+        out.append(ev)
+    return out
+
+
 @dataclass(frozen=True)
 class GeneratedEvProfile:
-    """``count`` EVs spread evenly over the paths (None: the context's ``ev_count``)."""
+    """``count`` EVs (None: the context's ``ev_count``). SRV6 (the default format): spread
+    evenly over the paths; STEV / UDP: generated from ``fields`` and spread over the planes."""
 
     count: int | None = None
+    fields: tuple[EvField, ...] = ()
+    fmt: EvFormatProfile = SRV6_FORMAT
+    min_active: int | None = None  #: ev_min_active (None: the context's)
 
 
 @dataclass(frozen=True)
 class ExplicitEvProfile:
-    """Exactly these EVs: ``(ev, path_index)`` pairs, EVs unique 32-bit values."""
+    """Exactly these EVs: ``(ev, path_index)`` pairs (SRV6) or ``(ev, plane)`` pairs (STEV,
+    UDP), EVs unique values of the format's width."""
 
     evs: tuple[tuple[int, int], ...]
+    fmt: EvFormatProfile = SRV6_FORMAT
+    min_active: int | None = None  #: ev_min_active (None: the context's)
 
 
 @dataclass(frozen=True)
 class Srv6EvProfile:
     """One EV per path, whose value is the path's uSID carrier."""
+
+    min_active: int | None = None  #: ev_min_active (None: the context's)
+
+    @property
+    def fmt(self) -> EvFormatProfile:
+        """Always the SRV6 format."""
+        return SRV6_FORMAT
 
 
 EvProfile = GeneratedEvProfile | ExplicitEvProfile | Srv6EvProfile
@@ -110,12 +298,23 @@ class EvSlot:
     """One EV of a QP and what the sender needs to use it."""
 
     __slots__ = ("index", "ev", "wire", "path_index", "path", "state", "since", "prefix",
-                 "head", "mid", "plane", "spine_hint", "load")  # fmt: skip
+                 "head", "mid", "plane", "spine_hint", "load", "dst", "group", "label",
+                 "mode")  # fmt: skip
 
     def __init__(
-        self, index: int, ev: int, wire: int, path_index: int, path: Path, load: PathLoad
-    ) -> None:
+        self, index: int, ev: int, wire: int, path_index: int, path: Path, load: PathLoad,
+        mode: EvFormat = EvFormat.SRV6,
+    ) -> None:  # fmt: skip
         self.index = index
+        self.mode = mode
+        routed = mode is EvFormat.SRV6
+        #: the packets' IPv6 destination: the path's carrier (SRV6) or the NIC's plain address
+        self.dst = path.carrier if routed else path.dst_nic.address
+        #: what a loss retires with ``retire_path``: the path (SRV6), else the EV alone (the host
+        #: knows nothing of the paths ECMP gives its EVs)
+        self.group = path_index if routed else -1 - index
+        #: the path's label (SRV6), or the plane's followed by ``ecmp``
+        self.label = path.label if routed else f"p{path.plane}-ecmp"
         self.ev = ev  #: the EV value (up to 128 bits for the SRv6 profile)
         self.wire = wire  #: the 32-bit form carried in packets
         self.path_index = path_index
@@ -126,7 +325,7 @@ class EvSlot:
         self.head = b""  #: the prefix up to the IPv6 payload length
         self.mid = b""  #: the prefix after the IPv6 payload length
         self.plane = path.plane
-        self.spine_hint = 0xFF if path.spine is None else path.spine
+        self.spine_hint = 0xFF if path.spine is None or not routed else path.spine
         self.load = load
 
 
@@ -153,12 +352,57 @@ def _generated(paths: Sequence[Path], count: int) -> list[tuple[int, int, int]]:
     return out
 
 
+def _plane_paths(paths: Sequence[Path]) -> dict[int, int]:
+    """The first path of each plane (index into ``paths``): an ECMP EV's source and
+    destination NICs, which every path of the plane shares."""
+    out: dict[int, int] = {}
+    for index, path in enumerate(paths):
+        out.setdefault(path.plane, index)
+    return out
+
+
+def _hashed_triples(paths: Sequence[Path], profile: EvProfile, default_count: int
+                    ) -> list[tuple[int, int, int]]:  # fmt: skip
+    """(ev, wire, path index) of an STEV or UDP profile: EVs bound to planes, not paths."""
+    fmt = profile.fmt
+    planes = _plane_paths(paths)
+    order = sorted(planes)
+    top = 1 << fmt.width
+    if isinstance(profile, GeneratedEvProfile):
+        count = default_count if profile.count is None else profile.count
+        values = generate_evs(profile.fields, fmt, count)
+        return [(ev, ev, planes[order[n % len(order)]]) for n, ev in enumerate(values)]
+    if isinstance(profile, ExplicitEvProfile):
+        if not profile.evs:
+            raise EvProfileError("explicit EV profile with no EVs: expected (ev, plane) pairs")
+        out = []
+        for ev, plane in profile.evs:
+            if not 0 <= ev < top:
+                raise EvProfileError(
+                    f"EV {ev:#x}: expected a {fmt.width}-bit value ({fmt.mode.value} format)"
+                )
+            if plane not in planes:
+                raise EvProfileError(f"EV {ev:#x} on plane {plane}: expected one of {order}")
+            out.append((ev, ev, planes[plane]))
+        return out
+    raise EvProfileError(f"EV profile {profile!r}: the {fmt.mode.value} format needs a "
+                         "generated or explicit profile")  # fmt: skip
+
+
 def build_slots(paths: Sequence[Path], profile: EvProfile, default_count: int) -> list[EvSlot]:
     """The EV slots of a profile applied to ``paths`` (ordered: planes interleaved)."""
     if not paths:
         raise EvProfileError("no paths given: a QP needs at least one path to its peer")
+    mode = profile.fmt.mode
     triples: list[tuple[int, int, int]]
-    if isinstance(profile, GeneratedEvProfile):
+    if mode is not EvFormat.SRV6:
+        triples = _hashed_triples(paths, profile, default_count)
+    elif isinstance(profile, GeneratedEvProfile):
+        if profile.fields:
+            raise EvProfileError(
+                "generated SRV6 EVs with fields: this stack generates SRV6 EVs from the paths "
+                "(give no fields, or use the STEV / UDP format)"
+            )
         count = default_count if profile.count is None else profile.count
         if not 1 <= count < 1 << 20:
             raise EvProfileError(f"generated EV count {count}: expected 1..1048575")
@@ -183,13 +427,87 @@ def build_slots(paths: Sequence[Path], profile: EvProfile, default_count: int) -
     wires = [w for _, w, _ in triples]
     if len(set(wires)) != len(wires):
         raise EvProfileError("EV profile gives two EVs the same 32-bit value: expected unique EVs")
-    loads = [PathLoad() for _ in paths]
-    slots = [
-        EvSlot(i, ev, w, idx, paths[idx], loads[idx]) for i, (ev, w, idx) in enumerate(triples)
-    ]
+    if mode is EvFormat.SRV6:
+        loads = [PathLoad() for _ in paths]
+        slots = [
+            EvSlot(i, ev, w, idx, paths[idx], loads[idx]) for i, (ev, w, idx) in enumerate(triples)
+        ]
+    else:
+        # congestion and losses are per EV: the host cannot tell which EVs share a path
+        slots = [
+            EvSlot(i, ev, w, idx, paths[idx], PathLoad(), mode)
+            for i, (ev, w, idx) in enumerate(triples)
+        ]
     for slot in slots:
         slot.load.evs.append(slot)
     return slots
+
+
+class ProfileStates:
+    """The EV states of one EV profile, shared by every QP that uses it.
+
+    An EV is known by its 32-bit wire value. Changing a state here changes it in the EV table
+    of every QP attached (their spraying cycles are rebuilt), so a QP never sends on an EV
+    another QP found bad.
+    """
+
+    def __init__(self, profile_id: int, profile: EvProfile, min_active: int) -> None:
+        self.profile_id = profile_id
+        self.profile = profile
+        self.min_active = min_active
+        self.tables: list[EvTable] = []
+        self.states: dict[int, tuple[EvState, float]] = {}  #: wire -> (state, since)
+
+    @property
+    def mode(self) -> EvFormat:
+        """The profile's EV format."""
+        return self.profile.fmt.mode
+
+    def attach(self, table: EvTable) -> None:
+        """Share this profile's states with ``table`` (which takes the states known so far)."""
+        self.tables.append(table)
+        table.profile = self
+        for slot in table.slots:
+            known = self.states.get(slot.wire)
+            if known is not None:
+                slot.state, slot.since = known
+        table.refresh()
+
+    def detach(self, table: EvTable) -> None:
+        """``table``'s QP is gone."""
+        if table in self.tables:
+            self.tables.remove(table)
+
+    def state(self, wire: int) -> EvState:
+        """The state of the EV whose wire value is ``wire`` (GOOD if never changed)."""
+        known = self.states.get(wire)
+        return EvState.GOOD if known is None else known[0]
+
+    def set_state(self, wire: int, new: EvState, now: float) -> EvState | None:
+        """Change an EV's state in every attached table; returns the old state (None when
+        unchanged)."""
+        old = self.state(wire)
+        if old is new:
+            return None
+        self.states[wire] = (new, now)
+        for table in self.tables:
+            slot = table.by_wire.get(wire)
+            if slot is not None and slot.state is not new:
+                slot.state = new
+                slot.since = now
+                table.refresh()
+        return old
+
+    def counts(self) -> dict[str, int]:
+        """EVs per state over the union of the attached tables' EVs."""
+        seen: dict[int, EvState] = {}
+        for table in self.tables:
+            for slot in table.slots:
+                seen[slot.wire] = slot.state
+        out = {state.value: 0 for state in EvState}
+        for state in seen.values():
+            out[state.value] += 1
+        return out
 
 
 class EvTable:
@@ -207,9 +525,11 @@ class EvTable:
         self._fixed: EvSlot | None = None
         #: the per-path congestion state, one object per path (shared by the path's EVs)
         self.loads: list[PathLoad] = list({id(s.load): s.load for s in slots}.values())
-        self._refresh()
+        self.profile: ProfileStates | None = None  #: the profile whose states this table shares
+        self.refresh()
 
-    def _refresh(self) -> None:
+    def refresh(self) -> None:
+        """Rebuild the spraying cycle after states changed."""
         self._good = [s for s in self.slots if s.state is EvState.GOOD]
         self._good_loads = list({id(s.load): s.load for s in self._good}.values())
         planes: dict[int, list[EvSlot]] = {}
@@ -279,18 +599,21 @@ class EvTable:
         return self.slot(ev).state
 
     def set_state(self, slot: EvSlot, new: EvState, now: float) -> EvState | None:
-        """Change a slot's state; returns the old state (None when unchanged)."""
+        """Change a slot's state (in every table of its profile); returns the old state (None
+        when unchanged)."""
+        if self.profile is not None:
+            return self.profile.set_state(slot.wire, new, now)
         old = slot.state
         if old is new:
             return None
         slot.state = new
         slot.since = now
-        self._refresh()
+        self.refresh()
         return old
 
     def evs(self) -> list[EvInfo]:
         """Every EV with its path and state."""
-        return [EvInfo(s.ev, s.wire, s.path.label, s.plane, s.state, s.since) for s in self.slots]
+        return [EvInfo(s.ev, s.wire, s.label, s.plane, s.state, s.since) for s in self.slots]
 
     def counts(self) -> dict[str, int]:
         """Number of EVs in each state."""

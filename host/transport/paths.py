@@ -5,15 +5,17 @@ from __future__ import annotations
 
 from host.transport import wire
 from host.transport.events import EvStateChanged, PathProbeReplied, PathProbeSent, PathProbeTimedOut
-from host.transport.evs import EvSlot, EvState
+from host.transport.evs import EvFormat, EvSlot, EvState
 from host.transport.qp_state import LATE_PROBE_FACTOR, NS, QpState
+
+REPLY_CACHE = 1 << 14  # STEV / UDP reply prefixes kept (one per plane and EV echoed)
 
 
 class PathChoice(QpState):
     """Path choice of a queue pair."""
 
     def _group_of(self, slot: EvSlot) -> int:
-        return slot.path_index if self._cfg.retire_path else -1 - slot.index
+        return slot.group if self._cfg.retire_path else -1 - slot.index
 
     # -- public API ------------------------------------------------------------------------------
 
@@ -22,13 +24,14 @@ class PathChoice(QpState):
         old = self.ev_table.set_state(slot, new, now)
         if old is None:
             return
+        profile = self.ev_profile.profile_id
         event = EvStateChanged(
-            self.qpn, slot.ev, slot.path.label, old.value, new.value, reason, now
+            self.qpn, slot.ev, slot.label, old.value, new.value, reason, now, profile, slot.plane
         )
         self._shared.events.append(event)
         self._stats.ev_transitions.append(
-            {"time": now, "qpn": self.qpn, "ev": slot.ev, "path": slot.path.label,
-             "old": old.value, "new": new.value, "reason": reason}
+            {"time": now, "qpn": self.qpn, "profile": profile, "ev": slot.ev, "path": slot.label,
+             "plane": slot.plane, "old": old.value, "new": new.value, "reason": reason}
         )  # fmt: skip
         if new is EvState.GOOD and self._recycle is not None:
             self._recycle.clear()  # a path is back: spray over the whole cycle again
@@ -44,7 +47,7 @@ class PathChoice(QpState):
         if self._cfg.retire_path:
             group += [s for s in self._groups[self._group_of(slot)]
                       if s is not slot and s.state is EvState.GOOD]  # fmt: skip
-        allowed = self.ev_table.good_count() - self._cfg.ev_min_active
+        allowed = self.ev_table.good_count() - self.ev_profile.min_active
         for n, member in enumerate(group):
             if n >= allowed:
                 self._stats.retire_suppressed += 1
@@ -57,7 +60,7 @@ class PathChoice(QpState):
         self._next_probe_id = (probe_id + 1) & 0xFFFFFFFF or 1
         if self.remote_qpn is None:
             return probe_id
-        prefix = self._prefix(slot.path, wire.DSCP_CONTROL, wire.ECN_NOT_ECT, slot.wire)
+        prefix = self._slot_prefix(slot, wire.DSCP_CONTROL, wire.ECN_NOT_ECT)
         frame = wire.encode_probe(
             prefix, self.remote_qpn, False, slot.plane, slot.spine_hint, slot.wire,
             int(now * NS), probe_id, self.qpn,
@@ -96,7 +99,7 @@ class PathChoice(QpState):
 
     def answer_probe(self, pkt: wire.ProbePacket, now: float) -> None:
         """Answer a peer's probe on the mirror path of the one it probed."""
-        plane, prefix = self._reply_path(pkt.plane_hint, pkt.spine_hint)
+        plane, prefix = self._reply_path(pkt.plane_hint, pkt.spine_hint, pkt.ev)
         frame = wire.encode_probe(
             prefix, pkt.src_qp, True, pkt.plane_hint, pkt.spine_hint, pkt.ev, pkt.timestamp,
             pkt.probe_id, self.qpn,
@@ -160,7 +163,21 @@ class PathChoice(QpState):
 
     # -- receiver --------------------------------------------------------------------------------
 
-    def _reply_path(self, plane: int, spine: int) -> tuple[int, bytes]:
+    def _reply_path(self, plane: int, spine: int, ev: int = 0) -> tuple[int, bytes]:
+        if self._ev_mode is not EvFormat.SRV6:
+            key = (plane, ev)
+            found = self._reply_ev.get(key)
+            if found is None:
+                path = self._plane_path.get(plane) or self.paths[0]
+                prefix = self._prefix(
+                    path, wire.DSCP_CONTROL, wire.ECN_NOT_ECT, ev, path.dst_nic.address,
+                    self._ev_mode,
+                )  # fmt: skip
+                found = (path.plane, prefix)
+                if len(self._reply_ev) >= REPLY_CACHE:
+                    self._reply_ev.clear()
+                self._reply_ev[key] = found
+            return found
         entry = self._reply.get((plane, spine))
         if entry is None:
             entry = self._reply_plane.get(plane, self._reply_any)

@@ -36,7 +36,15 @@ from typing import TYPE_CHECKING
 from host.transport import wire
 from host.transport.cc import CcProfile, CongestionControl, create
 from host.transport.config import ACK_TIMEOUT_UNIT
-from host.transport.evs import EvProfile, EvSlot, EvTable, GeneratedEvProfile, build_slots
+from host.transport.evs import (
+    EvFormat,
+    EvProfile,
+    EvSlot,
+    EvTable,
+    GeneratedEvProfile,
+    ProfileStates,
+    build_slots,
+)
 from host.transport.policy import Policy
 from host.transport.qp_state import RECYCLE_MAX, RxMessage, Shared, TxMessage, TxPacket, _addr_bytes
 
@@ -66,6 +74,7 @@ class QueuePair(Sender, Receiver, LossRecovery, PathChoice):
         ev_profile: EvProfile | None,
         remote_qpn: int | None,
         rng: random.Random,
+        profile: ProfileStates | None = None,
     ) -> None:
         cfg = shared.config
         self._shared = shared
@@ -95,12 +104,21 @@ class QueuePair(Sender, Receiver, LossRecovery, PathChoice):
         self.remote_qpn = remote_qpn
         self.cc: CongestionControl = create(cc, mtu=cfg.mtu)
         self.error: str | None = None
-        slots = build_slots(self.paths, ev_profile or GeneratedEvProfile(), cfg.ev_count)
+        if profile is None:
+            chosen_profile = ev_profile or GeneratedEvProfile()
+            min_active = chosen_profile.min_active
+            profile = ProfileStates(
+                0, chosen_profile, cfg.ev_min_active if min_active is None else min_active
+            )
+        self.ev_profile = profile  #: the EV profile (its states are shared with its other QPs)
+        self._ev_mode = profile.mode
+        slots = build_slots(self.paths, profile.profile, cfg.ev_count)
         dscp = wire.DSCP_TRIMMABLE if policy.trimmable else wire.DSCP_DEFAULT
         for slot in slots:
-            slot.prefix = self._prefix(slot.path, dscp, wire.ECN_ECT0, slot.wire)
+            slot.prefix = self._slot_prefix(slot, dscp, wire.ECN_ECT0)
             slot.head, slot.mid = wire.split_prefix(slot.prefix)
         self.ev_table = EvTable(slots, rng)
+        profile.attach(self.ev_table)
         if not policy.spray:
             if policy.single_ev == "hash":
                 salt = rng.getrandbits(32)
@@ -118,6 +136,10 @@ class QueuePair(Sender, Receiver, LossRecovery, PathChoice):
             self._reply.setdefault((path.plane, spine), entry)
             self._reply_plane.setdefault(path.plane, entry)
         self._reply_any = next(iter(self._reply.values()))
+        # STEV / UDP: replies go to the peer NIC's plain address carrying the echoed EV (ECMP
+        # spreads them as it spreads the data); prefixes cached per (plane, EV)
+        self._reply_ev: dict[tuple[int, int], tuple[int, bytes]] = {}
+        self._plane_path = {path.plane: path for path in reversed(self.paths)}
         # probe groups: a path (retire_path) or a single EV
         self._groups: dict[int, list[EvSlot]] = collections.defaultdict(list)
         for slot in slots:
@@ -163,18 +185,27 @@ class QueuePair(Sender, Receiver, LossRecovery, PathChoice):
 
     # -- construction helpers --------------------------------------------------------------------
 
-    def _prefix(self, path: Path, dscp: int, ecn: int, ev: int) -> bytes:
+    def _prefix(
+        self, path: Path, dscp: int, ecn: int, ev: int, dst: object = None,
+        mode: EvFormat = EvFormat.SRV6,
+    ) -> bytes:  # fmt: skip
         nic = path.src_nic
         return wire.frame_prefix(
             src_mac=wire.mac_bytes(nic.mac),
             dst_mac=wire.mac_bytes(nic.gateway_mac),
             src=_addr_bytes(nic.address),
-            dst=_addr_bytes(path.carrier),
+            dst=_addr_bytes(path.carrier if dst is None else dst),
             dscp=dscp,
             ecn=ecn,
             ev=ev,
             hop_limit=self._cfg.hop_limit,
+            mode=mode.value,
         )
+
+    def _slot_prefix(self, slot: EvSlot, dscp: int, ecn: int) -> bytes:
+        """The frame prefix of packets sent on ``slot``: its destination (carrier or NIC
+        address) and its EV in the flow label and UDP source port as its format says."""
+        return self._prefix(slot.path, dscp, ecn, slot.wire, slot.dst, slot.mode)
 
     def connect(self, remote_qpn: int, *, send_psn: int = 0, expect_psn: int = 0) -> None:
         """Bind this QP to the remote QP number (exchanged out of band).
@@ -203,6 +234,8 @@ class QueuePair(Sender, Receiver, LossRecovery, PathChoice):
             "outstanding": len(self._outstanding),
             "pending_messages": self._pending_messages,
             "error": self.error,
+            "ev_profile": self.ev_profile.profile_id,
+            "ev_format": self._ev_mode.value,
             "evs": self.ev_table.counts(),
         }
 

@@ -16,7 +16,7 @@ from host.transport.events import (
     Completion,
     Event,
 )
-from host.transport.evs import EvSlot, EvState, EvTable
+from host.transport.evs import EvFormat, EvSlot, EvState, EvTable, ProfileStates
 from host.transport.policy import Policy
 from host.transport.region import MemoryRegion, RegionTable
 from host.transport.stats import Stats
@@ -180,6 +180,10 @@ class QpState:
     cc: CongestionControl
     error: str | None
     ev_table: EvTable
+    ev_profile: ProfileStates
+    _ev_mode: EvFormat
+    _reply_ev: dict[tuple[int, int], tuple[int, bytes]]
+    _plane_path: dict[int, Path]
     _reply: dict[tuple[int, int], tuple[int, bytes]]
     _reply_plane: dict[int, tuple[int, bytes]]
     _reply_any: tuple[int, bytes]
@@ -222,8 +226,15 @@ class QpState:
 
     # -- what one part calls of another (defined by that part) ---------------------------------
 
-    def _prefix(self, path: Path, dscp: int, ecn: int, ev: int) -> bytes:
+    def _prefix(
+        self, path: Path, dscp: int, ecn: int, ev: int, dst: object = None,
+        mode: EvFormat = EvFormat.SRV6,
+    ) -> bytes:  # fmt: skip
         """The frame prefix of ``path`` (:class:`host.transport.qp.QueuePair`)."""
+        raise NotImplementedError
+
+    def _slot_prefix(self, slot: EvSlot, dscp: int, ecn: int) -> bytes:
+        """The frame prefix of an EV (:class:`host.transport.qp.QueuePair`)."""
         raise NotImplementedError
 
     def _lose(self, rec: TxPacket, cause: str, now: float) -> None:
@@ -254,6 +265,6 @@ class QpState:
         """Congestion on ``slot``'s path (:class:`host.transport.paths.PathChoice`)."""
         raise NotImplementedError
 
-    def _reply_path(self, plane: int, spine: int) -> tuple[int, bytes]:
+    def _reply_path(self, plane: int, spine: int, ev: int = 0) -> tuple[int, bytes]:
         """The mirror path of a reply (:class:`host.transport.paths.PathChoice`)."""
         raise NotImplementedError

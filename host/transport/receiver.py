@@ -156,7 +156,7 @@ class Receiver(QpState):
                 i = p - base
                 if 0 <= i < 64:
                     bitmap |= 1 << i
-        out_plane, prefix = self._reply_path(plane, spine)
+        out_plane, prefix = self._reply_path(plane, spine, ev)
         frame = wire.encode_ack(
             prefix, self.remote_qpn, self._msn, flags, plane, spine, ev, ts, cum, base,
             bitmap, self._ack_ce, self._ack_pending,
@@ -177,7 +177,7 @@ class Receiver(QpState):
         if self.remote_qpn is None:
             self._stats.drops["not_connected"] += 1
             return
-        out_plane, prefix = self._reply_path(plane, spine)
+        out_plane, prefix = self._reply_path(plane, spine, ev)
         frame = wire.encode_nack(
             prefix, self.remote_qpn, flags, plane, spine, ev, ts, psn24, self._rcv_cum
         )

@@ -4,7 +4,11 @@ The network is built from a :class:`topologies.Fabric`: every link of the fabric
 directed ports with a rate, a propagation delay and a bounded two-class queue (control and
 trimmed packets first). Switches forward by the packet's uSID carrier exactly as the P4 program
 does: a switch whose uSID is active shifts the carrier (:func:`topologies.usid.shift`), then the
-new active uSID selects the port towards that node. Above a port's trim threshold an MRC data
+new active uSID selects the port towards that node. A packet addressed to a host NIC's plain
+address (STEV and UDP EVs) is spread by a leaf over its uplinks with the switches' ECMP hash
+(:func:`switchmodel.ecmp.member_index`: CRC-32 over source, destination, flow label and UDP
+source port, members in spine order) and routed down by the spine, as the controller's
+``ipv6_ecmp`` entries make the P4 program do. Above a port's trim threshold an MRC data
 packet with DSCP 10 is cut to its headers, re-marked DSCP 12 and queued at high priority;
 above the ECN threshold ECT packets get CE; a full queue drops. A host NIC's queue (the
 sender's own link) marks ECN but never trims or drops.
@@ -33,6 +37,7 @@ from dataclasses import dataclass, field
 
 from host.transport import wire
 from host.transport.api import Context
+from switchmodel.ecmp import member_index
 from topologies import Fabric
 from topologies import usid as usidlib
 
@@ -149,6 +154,18 @@ class SimNet:
                 else:
                     table[fabric.host(port.peer).nic(sw.plane).usid] = port.number
             self._routes[sw.name] = table
+        # ECMP (docs/p4-pipeline.md): a leaf hashes a NIC of its plane in another rack over its
+        # uplinks; a spine routes every NIC of its plane down to the NIC's leaf
+        self._ecmp: dict[str, tuple[frozenset[int], tuple[int, ...]]] = {}
+        for sw in fabric.switches:
+            uplinks = tuple(p.number for p in fabric.uplinks(sw))
+            nics = fabric.plane_nics(sw.plane)
+            if uplinks:
+                remote = frozenset(n.usid for n in nics if n.switch != sw.name)
+                self._ecmp[sw.name] = (remote, uplinks)
+            else:
+                for nic in nics:
+                    self._routes[sw.name].setdefault(nic.usid, sw.port_to(nic.switch).number)
 
     # -- set-up ----------------------------------------------------------------------------------
 
@@ -344,7 +361,13 @@ class SimNet:
                 return
             addr = usidlib.shift(addr)
             frame[38:54] = addr.packed
-        out = self._routes[name].get(usidlib.active(addr))
+        active = usidlib.active(addr)
+        ecmp = self._ecmp.get(name)
+        if ecmp is not None and active in ecmp[0]:
+            out: int | None = ecmp[1][_ecmp_member(frame, len(ecmp[1]))]
+            self.counters["ecmp"] += 1
+        else:
+            out = self._routes[name].get(active)
         if out is None:
             self.counters["drop_no_route"] += 1
             return
@@ -352,6 +375,18 @@ class SimNet:
 
 
 _ARRIVE, _TXDONE, _TIMER, _PUMP = range(4)
+
+
+def _ecmp_member(frame: bytearray, members: int) -> int:
+    """The uplink (0-based, spine order) the switches' ECMP hash gives this IPv6 frame."""
+    flow = int.from_bytes(frame[15:18], "big") & 0xFFFFF
+    src = int.from_bytes(frame[22:38], "big")
+    dst = int.from_bytes(frame[38:54], "big")
+    nh, off = frame[20], 54
+    if nh == wire.IPPROTO_ROUTING and len(frame) >= off + 8:
+        nh, off = frame[off], off + 8 + frame[off + 1] * 8
+    sport = int.from_bytes(frame[off : off + 2], "big") if nh == wire.IPPROTO_UDP else 0
+    return member_index(src, dst, flow, sport, members)
 
 
 def _mrc_data_header_len(frame: bytearray) -> int:

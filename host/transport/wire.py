@@ -23,7 +23,10 @@ ETHERTYPE_IPV6 = 0x86DD
 IPPROTO_UDP = 17
 IPPROTO_ROUTING = 43
 ROCE_PORT = 4791
-UDP_SPORT_BASE = 0xC000  # UDP source port = 0xC000 | (EV & 0x3FFF)
+UDP_SPORT_BASE = 0xC000  # UDP source port = 0xC000 | EV bits 31..20 (UDP format: | EV)
+EV_FLOW_BITS = 20  # an EV's low 20 bits are the flow label, the bits above go into the port
+# EV formats as frame_prefix() takes them (host.transport.evs.EvFormat values)
+EV_MODE_SRV6, EV_MODE_STEV, EV_MODE_UDP = "srv6", "stev", "udp"
 
 OP_WRITE_ONLY = 0x0A  # RC RDMA WRITE Only
 OP_WRITE_ONLY_IMM = 0x0B  # RC RDMA WRITE Only with Immediate
@@ -275,8 +278,30 @@ def mac_bytes(mac: str) -> bytes:
 
 
 def udp_sport(ev: int) -> int:
-    """The UDP source port derived from an EV: ``0xC000 | (EV & 0x3FFF)``."""
-    return UDP_SPORT_BASE | (ev & 0x3FFF)
+    """The UDP source port of a 32-bit EV (SRV6 and STEV formats): ``0xC000 | EV >> 20``, so
+    that with the flow label (the low 20 bits) the whole EV is in the outer headers."""
+    return UDP_SPORT_BASE | ((ev >> EV_FLOW_BITS) & 0xFFF)
+
+
+def ev_outer(ev: int, mode: str = EV_MODE_STEV) -> tuple[int, int]:
+    """``(flow label, UDP source port)`` carrying ``ev`` in format ``mode``: SRV6 and STEV put
+    the low 20 bits in the flow label and bits 31..20 in the port (``0xC000 | EV >> 20``); UDP
+    puts the EV in the port alone (``0xC000 | EV`` up to 14 bits, the EV itself for 15 or 16
+    bits) with flow label 0."""
+    if mode == EV_MODE_UDP:
+        if not 0 <= ev <= 0xFFFF:
+            raise ValueError(f"EV {ev:#x}: the UDP format carries at most 16 bits")
+        return 0, (UDP_SPORT_BASE | ev) if ev <= 0x3FFF else ev
+    ev &= 0xFFFFFFFF
+    return ev & 0xFFFFF, udp_sport(ev)
+
+
+def ev_of_outer(flow_label: int, sport: int, mode: str = EV_MODE_STEV) -> int:
+    """The EV a packet's flow label and UDP source port carry (inverse of :func:`ev_outer`;
+    a UDP-format EV of 15 or 16 bits at or above 0xC000 reads back without its top bits)."""
+    if mode == EV_MODE_UDP:
+        return sport & 0x3FFF if sport & 0xC000 == 0xC000 else sport
+    return ((sport & 0xFFF) << EV_FLOW_BITS) | (flow_label & 0xFFFFF)
 
 
 def frame_prefix(
@@ -289,15 +314,19 @@ def frame_prefix(
     ecn: int,
     ev: int,
     hop_limit: int = 64,
+    mode: str = EV_MODE_SRV6,
 ) -> bytes:
-    """Ethernet + IPv6 + UDP ports for one EV (58 bytes; lengths are filled per packet)."""
+    """Ethernet + IPv6 + UDP ports for one EV (58 bytes; lengths are filled per packet); the
+    EV goes into the flow label and the UDP source port as format ``mode`` says
+    (:func:`ev_outer`)."""
     if len(src_mac) != 6 or len(dst_mac) != 6 or len(src) != 16 or len(dst) != 16:
         raise ValueError("frame_prefix: expected 6-byte MACs and 16-byte IPv6 addresses")
-    first = (6 << 28) | (((dscp << 2) | ecn) << 20) | (ev & 0xFFFFF)
+    flow, sport = ev_outer(ev, mode)
+    first = (6 << 28) | (((dscp << 2) | ecn) << 20) | flow
     return (
         _ETH.pack(dst_mac, src_mac, ETHERTYPE_IPV6)
         + _IPV6.pack(first, 0, IPPROTO_UDP, hop_limit, src, dst)
-        + _UDP.pack(udp_sport(ev), ROCE_PORT, 0, 0)[:4]
+        + _UDP.pack(sport, ROCE_PORT, 0, 0)[:4]
     )
 
 

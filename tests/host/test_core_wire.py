@@ -45,7 +45,8 @@ def test_data_round_trip(imm: int | None) -> None:
     out = pkt.outer
     assert (out.dscp, out.ecn, out.flow_label) == (wire.DSCP_TRIMMABLE, wire.ECN_ECT0, EV & 0xFFFFF)
     assert (out.dest_qp, out.psn, out.ack_req) == (0x123, 0xABCDEF, True)
-    assert out.udp_sport == 0xC000 | (EV & 0x3FFF)
+    assert out.udp_sport == 0xC000 | (EV >> 20)  # the whole EV: flow label + port
+    assert wire.ev_of_outer(out.flow_label, out.udp_sport) == EV
     assert (out.src, out.dst) == (SRC, DST)
     header = wire.DATA_HEADER_LEN + (4 if imm is not None else 0)
     assert len(frame) == header + 400

@@ -1,0 +1,246 @@
+"""EV profiles and EV format profiles after mrc_ctl.h: generated EVs from fields, the whole EV in
+the outer headers, STEV / UDP EVs spread by the switches' ECMP hash on the in-memory network, EV
+states shared by every QP of a profile, ev_min_active per profile."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from host.transport import wire
+from host.transport.events import EvStateChanged
+from host.transport.evs import (
+    EvField,
+    EvFormat,
+    EvFormatProfile,
+    EvProfileError,
+    EvState,
+    ExplicitEvProfile,
+    GeneratedEvProfile,
+    generate_evs,
+)
+from topologies import Fabric
+
+BASE = 0x7F00_0000_0000
+FAILED = ("t0-p0-r0", "t1-p0-s0")
+STEV = EvFormatProfile(EvFormat.STEV, (8, 4, 4))
+
+
+def pattern(n: int, seed: int) -> bytes:
+    return bytes((i * 11 + seed * 3 + (i >> 9)) & 0xFF for i in range(n))
+
+
+# -- generation (mrc_ctl_ev_field expansion) ------------------------------------------------------
+
+
+def test_generated_fields_expand_into_format_fields() -> None:
+    fields = (EvField(8), EvField(4), EvField(4))
+    evs = generate_evs(fields, STEV, 20)
+    # the last field varies fastest; fields concatenated, the first most significant
+    assert evs[:3] == [0x000, 0x001, 0x002]
+    assert evs[16] == 0x010 and evs[19] == 0x013
+    assert len(set(evs)) == 20
+
+
+def test_init_val_and_mask_place_generated_bits() -> None:
+    fmt = EvFormatProfile(EvFormat.SRV6, (32, 16))
+    fixed = EvField(32, init_val=0xFCBBBB00, max_val=0, mask=0)
+    usid = EvField(16, init_val=0x100, max_val=255, mask=0xFF)
+    evs = generate_evs((fixed, usid), fmt, 3)
+    assert evs == [0xFCBBBB00_0100, 0xFCBBBB00_0101, 0xFCBBBB00_0102]
+    # a profile field narrower than its format field is zero-filled to the format field's width
+    narrow = generate_evs((EvField(4, min_val=2),), EvFormatProfile(EvFormat.STEV, (8, 8)), 2)
+    assert narrow == [0x0200, 0x0300]
+
+
+@pytest.mark.parametrize(
+    ("fields", "fmt", "count", "message"),
+    [
+        ((EvField(8, max_val=256),), STEV, 1, "max_val 256 wider"),
+        ((EvField(8, mask=0x100),), STEV, 1, "outside the field"),
+        ((EvField(8, init_val=0x100),), STEV, 1, "init_val"),
+        ((EvField(4), EvField(4), EvField(4), EvField(4)), STEV, 1, "has 3"),
+        ((EvField(9),), STEV, 1, "width 9"),
+        ((EvField(4),), STEV, 17, "give 1..16"),
+    ],
+)
+def test_generated_profile_errors(fields: Any, fmt: Any, count: int, message: str) -> None:
+    with pytest.raises(EvProfileError, match=message):
+        generate_evs(fields, fmt, count)
+
+
+def test_format_widths_are_bounded() -> None:
+    with pytest.raises(EvProfileError, match="at most 32 bits"):
+        EvFormatProfile(EvFormat.STEV, (20, 20))
+    with pytest.raises(EvProfileError, match="at most 16 bits"):
+        EvFormatProfile("udp", (17,))
+    with pytest.raises(EvProfileError, match="expected one of srv6, stev, udp"):
+        EvFormatProfile("vxlan")  # type: ignore[arg-type]
+
+
+# -- the whole EV on the wire ---------------------------------------------------------------------
+
+
+def test_stev_and_udp_outer_headers_carry_the_whole_ev() -> None:
+    for ev in (0x0, 0xABCDE, 0xFFF_FFFFF, 0x123_45678):
+        flow, sport = wire.ev_outer(ev, "stev")
+        assert flow == ev & 0xFFFFF and sport == 0xC000 | ev >> 20
+        assert wire.ev_of_outer(flow, sport, "stev") == ev
+    for ev in (0x1, 0x3FFF):
+        flow, sport = wire.ev_outer(ev, "udp")
+        assert flow == 0 and sport == 0xC000 | ev and wire.ev_of_outer(flow, sport, "udp") == ev
+    assert wire.ev_outer(0x8001, "udp") == (0, 0x8001)
+
+
+def test_stev_packets_go_to_the_nic_address(make_net: Any, fabric: Fabric) -> None:
+    net = make_net(seed=1)
+    flow = net.connect("h0", "h2", ev_profile=GeneratedEvProfile(16, fmt=STEV))
+    dst = fabric.host("h2").nic(0).address.packed
+    for slot in flow.sender.ev_table.slots:
+        frame = wire.encode_data(
+            slot.prefix, 1, 0, False, 0, 1, None, 0, slot.plane, slot.spine_hint, slot.wire,
+            1, 8, 0, 0, bytes(8),
+        )  # fmt: skip
+        out = wire.parse(frame).outer
+        assert out.dst == fabric.host("h2").nic(slot.plane).address.packed
+        assert wire.ev_of_outer(out.flow_label, out.udp_sport) == slot.ev
+        assert slot.label == f"p{slot.plane}-ecmp" and slot.spine_hint == 0xFF
+    assert any(s.prefix[38:54] == dst for s in flow.sender.ev_table.slots)
+    # planes in turn
+    assert [s.plane for s in flow.sender.ev_table.slots[:4]] == [0, 1, 0, 1]
+
+
+def test_explicit_stev_profile(make_net: Any) -> None:
+    net = make_net(seed=1)
+    profile = ExplicitEvProfile(((0x11, 0), (0x22, 1), (0x33, 1)), fmt=STEV)
+    flow = net.connect("h0", "h2", ev_profile=profile)
+    assert [(s.ev, s.plane) for s in flow.sender.ev_table.slots] == [(0x11, 0), (0x22, 1), (0x33, 1)]
+    with pytest.raises(EvProfileError, match="on plane 5"):
+        net.connect("h0", "h2", ev_profile=ExplicitEvProfile(((1, 5),), fmt=STEV))
+    with pytest.raises(EvProfileError, match="16-bit value"):
+        net.connect("h0", "h2", ev_profile=ExplicitEvProfile(((1 << 16, 0),), fmt=UDP16))
+
+
+UDP16 = EvFormatProfile(EvFormat.UDP)
+
+
+# -- ECMP spraying on the in-memory network -------------------------------------------------------
+
+
+@pytest.mark.parametrize("fmt", [STEV, UDP16], ids=["stev", "udp"])
+def test_hashed_spraying_uses_every_uplink_and_survives_a_link_failure(
+    make_net: Any, fmt: EvFormatProfile
+) -> None:
+    net = make_net(seed=5)
+    flow = net.connect("h0", "h2", ev_profile=GeneratedEvProfile(64, fmt=fmt))
+    net.sim.fail_link(*FAILED, start=0.05)
+    data = pattern(3 << 20, 2)
+    flow.sender.post_write(data, BASE, flow.region.rkey, wr_id=1)
+    net.sim.kick("h0")
+    net.run(30.0, stop=lambda: len(net.cqs["h0"]) == 1)
+    assert net.cqs["h0"].poll()[0].status == "ok"
+    assert flow.region.read(BASE, len(data)) == data
+    assert net.sim.counters["ecmp"] > 0
+    for plane in (0, 1):
+        for port in (3, 4):  # the uplinks of rack 0's leaf: both spines carried data
+            assert net.sim.port_counters[f"t0-p{plane}-r0-eth{port}"]["tx"] > 0
+    net.drain_events()
+    retired = [e for e in net.events if isinstance(e, EvStateChanged) and e.new == "assumed_bad"]
+    # per EV, never a whole "path": the host knows no paths in this format
+    assert retired and all(e.reason in ("sack", "rto") for e in retired)
+    assert all(e.path == "p0-ecmp" for e in retired)
+    bad = {e.ev for e in retired}
+    assert len(bad) < 32  # only the EVs the hash put on the failed link (about half of plane 0's)
+
+
+# -- states per profile, shared by its QPs --------------------------------------------------------
+
+
+def _shared_pair(net: Any, fmt: EvFormatProfile) -> tuple[Any, Any, Any]:
+    a, b = net.host("h0"), net.host("h2")
+    pa = a.create_ev_profile(GeneratedEvProfile(32, fmt=fmt))
+    pb = b.create_ev_profile(GeneratedEvProfile(32, fmt=fmt))
+    qps = []
+    for _ in range(2):
+        qa = a.create_qp("h2", net.fabric.paths("h0", "h2"), cq=net.cqs["h0"], ev_profile=pa)
+        qb = b.create_qp("h0", net.fabric.paths("h2", "h0"), cq=net.cqs["h2"], ev_profile=pb)
+        qa.connect(qb.qpn)
+        qb.connect(qa.qpn)
+        qps.append(qa)
+    return pa, qps[0], qps[1]
+
+
+def _spy_evs(ctx: Any) -> dict[int, list[int]]:
+    """EVs of the data frames each destination QP is sent (recorded as the context sends)."""
+    seen: dict[int, list[int]] = {}
+    inner = ctx.frames_to_send
+
+    def frames_to_send(now: float) -> list[tuple[int, bytes]]:
+        out = inner(now)
+        for _, frame in out:
+            fields = wire.decode_data(frame)
+            if fields is not None:
+                seen.setdefault(fields[0], []).append(fields[11])
+        return out
+
+    ctx.frames_to_send = frames_to_send
+    return seen
+
+
+@pytest.mark.parametrize("fmt", [EvFormatProfile(), STEV], ids=["srv6", "stev"])
+def test_one_qp_finds_a_failed_path_the_other_never_uses_it(
+    make_net: Any, fmt: EvFormatProfile
+) -> None:
+    net = make_net(seed=2)
+    profile, first, second = _shared_pair(net, fmt)
+    assert first.ev_profile is second.ev_profile
+    net.sim.fail_link(*FAILED, start=0.0)
+    first.post_write(pattern(1 << 20, 1), BASE, net.regions["h2"].rkey, wr_id=1)
+    net.sim.kick("h0")
+    net.run(20.0, stop=lambda: len(net.cqs["h0"]) == 1)
+    assert net.cqs["h0"].poll()[0].status == "ok"
+    bad = {s.wire for s in first.ev_table.slots if s.state is EvState.ASSUMED_BAD}
+    assert bad
+    # the other QP sees the same states without having lost anything
+    assert {s.wire for s in second.ev_table.slots if s.state is EvState.ASSUMED_BAD} == bad
+    seen = _spy_evs(net.hosts["h0"])
+    retx_before = net.hosts["h0"].stats()["retransmits"]
+    second.post_write(pattern(1 << 20, 2), BASE, net.regions["h2"].rkey, wr_id=2)
+    net.sim.kick("h0")
+    net.run(net.sim.now + 20.0, stop=lambda: len(net.cqs["h0"]) == 1)
+    assert net.cqs["h0"].poll()[0].status == "ok"
+    used = seen[second.remote_qpn]
+    assert used and not bad & set(used)
+    assert net.hosts["h0"].stats()["retransmits"] == retx_before  # it lost nothing
+    # one event per state change of the profile, naming it
+    net.drain_events()
+    changes = [e for e in net.events if isinstance(e, EvStateChanged) and e.profile == profile]
+    assert len([e for e in changes if e.new == "assumed_bad"]) == len(bad)
+
+
+def test_operator_state_of_a_shared_profile(make_net: Any) -> None:
+    net = make_net(seed=2)
+    profile, first, second = _shared_pair(net, STEV)
+    ctx = net.hosts["h0"]
+    ev = first.ev_table.slots[3].ev
+    ctx.set_profile_ev_state(profile, ev, EvState.DENIED)
+    assert second.ev_table.state(ev) is EvState.DENIED
+    assert ctx.ev_profile(profile).counts()["denied"] == 1
+    ctx.set_ev_state(second.qpn, ev, EvState.UNKNOWN)
+    assert first.ev_table.state(ev) is EvState.UNKNOWN
+    with pytest.raises(KeyError, match="no such profile"):
+        ctx.set_profile_ev_state(99, ev, EvState.DENIED)
+
+
+def test_min_active_is_the_profile_s(make_net: Any) -> None:
+    net = make_net(seed=3)
+    profile = GeneratedEvProfile(8, fmt=STEV, min_active=6)
+    flow = net.connect("h0", "h2", ev_profile=profile)
+    assert flow.sender.ev_profile.min_active == 6
+    net.sim.fail_link("h0", "t0-p0-r0", start=0.0)  # plane 0 of h0: half its EVs
+    flow.sender.post_write(pattern(400_000, 4), BASE, flow.region.rkey, wr_id=1)
+    net.sim.kick("h0")
+    net.run(0.5)
+    assert flow.sender.ev_table.counts()["good"] >= 6
+    assert net.hosts["h0"].stats()["retire_suppressed"] >= 1
