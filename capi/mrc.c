@@ -308,7 +308,8 @@ struct mrc_cq *mrc_cq_create(struct mrc_context *ctx, int cqe, void *cq_context,
 		return NULL;
 	}
 	mtb_sb_init(&sb);
-	mtb_sb_printf(&sb, "{\"cmd\":\"create_cq\",\"cqe\":%d,\"channel\":%llu}", cqe,
+	mtb_sb_printf(&sb, "{\"cmd\":\"%s\",\"cqe\":%d,\"channel\":%llu}",
+		      ev_cq ? "create_ev_cq" : "create_cq", cqe,
 		      channel ? (unsigned long long)channel->id : 0ULL);
 	reply = call(ctx, &sb);
 	if (!reply)

@@ -2,14 +2,17 @@
  * mrc-testbed: lib_mrc.so, the OCP MRC controller API (mrc_ctl.h) on the testbed.
  *
  * What the testbed honours: versions, device attributes, port administrative state (a
- * disabled port is a plane whose EVs are DENIED on every QP of the host), and queries of the
- * host's own EV and CC profile (id 0, the agent's --ev-count and --cc). Configurable EV format,
- * EV and CC profiles, EV event CQs and endpoint probes are not offered: the device advertises
- * none (ev_max_profiles = 0, cc_max_profiles = 0, no MRC_CTL_OPT_CAP_* bits), and the calls
- * fail with the errors mrc_ctl.h documents for that. docs/ocp-api.md has the table.
+ * disabled port is a plane whose EVs are DENIED on every QP of the host), EV events of the
+ * host's EVs, and queries of the host's own EV and CC profile (id 0, the agent's --ev-count
+ * and --cc). Configurable EV format, EV and CC profiles and endpoint probes are not offered:
+ * the device advertises none (ev_max_profiles = 0, cc_max_profiles = 0, no
+ * MRC_CTL_OPT_CAP_EP_OP_EV_PROBE), and the calls fail with the errors mrc_ctl.h documents for
+ * that. docs/ocp-api.md has the table.
  */
 #define _GNU_SOURCE
+#include <endian.h>
 #include <errno.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -82,7 +85,7 @@ static int ctl_query_device(struct ibv_context *context, struct mrc_ctl_device_a
 	attr->cc.algorithms = algorithms;
 	for (int p = 1; p <= m->nports && p < 32; p++)
 		attr->phy_port_mask |= 1U << p;
-	attr->opt_attr = 0;
+	attr->opt_attr = MRC_CTL_OPT_CAP_EV_EVENT | MRC_CTL_OPT_CAP_EV_EVENT_PRECISE_DROP_CNT;
 	if (supported)
 		*supported = 1;
 	return 0;
@@ -239,7 +242,7 @@ EXPORT int mrc_ctl_query_ev_profile(struct mrc_context *mrc_ctx, uint64_t ev_pro
 	if (attr_mask & MRC_CTL_EV_PROFILE_MIN_ACTIVE)
 		attr->ev_min_active = 1;
 	if (attr_mask & MRC_CTL_EV_PROFILE_EVENT_MASK)
-		attr->ev_event_mask = 0;
+		attr->ev_event_mask = MRC_CTL_EV_GOOD | MRC_CTL_EV_ASSUMED_BAD;
 	return 0;
 }
 
@@ -303,28 +306,75 @@ EXPORT struct mrc_cq *mrc_ctl_create_ev_event_cq(struct mrc_context *mrc_ctx, in
 						 void *cq_context,
 						 struct mrc_comp_channel *channel, int comp_vector)
 {
-	(void)cqe;
-	(void)cq_context;
-	(void)channel;
-	(void)comp_vector;
 	if (!mrc_ctx_check(mrc_ctx, "mrc_ctl_create_ev_event_cq"))
 		return NULL;
-	fail(EOPNOTSUPP, "%s: the testbed device does not deliver EV events "
-	     "(no MRC_CTL_OPT_CAP_EV_EVENT; EV transitions are in 'mrc-host stats')",
-	     "mrc_ctl_create_ev_event_cq");
-	return NULL;
+	return mrc_cq_create(mrc_ctx, cqe, cq_context, channel, comp_vector, 1);
 }
 
+/*
+ * EV events of profile 0: state changes of the host's EVs to GOOD or ASSUMED_BAD. The EV value
+ * is the 32-bit EV in network byte order in the first four bytes of val; port is the plane's
+ * (1-based). drop_count is exact (MRC_CTL_OPT_CAP_EV_EVENT_PRECISE_DROP_CNT).
+ */
 EXPORT int mrc_ctl_poll_ev_event(struct mrc_cq *ev_cq, int num_entries,
 				 struct mrc_ctl_ev_event *ev_event)
 {
-	(void)num_entries;
-	(void)ev_event;
+	struct mtb_sb sb;
+	const char *cursor, *entry;
+	char *reply;
+	size_t stride;
+	int n = 0;
+
 	if (!ev_cq || ev_cq->magic != MRC_CQ_MAGIC || !ev_cq->ev_cq) {
 		mtb_set_error(EINVAL, "mrc_ctl_poll_ev_event: not an EV event CQ");
 		return -EINVAL;
 	}
-	return 0;
+	if (num_entries < 0 || (num_entries > 0 && !ev_event)) {
+		mtb_set_error(EINVAL, "mrc_ctl_poll_ev_event: expected num_entries >= 0 and an array");
+		return -EINVAL;
+	}
+	if (num_entries == 0)
+		return 0;
+	/* an application built for API 1.0.0 has no state field in its events */
+	stride = ev_cq->ctx->api_version >= MRC_API_VER(1, 0, 1)
+			 ? sizeof(*ev_event)
+			 : offsetof(struct mrc_ctl_ev_event, state);
+	mtb_sb_init(&sb);
+	mtb_sb_printf(&sb, "{\"cmd\":\"poll_cq\",\"cq\":%llu,\"n\":%d}",
+		      (unsigned long long)ev_cq->id, num_entries);
+	reply = mtb_call(ev_cq->ctx->mtb, &sb);
+	mtb_sb_free(&sb);
+	if (!reply)
+		return -errno;
+	cursor = mtb_json_get(reply, "wc");
+	if (!cursor)
+		return -EPROTO;
+	while (n < num_entries && (entry = mtb_json_next(&cursor))) {
+		unsigned long long v[5] = {0};
+		const char *p = entry;
+		struct mrc_ctl_ev_event *out =
+			(struct mrc_ctl_ev_event *)((char *)ev_event + (size_t)n * stride);
+		uint32_t ev;
+
+		for (int i = 0; i < 5; i++) {
+			char *end;
+
+			while (*p == '[' || *p == ',' || *p == ' ')
+				p++;
+			v[i] = strtoull(p, &end, 10);
+			p = end;
+		}
+		memset(out, 0, stride);
+		out->profile_id = v[0];
+		ev = htobe32((uint32_t)v[1]);
+		memcpy(out->ev.val, &ev, sizeof(ev));
+		out->ev.port = (uint8_t)v[2];
+		out->drop_count = (uint32_t)v[3];
+		if (stride == sizeof(*ev_event))
+			out->state = (enum mrc_ctl_ev_state)v[4];
+		n++;
+	}
+	return n;
 }
 
 EXPORT int mrc_ctl_ep_batch_send_wait(struct mrc_context *mrc_ctx, uint8_t req_tc,

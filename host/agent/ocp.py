@@ -39,7 +39,7 @@ from host.transport.events import (
     STATUS_RETRY_EXCEEDED,
     Completion,
     Event,
-    QpError,
+    EvStateChanged,
 )
 from host.transport.evs import EvState, GeneratedEvProfile
 from topologies import Fabric, Host
@@ -75,6 +75,9 @@ MRC_DEVICE_CAP_TRIM_NACK = 1
 MRC_QP_CAP_TRIM_NACK_DEST_UNSUPPORTED = 1
 MRC_QP_CAP_DYNAMIC_MPR = 2
 MRC_QP_CAP_SVC_TIME_DEST_UNSUPPORTED = 4
+# mrc_ctl.h EV states, as EV events report them; profile 0 reports GOOD and ASSUMED_BAD
+EV_STATE_BITS = {"good": 1 << 0, "assumed_bad": 1 << 1, "denied": 1 << 2, "unknown": 1 << 31}
+EV_EVENT_MASK = EV_STATE_BITS["good"] | EV_STATE_BITS["assumed_bad"]
 
 # what the emulated device offers
 MAX_WIMM = 1024  # WRITE_IMMs in flight per QP, as requestor and as responder
@@ -189,6 +192,8 @@ class Cq:
     armed: bool = False
     users: int = 0
     overflowed: bool = False
+    kind: str = "wc"  # "wc": work completions; "ev": EV events (controller API)
+    dropped: int = 0  # EV events dropped on a full EV event CQ since the last one delivered
 
 
 @dataclass
@@ -307,6 +312,7 @@ class OcpProvider:
             "query_port": self.query_port, "reg_mr": self.reg_mr, "dereg_mr": self.dereg_mr,
             "create_cq": self.create_cq, "destroy_cq": self.destroy_cq, "poll_cq": self.poll_cq,
             "req_notify_cq": self.req_notify_cq, "create_qp": self.create_qp,
+            "create_ev_cq": self.create_ev_cq,
             "destroy_qp": self.destroy_qp, "modify_qp": self.modify_qp,
             "query_qp": self.query_qp, "post_send": self.post_send,
             "post_recv": self.post_recv, "modify_port": self.modify_port,
@@ -540,6 +546,38 @@ class OcpProvider:
         session.cqs[cq.id] = cq
         return {"ok": True, "cq": cq.id, "cqe": cqe}
 
+    def create_ev_cq(self, session: Session, request: Mapping[str, Any]) -> Reply:
+        """Controller API: a CQ of EV events (state changes of the host's EVs to GOOD or
+        ASSUMED_BAD, on every QP); a full one drops events and counts them exactly."""
+        if session.conn.uid != 0:
+            raise OcpError(
+                errno.EPERM, "create_ev_cq: the controller API needs root (CAP_NET_ADMIN)"
+            )
+        reply = self.create_cq(session, request)
+        session.cqs[reply["cq"]].kind = "ev"
+        return reply
+
+    def _on_ev_state(self, event: EvStateChanged) -> None:
+        bit = EV_STATE_BITS.get(event.new, 0)
+        if not bit & EV_EVENT_MASK:
+            return
+        plane = getattr(event, "plane", None)
+        if not isinstance(plane, int):  # the path label names it: "p1", "p1-s0"
+            try:
+                plane = int(event.path[1:].split("-")[0])
+            except ValueError:
+                plane = 0
+        for session in self.sessions.values():
+            for cq in session.cqs.values():
+                if cq.kind != "ev":
+                    continue
+                if len(cq.entries) >= cq.cqe:
+                    cq.dropped += 1
+                    continue
+                cq.entries.append([0, event.ev & 0xFFFFFFFF, plane + 1, cq.dropped, bit])
+                cq.dropped = 0
+                self._notify(cq)
+
     def destroy_cq(self, session: Session, request: Mapping[str, Any]) -> Reply:
         cq = self._cq(session, request)
         if cq.users:
@@ -591,6 +629,8 @@ class OcpProvider:
     def create_qp(self, session: Session, request: Mapping[str, Any]) -> Reply:
         send_cq = self._cq(session, request, "send_cq")
         recv_cq = self._cq(session, request, "recv_cq")
+        if send_cq.kind != "wc" or recv_cq.kind != "wc":
+            raise OcpError(errno.EINVAL, "create_qp: an EV event CQ cannot take work completions")
         ops = _int(request, "send_ops", 0, (1 << 64) - 1, default=0)
         if ops & ~(SEND_OPS_WRITE | SEND_OPS_WRITE_IMM):
             raise OcpError(
@@ -1038,9 +1078,9 @@ class OcpProvider:
             else:
                 self._on_send(session, qp, event)
             return True
-        if isinstance(event, QpError):
-            return event.qpn in self.qps
-        return False
+        if isinstance(event, EvStateChanged):
+            self._on_ev_state(event)
+        return False  # the agent logs it too
 
     def _on_recv(self, session: Session, qp: Qp, done: Completion) -> None:
         imm = (done.imm or 0) & 0xFFFFFFFF

@@ -440,3 +440,27 @@ def test_port_admin_state_denies_the_plane(pair: Pair) -> None:
     assert states == {"denied"}
     h0.ok("modify_port", port=1, enabled=1)
     assert h0.ok("query_port", port=1)["active"] is True
+
+
+def test_ev_events_report_evs_coming_back(pair: Pair) -> None:
+    h0, h1 = pair.h0, pair.h1
+    qa, _, _ = make_qp(h0)
+    qb, _, _ = make_qp(h1)
+    connect(h0, qa, h1, qb)
+    if os.geteuid() != 0:
+        h0.fails("create_ev_cq", errno.EPERM, cqe=8)
+        return
+    small = h0.ok("create_ev_cq", cqe=2)["cq"]
+    big = h0.ok("create_ev_cq", cqe=4096)["cq"]
+    h0.fails("create_qp", errno.EINVAL, send_cq=big, recv_cq=big, max_send_wr=1)
+    h0.ok("modify_port", port=2, enabled=0)  # DENIED: not an event of profile 0's mask
+    assert h0.poll(big) == []
+    h0.ok("modify_port", port=2, enabled=1)  # UNKNOWN, probed, GOOD on the replies
+    pair.run(1.0)
+    events = h0.poll(big, 4096)
+    assert events and all(e[0] == 0 and e[2] == 2 and e[4] == 1 for e in events), events
+    evs = {info.ev for info in h0.agent.context.qp(qa).ev_table.evs() if info.plane == 1}
+    assert evs <= {e[1] for e in events}
+    first, second = h0.poll(small)
+    assert first[3] == 0 and second[3] == 0  # the rest were dropped, and counted
+    assert h0.provider.sessions[h0.hello["session"]].cqs[small].dropped == len(events) - 2

@@ -393,13 +393,39 @@ int main(void)
 	errno = 0;
 	CHECK("ctl_ep_probe", mrc_ctl_ep_batch_send_wait(h0.mrc, 0, MRC_CTL_EP_OP_EV_PROBE, &req, 1,
 	      1000000, &rsp, &nrsp) == -1 && errno == ENOTSUP && nrsp == 0, "accepted");
-	errno = 0;
-	CHECK("ctl_ev_event_cq", mrc_ctl_create_ev_event_cq(h0.mrc, 8, NULL, NULL, 0) == NULL &&
-	      errno == EOPNOTSUPP, "created");
 	struct mrc_ctl_port_attr port = {0};
 
 	CHECK("ctl_query_port", mrc_ctl_query_port(h0.mrc, 2, &port, MRC_CTL_PORT_ADMIN_STATE) == 0 &&
 	      port.port_admin_state == MRC_CTL_PORT_ADMIN_ENABLED, "port 2");
+
+	/* EV events: disable plane 0's port (its EVs DENIED on every QP), enable it again (UNKNOWN,
+	 * probed), and the EVs that answer come back GOOD as events */
+	struct mrc_cq *evq = mrc_ctl_create_ev_event_cq(h0.mrc, 4096, NULL, NULL, 0);
+	struct mrc_ctl_ev_event events[64];
+
+	CHECK("ctl_ev_event_cq", evq && mrc_ctl_poll_ev_event(evq, 64, events) == 0, "no EV CQ");
+	CHECK("poll_cq_on_ev_cq", evq && mrc_poll_cq(evq, 1, &wc) == -1, "accepted");
+	port.port_admin_state = MRC_CTL_PORT_ADMIN_DISABLED;
+	CHECK("ctl_port_disable", mrc_ctl_modify_port(h0.mrc, 1, &port, MRC_CTL_PORT_ADMIN_STATE) == 0 &&
+	      mrc_ctl_query_port(h0.mrc, 1, &port, MRC_CTL_PORT_ADMIN_STATE) == 0 &&
+	      port.port_admin_state == MRC_CTL_PORT_ADMIN_DISABLED &&
+	      ibv_query_port(h0.ibv, 1, &pattr) == 0 && pattr.state == IBV_PORT_DOWN, "still up");
+	port.port_admin_state = MRC_CTL_PORT_ADMIN_ENABLED;
+	CHECK("ctl_port_enable", mrc_ctl_modify_port(h0.mrc, 1, &port, MRC_CTL_PORT_ADMIN_STATE) == 0 &&
+	      ibv_query_port(h0.ibv, 1, &pattr) == 0 && pattr.state == IBV_PORT_ACTIVE, "still down");
+	int good = 0;
+	double until = now() + 15;
+
+	while (!good && now() < until) {
+		n = evq ? mrc_ctl_poll_ev_event(evq, 64, events) : -1;
+		for (int i = 0; i < n; i++)
+			if (events[i].state == MRC_CTL_EV_GOOD && events[i].ev.port == 1 &&
+			    events[i].profile_id == 0 && memcmp(events[i].ev.val, "\0\0\0\0", 4) != 0)
+				good = 1;
+		usleep(20000);
+	}
+	CHECK("ctl_ev_event_good", good, "no GOOD event for plane 0's EVs");
+	CHECK("ctl_ev_cq_destroy", evq && mrc_destroy_cq(evq) == 0, "failed");
 
 	/* clean up in order */
 	CHECK("dereg", ibv_dereg_mr(h0.mr) == 0 && ibv_dereg_mr(h1.mr) == 0, "failed");
