@@ -45,6 +45,7 @@ from host.agent.data import Transfer
 from host.agent.nic_setup import NicSetup, SetupError, prepare_nic, require_interface
 from host.agent.ocp import OcpProvider, ocp_socket_path
 from host.agent.options import DEFAULT_CONTROL_DIR, AgentOptions, default_control_path
+from host.agent.pacing import NicWire
 from host.agent.pcap import PcapWriter
 from host.agent.sockets import BATCH, PlaneSocket
 from host.transport import api
@@ -111,6 +112,7 @@ class PlaneNic:
     address: bytes  # the NIC address, 16 bytes
     mac: bytes  # the NIC MAC, 6 bytes
     ready: Callable[[int], None] | None = None  # the selector callback of the socket
+    wire: NicWire | None = None  # the link-rate pacing of data frames (None: not paced)
 
 
 @dataclass
@@ -257,6 +259,10 @@ class Agent:
             plane = PlaneNic(
                 nic, sock, done, nic.address.packed, bytes.fromhex(nic.mac.replace(":", ""))
             )
+            if self.options.pace:
+                plane.wire = NicWire(
+                    self.topology.link_rate_mbps * 1e6, self.topology.link_mtu + 14
+                )
             self.planes.append(plane)
             self.selector.register(sock.sock, selectors.EVENT_READ, self._make_reader(plane))
         try:
@@ -350,6 +356,7 @@ class Agent:
         if self._readable:
             self._receive()
         now = self.now()
+        self._release(now)
         if self._timer is not None and now >= self._timer:
             self.timer_runs += 1
             try:
@@ -363,6 +370,10 @@ class Agent:
 
     def _select_timeout(self) -> float | None:
         timer = self._timer
+        for plane in self.planes:
+            due = plane.wire.next_release() if plane.wire is not None else None
+            if due is not None and (timer is None or due < timer):
+                timer = due
         timeout = None if timer is None else max(timer - self.now(), 0.0)
         if self.options.stats_file is not None:
             left = self._stats_written + STATS_FILE_INTERVAL - self.now()
@@ -464,23 +475,32 @@ class Agent:
         if not frames:
             return
         planes = self.planes
-        pcap = self.pcap
-        if pcap is not None:
-            wall = time.time()
-            for _, frame in frames:
-                pcap.write(frame, wall)
+        now = self.now()
         for index, frame in frames:
             try:
                 plane = planes[index]
             except IndexError:
                 self.core_errors += 1
                 continue
-            if not plane.sock.send(frame) and len(plane.sock.backlog) == 1:
-                self.selector.modify(
-                    plane.sock.sock,
-                    selectors.EVENT_READ | selectors.EVENT_WRITE,
-                    plane.ready,
-                )
+            if plane.wire is None or plane.wire.offer(frame, now):
+                self._transmit(plane, frame)
+
+    def _release(self, now: float) -> None:
+        """Put on the wire the data frames whose turn has come (link-rate pacing)."""
+        for plane in self.planes:
+            if plane.wire is not None and plane.wire.waiting:
+                for frame in plane.wire.release(now):
+                    self._transmit(plane, frame)
+
+    def _transmit(self, plane: PlaneNic, frame: bytes | bytearray) -> None:
+        if self.pcap is not None:
+            self.pcap.write(frame, time.time())
+        if not plane.sock.send(frame) and len(plane.sock.backlog) == 1:
+            self.selector.modify(
+                plane.sock.sock,
+                selectors.EVENT_READ | selectors.EVENT_WRITE,
+                plane.ready,
+            )
 
     # -- events and transfers -------------------------------------------------------------------
 
@@ -601,7 +621,13 @@ class Agent:
             "clock": {"monotonic_at_start": self.started, "wall_at_start": self.wall_at_start},
             "cpu_seconds": {"user": cpu.user, "system": cpu.system},
             "planes": {
-                str(p.nic.plane): {"intf": p.nic.intf, **p.sock.counters()} for p in self.planes
+                str(p.nic.plane): {
+                    "intf": p.nic.intf,
+                    **p.sock.counters(),
+                    "paced_held": p.wire.held if p.wire is not None else 0,
+                    "paced_waiting": len(p.wire.waiting) if p.wire is not None else 0,
+                }
+                for p in self.planes
             },
             "core": core,
             "agent": {

@@ -107,6 +107,12 @@ def agent_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--seed", type=int, help="random seed of the transport core")
     parser.add_argument(
+        "--no-pace",
+        dest="pace",
+        action="store_false",
+        help="send data frames as fast as the socket takes them instead of at the link rate",
+    )
+    parser.add_argument(
         "--no-rx-ring",
         dest="rx_ring",
         action="store_false",
@@ -172,6 +178,7 @@ def run_agent(argv: list[str]) -> int:
         window=args.window,
         seed=args.seed,
         rx_ring=args.rx_ring,
+        pace=args.pace,
     )
     try:
         agent = Agent(fabric, options)

@@ -32,4 +32,5 @@ class AgentOptions:
     stats_file: Path | None = None  # rewrite the statistics JSON here every second and at exit
     window: int = DEFAULT_WINDOW
     rx_ring: bool = True  # receive through a PACKET_RX_RING (else one recv per frame)
+    pace: bool = True  # data frames leave each NIC at the link rate (host.agent.pacing)
     seed: int | None = None  # the core's random seed (default: derived from the host index)

@@ -1,0 +1,73 @@
+"""The wire of a plane NIC: frames leave one after another at the link rate (sans-IO).
+
+A NIC serialises what it sends: a window's burst from the transport leaves at the link rate,
+not all at once. The testbed's links are veth pairs with no shaping on the host side (the
+switches shape their own ports), so without this a host's burst would reach its leaf in an
+instant, as if the host link were infinitely fast, and an incast would fill the leaf's queue
+(and the queue of trimmed headers behind it) far faster than any real NIC could. :class:`NicWire`
+keeps the time the wire is busy until; the agent sends data frames when it is free and holds the
+rest, in order, until then. Control frames (ACKs, NACKs, probes: the DSCP of the high-priority
+class, as the switches classify them) go first, ahead of waiting data, and take their own time
+on the wire. Time is passed in; nothing here reads a clock.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+from host.transport import wire
+
+ETH_HEADER = 14
+PREAMBLE_AND_GAP = 20  # bytes of preamble, start delimiter and inter-frame gap on the wire
+#: a frame may leave this much before the wire is free (fraction of a full frame's time):
+#: an event loop wakes up late anyway, and the switch's port queue absorbs the difference
+EARLY = 0.5
+
+
+def is_control(frame: bytes | bytearray) -> bool:
+    """True for a frame of the high-priority class (IPv6 DSCP 48: ACK, NACK, probe)."""
+    if len(frame) < ETH_HEADER + 2:
+        return False
+    traffic_class = ((frame[ETH_HEADER] & 0x0F) << 4) | (frame[ETH_HEADER + 1] >> 4)
+    return traffic_class >> 2 == wire.DSCP_CONTROL
+
+
+class NicWire:
+    """One NIC's transmit side: data frames wait for the wire, control frames jump the line."""
+
+    def __init__(self, rate_bps: float, full_frame: int) -> None:
+        if rate_bps <= 0:
+            raise ValueError(f"NIC rate {rate_bps} b/s: expected > 0")
+        self.byte_time = 8.0 / rate_bps
+        self.early = EARLY * (full_frame + PREAMBLE_AND_GAP) * self.byte_time
+        self.free_at = 0.0  #: when the wire has sent everything given to it so far
+        self.waiting: deque[bytes | bytearray] = deque()  #: data frames not yet on the wire
+        self.held = 0  #: data frames that had to wait (statistics)
+
+    def offer(self, frame: bytes | bytearray, now: float) -> bool:
+        """A frame to send at ``now``: True if it may go on the wire now (its time is taken),
+        False if it waits (then :meth:`release` gives it back when its turn comes)."""
+        if is_control(frame) or (not self.waiting and self.free_at <= now + self.early):
+            self._take(len(frame), now)
+            return True
+        self.waiting.append(frame)
+        self.held += 1
+        return False
+
+    def release(self, now: float) -> list[bytes | bytearray]:
+        """The waiting data frames whose turn has come by ``now``, in order."""
+        out: list[bytes | bytearray] = []
+        waiting = self.waiting
+        while waiting and self.free_at <= now + self.early:
+            frame = waiting.popleft()
+            self._take(len(frame), now)
+            out.append(frame)
+        return out
+
+    def next_release(self) -> float | None:
+        """When :meth:`release` will have a frame to give (None: nothing waits)."""
+        return self.free_at - self.early if self.waiting else None
+
+    def _take(self, nbytes: int, now: float) -> None:
+        start = self.free_at if self.free_at > now else now
+        self.free_at = start + (nbytes + PREAMBLE_AND_GAP) * self.byte_time
