@@ -39,7 +39,7 @@ from host.agent.options import AgentOptions
 from host.transport.api import Context, MemoryRegion
 from host.transport.cc import CcProfile, CcProfileError
 from host.transport.cc.base import PROFILE_KEYS
-from host.transport.evs import EvState
+from host.transport.evs import EvFormatProfile, EvProfileError, EvState, ev_format
 from host.transport.policy import POLICIES
 from topologies import Host, Nic, Topology
 
@@ -82,6 +82,11 @@ class AgentView(Protocol):
     @property
     def cc_profile(self) -> CcProfile: ...
     def set_cc_profile(self, profile: CcProfile) -> CcProfile: ...
+    @property
+    def ev_format(self) -> EvFormatProfile: ...
+    def set_ev_format(self, fmt: EvFormatProfile) -> EvFormatProfile: ...
+    @property
+    def ev_events(self) -> Sequence[Mapping[str, Any]]: ...
 
 
 REGION_ALIGN = 1 << 16  # regions are placed at 64 KiB-aligned virtual addresses
@@ -105,6 +110,9 @@ class Commands:
             "paths": self.paths,
             "set-ev": self.set_ev,
             "cc-profile": self.cc_profile,
+            "ev-format": self.ev_format,
+            "ev-profiles": self.ev_profiles,
+            "ev-events": self.ev_events,
             "verify": self.verify,
             "quit": self.quit,
         }
@@ -172,6 +180,62 @@ class Commands:
             except ValueError as exc:
                 raise BadRequest(str(exc)) from None
         return {"ok": True, **agent.cc_profile.as_dict()}
+
+    def ev_format(self, request: Mapping[str, Any]) -> Reply:
+        """The EV format of the agent's QPs (``format``: srv6, stev or udp; ``fields``: the
+        format fields' widths); with ``format`` given, rebuild every QP with EVs of that format
+        first (only while no message is in flight; every EV starts GOOD)."""
+        reject_unknown(request, {"format", "fields"})
+        agent = self.agent
+        if "format" in request:
+            raw = request.get("fields", [])
+            if not isinstance(raw, list) or not all(
+                isinstance(w, int) and not isinstance(w, bool) for w in raw
+            ):
+                raise BadRequest(
+                    f"field 'fields': expected a list of field widths in bits, got {raw!r}",
+                    "fields",
+                )
+            try:
+                fmt = EvFormatProfile(ev_format(require_str(request, "format")), tuple(raw))
+            except EvProfileError as exc:
+                field = "fields" if raw else "format"
+                raise BadRequest(f"field '{field}': {exc}", field) from None
+            try:
+                agent.set_ev_format(fmt)
+            except (ValueError, EvProfileError) as exc:
+                raise BadRequest(str(exc)) from None
+        fmt = agent.ev_format
+        return {"ok": True, "format": fmt.mode.value, "fields": list(fmt.widths)}
+
+    def ev_profiles(self, request: Mapping[str, Any]) -> Reply:
+        """The EV profiles of the core: format, ev_min_active, EVs per state, the QPs using
+        each (a profile's EV states are shared by its QPs)."""
+        reject_unknown(request, set())
+        agent = self.agent
+        users: dict[int, list[str]] = {}
+        for (peer, policy), qp in agent.qps.items():
+            users.setdefault(qp.ev_profile.profile_id, []).append(f"{peer}/{policy}")
+        out = {}
+        for pid, profile in agent.context.ev_profiles.items():
+            fmt = profile.profile.fmt
+            out[str(pid)] = {
+                "format": fmt.mode.value,
+                "fields": list(fmt.widths),
+                "min_active": profile.min_active,
+                "counts": profile.counts(),
+                "qps": users.get(pid, []),
+            }
+        return {"ok": True, "profiles": out}
+
+    def ev_events(self, request: Mapping[str, Any]) -> Reply:
+        """EV state changes (profile, EV, old and new state, why, when) numbered from 1; those
+        after ``since`` (default 0: every one kept, the last 4096)."""
+        reject_unknown(request, {"since"})
+        since = get_int(request, "since", low=0) or 0
+        events = [dict(e) for e in self.agent.ev_events if int(e["seq"]) > since]
+        last = events[-1]["seq"] if events else since
+        return {"ok": True, "events": events, "last": last}
 
     def stats(self, request: Mapping[str, Any]) -> Reply:
         """All statistics of the agent and the core."""

@@ -218,6 +218,16 @@ class ControlClient:
             "verify", region=region, size=size, offset=offset, seed=seed, sha256=sha256
         )
 
+    def ev_format(self, fmt: str | None = None, fields: list[int] | None = None) -> dict[str, Any]:
+        """The agents' EV format; with ``fmt``, set it (srv6, stev, udp) first."""
+        if fmt is None:
+            return self.request("ev-format")
+        return self.request("ev-format", format=fmt, fields=list(fields or []))
+
+    def ev_events(self, since: int = 0) -> dict[str, Any]:
+        """EV state changes after sequence number ``since``."""
+        return self.request("ev-events", since=since)
+
     def quit(self) -> dict[str, Any]:
         """Ask the agent to exit."""
         return self.request("quit")

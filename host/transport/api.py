@@ -267,6 +267,13 @@ class Context:
         except KeyError:
             raise KeyError(f"EV profile {profile_id}: no such profile on {self.host}") from None
 
+    def destroy_ev_profile(self, profile_id: int) -> None:
+        """Forget EV profile ``profile_id`` (refused while a QP uses it)."""
+        profile = self.ev_profile(profile_id)
+        if profile.tables:
+            raise ValueError(f"EV profile {profile_id}: {len(profile.tables)} QPs still use it")
+        del self._profiles[profile_id]
+
     @property
     def ev_profiles(self) -> dict[int, ProfileStates]:
         """Every EV profile of this context, by id (QPs' own profiles included)."""
