@@ -64,7 +64,7 @@ from host.transport.events import (
     RetransmitTimeout,
     WriteImmReceived,
 )
-from host.transport.evs import GeneratedEvProfile
+from host.transport.evs import EvFormatProfile, GeneratedEvProfile, ev_format
 from host.transport.policy import POLICIES
 from topologies import Fabric, Host, Nic
 from topologies import usid as usidlib
@@ -79,6 +79,8 @@ STATS_FILE_INTERVAL = 1.0  # seconds between --stats-file rewrites
 IPV6_DST = slice(38, 54)
 
 POLICY_NAMES = tuple(POLICIES)
+#: the policies whose QPs towards one peer share an EV profile (those that retire EVs)
+SHARED_PROFILE_POLICIES = ("mrc", "no-trim-nack")
 
 
 def _drain(sock: socket.socket) -> None:
@@ -161,6 +163,9 @@ class Agent:
         self._next_wr = 1
         self.waiters: list[Waiter] = []
         self.event_log: deque[dict[str, Any]] = deque(maxlen=MAX_EVENT_LOG)
+        #: EV state changes (profile, EV, old, new) for the ev-events command, numbered from 1
+        self.ev_events: deque[dict[str, Any]] = deque(maxlen=MAX_EVENT_LOG)
+        self.ev_event_seq = 0
         self.received_imm: deque[dict[str, Any]] = deque(maxlen=MAX_EVENT_LOG)
         self.loop_wakeups = 0
         self.timer_runs = 0
@@ -184,6 +189,10 @@ class Agent:
         )
         self.cq = self.context.create_cq()
         self.qps: dict[tuple[str, str], Any] = {}
+        #: the EV format of every QP (mrc-host --ev-format, the ev-format command)
+        self.ev_format = EvFormatProfile(ev_format(options.ev_format))
+        self._peer_profiles: dict[str, int] = {}  # peer -> the EV profile its QPs share
+        self._rebuilding = False  # set_ev_format: QPs re-created with their fabric numbers
         for peer in self.peers:
             paths = fabric.paths(self.host.name, peer.name)
             for policy in POLICY_NAMES:
@@ -209,17 +218,57 @@ class Agent:
         self.cc_profile = effective
         return effective
 
+    def _ev_profile(self, peer: Host, policy: str) -> GeneratedEvProfile | int:
+        """The EV profile of the QP to ``peer`` for ``policy``: the QPs of the failover
+        policies towards one peer share one profile (what one finds failed, the other avoids);
+        the baselines keep their own."""
+        profile = GeneratedEvProfile(count=self.options.ev_count, fmt=self.ev_format)
+        if policy not in SHARED_PROFILE_POLICIES:
+            return profile
+        found = self._peer_profiles.get(peer.name)
+        if found is None:
+            found = self.context.create_ev_profile(profile)
+            self._peer_profiles[peer.name] = found
+        return found
+
+    def set_ev_format(self, fmt: EvFormatProfile) -> EvFormatProfile:
+        """Rebuild every QP of the agent with EVs of format ``fmt`` (same QP numbers, new EV
+        profiles, every EV GOOD). Refused while any QP has messages in flight."""
+        busy = [
+            f"{peer}/{policy}"
+            for (peer, policy), qp in self.qps.items()
+            if qp.describe()["pending_messages"] or qp.describe()["outstanding"]
+        ]
+        if busy:
+            raise ValueError(f"QPs with messages in flight ({', '.join(busy[:4])}): wait first")
+        for qp in self.qps.values():
+            self.context.destroy_qp(qp.qpn)
+        for profile in self._peer_profiles.values():
+            self.context.destroy_ev_profile(profile)
+        self._peer_profiles.clear()
+        self.ev_format = fmt
+        self._rebuilding = True
+        try:
+            for peer in self.peers:
+                paths = self.fabric.paths(self.host.name, peer.name)
+                for policy in POLICY_NAMES:
+                    self.qps[(peer.name, policy)] = self._create_qp(peer, paths, policy)
+        finally:
+            self._rebuilding = False
+        return fmt
+
     def _create_qp(self, peer: Host, paths: list[Any], policy: str) -> Any:
+        expected = qp_number(self.host.index, peer.index, policy)
         qp = self.context.create_qp(
             peer.name,
             paths,
             cq=self.cq,
             policy=policy,
             cc=self.cc_profile,
-            ev_profile=GeneratedEvProfile(count=self.options.ev_count),
+            ev_profile=self._ev_profile(peer, policy),
             remote_qpn=qp_number(peer.index, self.host.index, policy),
+            qpn=expected if self._rebuilding else None,
         )
-        expected = qp_number(self.host.index, peer.index, policy)
         if qp.qpn != expected:
             raise AgentError(
                 f"the transport core numbered the QP to {peer.name} ({policy}) {qp.qpn:#x}, "
@@ -513,6 +562,8 @@ class Agent:
         record: dict[str, Any] = {"event": type(event).__name__}
         record.update({k: (v.value if hasattr(v, "value") else v) for k, v in vars(event).items()})
         if isinstance(event, EvStateChanged):
+            self.ev_event_seq += 1
+            self.ev_events.append({"seq": self.ev_event_seq, **record})
             log.debug(
                 "EV %#x (%s, qp %#x): %s -> %s (%s)",
                 event.ev, event.path, event.qpn, event.old, event.new, event.reason,

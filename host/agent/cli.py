@@ -107,6 +107,13 @@ def agent_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--seed", type=int, help="random seed of the transport core")
     parser.add_argument(
+        "--ev-format",
+        default="srv6",
+        choices=("srv6", "stev", "udp"),
+        help="EV format of every QP: srv6 (uSID carriers, default), stev (flow label + UDP "
+        "source port, ECMP in the fabric) or udp (UDP source port, ECMP)",
+    )
+    parser.add_argument(
         "--no-pace",
         dest="pace",
         action="store_false",
@@ -177,6 +184,7 @@ def run_agent(argv: list[str]) -> int:
         stats_file=args.stats_file,
         window=args.window,
         seed=args.seed,
+        ev_format=args.ev_format,
         rx_ring=args.rx_ring,
         pace=args.pace,
     )

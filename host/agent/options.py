@@ -26,6 +26,7 @@ class AgentOptions:
     cc: str = DEFAULT_CC
     cc_params: tuple[tuple[str, float], ...] = ()  # overrides of the algorithm's defaults
     ev_count: int = 128
+    ev_format: str = "srv6"  # EV format of every QP: srv6, stev or udp (host.transport.evs)
     direct: bool = False  # accept frames whose carrier still holds uSIDs (back-to-back hosts)
     setup: bool = True  # prepare the NICs (MTU, MAC, kernel IPv6 off, offloads off)
     pcap: Path | None = None  # capture every MRC frame sent and received
