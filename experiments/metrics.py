@@ -256,14 +256,12 @@ def recovery(
 
 
 def affected_labels(fabric: Fabric, target: str) -> set[str]:
-    """Labels (``p0-s1``) of the paths that cross a failed link or switch."""
+    """Labels (``p0-s1``) of the paths that cross a failed link or one of the failed switches
+    (``a, b``), and ``pN-ecmp`` for their planes (EVs the fabric hashes onto paths)."""
     labels: set[str] = set()
     hosts = [h.name for h in fabric.hosts]
-    if " <-> " in target:
-        a, b = target.split(" <-> ")
-        nodes = {a, b}
-    else:
-        nodes = {target}
+    link = " <-> " in target
+    nodes = set(target.split(" <-> ")) if link else set(target.split(", "))
     for src in hosts:
         for dst in hosts:
             if src == dst:
@@ -271,10 +269,10 @@ def affected_labels(fabric: Fabric, target: str) -> set[str]:
             for path in fabric.paths(src, dst):
                 chain = [src, *(hop.switch for hop in path.hops), dst]
                 pairs = {frozenset(pair) for pair in zip(chain, chain[1:], strict=False)}
-                if (len(nodes) == 2 and frozenset(nodes) in pairs) or (
-                    len(nodes) == 1 and nodes <= set(chain)
-                ):
+                if (link and frozenset(nodes) in pairs) or (not link and nodes & set(chain)):
                     labels.add(path.label)
+                    # STEV / UDP EVs are labelled by plane: ECMP may put any of them there
+                    labels.add(f"p{path.plane}-ecmp")
     return labels
 
 

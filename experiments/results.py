@@ -10,7 +10,8 @@ A run writes its raw records; :func:`render` (the end of ``mrc-testbed run`` and
     completions.csv      transport, flow, message, size, start_s, end_s
     faults.csv           transport, time_s, action, target
     ev_states.csv        transport, time_s, GOOD, ASSUMED_BAD, UNKNOWN, DENIED
-    ev_transitions.csv   transport, t, host, qpn, ev, path, old, new, reason (agent EV changes)
+    ev_transitions.csv   transport, t, host, qpn, ev, path, old, new, reason, profile, plane
+                         (agent EV changes; profile: the EV profile, shared by its QPs)
     switches.csv         transport, switch, trimmed, ecn_marked, drops
     ports.csv            transport, switch, port, rx_bytes, tx_bytes (per-port byte counters)
     hosts/TRANSPORT.json per-host agent statistics (deltas over the transport's run)
@@ -45,7 +46,7 @@ from experiments.metrics import (
 from topologies import Fabric, parse_topology
 
 EV_STATES = ("GOOD", "ASSUMED_BAD", "UNKNOWN", "DENIED")
-TRANSITION_FIELDS = ("t", "host", "qpn", "ev", "path", "old", "new", "reason")
+TRANSITION_FIELDS = ("t", "host", "qpn", "ev", "path", "old", "new", "reason", "profile", "plane")
 
 
 class ResultsError(ValueError):
@@ -212,7 +213,7 @@ def load_raw(out: Path) -> tuple[Fabric, float, list[TransportResult]]:
                 {"t": float(row["time_s"]), **{k: float(row[k]) for k in EV_STATES}}
             )
         for row in _read_csv(out, "ev_transitions.csv"):
-            transition: dict[str, object] = {k: row[k] for k in TRANSITION_FIELDS}
+            transition: dict[str, object] = {k: row.get(k, "") for k in TRANSITION_FIELDS}
             transition["t"] = float(row["t"])
             results[row["transport"]].ev_transitions.append(transition)
         for row in _read_csv(out, "switches.csv"):

@@ -148,6 +148,17 @@ class Phase:
             else:
                 tb.link_up(a, b)
                 self.down_links.discard((a, b))
+        elif fault.switches:  # a whole plane's spines: one mark per switch
+            for name in fault.switches:
+                if action == "kill":
+                    tb.kill_switch(name)
+                    self.killed.add(name)
+                elif name in self.killed:
+                    tb.start_switch(name)
+                    self.killed.discard(name)
+                with self.lock:
+                    self.result.faults.append(FaultMark(self.now(), action, name))
+            return
         elif fault.switch is not None:
             if action == "kill":
                 tb.kill_switch(fault.switch)
@@ -155,8 +166,26 @@ class Phase:
             else:
                 tb.start_switch(fault.switch)
                 self.killed.discard(fault.switch)
+        elif action in ("deny", "allow"):
+            if self.transport.is_kernel:
+                return  # operator EV states are the MRC agents'
+            self._set_ev(fault, "DENIED" if action == "deny" else "UNKNOWN")
         with self.lock:
             self.result.faults.append(FaultMark(self.now(), action, fault.target))
+
+    def _set_ev(self, fault: Fault, state: str) -> None:
+        """The operator's EV state through the agent's control interface (set-ev) on the QP of
+        this phase's transport."""
+        from host.agent.control_client import ControlClient
+
+        assert fault.host is not None
+        which: dict[str, object] = (
+            {"path": fault.path} if fault.path is not None else {"ev": fault.ev}
+        )
+        with ControlClient(self.testbed.control_path(fault.host), timeout=10.0) as c:
+            c.request(
+                "set-ev", peer=fault.peer, policy=self.transport.kind, state=state, **which
+            )
 
     def _faults(self) -> None:
         for t, action, fault in self.scenario.timeline():
@@ -286,6 +315,10 @@ class MrcFlows:
             for host in self.testbed.fabric.hosts:
                 with self.client(host.name) as c:
                     c.request("cc-profile", **cc.as_dict())
+        if self.phase.transport.ev_format != "srv6":
+            for host in self.testbed.fabric.hosts:
+                with self.client(host.name) as c:
+                    c.request("ev-format", format=self.phase.transport.ev_format)
         for i, (w, _src, dst) in enumerate(self.flows):
             size = self.phase.scenario.workloads[w].total_bytes
             with self.client(dst) as c:
@@ -409,7 +442,10 @@ class MrcFlows:
                             "host": host.name,
                             **{
                                 k: tr.get(k, "")
-                                for k in ("qpn", "ev", "path", "old", "new", "reason")
+                                for k in (
+                                    "qpn", "ev", "path", "old", "new", "reason", "profile",
+                                    "plane",
+                                )  # fmt: skip
                             },
                         }
                     )

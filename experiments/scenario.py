@@ -41,7 +41,11 @@ WORKLOAD_KINDS = ("permutation", "incast", "all-to-all")
 MRC_TRANSPORTS = ("mrc", "single-path", "ecmp", "spray-no-failover", "no-trim-nack")
 KERNEL_TRANSPORTS = ("tcp", "mptcp")
 TRANSPORTS = MRC_TRANSPORTS + KERNEL_TRANSPORTS
-FAULT_KINDS = ("link_down", "link_up", "link_flap", "switch_reboot")
+FAULT_KINDS = (
+    "link_down", "link_up", "link_flap", "switch_reboot", "nic_down", "nic_up", "plane_down",
+    "plane_up", "ev_deny", "ev_allow",
+)  # fmt: skip
+EV_FORMATS = ("srv6", "stev", "udp")
 
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]i?B|B)?\s*$", re.IGNORECASE)
 _UNITS = {
@@ -88,6 +92,7 @@ class Transport:
     kind: str
     trimming: bool = True  # switches trim above their threshold (off: they drop)
     cc: CcProfile | None = None  # MRC transports: the agents' CC profile (None: the default)
+    ev_format: str = "srv6"  # MRC transports: the EV format (srv6, stev, udp)
 
     @property
     def is_kernel(self) -> bool:
@@ -102,7 +107,10 @@ class Fault:
     ``link_down``/``link_up`` at ``at_s``; ``switch_reboot`` kills the switch at ``at_s`` and
     starts it again ``down_s`` later (``mrc-ctl watch`` re-installs its tables); ``link_flap``
     takes the link down ``rate_per_min`` times a minute from ``at_s`` to ``until_s``, each time
-    for ``down_s``.
+    for ``down_s``. ``nic_down``/``nic_up``: the link of ``host``'s NIC on ``plane`` (``link``
+    is filled in); ``plane_down``/``plane_up``: every spine of ``plane`` killed / started
+    (``switches``); ``ev_deny``/``ev_allow``: the operator sets the EVs of path ``path`` (or EV
+    ``ev``) of ``host``'s QP towards ``peer`` DENIED / UNKNOWN (probed back to GOOD).
     """
 
     kind: str
@@ -112,13 +120,28 @@ class Fault:
     down_s: float = 0.0
     until_s: float = 0.0
     rate_per_min: float = 0.0
+    switches: tuple[str, ...] = ()  # plane_down / plane_up
+    host: str | None = None  # nic_*, ev_*
+    plane: int | None = None  # nic_*, plane_*
+    peer: str | None = None  # ev_*
+    path: str | None = None  # ev_*: a path label (p0-s1, or p0-ecmp for STEV / UDP EVs)
+    ev: int | None = None  # ev_*: one EV
 
     def events(self) -> list[tuple[float, str]]:
-        """The primitive actions of this fault: (time, "down" | "up" | "kill" | "start")."""
-        if self.kind == "link_down":
+        """The primitive actions of this fault: (time, "down" | "up" | "kill" | "start" |
+        "deny" | "allow")."""
+        if self.kind in ("link_down", "nic_down"):
             return [(self.at_s, "down")]
-        if self.kind == "link_up":
+        if self.kind in ("link_up", "nic_up"):
             return [(self.at_s, "up")]
+        if self.kind == "plane_down":
+            return [(self.at_s, "kill")]
+        if self.kind == "plane_up":
+            return [(self.at_s, "start")]
+        if self.kind == "ev_deny":
+            return [(self.at_s, "deny")]
+        if self.kind == "ev_allow":
+            return [(self.at_s, "allow")]
         if self.kind == "switch_reboot":
             return [(self.at_s, "kill"), (self.at_s + self.down_s, "start")]
         period = 60.0 / self.rate_per_min
@@ -134,6 +157,11 @@ class Fault:
         """A readable name of what the fault hits."""
         if self.link is not None:
             return f"{self.link[0]} <-> {self.link[1]}"
+        if self.switches:
+            return ", ".join(self.switches)
+        if self.kind in ("ev_deny", "ev_allow"):
+            what = self.path if self.path is not None else f"{self.ev:#x}"
+            return f"{self.host} -> {self.peer} {what}"
         return self.switch or "?"
 
 
@@ -309,8 +337,11 @@ _WORKLOAD = (
     "senders",
     "seed",
 )
-_TRANSPORT = ("name", "transport", "trimming", "cc")
-_FAULT = ("kind", "at_s", "link", "switch", "down_s", "until_s", "rate_per_min")
+_TRANSPORT = ("name", "transport", "trimming", "cc", "ev_format")
+_FAULT = (
+    "kind", "at_s", "link", "switch", "down_s", "until_s", "rate_per_min", "host", "plane",
+    "peer", "path", "ev",
+)  # fmt: skip
 
 
 def _topology(p: _Parser, data: Mapping[str, Any], base: Path) -> Topology:
@@ -417,7 +448,10 @@ def _transport(
     cc = _cc(p, f"{f}.cc", t["cc"], mtu) if "cc" in t else default_cc
     if cc is not None and kind in KERNEL_TRANSPORTS:
         raise p.fail(f"{f}.cc", t.get("cc"), f"no CC profile: {kind} is a kernel transport")
-    return Transport(name, kind, trimming, cc)
+    ev_format = p.choice(f"{f}.ev_format", str(t.get("ev_format", "srv6")).lower(), EV_FORMATS)
+    if "ev_format" in t and kind in KERNEL_TRANSPORTS:
+        raise p.fail(f"{f}.ev_format", t["ev_format"], f"no EV format: {kind} is a kernel transport")
+    return Transport(name, kind, trimming, cc, ev_format)
 
 
 def _fault(p: _Parser, i: int, value: object, fabric: Fabric, duration: float) -> Fault:
@@ -430,6 +464,9 @@ def _fault(p: _Parser, i: int, value: object, fabric: Fabric, duration: float) -
     link: tuple[str, str] | None = None
     switch: str | None = None
     down = until = rate = 0.0
+    own = {"kind", "at_s"}
+    if kind.startswith(("nic_", "plane_", "ev_")):
+        return _new_fault(p, f, d, kind, at, fabric, own)
     if kind == "switch_reboot":
         name = p.string(f"{f}.switch", d.get("switch"))
         try:
@@ -464,6 +501,55 @@ def _fault(p: _Parser, i: int, value: object, fabric: Fabric, duration: float) -
                     f"less than the flap period 60/rate_per_min ({60.0 / rate:g} s)",
                 )
     return Fault(kind, at, link, switch, down, until, rate)
+
+
+_NEW_FIELDS = {
+    "nic": {"host", "plane"},
+    "plane": {"plane"},
+    "ev": {"host", "peer", "path", "ev"},
+}
+
+
+def _new_fault(
+    p: _Parser, f: str, d: Mapping[str, Any], kind: str, at: float, fabric: Fabric,
+    own: set[str],
+) -> Fault:  # fmt: skip
+    """The NIC, plane and EV faults (every field they do not take is refused by name)."""
+    group = kind.split("_")[0]
+    allowed = own | _NEW_FIELDS[group]
+    for name in d:
+        if name not in allowed:
+            raise p.fail(f"{f}.{name}", d[name], f"no such field for {kind}")
+    planes = fabric.topology.planes
+    if group in ("nic", "plane"):
+        plane = p.integer(f"{f}.plane", d.get("plane"), 0)
+        if plane >= planes:
+            raise p.fail(f"{f}.plane", plane, f"a plane of the fabric (0..{planes - 1})")
+        if group == "plane":
+            spines = tuple(
+                fabric.t1_name(plane, s) for s in range(fabric.topology.spines_per_plane)
+            )
+            return Fault(kind, at, switches=spines, plane=plane)
+        host = p.host(f"{f}.host", d.get("host"), fabric)
+        nic = fabric.host(host).nic(plane)
+        return Fault(kind, at, link=(host, nic.switch), host=host, plane=plane)
+    host = p.host(f"{f}.host", d.get("host"), fabric)
+    peer = p.host(f"{f}.peer", d.get("peer"), fabric)
+    if peer == host:
+        raise p.fail(f"{f}.peer", peer, f"another host than {host}")
+    path = d.get("path")
+    ev = d.get("ev")
+    if (path is None) == (ev is None):
+        raise p.fail(f"{f}.path", path, "exactly one of path (a label such as p0-s1) and ev")
+    if path is not None:
+        path = p.string(f"{f}.path", path)
+        labels = {x.label for x in fabric.paths(host, peer)}
+        labels |= {f"p{x}-ecmp" for x in range(planes)}
+        if path not in labels:
+            raise p.fail(f"{f}.path", path, f"a path label of {host} -> {peer} "
+                         f"({', '.join(sorted(labels))})")  # fmt: skip
+        return Fault(kind, at, host=host, peer=peer, path=path)
+    return Fault(kind, at, host=host, peer=peer, ev=p.integer(f"{f}.ev", ev, 0))
 
 
 def parse_scenario(data: object, source: str = "<memory>", base: Path | None = None) -> Scenario:

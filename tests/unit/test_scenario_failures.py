@@ -1,0 +1,137 @@
+"""Failure kinds of scenario files (NIC, plane, operator EV states), the EV format of a
+transport, the shipped failure scenarios, and how a phase carries the new faults out."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from experiments.metrics import affected_labels
+from experiments.runner import Phase
+from experiments.scenario import ScenarioError, load_scenario, parse_scenario, shipped_scenario
+
+
+def base(**extra: Any) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "name": "t",
+        "topology": "small",
+        "duration_s": 10,
+        "transports": ["mrc"],
+        "workloads": [{"kind": "permutation", "message_bytes": "64KiB", "total_bytes": "1MiB"}],
+    }
+    out.update(extra)
+    return out
+
+
+@pytest.mark.parametrize("name", ["incident", "spraying"])
+def test_failure_scenarios_load(name: str) -> None:
+    scenario = load_scenario(shipped_scenario(name))
+    assert scenario.faults and scenario.flows()
+
+
+def test_incident_is_the_seeds_event() -> None:
+    scenario = load_scenario(shipped_scenario("incident"))
+    reboots = [f for f in scenario.faults if f.kind == "switch_reboot"]
+    assert len(reboots) == 4 and all(f.switch and f.switch.startswith("t1-") for f in reboots)
+    assert len({f.at_s for f in reboots}) == 3  # two of them at the same time
+    flaps = [f for f in scenario.faults if f.kind == "link_flap"]
+    assert len(flaps) == 2 and {f.rate_per_min for f in flaps} == {6}
+    assert [t.kind for t in scenario.transports] == ["mrc", "mptcp"]
+    assert scenario.topology.name == "default"
+
+
+def test_nic_plane_and_ev_faults_parse() -> None:
+    faults = [
+        {"kind": "nic_down", "at_s": 1, "host": "h1", "plane": 1},
+        {"kind": "nic_up", "at_s": 2, "host": "h1", "plane": 1},
+        {"kind": "plane_down", "at_s": 3, "plane": 0},
+        {"kind": "plane_up", "at_s": 4, "plane": 0},
+        {"kind": "ev_deny", "at_s": 5, "host": "h0", "peer": "h2", "path": "p0-s1"},
+        {"kind": "ev_allow", "at_s": 6, "host": "h0", "peer": "h2", "ev": 7},
+    ]
+    s = parse_scenario(base(faults=faults))
+    nic_down, nic_up, plane_down, plane_up, deny, allow = s.faults
+    assert nic_down.link == ("h1", "t0-p1-r0") and nic_down.events() == [(1, "down")]
+    assert nic_up.events() == [(2, "up")]
+    assert plane_down.switches == ("t1-p0-s0", "t1-p0-s1") and plane_down.events() == [(3, "kill")]
+    assert plane_up.events() == [(4, "start")] and plane_up.target == "t1-p0-s0, t1-p0-s1"
+    assert deny.events() == [(5, "deny")] and deny.target == "h0 -> h2 p0-s1"
+    assert allow.events() == [(6, "allow")] and allow.ev == 7
+
+
+@pytest.mark.parametrize(
+    ("fault", "field", "words"),
+    [
+        ({"kind": "nic_down", "at_s": 1, "host": "h1", "plane": 2}, "faults[0].plane", "0..1"),
+        ({"kind": "nic_down", "at_s": 1, "host": "h9", "plane": 0}, "faults[0].host", ""),
+        ({"kind": "plane_down", "at_s": 1, "plane": 0, "host": "h0"}, "faults[0].host", "no such"),
+        ({"kind": "ev_deny", "at_s": 1, "host": "h0", "peer": "h2", "path": "p7"}, "faults[0].path",
+         "p0-s0"),
+        ({"kind": "ev_deny", "at_s": 1, "host": "h0", "peer": "h0", "ev": 1}, "faults[0].peer",
+         "another host"),
+        ({"kind": "ev_deny", "at_s": 1, "host": "h0", "peer": "h2"}, "faults[0].path", "exactly"),
+    ],
+)  # fmt: skip
+def test_bad_failure_faults_name_the_field(fault: dict[str, Any], field: str, words: str) -> None:
+    with pytest.raises(ScenarioError) as err:
+        parse_scenario(base(faults=[fault]))
+    assert field in str(err.value) and words in str(err.value)
+
+
+def test_transport_ev_format() -> None:
+    s = parse_scenario(
+        base(transports=[{"name": "a", "transport": "mrc", "ev_format": "STEV"}, "mrc"])
+    )
+    assert [t.ev_format for t in s.transports] == ["stev", "srv6"]
+    with pytest.raises(ScenarioError, match="ev_format"):
+        parse_scenario(base(transports=[{"transport": "mrc", "ev_format": "vxlan"}]))
+    with pytest.raises(ScenarioError, match="kernel transport"):
+        parse_scenario(base(transports=[{"transport": "mptcp", "ev_format": "stev"}]))
+
+
+class FakeTestbed:
+    """Records what a phase asks of the testbed."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, ...]] = []
+
+    def link_down(self, a: str, b: str) -> None:
+        self.calls.append(("down", a, b))
+
+    def link_up(self, a: str, b: str) -> None:
+        self.calls.append(("up", a, b))
+
+    def kill_switch(self, name: str) -> None:
+        self.calls.append(("kill", name))
+
+    def start_switch(self, name: str) -> None:
+        self.calls.append(("start", name))
+
+
+def test_phase_carries_out_nic_and_plane_faults() -> None:
+    s = parse_scenario(base(faults=[
+        {"kind": "plane_down", "at_s": 1, "plane": 1},
+        {"kind": "plane_up", "at_s": 2, "plane": 1},
+        {"kind": "nic_down", "at_s": 3, "host": "h0", "plane": 0},
+    ]))  # fmt: skip
+    tb = FakeTestbed()
+    phase = Phase(tb, s, s.transports[0])  # type: ignore[arg-type]
+    for _, action, fault in s.timeline():
+        phase.apply(action, fault)
+    assert tb.calls == [
+        ("kill", "t1-p1-s0"), ("kill", "t1-p1-s1"), ("start", "t1-p1-s0"), ("start", "t1-p1-s1"),
+        ("down", "h0", "t0-p0-r0"),
+    ]  # fmt: skip
+    marks = [(m.action, m.target) for m in phase.result.faults]
+    assert marks[:2] == [("kill", "t1-p1-s0"), ("kill", "t1-p1-s1")]
+    assert marks[-1] == ("down", "h0 <-> t0-p0-r0")
+    phase.undo_faults()
+    assert tb.calls[-1] == ("up", "h0", "t0-p0-r0")
+
+
+def test_affected_labels_of_a_plane_and_of_ecmp_evs() -> None:
+    fabric = load_scenario(shipped_scenario("spraying")).fabric
+    labels = affected_labels(fabric, "t1-p1-s0, t1-p1-s1")
+    assert {"p1-s0", "p1-s1", "p1-ecmp"} <= labels and not any(x.startswith("p0") for x in labels)
+    assert "p0-ecmp" in affected_labels(fabric, "t0-p0-r0 <-> t1-p0-s0")
