@@ -2,12 +2,11 @@
  * mrc-testbed: lib_mrc.so, the OCP MRC controller API (mrc_ctl.h) on the testbed.
  *
  * What the testbed honours: versions, device attributes, port administrative state (a
- * disabled port is a plane whose EVs are DENIED on every QP of the host), EV events of the
- * host's EVs, and queries of the host's own EV and CC profile (id 0, the agent's --ev-count
- * and --cc). Configurable EV format, EV and CC profiles and endpoint probes are not offered:
- * the device advertises none (ev_max_profiles = 0, cc_max_profiles = 0, no
- * MRC_CTL_OPT_CAP_EP_OP_EV_PROBE), and the calls fail with the errors mrc_ctl.h documents for
- * that. docs/ocp-api.md has the table.
+ * disabled port is a plane whose EVs are DENIED on every QP of the host), EV events, EV format
+ * profiles and EV profiles (kept by the agent, host/agent/ocp_profiles.py), and queries of the
+ * host's own CC profile (id 0). Configurable CC profiles and endpoint probes are not offered:
+ * the device advertises none (cc_max_profiles = 0, no MRC_CTL_OPT_CAP_EP_OP_EV_PROBE), and the
+ * calls fail with the errors mrc_ctl.h documents for that. docs/ocp-api.md has the table.
  */
 #define _GNU_SOURCE
 #include <endian.h>
@@ -71,15 +70,17 @@ static int ctl_query_device(struct ibv_context *context, struct mrc_ctl_device_a
 		return -1;
 	mtb_json_u64(reply, "ev_count", &ev_count);
 	attr->mrc_ctl_protocol_version = MRC_CTL_PROTOCOL_VERSION_1;
-	attr->ev.ev_max_fmt_profiles = 0;
-	attr->ev.ev_max_profiles = 0;	/* only the host's own profile 0 */
-	attr->ev.ev_max_count = (uint32_t)ev_count;
-	attr->ev.ev_free_count = 0;
-	attr->ev.ev_max_count_profile = (uint32_t)ev_count;
+	attr->ev.ev_max_fmt_profiles = 64;
+	attr->ev.ev_max_profiles = 64;	/* besides the host's own profile 0 */
+	attr->ev.ev_max_count = 64 * 4096;
+	attr->ev.ev_free_count = 64 * 4096;
+	attr->ev.ev_max_count_profile = 4096;
 	attr->ev.ev_count_align = 1;
 	attr->ev.ev_max_width = 32;
-	attr->ev.ev_fmt_mode_mask = MRC_CTL_EV_FMT_MODE_STEV | MRC_CTL_EV_FMT_MODE_SRV6;
-	attr->ev.ev_mode_mask = MRC_CTL_EV_MODE_GEN;
+	attr->ev.ev_fmt_mode_mask = MRC_CTL_EV_FMT_MODE_STEV | MRC_CTL_EV_FMT_MODE_SRV6 |
+				    MRC_CTL_EV_FMT_MODE_UDP;
+	attr->ev.ev_mode_mask = MRC_CTL_EV_MODE_AUTO | MRC_CTL_EV_MODE_EXP | MRC_CTL_EV_MODE_GEN;
+	(void)ev_count;
 	attr->ev.ev_op_max_entries = 0;
 	attr->cc.cc_max_profiles = 0;
 	attr->cc.algorithms = algorithms;
@@ -161,90 +162,295 @@ EXPORT int mrc_ctl_modify_port(struct mrc_context *context, uint8_t port_num,
 	return 0;
 }
 
-/* -- EV format, EV and CC profiles -------------------------------------------------------------- */
+/* -- EV format and EV profiles (host/agent/ocp_profiles.py keeps them) ------------------------- */
+
+static int vendor_cfg_set(const uint8_t *cfg, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		if (cfg[i])
+			return 1;
+	return 0;
+}
+
+static void put_ev(struct mtb_sb *sb, const struct mrc_ctl_ev *ev)
+{
+	char hex[33];
+
+	mtb_hex_encode(ev->val, 16, hex);
+	mtb_sb_printf(sb, "\"%s\",%u", hex, ev->port);
+}
+
+static int fmt_call(struct mrc_context *ctx, uint64_t id, struct mrc_ctl_ev_fmt_profile_attr *attr,
+		    int mask, int modify, const char *fn)
+{
+	struct mtb_sb sb;
+	const char *cursor, *item;
+	char *reply;
+	uint64_t v;
+	int n = 0;
+
+	if (!mrc_ctx_check(ctx, fn))
+		return -1;
+	if (!attr)
+		return fail(EINVAL, "%s: attr is required", fn);
+	if (mask & MRC_CTL_EV_FMT_VENDOR_CFG && modify &&
+	    vendor_cfg_set(attr->vendor_cfg, sizeof(attr->vendor_cfg)))
+		return fail(EINVAL, "%s: the testbed has no vendor-specific configuration", fn);
+	if (mask & MRC_CTL_EV_FMT_PROFILE_OP && !modify &&
+	    attr->ev_fmt_op.op != MRC_CTL_EV_FMT_OP_QUERY_FIELDS)
+		return fail(EINVAL, "%s: a query takes MRC_CTL_EV_FMT_OP_QUERY_FIELDS only", fn);
+	mtb_sb_init(&sb);
+	mtb_sb_printf(&sb, "{\"cmd\":\"ev_fmt_profile\",\"op\":\"%s\",\"id\":%llu,\"mask\":%u",
+		      modify ? "modify" : "query", (unsigned long long)id,
+		      (unsigned int)mask & 0x7fffffffu);
+	if (modify && mask & MRC_CTL_EV_FMT_PROFILE_STATE)
+		mtb_sb_printf(&sb, ",\"state\":%d", (int)attr->profile_state);
+	if (modify && mask & MRC_CTL_EV_FMT_PROFILE_CUR_STATE)
+		mtb_sb_printf(&sb, ",\"cur_state\":%d", (int)attr->cur_profile_state);
+	if (modify && mask & MRC_CTL_EV_FMT_PROFILE_MODE)
+		mtb_sb_printf(&sb, ",\"mode\":%u", (unsigned int)attr->ev_fmt_mode);
+	if (mask & MRC_CTL_EV_FMT_PROFILE_OP) {
+		mtb_sb_printf(&sb, ",\"fields_op\":%d", (int)attr->ev_fmt_op.op);
+		if (attr->ev_fmt_op.op == MRC_CTL_EV_FMT_OP_MODIFY_FIELDS) {
+			if (attr->ev_fmt_op.fmt_field_count < 0 ||
+			    (attr->ev_fmt_op.fmt_field_count > 0 && !attr->ev_fmt_op.fmt_fields)) {
+				mtb_sb_free(&sb);
+				return fail(EINVAL, "%s: fmt_fields and fmt_field_count disagree", fn);
+			}
+			mtb_sb_printf(&sb, ",\"fields\":[");
+			for (int i = 0; i < attr->ev_fmt_op.fmt_field_count; i++)
+				mtb_sb_printf(&sb, "%s%u", i ? "," : "",
+					      attr->ev_fmt_op.fmt_fields[i].width);
+			mtb_sb_printf(&sb, "]");
+		}
+	}
+	mtb_sb_printf(&sb, "}");
+	reply = mtb_call(ctx->mtb, &sb);
+	mtb_sb_free(&sb);
+	if (!reply)
+		return -1;
+	if (!modify) {
+		if (mask & MRC_CTL_EV_FMT_PROFILE_STATE && !mtb_json_u64(reply, "state", &v))
+			attr->profile_state = (enum mrc_ctl_profile_state)v;
+		if (mask & MRC_CTL_EV_FMT_PROFILE_CUR_STATE && !mtb_json_u64(reply, "state", &v))
+			attr->cur_profile_state = (enum mrc_ctl_profile_state)v;
+		if (mask & MRC_CTL_EV_FMT_PROFILE_MODE && !mtb_json_u64(reply, "mode", &v))
+			attr->ev_fmt_mode = (enum mrc_ctl_ev_fmt_mode)v;
+		if (mask & MRC_CTL_EV_FMT_VENDOR_CFG)
+			memset(attr->vendor_cfg, 0, sizeof(attr->vendor_cfg));
+	}
+	if (mask & MRC_CTL_EV_FMT_PROFILE_OP &&
+	    attr->ev_fmt_op.op == MRC_CTL_EV_FMT_OP_QUERY_FIELDS) {
+		cursor = mtb_json_get(reply, "fields");
+		int total = 0;
+
+		for (const char *c = cursor; c && mtb_json_next(&c);)
+			total++;
+		if (total > attr->ev_fmt_op.fmt_field_count || (total && !attr->ev_fmt_op.fmt_fields)) {
+			attr->ev_fmt_op.fmt_field_count = total;
+			return fail(E2BIG, "%s: more format fields than the array holds", fn);
+		}
+		while (cursor && (item = mtb_json_next(&cursor)))
+			attr->ev_fmt_op.fmt_fields[n++].width = (uint8_t)strtoul(item, NULL, 10);
+		attr->ev_fmt_op.fmt_field_count = n;
+	}
+	return 0;
+}
 
 EXPORT int mrc_ctl_modify_ev_fmt_profile(struct mrc_context *mrc_ctx, uint64_t ev_fmt_profile_id,
 					 struct mrc_ctl_ev_fmt_profile_attr *attr, int attr_mask)
 {
-	(void)ev_fmt_profile_id;
-	(void)attr;
-	(void)attr_mask;
-	if (!mrc_ctx_check(mrc_ctx, "mrc_ctl_modify_ev_fmt_profile"))
-		return -1;
-	return fail(EINVAL, "%s: the testbed device has no configurable EV format profiles "
-		    "(ev_max_fmt_profiles = 0)", "mrc_ctl_modify_ev_fmt_profile");
+	return fmt_call(mrc_ctx, ev_fmt_profile_id, attr, attr_mask, 1,
+			"mrc_ctl_modify_ev_fmt_profile");
 }
 
 EXPORT int mrc_ctl_query_ev_fmt_profile(struct mrc_context *mrc_ctx, uint64_t ev_fmt_profile_id,
 					struct mrc_ctl_ev_fmt_profile_attr *attr, int attr_mask)
 {
-	(void)ev_fmt_profile_id;
-	(void)attr;
-	(void)attr_mask;
-	if (!mrc_ctx_check(mrc_ctx, "mrc_ctl_query_ev_fmt_profile"))
+	return fmt_call(mrc_ctx, ev_fmt_profile_id, attr, attr_mask, 0,
+			"mrc_ctl_query_ev_fmt_profile");
+}
+
+static int ev_call(struct mrc_context *ctx, uint64_t id, struct mrc_ctl_ev_profile_attr *attr,
+		   int mask, int modify, const char *fn)
+{
+	struct mtb_sb sb;
+	const char *cursor, *item;
+	char *reply;
+	uint64_t v;
+	int n;
+
+	if (!mrc_ctx_check(ctx, fn))
 		return -1;
-	return fail(EINVAL, "%s: the testbed device has no EV format profiles "
-		    "(ev_max_fmt_profiles = 0)", "mrc_ctl_query_ev_fmt_profile");
+	if (!attr)
+		return fail(EINVAL, "%s: attr is required", fn);
+	if ((mask & MRC_CTL_EV_PROFILE_EV_OP) && (mask & MRC_CTL_EV_PROFILE_EV_FIELDS_OP))
+		return fail(EINVAL, "%s: EV_OP and EV_FIELDS_OP are mutually exclusive", fn);
+	if (mask & MRC_CTL_EV_PROFILE_VENDOR_CFG && modify &&
+	    vendor_cfg_set(attr->vendor_cfg, sizeof(attr->vendor_cfg)))
+		return fail(EINVAL, "%s: the testbed has no vendor-specific configuration", fn);
+	if (mask & MRC_CTL_EV_PROFILE_EV_OP &&
+	    (attr->ev_op.entry_count < 0 || (attr->ev_op.entry_count > 0 && !attr->ev_op.entries)))
+		return fail(EINVAL, "%s: ev_op.entries and entry_count disagree", fn);
+	if (mask & MRC_CTL_EV_PROFILE_EV_FIELDS_OP &&
+	    (attr->ev_fields_op.field_count < 0 ||
+	     (attr->ev_fields_op.field_count > 0 && !attr->ev_fields_op.fields)))
+		return fail(EINVAL, "%s: ev_fields_op.fields and field_count disagree", fn);
+	mtb_sb_init(&sb);
+	mtb_sb_printf(&sb, "{\"cmd\":\"ev_profile\",\"op\":\"%s\",\"id\":%llu,\"mask\":%u",
+		      modify ? "modify" : "query", (unsigned long long)id,
+		      (unsigned int)mask & 0x7fffffffu);
+	if (modify) {
+		if (mask & MRC_CTL_EV_PROFILE_STATE)
+			mtb_sb_printf(&sb, ",\"state\":%d", (int)attr->profile_state);
+		if (mask & MRC_CTL_EV_PROFILE_CUR_STATE)
+			mtb_sb_printf(&sb, ",\"cur_state\":%d", (int)attr->cur_profile_state);
+		if (mask & MRC_CTL_EV_PROFILE_MODE)
+			mtb_sb_printf(&sb, ",\"mode\":%u", (unsigned int)attr->ev_mode);
+		if (mask & MRC_CTL_EV_PROFILE_FMT_ID)
+			mtb_sb_printf(&sb, ",\"fmt_id\":%llu",
+				      (unsigned long long)attr->ev_fmt_profile_id);
+		if (mask & MRC_CTL_EV_PROFILE_COUNT)
+			mtb_sb_printf(&sb, ",\"count\":%u", attr->ev_count);
+		if (mask & MRC_CTL_EV_PROFILE_MIN_ACTIVE)
+			mtb_sb_printf(&sb, ",\"min_active\":%u", attr->ev_min_active);
+		if (mask & MRC_CTL_EV_PROFILE_EVENT_MASK)
+			mtb_sb_printf(&sb, ",\"event_mask\":%u", (unsigned int)attr->ev_event_mask);
+	}
+	if (mask & MRC_CTL_EV_PROFILE_EV_OP) {
+		mtb_sb_printf(&sb, ",\"ev_op\":%d,\"capacity\":%d,\"entries\":[", (int)attr->ev_op.op,
+			      attr->ev_op.entry_count);
+		if (attr->ev_op.op != MRC_CTL_EV_OP_QUERY_EV_ARRAY)
+			for (int i = 0; i < attr->ev_op.entry_count; i++) {
+				struct mrc_ctl_ev_op_entry *e = &attr->ev_op.entries[i];
+
+				mtb_sb_printf(&sb, "%s[", i ? "," : "");
+				put_ev(&sb, &e->ev);
+				mtb_sb_printf(&sb, ",");
+				put_ev(&sb, &e->ev_new);
+				mtb_sb_printf(&sb, ",%u,%u]", (unsigned int)e->state, e->flags);
+			}
+		mtb_sb_printf(&sb, "]");
+	}
+	if (mask & MRC_CTL_EV_PROFILE_EV_FIELDS_OP) {
+		mtb_sb_printf(&sb, ",\"fields_op\":%d", (int)attr->ev_fields_op.op);
+		if (attr->ev_fields_op.op == MRC_CTL_EV_FIELDS_OP_MODIFY_FIELDS) {
+			mtb_sb_printf(&sb, ",\"fields\":[");
+			for (int i = 0; i < attr->ev_fields_op.field_count; i++) {
+				struct mrc_ctl_ev_field *f = &attr->ev_fields_op.fields[i];
+
+				mtb_sb_printf(&sb, "%s[%u,%u,%u,%u,%u]", i ? "," : "", f->width,
+					      f->init_val, f->min_val, f->max_val, f->mask);
+			}
+			mtb_sb_printf(&sb, "]");
+		}
+	}
+	mtb_sb_printf(&sb, "}");
+	reply = mtb_call(ctx->mtb, &sb);
+	mtb_sb_free(&sb);
+	if (!reply) {
+		int err = errno;
+		int64_t needed;
+
+		if (err == E2BIG && !mtb_last_error_i64("needed", &needed) &&
+		    mask & MRC_CTL_EV_PROFILE_EV_OP)
+			attr->ev_op.entry_count = (int)needed;
+		errno = err;
+		return -1;
+	}
+	if (!modify) {
+		if (mask & MRC_CTL_EV_PROFILE_STATE && !mtb_json_u64(reply, "state", &v))
+			attr->profile_state = (enum mrc_ctl_profile_state)v;
+		if (mask & MRC_CTL_EV_PROFILE_CUR_STATE && !mtb_json_u64(reply, "state", &v))
+			attr->cur_profile_state = (enum mrc_ctl_profile_state)v;
+		if (mask & MRC_CTL_EV_PROFILE_MODE && !mtb_json_u64(reply, "mode", &v))
+			attr->ev_mode = (enum mrc_ctl_ev_mode)v;
+		if (mask & MRC_CTL_EV_PROFILE_FMT_ID && !mtb_json_u64(reply, "fmt_id", &v))
+			attr->ev_fmt_profile_id = v;
+		if (mask & MRC_CTL_EV_PROFILE_COUNT && !mtb_json_u64(reply, "count", &v))
+			attr->ev_count = (uint32_t)v;
+		if (mask & MRC_CTL_EV_PROFILE_MIN_ACTIVE && !mtb_json_u64(reply, "min_active", &v))
+			attr->ev_min_active = (uint32_t)v;
+		if (mask & MRC_CTL_EV_PROFILE_EVENT_MASK && !mtb_json_u64(reply, "event_mask", &v))
+			attr->ev_event_mask = (int)v;
+		if (mask & MRC_CTL_EV_PROFILE_VENDOR_CFG)
+			memset(attr->vendor_cfg, 0, sizeof(attr->vendor_cfg));
+	}
+	if (mask & MRC_CTL_EV_PROFILE_EV_OP && attr->ev_op.op == MRC_CTL_EV_OP_QUERY_EV_ARRAY) {
+		cursor = mtb_json_get(reply, "array");
+		n = 0;
+		while (cursor && n < attr->ev_op.entry_count && (item = mtb_json_next(&cursor))) {
+			struct mrc_ctl_ev_op_entry *e = &attr->ev_op.entries[n++];
+			const char *p = item;
+			char hex[40];
+
+			memset(e, 0, sizeof(*e));
+			while (*p && *p != '"')
+				p++;
+			if (*p == '"' && sscanf(p + 1, "%32[0-9a-f]", hex) == 1 && strlen(hex) == 32)
+				mtb_hex_decode(hex, e->ev.val, 16);
+			p = strchr(p + 1, '"');
+			if (p)
+				e->ev.port = (uint8_t)strtoul(p + 2, NULL, 10);
+			e->state = MRC_CTL_EV_UNKNOWN;
+		}
+		attr->ev_op.entry_count = n;
+	}
+	if (mask & MRC_CTL_EV_PROFILE_EV_OP && attr->ev_op.op == MRC_CTL_EV_OP_QUERY_EV_STATE) {
+		cursor = mtb_json_get(reply, "states");
+		n = 0;
+		while (cursor && n < attr->ev_op.entry_count && (item = mtb_json_next(&cursor)))
+			attr->ev_op.entries[n++].state =
+				(enum mrc_ctl_ev_state)strtoul(item, NULL, 10);
+	}
+	if (mask & MRC_CTL_EV_PROFILE_EV_FIELDS_OP &&
+	    attr->ev_fields_op.op == MRC_CTL_EV_FIELDS_OP_QUERY_FIELDS) {
+		int total = 0;
+
+		cursor = mtb_json_get(reply, "fields");
+		for (const char *c = cursor; c && mtb_json_next(&c);)
+			total++;
+		if (total > attr->ev_fields_op.field_count) {
+			attr->ev_fields_op.field_count = total;
+			return fail(E2BIG, "%s: more EV fields than the array holds", fn);
+		}
+		n = 0;
+		while (cursor && (item = mtb_json_next(&cursor))) {
+			unsigned long long f[5] = {0};
+			const char *p = item;
+
+			for (int i = 0; i < 5; i++) {
+				char *end;
+
+				while (*p == '[' || *p == ',' || *p == ' ')
+					p++;
+				f[i] = strtoull(p, &end, 10);
+				p = end;
+			}
+			attr->ev_fields_op.fields[n++] = (struct mrc_ctl_ev_field){
+				.width = (uint32_t)f[0], .init_val = (uint32_t)f[1],
+				.min_val = (uint32_t)f[2], .max_val = (uint32_t)f[3],
+				.mask = (uint32_t)f[4],
+			};
+		}
+		attr->ev_fields_op.field_count = n;
+	}
+	return 0;
 }
 
 EXPORT int mrc_ctl_modify_ev_profile(struct mrc_context *mrc_ctx, uint64_t ev_profile_id,
 				     struct mrc_ctl_ev_profile_attr *attr, int attr_mask)
 {
-	(void)attr;
-	(void)attr_mask;
-	if (!mrc_ctx_check(mrc_ctx, "mrc_ctl_modify_ev_profile"))
-		return -1;
-	if (ev_profile_id == 0)
-		return fail(EBUSY, "%s: profile 0 is the host's own and in use; the testbed has no "
-			    "other EV profiles (ev_max_profiles = 0)", "mrc_ctl_modify_ev_profile");
-	return fail(EINVAL, "%s: the testbed device has no configurable EV profiles "
-		    "(ev_max_profiles = 0)", "mrc_ctl_modify_ev_profile");
+	return ev_call(mrc_ctx, ev_profile_id, attr, attr_mask, 1, "mrc_ctl_modify_ev_profile");
 }
 
 EXPORT int mrc_ctl_query_ev_profile(struct mrc_context *mrc_ctx, uint64_t ev_profile_id,
 				    struct mrc_ctl_ev_profile_attr *attr, int attr_mask)
 {
-	struct mtb_sb sb;
-	char *reply;
-	uint64_t ev_count = 0;
-	const int plain = MRC_CTL_EV_PROFILE_STATE | MRC_CTL_EV_PROFILE_CUR_STATE |
-			  MRC_CTL_EV_PROFILE_MODE | MRC_CTL_EV_PROFILE_COUNT |
-			  MRC_CTL_EV_PROFILE_MIN_ACTIVE | MRC_CTL_EV_PROFILE_EVENT_MASK;
-
-	if (!mrc_ctx_check(mrc_ctx, "mrc_ctl_query_ev_profile"))
-		return -1;
-	if (!attr)
-		return fail(EINVAL, "%s: attr is required", "mrc_ctl_query_ev_profile");
-	if (ev_profile_id != 0)
-		return fail(EINVAL, "%s: only profile 0 (the host's own) exists",
-			    "mrc_ctl_query_ev_profile");
-	if ((attr_mask & MRC_CTL_EV_PROFILE_EV_OP) && (attr_mask & MRC_CTL_EV_PROFILE_EV_FIELDS_OP))
-		return fail(EINVAL, "%s: EV_OP and EV_FIELDS_OP are mutually exclusive",
-			    "mrc_ctl_query_ev_profile");
-	if (attr_mask & ~plain)
-		return fail(EINVAL, "%s: profile 0 answers STATE, CUR_STATE, MODE, COUNT, "
-			    "MIN_ACTIVE and EVENT_MASK only", "mrc_ctl_query_ev_profile");
-	mtb_sb_init(&sb);
-	mtb_sb_printf(&sb, "{\"cmd\":\"query_device\"}");
-	reply = mtb_call(mrc_ctx->mtb, &sb);
-	mtb_sb_free(&sb);
-	if (!reply)
-		return -1;
-	mtb_json_u64(reply, "ev_count", &ev_count);
-	if (attr_mask & MRC_CTL_EV_PROFILE_STATE)
-		attr->profile_state = MRC_CTL_PROFILE_ONLINE;
-	if (attr_mask & MRC_CTL_EV_PROFILE_CUR_STATE)
-		attr->cur_profile_state = MRC_CTL_PROFILE_ONLINE;
-	if (attr_mask & MRC_CTL_EV_PROFILE_MODE)
-		attr->ev_mode = MRC_CTL_EV_MODE_GEN;
-	if (attr_mask & MRC_CTL_EV_PROFILE_COUNT)
-		attr->ev_count = (uint32_t)ev_count;
-	if (attr_mask & MRC_CTL_EV_PROFILE_MIN_ACTIVE)
-		attr->ev_min_active = 1;
-	if (attr_mask & MRC_CTL_EV_PROFILE_EVENT_MASK)
-		attr->ev_event_mask = MRC_CTL_EV_GOOD | MRC_CTL_EV_ASSUMED_BAD;
-	return 0;
+	return ev_call(mrc_ctx, ev_profile_id, attr, attr_mask, 0, "mrc_ctl_query_ev_profile");
 }
+
+/* -- CC profiles --------------------------------------------------------------------------------- */
 
 EXPORT int mrc_ctl_modify_cc_profile(struct mrc_context *mrc_ctx, uint64_t cc_profile_id,
 				     struct mrc_ctl_cc_profile_attr *attr, int attr_mask)

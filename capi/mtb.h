@@ -93,6 +93,8 @@ MTB_HIDDEN char *mtb_call_conn(struct mtb_conn *conn, struct mtb_sb *sb);
 MTB_HIDDEN const char *mtb_last_error(void);
 /* The index of the work request the agent refused in the last failed post. */
 MTB_HIDDEN int64_t mtb_last_bad(void);
+/* An integer field of the last refusal (e.g. "needed" with E2BIG); -1 when absent. */
+MTB_HIDDEN int mtb_last_error_i64(const char *key, int64_t *out);
 MTB_HIDDEN void mtb_set_error(int err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /* JSON (replies of the agent: one object per line) */

@@ -18,6 +18,12 @@
 
 static __thread char last_error[512];
 static __thread int64_t last_bad;
+static __thread char last_reply[1024];
+
+int mtb_last_error_i64(const char *key, int64_t *out)
+{
+	return mtb_json_i64(last_reply, key, out);
+}
 
 int64_t mtb_last_bad(void)
 {
@@ -241,6 +247,7 @@ char *mtb_call_conn(struct mtb_conn *conn, struct mtb_sb *sb)
 	mtb_json_i64(reply, "errno", &err);
 	last_bad = 0;
 	mtb_json_i64(reply, "bad", &last_bad);
+	snprintf(last_reply, sizeof(last_reply), "%s", reply);
 	mtb_json_str(reply, "error", message, sizeof(message));
 	mtb_set_error((int)err, "%s", message);
 	return NULL;

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from host.agent.ocp_mem import AppMemory, MemoryAccessError, read_memory
+from host.agent.ocp_profiles import ProfileError, ProfileStore
 from host.agent.ocp_server import OcpConnection, OcpServer, Reply
 from host.transport.api import Context
 from host.transport.cc import CcProfile
@@ -103,13 +104,16 @@ _STATUS = {
 class OcpError(Exception):
     """A request the provider refuses: ``errno`` for the library, a message naming the input."""
 
-    def __init__(self, code: int, message: str, bad: int | None = None) -> None:
+    def __init__(
+        self, code: int, message: str, bad: int | None = None, extra: Reply | None = None
+    ) -> None:
         super().__init__(message)
         self.code = code
         self.bad = bad
+        self.extra = extra or {}
 
     def reply(self) -> Reply:
-        out: Reply = {"ok": False, "errno": self.code, "error": str(self)}
+        out: Reply = {"ok": False, "errno": self.code, "error": str(self), **self.extra}
         if self.bad is not None:
             out["bad"] = self.bad
         return out
@@ -304,6 +308,7 @@ class OcpProvider:
         self.core_cq = agent.context.create_cq()
         self.port_enabled: dict[int, bool] = {nic.plane + 1: True for nic in agent.host.nics}
         self.counters = {"recv_without_buffer": 0, "cq_overflows": 0, "flushed": 0}
+        self.profiles = ProfileStore(agent.context, agent.now, self._ev_count())
         self._hosts_by_address: dict[bytes, str] = {
             nic.address.packed: host.name for host in agent.fabric.hosts for nic in host.nics
         }
@@ -312,7 +317,8 @@ class OcpProvider:
             "query_port": self.query_port, "reg_mr": self.reg_mr, "dereg_mr": self.dereg_mr,
             "create_cq": self.create_cq, "destroy_cq": self.destroy_cq, "poll_cq": self.poll_cq,
             "req_notify_cq": self.req_notify_cq, "create_qp": self.create_qp,
-            "create_ev_cq": self.create_ev_cq,
+            "create_ev_cq": self.create_ev_cq, "ev_fmt_profile": self.ev_fmt_profile,
+            "ev_profile": self.ev_profile,
             "destroy_qp": self.destroy_qp, "modify_qp": self.modify_qp,
             "query_qp": self.query_qp, "post_send": self.post_send,
             "post_recv": self.post_recv, "modify_port": self.modify_port,
@@ -546,6 +552,25 @@ class OcpProvider:
         session.cqs[cq.id] = cq
         return {"ok": True, "cq": cq.id, "cqe": cqe}
 
+    def ev_fmt_profile(self, session: Session, request: Mapping[str, Any]) -> Reply:
+        """Controller API: modify or query an EV format profile (:mod:`host.agent.ocp_profiles`)."""
+        return self._profile_call(session, request, self.profiles.fmt_profile)
+
+    def ev_profile(self, session: Session, request: Mapping[str, Any]) -> Reply:
+        """Controller API: modify or query an EV profile (:mod:`host.agent.ocp_profiles`)."""
+        return self._profile_call(session, request, self.profiles.ev_profile)
+
+    def _profile_call(self, session: Session, request: Mapping[str, Any], handler: Any) -> Reply:
+        if request.get("op") == "modify" and session.conn.uid != 0:
+            raise OcpError(
+                errno.EPERM, f"{request['cmd']}: the controller API needs root (CAP_NET_ADMIN)"
+            )
+        try:
+            reply: Reply = handler(request)
+        except ProfileError as exc:
+            raise OcpError(exc.code, f"{request['cmd']}: {exc}", extra=exc.extra) from None
+        return reply
+
     def create_ev_cq(self, session: Session, request: Mapping[str, Any]) -> Reply:
         """Controller API: a CQ of EV events (state changes of the host's EVs to GOOD or
         ASSUMED_BAD, on every QP); a full one drops events and counts them exactly."""
@@ -559,7 +584,10 @@ class OcpProvider:
 
     def _on_ev_state(self, event: EvStateChanged) -> None:
         bit = EV_STATE_BITS.get(event.new, 0)
-        if not bit & EV_EVENT_MASK:
+        core_id = getattr(event, "profile", 0)
+        profile_id = self.profiles.ctl_id(core_id) if isinstance(core_id, int) else 0
+        mask = self.profiles.event_mask(core_id) if profile_id else EV_EVENT_MASK
+        if not bit & mask:
             return
         plane = getattr(event, "plane", None)
         if not isinstance(plane, int):  # the path label names it: "p1", "p1-s0"
@@ -574,7 +602,7 @@ class OcpProvider:
                 if len(cq.entries) >= cq.cqe:
                     cq.dropped += 1
                     continue
-                cq.entries.append([0, event.ev & 0xFFFFFFFF, plane + 1, cq.dropped, bit])
+                cq.entries.append([profile_id, event.ev & 0xFFFFFFFF, plane + 1, cq.dropped, bit])
                 cq.dropped = 0
                 self._notify(cq)
 
@@ -724,7 +752,13 @@ class OcpProvider:
                         f"modify_qp: RESET -> INIT needs the {name.replace('_', ' ')} id",
                     )
         values: dict[str, Any] = {}
-        for name in ("ev_profile", "cc_profile"):
+        if "ev_profile" in request:
+            try:
+                self.profiles.check_usable(_int(request, "ev_profile"))
+            except ProfileError as exc:
+                raise OcpError(exc.code, f"modify_qp: {exc}") from None
+            values["ev_profile"] = request["ev_profile"]
+        for name in ("cc_profile",):
             if name in request:
                 value = _int(request, name)
                 if value != DEFAULT_PROFILE:
@@ -843,12 +877,20 @@ class OcpProvider:
         assert qp.remote_host is not None and qp.dest_qpn is not None
         policy = "no-trim-nack" if qp.cap & MRC_QP_CAP_TRIM_NACK_DEST_UNSUPPORTED else "mrc"
         cc = self._cc()
-        ev_count = self._ev_count()
-        core = agent.context.create_qp(
-            qp.remote_host, agent.fabric.paths(agent.host.name, qp.remote_host),
-            cq=self.core_cq, policy=policy, cc=cc, ev_profile=GeneratedEvProfile(count=ev_count),
-            qpn=qp.qpn,
-        )  # fmt: skip
+        ev_profile: Any = GeneratedEvProfile(count=self._ev_count())
+        if qp.ev_profile:
+            try:
+                self.profiles.check_usable(qp.ev_profile)
+            except ProfileError as exc:
+                raise OcpError(exc.code, f"modify_qp: {exc}") from None
+            ev_profile = self.profiles.core_profile(qp.ev_profile)
+        try:
+            core = agent.context.create_qp(
+                qp.remote_host, agent.fabric.paths(agent.host.name, qp.remote_host),
+                cq=self.core_cq, policy=policy, cc=cc, ev_profile=ev_profile, qpn=qp.qpn,
+            )  # fmt: skip
+        except ValueError as exc:  # an EV profile the paths to this peer cannot take
+            raise OcpError(errno.EINVAL, f"modify_qp: EV profile {qp.ev_profile}: {exc}") from None
         core.connect(qp.dest_qpn, send_psn=qp.sq_psn, expect_psn=qp.rq_psn)
         for port, enabled in self.port_enabled.items():
             if not enabled:

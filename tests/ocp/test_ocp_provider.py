@@ -464,3 +464,117 @@ def test_ev_events_report_evs_coming_back(pair: Pair) -> None:
     first, second = h0.poll(small)
     assert first[3] == 0 and second[3] == 0  # the rest were dropped, and counted
     assert h0.provider.sessions[h0.hello["session"]].cqs[small].dropped == len(events) - 2
+
+
+def ev_hex(value: int) -> str:
+    """An STEV / UDP EV as mrc_ctl_ev_t's first 16 bytes: 32 bits, network order, then zeros."""
+    return value.to_bytes(4, "big").hex() + "00" * 12
+
+
+def test_ev_profiles_after_mrc_ctl(pair: Pair) -> None:
+    from host.agent import ocp_profiles as P
+
+    h0, h1 = pair.h0, pair.h1
+    if os.geteuid() != 0:
+        h0.fails("ev_profile", errno.EPERM, op="modify", id=7, mask=P.EV_M_STATE, state=1)
+        return
+    fmt = {"op": "modify", "id": 5}
+    h0.fails("ev_fmt_profile", errno.EINVAL, **fmt, mask=P.FMT_M_STATE, state=P.PROFILE_OFFLINE)
+    h0.ok("ev_fmt_profile", **fmt, mask=P.FMT_M_MODE | P.FMT_M_STATE, mode=P.FMT_STEV,
+          state=P.PROFILE_OFFLINE)  # fmt: skip
+    h0.fails("ev_fmt_profile", errno.EINVAL, **fmt, mask=P.FMT_M_STATE, state=P.PROFILE_ONLINE)
+    h0.fails("ev_fmt_profile", errno.E2BIG, **fmt, mask=P.FMT_M_OP, fields_op=P.FIELDS_MODIFY,
+             fields=[30, 30])  # fmt: skip
+    h0.ok("ev_fmt_profile", **fmt, mask=P.FMT_M_OP | P.FMT_M_STATE, fields_op=P.FIELDS_MODIFY,
+          fields=[16, 16], state=P.PROFILE_ONLINE)  # fmt: skip
+    queried = h0.ok("ev_fmt_profile", op="query", id=5, mask=P.FMT_M_OP, fields_op=P.FIELDS_QUERY)
+    assert (queried["state"], queried["mode"], queried["fields"]) == (2, P.FMT_STEV, [16, 16])
+
+    ev = {"op": "modify", "id": 7}
+    fields = [[16, 0x1234, 0, 0, 0], [16, 0, 1, 16, 0xFFFF]]
+    h0.fails("ev_profile", errno.EINVAL, **ev, mask=P.EV_M_STATE, state=P.PROFILE_OFFLINE)
+    h0.ok("ev_profile", **ev, state=P.PROFILE_OFFLINE, mode=P.MODE_GEN, fmt_id=5, count=16,
+          fields_op=P.FIELDS_MODIFY, fields=fields,
+          mask=P.EV_M_STATE | P.EV_M_MODE | P.EV_M_FMT_ID | P.EV_M_COUNT | P.EV_M_FIELDS_OP)  # fmt: skip
+    h0.fails("ev_profile", errno.EINVAL, **ev, mask=P.EV_M_EVENT_MASK, event_mask=4)
+    qa, scq, _ = make_qp(h0)
+    h0.fails("modify_qp", errno.EINVAL, qpn=qa, state=INIT, ev_profile=7, cc_profile=0)
+    h0.ok("ev_profile", **ev, mask=P.EV_M_MIN_ACTIVE | P.EV_M_EVENT_MASK | P.EV_M_STATE,
+          min_active=2, event_mask=3, state=P.PROFILE_ONLINE)  # fmt: skip
+    h0.fails("ev_profile", errno.EINVAL, **ev, mask=P.EV_M_COUNT, count=8)  # ONLINE
+    h0.fails("ev_fmt_profile", errno.EBUSY, **fmt, mask=P.FMT_M_STATE, state=P.PROFILE_OFFLINE)
+
+    # a QP on profile 7 carries data with its STEV EVs
+    qb, _, _ = make_qp(h1)
+    h0.ok("modify_qp", qpn=qa, state=INIT, ev_profile=7, cc_profile=0)
+    h1.ok("modify_qp", qpn=qb, state=INIT, ev_profile=0, cc_profile=0)
+    h0.ok("modify_qp", qpn=qa, state=RTR, dgid=h1.gid(), dest_qpn=qb)
+    h1.ok("modify_qp", qpn=qb, state=RTR, dgid=h0.gid(), dest_qpn=qa)
+    h0.ok("modify_qp", qpn=qa, state=RTS)
+    h1.ok("modify_qp", qpn=qb, state=RTS)
+    core_evs = {info.ev for info in h0.agent.context.qp(qa).ev_table.evs()}
+    assert core_evs == {0x1234_0000 | n for n in range(1, 17)}
+    src, dst = h0.buffer(65536), h1.buffer(65536)
+    ctypes.memmove(src, os.urandom(65536), 65536)
+    mr, remote = h0.reg(src), h1.reg(dst)
+    h0.ok("post_send", qpn=qa, wrs=[write_wr(1, mr, remote, 65536)])
+    pair.run(3.0)
+    assert h0.poll(scq)[0][1] == ocp.WC_SUCCESS
+    assert bytes(dst) == bytes(src)
+
+    # EV operations: the array, states
+    query = {"op": "query", "id": 7, "mask": P.EV_M_EV_OP}
+    reply = h0.fails("ev_profile", errno.E2BIG, **query, ev_op=P.EV_OP_QUERY_ARRAY, entries=[])
+    assert reply["needed"] == 16
+    array = h0.ok("ev_profile", **query, ev_op=P.EV_OP_QUERY_ARRAY, entries=[0] * 16)["array"]
+    assert {int(h[:8], 16) for h, _ in array} == core_evs and {p for _, p in array} == {1, 2}
+    one = [ev_hex(0x1234_0003), 0, "", 0, P.STATE_BITS[ocp_evstate("denied")], 0]
+    h0.ok("ev_profile", **ev, mask=P.EV_M_EV_OP, ev_op=P.EV_OP_MODIFY_STATE, entries=[one])
+    states = h0.ok("ev_profile", **query, ev_op=P.EV_OP_QUERY_STATE, entries=[one])["states"]
+    assert states == [P.STATE_BITS[ocp_evstate("denied")]]
+    assert h0.agent.context.qp(qa).ev_table.state(0x1234_0003).value == "denied"
+    missing = [ev_hex(0x9999_0000), 0, "", 0, 1, 0]
+    h0.fails("ev_profile", errno.ENOENT, **ev, mask=P.EV_M_EV_OP, ev_op=P.EV_OP_MODIFY_STATE,
+             entries=[missing])  # fmt: skip
+
+    # OFFLINE only without QPs; profile 0 is the host's own
+    h0.fails("ev_profile", errno.EBUSY, **ev, mask=P.EV_M_STATE, state=P.PROFILE_OFFLINE)
+    h0.ok("destroy_qp", qpn=qa)
+    h0.ok("ev_profile", **ev, mask=P.EV_M_STATE, state=P.PROFILE_OFFLINE)
+    h0.fails("ev_profile", errno.EBUSY, op="modify", id=0, mask=P.EV_M_STATE, state=1)
+    own = h0.ok("ev_profile", op="query", id=0, mask=P.EV_M_MODE | P.EV_M_COUNT)
+    assert own["state"] == P.PROFILE_ONLINE and own["mode"] == P.MODE_GEN
+
+
+def ocp_evstate(name: str) -> Any:
+    from host.transport.evs import EvState
+
+    return EvState(name)
+
+
+def test_explicit_ev_profile_is_replaced_then_online(pair: Pair) -> None:
+    from host.agent import ocp_profiles as P
+
+    h0 = pair.h0
+    if os.geteuid() != 0:
+        return
+    h0.ok("ev_fmt_profile", op="modify", id=6, mask=P.FMT_M_MODE | P.FMT_M_STATE | P.FMT_M_OP,
+          mode=P.FMT_UDP, state=P.PROFILE_OFFLINE, fields_op=P.FIELDS_MODIFY, fields=[16])  # fmt: skip
+    h0.ok("ev_fmt_profile", op="modify", id=6, mask=P.FMT_M_STATE, state=P.PROFILE_ONLINE)
+    ev = {"op": "modify", "id": 8}
+    h0.ok("ev_profile", **ev, state=P.PROFILE_OFFLINE, mode=P.MODE_EXP, fmt_id=6, count=2,
+          mask=P.EV_M_STATE | P.EV_M_MODE | P.EV_M_FMT_ID | P.EV_M_COUNT)  # fmt: skip
+    reply = h0.fails("ev_profile", errno.EINVAL, **ev, mask=P.EV_M_STATE, state=P.PROFILE_ONLINE)
+    assert "unpopulated" in reply["error"]
+    unpopulated = "00" * 16
+    for value, port in ((0x0101, 1), (0x0202, 2)):
+        entry = [unpopulated, 0, ev_hex(value), port, 0, 0]
+        h0.ok("ev_profile", **ev, mask=P.EV_M_EV_OP, ev_op=P.EV_OP_REPLACE, entries=[entry])
+    h0.fails("ev_profile", errno.ENOENT, **ev, mask=P.EV_M_EV_OP, ev_op=P.EV_OP_REPLACE,
+             entries=[[unpopulated, 0, ev_hex(3), 1, 0, 0]])  # fmt: skip
+    h0.ok("ev_profile", **ev, mask=P.EV_M_STATE, state=P.PROFILE_ONLINE)
+    array = h0.ok("ev_profile", op="query", id=8, mask=P.EV_M_EV_OP, ev_op=P.EV_OP_QUERY_ARRAY,
+                  entries=[0, 0])["array"]  # fmt: skip
+    assert array == [[ev_hex(0x0101), 1], [ev_hex(0x0202), 2]]
+    h0.fails("ev_profile", errno.EINVAL, **ev, mask=P.EV_M_EV_OP, ev_op=P.EV_OP_REPLACE,
+             entries=[[ev_hex(0x0101), 1, ev_hex(5), 1, 0, 0]])  # ONLINE: no replacing  # fmt: skip

@@ -97,7 +97,9 @@ static void open_host(struct host *h, struct ibv_device **list)
 		DIE("CQs of %s", h->name);
 }
 
-static struct mrc_qp *new_qp(struct host *h)
+static uint64_t ev_profile_id; /* the EV profile of h0's next QP (0: the host's own) */
+
+static struct mrc_qp *new_qp(struct host *h, uint64_t profile)
 {
 	struct mrc_qp_init_attr attr = {
 		.send_cq = h->scq, .recv_cq = h->rcq, .pd = h->pd, .sq_sig_all = 1,
@@ -108,7 +110,7 @@ static struct mrc_qp *new_qp(struct host *h)
 	if (!qp)
 		DIE("mrc_create_qp on %s", h->name);
 	struct ibv_qp_attr va = {.qp_state = IBV_QPS_INIT};
-	struct mrc_qp_attr ma = {0};
+	struct mrc_qp_attr ma = {.profile.ev_profile_id = profile};
 
 	if (mrc_modify_qp(qp, &va, IBV_QP_STATE, &ma, MRC_QP_EV_PROFILE_ID | MRC_QP_CC_PROFILE_ID))
 		DIE("INIT on %s", h->name);
@@ -134,8 +136,8 @@ static void connect_qp(struct host *h, struct host *peer)
 
 static void pair(struct host *a, struct host *b)
 {
-	a->qp = new_qp(a);
-	b->qp = new_qp(b);
+	a->qp = new_qp(a, ev_profile_id);
+	b->qp = new_qp(b, 0);
 	connect_qp(a, b);
 	connect_qp(b, a);
 }
@@ -374,14 +376,113 @@ int main(void)
 	CHECK("ctl_query_device", mrc_ctl_query_device(h0.ibv, &cattr) == 0 &&
 	      cattr.phy_port_mask == 0x6 && cattr.cc.algorithms && cattr.cc.algorithms[0],
 	      "mask %#x", cattr.phy_port_mask);
-	struct mrc_ctl_ev_profile_attr evp = {0};
+	struct mrc_ctl_ev_profile_attr evp = {.profile_state = MRC_CTL_PROFILE_OFFLINE};
 
 	errno = 0;
-	CHECK("ctl_ev_profile", mrc_ctl_modify_ev_profile(h0.mrc, 3, &evp, MRC_CTL_EV_PROFILE_STATE)
-	      == -1 && errno == EINVAL, "accepted");
-	CHECK("ctl_ev_profile_query", mrc_ctl_query_ev_profile(h0.mrc, 0, &evp,
+	CHECK("ctl_ev_profile_no_mode", mrc_ctl_modify_ev_profile(h0.mrc, 3, &evp,
+	      MRC_CTL_EV_PROFILE_STATE) == -1 && errno == EINVAL, "accepted");
+	memset(&evp, 0, sizeof(evp));
+	CHECK("ctl_ev_profile_0", mrc_ctl_query_ev_profile(h0.mrc, 0, &evp,
 	      MRC_CTL_EV_PROFILE_MODE | MRC_CTL_EV_PROFILE_COUNT) == 0 &&
 	      evp.ev_mode == MRC_CTL_EV_MODE_GEN && evp.ev_count > 0, "profile 0");
+
+	/* an EV format profile (STEV, 16 + 16 bits) and a generated EV profile on it */
+	struct mrc_ctl_ev_fmt_field ff[2] = {{.width = 16}, {.width = 16}};
+	struct mrc_ctl_ev_fmt_profile_attr fa = {
+		.profile_state = MRC_CTL_PROFILE_OFFLINE, .ev_fmt_mode = MRC_CTL_EV_FMT_MODE_STEV,
+		.ev_fmt_op = {.op = MRC_CTL_EV_FMT_OP_MODIFY_FIELDS, .fmt_fields = ff,
+			      .fmt_field_count = 2},
+	};
+
+	CHECK("ev_fmt_offline", mrc_ctl_modify_ev_fmt_profile(h0.mrc, 11, &fa,
+	      MRC_CTL_EV_FMT_PROFILE_STATE | MRC_CTL_EV_FMT_PROFILE_MODE |
+	      MRC_CTL_EV_FMT_PROFILE_OP) == 0, "refused");
+	fa.profile_state = MRC_CTL_PROFILE_ONLINE;
+	CHECK("ev_fmt_online", mrc_ctl_modify_ev_fmt_profile(h0.mrc, 11, &fa,
+	      MRC_CTL_EV_FMT_PROFILE_STATE) == 0, "refused");
+	struct mrc_ctl_ev_fmt_field got[2] = {0};
+
+	fa = (struct mrc_ctl_ev_fmt_profile_attr){
+		.ev_fmt_op = {.op = MRC_CTL_EV_FMT_OP_QUERY_FIELDS, .fmt_fields = got,
+			      .fmt_field_count = 1}};
+	errno = 0;
+	rc = mrc_ctl_query_ev_fmt_profile(h0.mrc, 11, &fa, MRC_CTL_EV_FMT_PROFILE_OP);
+	CHECK("ev_fmt_query_e2big", rc == -1 && errno == E2BIG && fa.ev_fmt_op.fmt_field_count == 2,
+	      "rc %d count %d", rc, fa.ev_fmt_op.fmt_field_count);
+	rc = mrc_ctl_query_ev_fmt_profile(h0.mrc, 11, &fa, MRC_CTL_EV_FMT_PROFILE_OP |
+					  MRC_CTL_EV_FMT_PROFILE_STATE | MRC_CTL_EV_FMT_PROFILE_MODE);
+	CHECK("ev_fmt_query", rc == 0 && got[0].width == 16 && got[1].width == 16 &&
+	      fa.profile_state == MRC_CTL_PROFILE_ONLINE &&
+	      fa.ev_fmt_mode == MRC_CTL_EV_FMT_MODE_STEV, "rc %d", rc);
+
+	struct mrc_ctl_ev_field ef[2] = {{.width = 16, .init_val = 0x4242},
+					 {.width = 16, .min_val = 1, .max_val = 8, .mask = 0xffff}};
+
+	evp = (struct mrc_ctl_ev_profile_attr){
+		.profile_state = MRC_CTL_PROFILE_OFFLINE, .ev_mode = MRC_CTL_EV_MODE_GEN,
+		.ev_fmt_profile_id = 11, .ev_count = 8,
+		.ev_fields_op = {.op = MRC_CTL_EV_FIELDS_OP_MODIFY_FIELDS, .fields = ef,
+				 .field_count = 2},
+	};
+	CHECK("ev_profile_offline", mrc_ctl_modify_ev_profile(h0.mrc, 12, &evp,
+	      MRC_CTL_EV_PROFILE_STATE | MRC_CTL_EV_PROFILE_MODE | MRC_CTL_EV_PROFILE_FMT_ID |
+	      MRC_CTL_EV_PROFILE_COUNT | MRC_CTL_EV_PROFILE_EV_FIELDS_OP) == 0, "refused");
+	evp.profile_state = MRC_CTL_PROFILE_ONLINE;
+	evp.ev_min_active = 1;
+	evp.ev_event_mask = MRC_CTL_EV_GOOD | MRC_CTL_EV_ASSUMED_BAD;
+	CHECK("ev_profile_online", mrc_ctl_modify_ev_profile(h0.mrc, 12, &evp,
+	      MRC_CTL_EV_PROFILE_STATE | MRC_CTL_EV_PROFILE_MIN_ACTIVE |
+	      MRC_CTL_EV_PROFILE_EVENT_MASK) == 0, "refused");
+	struct mrc_ctl_ev_op_entry entries[8];
+
+	memset(&evp, 0, sizeof(evp));
+	evp.ev_op.op = MRC_CTL_EV_OP_QUERY_EV_ARRAY;
+	evp.ev_op.entries = entries;
+	evp.ev_op.entry_count = 4;
+	errno = 0;
+	rc = mrc_ctl_query_ev_profile(h0.mrc, 12, &evp, MRC_CTL_EV_PROFILE_EV_OP);
+	CHECK("ev_array_e2big", rc == -1 && errno == E2BIG && evp.ev_op.entry_count == 8,
+	      "rc %d count %d", rc, evp.ev_op.entry_count);
+
+	/* QPs on the profile: data moves with its EVs, which the array then lists */
+	ev_profile_id = 12;
+	pair(&h0, &h1);
+	ev_profile_id = 0;
+	memset(h1.buf, 0x5a, BUF);
+	rc = post_write(&h0, &h1, 21, 0, 20000, 0, h0.mr->lkey, 0, &bad);
+	n = poll_one(h0.scq, &wc, 30);
+	CHECK("ev_profile_data", rc == 0 && n == 1 && wc.status == IBV_WC_SUCCESS &&
+	      memcmp(h1.buf, h0.buf, 20000) == 0, "rc %d n %d status %d", rc, n, wc.status);
+	evp.ev_op.entry_count = 8;
+	rc = mrc_ctl_query_ev_profile(h0.mrc, 12, &evp, MRC_CTL_EV_PROFILE_EV_OP);
+	uint32_t first_ev = 0;
+
+	if (rc == 0)
+		memcpy(&first_ev, entries[0].ev.val, 4);
+	CHECK("ev_array", rc == 0 && evp.ev_op.entry_count == 8 &&
+	      (be32toh(first_ev) >> 16) == 0x4242 && entries[0].ev.port >= 1, "rc %d ev %#x", rc,
+	      be32toh(first_ev));
+	struct mrc_ctl_ev_op_entry deny = {.state = MRC_CTL_EV_DENIED};
+	uint32_t target = htobe32(0x42420002);
+
+	memcpy(deny.ev.val, &target, 4);
+	evp.ev_op = (typeof(evp.ev_op)){.op = MRC_CTL_EV_OP_MODIFY_EV_STATE, .entries = &deny,
+					.entry_count = 1};
+	CHECK("ev_deny", mrc_ctl_modify_ev_profile(h0.mrc, 12, &evp, MRC_CTL_EV_PROFILE_EV_OP) == 0,
+	      "refused");
+	deny.state = 0;
+	evp.ev_op.op = MRC_CTL_EV_OP_QUERY_EV_STATE;
+	CHECK("ev_query_state", mrc_ctl_query_ev_profile(h0.mrc, 12, &evp,
+	      MRC_CTL_EV_PROFILE_EV_OP) == 0 && deny.state == MRC_CTL_EV_DENIED, "state %#x",
+	      deny.state);
+	evp.profile_state = MRC_CTL_PROFILE_OFFLINE;
+	errno = 0;
+	CHECK("ev_profile_busy", mrc_ctl_modify_ev_profile(h0.mrc, 12, &evp,
+	      MRC_CTL_EV_PROFILE_STATE) == -1 && errno == EBUSY, "taken offline under a QP");
+	mrc_destroy_qp(h0.qp);
+	mrc_destroy_qp(h1.qp);
+	CHECK("ev_profile_offline_again", mrc_ctl_modify_ev_profile(h0.mrc, 12, &evp,
+	      MRC_CTL_EV_PROFILE_STATE) == 0, "refused");
 	struct mrc_ctl_cc_profile_attr ccp = {0};
 
 	CHECK("ctl_cc_profile_query", mrc_ctl_query_cc_profile(h0.mrc, 0, &ccp,
