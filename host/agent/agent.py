@@ -75,6 +75,9 @@ MAX_EVENT_LOG = 4096  # EV transitions, RTOs, probe results, receiver completion
 READ_TURN = 8  # frames read from one plane before the next plane gets its turn
 MIN_TIMER_WAIT = 50e-6  # never select shorter than this after a timer fired without progress
 STATS_FINISHED = 32  # finished transfers listed in the statistics
+#: data frames a plane NIC holds waiting for the wire before the core is asked for more: the
+#: EV of a packet is chosen when a NIC has room, as a NIC's transmit scheduler does
+NIC_QUEUE = 2
 STATS_FILE_INTERVAL = 1.0  # seconds between --stats-file rewrites
 IPV6_DST = slice(38, 54)
 
@@ -475,7 +478,7 @@ class Agent:
                 if not got:
                     break
                 taken += got
-                self._send(ctx.frames_to_send(now))  # ACKs leave without waiting for the batch
+                self._send(ctx.frames_to_send(now, self._budget()))  # ACKs leave without waiting for the batch
             if taken:
                 self.after_core(now)
             if taken < BATCH:  # the last round found every plane empty
@@ -502,14 +505,14 @@ class Agent:
     def after_core(self, now: float) -> None:
         """Send what the core has, drain its events, advance transfers, re-arm the timer."""
         ctx = self.context
-        self._send(ctx.frames_to_send(now))
+        self._send(ctx.frames_to_send(now, self._budget()))
         while True:
             event = ctx.next_event()
             if event is None:
                 break
             self._on_event(event, now)
         if self._feed_transfers():
-            self._send(ctx.frames_to_send(now))
+            self._send(ctx.frames_to_send(now, self._budget()))
         before = self._timer
         self._timer = ctx.next_timer()
         if self._timer is not None and before is not None and self._timer <= now and before <= now:
@@ -533,6 +536,16 @@ class Agent:
                 continue
             if plane.wire is None or plane.wire.offer(frame, now):
                 self._transmit(plane, frame)
+
+    def _budget(self) -> dict[int, int] | None:
+        """Data frames each plane NIC takes now (None when NICs are not paced): the core
+        chooses an EV only for a packet a NIC can put on the wire soon (frames_to_send)."""
+        if not self.options.pace:
+            return None
+        return {
+            p.nic.plane: NIC_QUEUE - len(p.wire.waiting) if p.wire is not None else NIC_QUEUE
+            for p in self.planes
+        }
 
     def _release(self, now: float) -> None:
         """Put on the wire the data frames whose turn has come (link-rate pacing)."""
@@ -621,7 +634,7 @@ class Agent:
         self.transfers[transfer.id] = transfer
         self._post(transfer)
         now = self.now()
-        self._send(self.context.frames_to_send(now))
+        self._send(self.context.frames_to_send(now, self._budget()))
         self._timer = self.context.next_timer()
 
     def _post(self, transfer: Transfer) -> bool:

@@ -136,6 +136,7 @@ class Context:
         # the last timer handed out, in both clocks: a driver woken at exactly that driver time
         # must find it due, whatever the rounding of the division
         self._timer = (float("inf"), float("inf"))
+        self._turn = 0  # the QP that sends first from a budget (frames_to_send)
 
     # -- memory, CQs, QPs ---------------------------------------------------------------------
 
@@ -379,16 +380,27 @@ class Context:
         except Exception:  # noqa: BLE001 -- a frame must never take the host down
             stats.drops["internal_error"] += 1
 
-    def frames_to_send(self, now: float) -> list[tuple[int, bytes | bytearray]]:
-        """Every frame to send now, as ``(plane, frame)``: control first, then data."""
+    def frames_to_send(
+        self, now: float, budget: dict[int, int] | None = None
+    ) -> list[tuple[int, bytes | bytearray]]:
+        """Every frame to send now, as ``(plane, frame)``: control first, then data.
+
+        ``budget`` (plane -> data frames that plane's NIC takes now) lets a driver that paces
+        its NICs keep the choice of EV until a NIC has room, as a NIC's transmit scheduler does;
+        it is used up in place. None: every frame the windows allow. The QPs take turns at the
+        budget, one call starting where the previous left off."""
         if self._scale != 1.0:
             now = self._protocol_time(now)
         self._now = now
         out = self._shared.outbox
         self._shared.outbox = []
-        for qp in self._qps.values():
+        qps = list(self._qps.values())
+        if budget is not None and len(qps) > 1:
+            self._turn = (self._turn + 1) % len(qps)
+            qps = qps[self._turn :] + qps[: self._turn]
+        for qp in qps:
             if qp._send_queue or qp._retx:
-                qp.frames(now, out)
+                qp.frames(now, out, budget)
         return out
 
     def next_timer(self) -> float | None:

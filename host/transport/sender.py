@@ -85,8 +85,18 @@ class Sender(QpState):
         """Messages posted and not yet completed."""
         return self._pending_messages
 
-    def frames(self, now: float, out: list[tuple[int, bytes | bytearray]]) -> None:
-        """Append the data frames the window allows now (retransmissions first)."""
+    def frames(
+        self,
+        now: float,
+        out: list[tuple[int, bytes | bytearray]],
+        budget: dict[int, int] | None = None,
+    ) -> None:
+        """Append the data frames the window allows now (retransmissions first).
+
+        ``budget`` (plane -> frames its NIC takes now; None: no limit) makes the spraying a
+        transmit-time choice, as a NIC makes it: new packets go only to EVs of planes with
+        room, and each frame takes one from its plane's budget (retransmissions too, even
+        beyond it: they are few and must not wait)."""
         if self.error is not None or self.remote_qpn is None:
             return
         cwnd = self.cc.cwnd
@@ -109,8 +119,12 @@ class Sender(QpState):
             del outstanding[rec.psn]
             outstanding[rec.psn] = rec
             self._transmit(rec, slot, now, out, True)
+            if budget is not None:
+                budget[slot.plane] = budget.get(slot.plane, 0) - 1
         queue = self._send_queue
         if not queue:
+            return
+        if budget is not None and not any(n > 0 for n in budget.values()):
             return
         # the hot path: new packets, state in locals, one timestamp and one stats update per call
         cfg = self._cfg
@@ -138,6 +152,7 @@ class Sender(QpState):
         weights = steer and self._weights
         skip = self._steer_skip
         recycle = self._recycle if pinned is None else None
+        skipped = 0  # picks in a row that found their plane's NIC full
         while queue and inflight < cwnd and psn < psn_limit and count:
             if recycle and psn & EXPLORE_MASK:
                 # a path that just delivered a packet without congestion: each path gets new
@@ -165,6 +180,15 @@ class Sender(QpState):
                     if skip:
                         rr += 1
                         slot = order[rr % count]
+            if budget is not None:
+                room = budget.get(slot.plane, 0)
+                if room <= 0:
+                    skipped += 1
+                    if skipped > count:  # no GOOD EV of a plane with room: wait for the NIC
+                        break
+                    continue
+                budget[slot.plane] = room - 1
+                skipped = 0
             msg = queue[0]
             offset = msg.offset
             length = msg.length - offset
