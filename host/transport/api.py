@@ -24,6 +24,7 @@ from typing import Any, Protocol, TypeVar
 from host.transport import wire
 from host.transport.cc import DEFAULT_CC, CcProfile
 from host.transport.config import StackConfig
+from host.transport.endpoint import Endpoint, EpBatch, EpRequest
 from host.transport.events import Completion, Event
 from host.transport.evs import (
     EvProfile,
@@ -136,6 +137,10 @@ class Context:
         # the last timer handed out, in both clocks: a driver woken at exactly that driver time
         # must find it due, whatever the rounding of the division
         self._timer = (float("inf"), float("inf"))
+        self._endpoint = Endpoint(
+            host, self.nics, self._shared, lambda: iter(self._qps.values()),
+            self.config.hop_limit,
+        )  # fmt: skip
         self._turn = 0  # the QP that sends first from a budget (frames_to_send)
 
     # -- memory, CQs, QPs ---------------------------------------------------------------------
@@ -308,6 +313,37 @@ class Context:
         qp = self.qp(qpn)
         return qp.probe(qp.ev_table.slot(ev), self._at(now))
 
+    # -- endpoint requests and port status (mrc_ctl_ep_batch_send_wait) ---------------------------
+
+    def ep_batch_send(
+        self, op: str, requests: Sequence[EpRequest], *, dscp: int = wire.DSCP_CONTROL,
+        timeout: float = 2e-3, now: float | None = None,
+    ) -> EpBatch:  # fmt: skip
+        """Send a batch of endpoint requests of one operation (``"ev_probe"`` or
+        ``"port_status_update"``) in traffic class ``dscp``; responses collect in the batch's
+        ``responses`` (arrival order, RTTs less the responder's service time) until every
+        request is answered or ``timeout`` (protocol seconds) passes: the driver waits until
+        ``batch.complete()`` or its clock reaches ``batch.deadline_driver``, then calls
+        :meth:`ep_batch_end`."""
+        return self._endpoint.batch(op, requests, dscp, timeout, self._at(now), self.dilation)
+
+    def ep_batch_end(self, batch: EpBatch) -> list[Any]:
+        """Stop waiting for ``batch`` (later responses are dropped); its responses, with their
+        times and RTTs in the driver's clock."""
+        self._endpoint.expire(batch)
+        return [_to_driver(r, self.dilation) for r in batch.responses]
+
+    def set_port_state(self, plane: int, up: bool, now: float | None = None) -> int:
+        """This host's NIC of ``plane`` went down or came up (the driver saw its link): its EVs
+        are retired at once or probed back, and every peer gets a port status update. Returns
+        the EVs whose state changed."""
+        return self._endpoint.set_port_state(plane, up, self._at(now))
+
+    @property
+    def ports_up(self) -> list[int]:
+        """The planes whose NIC is up."""
+        return sorted(self._endpoint.ports_up)
+
     def _at(self, now: float | None) -> float:
         if now is not None:
             proto = self._protocol_time(now)
@@ -359,6 +395,9 @@ class Context:
                         qp.on_data_fields(fields, now)
                         return
             pkt = wire.parse(frame, self._max_frame)
+            if type(pkt) is wire.EndpointPacket:
+                self._endpoint.on_packet(pkt, plane, now)
+                return
             qp = self._qps.get(pkt.outer.dest_qp)
             if qp is None:
                 stats.drops["unknown_qp"] += 1
@@ -392,6 +431,7 @@ class Context:
         if self._scale != 1.0:
             now = self._protocol_time(now)
         self._now = now
+        self._endpoint.departing(now)
         out = self._shared.outbox
         self._shared.outbox = []
         qps = list(self._qps.values())
@@ -437,6 +477,7 @@ class Context:
         out = self._shared.stats.as_dict()
         out["qps"] = {qpn: qp.describe() for qpn, qp in self._qps.items()}
         out["dilation"] = self.dilation
+        out["ports_up"] = self.ports_up
         rtt = out["rtt"]
         out["rtt_protocol"] = dict(rtt)
         if self.dilation != 1.0:

@@ -108,3 +108,28 @@ class QpError(Event):
     qpn: int  #: local QP number
     reason: str  #: what went wrong
     time: float  #: when
+
+
+@dataclass
+class EndpointResponse(Event):
+    """A response to an endpoint request (``mrc_ctl_ep_rsp``): an EV probe answered, or a port
+    status update acknowledged."""
+
+    req_id: int  #: the request's id
+    op: str  #: "ev_probe" or "port_status_update"
+    port: int  #: the port (1-based: plane + 1) the response arrived on
+    rtt: float  #: round trip, minus the responder's service time when adj_svc_time (seconds)
+    rtt_ns: int  #: the same in ns of protocol (real-fabric) time, as mrc_ctl_ep_rsp.rtt
+    adj_svc_time: bool  #: the responder's service time was subtracted
+    time: float  #: when it arrived
+
+
+@dataclass
+class PortStatusChanged(Event):
+    """A port (NIC) of this host, or of a peer (a PORT_STATUS_UPDATE), went down or came up."""
+
+    host: str  #: whose port: this host's name, or the peer's NIC address for a peer
+    plane: int  #: the port's plane (port number - 1)
+    up: bool  #: the new status
+    evs: int  #: EVs whose state this changed (retired when down, probed again when up)
+    time: float  #: when

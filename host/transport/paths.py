@@ -54,6 +54,30 @@ class PathChoice(QpState):
                 break
             self.set_ev_state(member, EvState.ASSUMED_BAD, reason if n == 0 else "path", now)
 
+    def set_plane(self, plane: int, up: bool, reason: str, now: float) -> int:
+        """A port of this host or of the peer on ``plane`` went down (every GOOD EV of the plane
+        ASSUMED_BAD at once, whatever ``ev_min_active`` says: nothing can cross a port that is
+        down; what is in flight there is resent on the other planes) or came up (its
+        ASSUMED_BAD EVs become UNKNOWN: probed, GOOD on a reply). Returns the EVs changed."""
+        changed = 0
+        if up:
+            for slot in self.ev_table.slots:
+                if slot.plane == plane and slot.state is EvState.ASSUMED_BAD:
+                    self.set_ev_state(slot, EvState.UNKNOWN, reason, now)
+                    changed += 1
+            return changed
+        for slot in self.ev_table.slots:
+            if slot.plane == plane and slot.state in (EvState.GOOD, EvState.UNKNOWN):
+                self.set_ev_state(slot, EvState.ASSUMED_BAD, reason, now)
+                changed += 1
+        for rec in list(self._outstanding.values()):
+            if rec.in_net and rec.slot.plane == plane:
+                rec.in_net = False
+                self.inflight -= rec.length
+                self._retx.append(rec)
+                self._stats.port_retransmits += 1
+        return changed
+
     def probe(self, slot: EvSlot, now: float) -> int:
         """Send a connectionless probe on ``slot``'s path; returns the probe id."""
         probe_id = self._next_probe_id
@@ -128,6 +152,9 @@ class PathChoice(QpState):
                        if s.state in (EvState.ASSUMED_BAD, EvState.UNKNOWN)]  # fmt: skip
             if not waiting:
                 del self._probe_due[key]
+                continue
+            if waiting[0].plane in self._shared.ports_down:
+                self._probe_due[key] = now + cfg.probe_interval  # the NIC is down: wait
                 continue
             self.probe(waiting[self._next_probe_id % len(waiting)], now)
             self._probe_due[key] = now + cfg.probe_interval

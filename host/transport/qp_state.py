@@ -82,6 +82,7 @@ class Shared:
         self.events: collections.deque[Event] = collections.deque()
         self.outbox: list[tuple[int, bytes | bytearray]] = []
         self.cqs: dict[int, collections.deque[Completion]] = {}
+        self.ports_down: set[int] = set()  #: planes whose NIC is down (no probes sent there)
 
     def complete(self, entry: Completion) -> None:
         """Deliver a completion to its CQ and as an event."""
@@ -263,6 +264,10 @@ class QpState:
 
     def _path_congested(self, slot: EvSlot, rtt: float | None, now: float) -> None:
         """Congestion on ``slot``'s path (:class:`host.transport.paths.PathChoice`)."""
+        raise NotImplementedError
+
+    def set_ev_state(self, slot: EvSlot, new: EvState, reason: str, now: float) -> None:
+        """Change an EV's state (:class:`host.transport.paths.PathChoice`)."""
         raise NotImplementedError
 
     def _reply_path(self, plane: int, spine: int, ev: int = 0) -> tuple[int, bytes]:

@@ -36,6 +36,10 @@ class Stats:
         self.probe_replies_received = 0
         self.probes_timed_out = 0
         self.retire_suppressed = 0  # retirements refused by ev_min_active
+        self.ep_requests_sent = 0  # endpoint requests: EV probes, port status updates
+        self.ep_requests_answered = 0
+        self.ep_responses_received = 0
+        self.port_retransmits = 0  # in flight on a plane whose port (or the peer's) went down
         self.retransmits: dict[str, int] = {"nack": 0, "sack": 0, "rto": 0}
         self.drops: collections.Counter[str] = collections.Counter()
         self.ev_transitions: list[dict[str, Any]] = []

@@ -54,6 +54,12 @@ EXT_ACK = 2
 EXT_NACK = 3
 EXT_PROBE = 4
 EXT_PROBE_REPLY = 5
+EXT_EP_REQUEST = 6  # endpoint request (mrc_ctl_ep_req): an EV probe or a port status update
+EXT_EP_RESPONSE = 7  # its response (mrc_ctl_ep_rsp)
+# endpoint operations (the flags byte of EP_REQUEST / EP_RESPONSE; mrc_ctl_ep_op_type)
+EP_OP_EV_PROBE = 0
+EP_OP_PORT_STATUS = 1
+EP_FLAG_SVC_TIME = 0x80  # EP_RESPONSE: the service time field is valid
 
 # data extension flags
 FLAG_FIRST = 0x01  # first packet of its message
@@ -103,6 +109,7 @@ _CTRL_HEAD = struct.Struct("!BBBBII")  # type, flags, plane hint, spine hint, EV
 _ACK_BODY = struct.Struct("!IIQHH")
 _NACK_BODY = struct.Struct("!II12x")
 _PROBE_BODY = struct.Struct("!II12x")
+_EP_BODY = struct.Struct("!H2xII8x")  # request id, port status mask, service time (ns)
 _U16 = struct.Struct("!H")
 
 # Everything after the prefix's UDP ports, packed in one call: UDP length + checksum, BTH, RETH,
@@ -112,6 +119,7 @@ _DATA_IMM_TAIL = struct.Struct("!HHBBHIIQIIIBBBBIIIII")
 _ACK_TAIL = struct.Struct("!HHBBHIIIBBBBIIIIQHH")
 _NACK_TAIL = struct.Struct("!HHBBHIIIBBBBIIII12x")
 _PROBE_TAIL = struct.Struct("!HHBBHIIIBBBBIIII12x")
+_EP_TAIL = struct.Struct("!HHBBHIIIBBBBIIH2xII8x")
 _PAYLOAD_LEN_AT = OFF_IPV6 + 4
 # public for the sender's inlined hot loop (host/transport/qp.py)
 U16 = _U16
@@ -260,7 +268,24 @@ class ProbePacket:
     src_qp: int  #: the prober's QP (the reply's destination QP)
 
 
-Packet = DataPacket | AckPacket | NackPacket | ProbePacket
+@dataclass(slots=True)
+class EndpointPacket:
+    """A connectionless endpoint request (EP_REQUEST) or its response (EP_RESPONSE), addressed
+    by source, destination and EV: an EV probe or a port status update (``mrc_ctl_ep_req``)."""
+
+    outer: Outer  #: Ethernet / IPv6 / UDP / BTH fields (dest_qp 0: no QP)
+    response: bool  #: True for EP_RESPONSE
+    op: int  #: EP_OP_EV_PROBE or EP_OP_PORT_STATUS
+    flags: int  #: EP_FLAG_SVC_TIME on a response whose service time is set
+    plane_hint: int  #: plane of the NIC the request was sent from
+    ev: int  #: the EV (32-bit wire form) the request was sent on
+    timestamp: int  #: requester's timestamp (ns mod 2^32), echoed in the response
+    req_id: int  #: request id (16 bits), echoed
+    port_status: int  #: port status mask of the sender (bit N: port N = plane N - 1 is up)
+    service_ns: int  #: response: ns between the request's arrival and the response's departure
+
+
+Packet = DataPacket | AckPacket | NackPacket | ProbePacket | EndpointPacket
 
 
 # -- building ------------------------------------------------------------------------------------
@@ -315,13 +340,14 @@ def frame_prefix(
     ev: int,
     hop_limit: int = 64,
     mode: str = EV_MODE_SRV6,
+    outer: tuple[int, int] | None = None,
 ) -> bytes:
     """Ethernet + IPv6 + UDP ports for one EV (58 bytes; lengths are filled per packet); the
     EV goes into the flow label and the UDP source port as format ``mode`` says
-    (:func:`ev_outer`)."""
+    (:func:`ev_outer`), or ``outer`` gives both as they are (a response copying a request's)."""
     if len(src_mac) != 6 or len(dst_mac) != 6 or len(src) != 16 or len(dst) != 16:
         raise ValueError("frame_prefix: expected 6-byte MACs and 16-byte IPv6 addresses")
-    flow, sport = ev_outer(ev, mode)
+    flow, sport = ev_outer(ev, mode) if outer is None else outer
     first = (6 << 28) | (((dscp << 2) | ecn) << 20) | flow
     return (
         _ETH.pack(dst_mac, src_mac, ETHERTYPE_IPV6)
@@ -488,6 +514,40 @@ def encode_probe(
     return frame
 
 
+def encode_endpoint(
+    prefix: bytes,
+    response: bool,
+    op: int,
+    plane_hint: int,
+    ev: int,
+    timestamp: int,
+    req_id: int,
+    port_status: int = 0,
+    service_ns: int = 0,
+) -> bytearray:
+    """An EP_REQUEST (response False) or EP_RESPONSE frame (BTH dest QP 0: connectionless)."""
+    frame = _control(prefix)
+    flags = (op & 0x0F) | (EP_FLAG_SVC_TIME if response else 0)
+    _EP_TAIL.pack_into(
+        frame, _UDP_LEN_AT, _CTRL_UDP_LEN, 0,
+        OP_ACKNOWLEDGE, 0, 0xFFFF, 0, 0,
+        AETH_ACK << 24,
+        EXT_EP_RESPONSE if response else EXT_EP_REQUEST, flags, plane_hint, NO_SPINE,
+        ev & 0xFFFFFFFF, timestamp & 0xFFFFFFFF, req_id & 0xFFFF, port_status & 0xFFFFFFFF,
+        min(max(service_ns, 0), 0xFFFFFFFF),
+    )  # fmt: skip
+    return frame
+
+
+#: offset of an EP_RESPONSE's service time in the frame (the sender fills it in on departure)
+EP_SERVICE_AT = OFF_BTH + BTH_LEN + AETH_LEN + _CTRL_HEAD.size + 8
+
+
+def set_service_time(frame: bytearray, service_ns: int) -> None:
+    """Write an EP_RESPONSE's service time (ns) into the frame."""
+    struct.pack_into("!I", frame, EP_SERVICE_AT, min(max(int(service_ns), 0), 0xFFFFFFFF))
+
+
 # -- parsing -------------------------------------------------------------------------------------
 
 
@@ -586,7 +646,13 @@ def parse(frame: bytes | bytearray | memoryview, max_frame: int = MAX_FRAME) -> 
         return ProbePacket(
             outer, kind == EXT_PROBE_REPLY, plane, spine, ev, ts, probe_id, src_qp & QPN_MASK
         )
-    raise BadExtension(f"control extension type {kind}: expected 2 (ACK) .. 5 (PROBE_REPLY)")
+    if kind in (EXT_EP_REQUEST, EXT_EP_RESPONSE):
+        req_id, status, service = _EP_BODY.unpack_from(frame, off)
+        return EndpointPacket(
+            outer, kind == EXT_EP_RESPONSE, flags & 0x0F, flags & 0xF0, plane, ev, ts, req_id,
+            status, service,
+        )  # fmt: skip
+    raise BadExtension(f"control extension type {kind}: expected 2 (ACK) .. 7 (EP_RESPONSE)")
 
 
 # -- fast path ----------------------------------------------------------------------------------

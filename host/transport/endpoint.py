@@ -1,0 +1,322 @@
+"""Endpoint requests of a context: connectionless EV probes and port status updates, after the
+OCP controller API's ``mrc_ctl_ep_batch_send_wait`` (no I/O).
+
+A request is addressed by source (one of this host's NIC addresses), destination (a NIC
+address) and EV, in an EV format: SRV6 sends to the EV's uSID carrier, STEV and UDP to the
+destination's plain address with the EV in the flow label and UDP source port (the switches'
+ECMP picks the path). The responder answers from the NIC the request reached, to the
+requester's address, with the request's flow label and UDP source port, and writes into the
+response the time between the request's arrival and the response's departure (its service
+time), which the requester subtracts from the round trip.
+
+A batch (:class:`EpBatch`) collects the responses in arrival order until every request is
+answered or its timeout passes; a response to no batch that is waiting is dropped
+(``unknown_ep_response``): responses are not buffered between batches.
+
+Port status: when a NIC of this host goes down (the driver calls
+:meth:`Endpoint.set_port_state`), every EV of its plane is retired at once and a port status
+update (the mask of ports up) is sent to every peer; a peer retires its EVs towards this host on
+the ports the mask says are down and probes them again when a later update says they are up.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from host.transport import wire
+from host.transport.events import EndpointResponse, PortStatusChanged
+from host.transport.evs import EvFormat, ev_format
+from host.transport.qp_state import NS, Shared
+
+if TYPE_CHECKING:
+    from host.transport.qp import QueuePair
+
+OPS = {"ev_probe": wire.EP_OP_EV_PROBE, "port_status_update": wire.EP_OP_PORT_STATUS}
+OP_NAMES = {v: k for k, v in OPS.items()}
+#: request ids the context uses for its own port status updates (a batch may not use them)
+INTERNAL_REQ_IDS = range(0xFF00, 0x10000)
+#: copies of a port status update sent to each peer (on different planes when it can)
+PORT_STATUS_COPIES = 2
+
+
+class EndpointError(ValueError):
+    """A request that cannot be sent (names the request and the field)."""
+
+
+@dataclass(frozen=True)
+class EpRequest:
+    """One endpoint request (``mrc_ctl_ep_req``)."""
+
+    req_id: int  #: 16-bit id, unique among the requests waiting
+    sgid: Any  #: this host's NIC address (IPv6Address or text)
+    dgid: Any  #: the destination NIC's address
+    ev: int  #: the EV: 32-bit (STEV, UDP) or the 128-bit uSID carrier (SRV6)
+    ev_fmt: EvFormat | str = EvFormat.STEV
+    port: int | None = None  #: mrc_ctl_ev.port (1-based); default the port of ``sgid``
+    port_status: int = 0  #: port status updates: the mask of ports up (bit N: port N)
+
+
+@dataclass
+class EpBatch:
+    """A batch of requests of one operation and the responses that came back, in order."""
+
+    op: str
+    requests: tuple[EpRequest, ...]
+    sent: float  #: protocol time
+    deadline: float  #: protocol time
+    dilation: float
+    responses: list[EndpointResponse] = field(default_factory=list)
+
+    @property
+    def deadline_driver(self) -> float:
+        """The timeout in the driver's clock."""
+        return self.deadline * self.dilation
+
+    def complete(self) -> bool:
+        """Every request answered."""
+        return len(self.responses) >= len(self.requests)
+
+
+class Endpoint:
+    """Endpoint requests and responses, and port status, of one context."""
+
+    def __init__(
+        self, host: str, nics: dict[int, Any], shared: Shared,
+        qps: Callable[[], Iterator[QueuePair]], hop_limit: int,
+    ) -> None:  # fmt: skip
+        self.host = host
+        self.nics = nics
+        self._shared = shared
+        self._qps = qps
+        self._hop_limit = hop_limit
+        self._by_address = {_packed(nic.address): plane for plane, nic in nics.items()}
+        self.ports_up: set[int] = set(nics)
+        #: (req_id) -> (batch or None for the context's own updates, request, sent)
+        self._waiting: dict[int, tuple[EpBatch | None, int, float]] = {}
+        self._responses: list[tuple[bytearray, float]] = []  # sent, service time to write
+        self._next_internal = INTERNAL_REQ_IDS.start
+
+    # -- requests --------------------------------------------------------------------------------
+
+    def batch(
+        self, op: str, requests: Sequence[EpRequest], dscp: int, timeout: float, now: float,
+        dilation: float,
+    ) -> EpBatch:  # fmt: skip
+        """Send ``requests`` (all of operation ``op``) now; see :class:`EpBatch`."""
+        if op not in OPS:
+            raise EndpointError(f"endpoint operation {op!r}: expected one of {', '.join(OPS)}")
+        if not 0 <= dscp < 64:
+            raise EndpointError(f"request DSCP {dscp}: expected 0..63")
+        if not requests:
+            raise EndpointError("an endpoint batch needs at least one request")
+        ids = [r.req_id for r in requests]
+        for r in requests:
+            if not 0 <= r.req_id < INTERNAL_REQ_IDS.start or r.req_id in self._waiting:
+                raise EndpointError(
+                    f"request id {r.req_id}: expected 0..{INTERNAL_REQ_IDS.start - 1}, unique "
+                    "among the requests waiting"
+                )
+        if len(set(ids)) != len(ids):
+            raise EndpointError("request ids must be unique in a batch")
+        frames = [self._request_frame(r, OPS[op], dscp, now) for r in requests]
+        batch = EpBatch(op, tuple(requests), now, now + timeout, dilation)
+        for r, (plane, frame) in zip(requests, frames, strict=True):
+            self._shared.outbox.append((plane, frame))
+            self._waiting[r.req_id] = (batch, OPS[op], now)
+        self._count_sent(len(frames))
+        return batch
+
+    def _request_frame(
+        self, r: EpRequest, op: int, dscp: int, now: float
+    ) -> tuple[int, bytearray]:
+        try:
+            mode = ev_format(r.ev_fmt)
+        except ValueError as exc:
+            raise EndpointError(f"request {r.req_id}: {exc}") from None
+        src = _packed(r.sgid)
+        plane = self._by_address.get(src)
+        if plane is None:
+            raise EndpointError(f"request {r.req_id}: sgid {r.sgid} is no NIC of {self.host}")
+        if r.port is not None and r.port != plane + 1:
+            raise EndpointError(
+                f"request {r.req_id}: port {r.port} is not sgid's (port {plane + 1})"
+            )
+        if mode is EvFormat.SRV6:
+            if not 0 <= r.ev < 1 << 128:
+                raise EndpointError(f"request {r.req_id}: an SRV6 EV is a 128-bit carrier")
+            dst = r.ev.to_bytes(16, "big")
+            wire_ev = r.ev & 0xFFFFFFFF
+            outer = wire.ev_outer(wire_ev, wire.EV_MODE_STEV)
+        else:
+            dst = _packed(r.dgid)
+            top = 32 if mode is EvFormat.STEV else 16
+            if not 0 <= r.ev < 1 << top:
+                raise EndpointError(f"request {r.req_id}: a {mode.value} EV has {top} bits")
+            wire_ev = r.ev
+            outer = wire.ev_outer(r.ev, mode.value)
+        prefix = self._prefix(plane, dst, dscp, outer)
+        frame = wire.encode_endpoint(
+            prefix, False, op, plane, wire_ev, int(now * NS), r.req_id, r.port_status
+        )
+        return plane, frame
+
+    def _prefix(self, plane: int, dst: bytes, dscp: int, outer: tuple[int, int]) -> bytes:
+        nic = self.nics[plane]
+        return wire.frame_prefix(
+            src_mac=wire.mac_bytes(nic.mac), dst_mac=wire.mac_bytes(nic.gateway_mac),
+            src=_packed(nic.address), dst=dst, dscp=dscp, ecn=wire.ECN_NOT_ECT, ev=0,
+            hop_limit=self._hop_limit, outer=outer,
+        )  # fmt: skip
+
+    def _count_sent(self, n: int) -> None:
+        stats = self._shared.stats
+        stats.ep_requests_sent += n
+        stats.packets_sent += n
+        stats.bytes_sent += n * wire.CTRL_FRAME_LEN
+
+    # -- the wire ----------------------------------------------------------------------------------
+
+    def on_packet(self, pkt: wire.EndpointPacket, plane: int, now: float) -> None:
+        """An endpoint request (answer it) or response (match it to its batch)."""
+        if pkt.response:
+            self._on_response(pkt, plane, now)
+            return
+        out = pkt.outer
+        prefix = self._prefix(plane, out.src, wire.DSCP_CONTROL, (out.flow_label, out.udp_sport))
+        frame = wire.encode_endpoint(
+            prefix, True, pkt.op, pkt.plane_hint, pkt.ev, pkt.timestamp, pkt.req_id,
+            self.port_mask(),
+        )  # fmt: skip
+        self._shared.outbox.append((plane, frame))
+        self._responses.append((frame, now))
+        stats = self._shared.stats
+        stats.ep_requests_answered += 1
+        stats.packets_sent += 1
+        stats.bytes_sent += len(frame)
+        if pkt.op == wire.EP_OP_PORT_STATUS:
+            self._peer_status(out.src, pkt.port_status, now)
+
+    def departing(self, now: float) -> None:
+        """Write the service time into the responses leaving now (``frames_to_send``)."""
+        for frame, arrived in self._responses:
+            wire.set_service_time(frame, int((now - arrived) * NS))
+        self._responses.clear()
+
+    def _on_response(self, pkt: wire.EndpointPacket, plane: int, now: float) -> None:
+        found = self._waiting.get(pkt.req_id)
+        if found is None or found[1] != pkt.op:
+            self._shared.stats.drops["unknown_ep_response"] += 1
+            return
+        batch, op, sent = found
+        del self._waiting[pkt.req_id]
+        self._shared.stats.ep_responses_received += 1
+        adjusted = bool(pkt.flags & wire.EP_FLAG_SVC_TIME)
+        rtt = max(0.0, now - sent - (pkt.service_ns / NS if adjusted else 0.0))
+        event = EndpointResponse(
+            pkt.req_id, OP_NAMES[op], plane + 1, rtt, int(rtt * NS), adjusted, now
+        )
+        if batch is not None:
+            batch.responses.append(event)
+        self._shared.events.append(event)
+
+    def expire(self, batch: EpBatch) -> None:
+        """Forget the requests of ``batch`` still waiting (its timeout passed)."""
+        for r in batch.requests:
+            found = self._waiting.get(r.req_id)
+            if found is not None and found[0] is batch:
+                del self._waiting[r.req_id]
+
+    # -- port status ------------------------------------------------------------------------------
+
+    def port_mask(self) -> int:
+        """The ports (1-based) of this host that are up, as a mask (bit N: port N)."""
+        mask = 0
+        for plane in self.ports_up:
+            mask |= 1 << (plane + 1)
+        return mask
+
+    def set_port_state(self, plane: int, up: bool, now: float) -> int:
+        """A NIC went down or came up: retire (or probe again) its plane's EVs of every QP
+        that retires EVs, and tell every peer. Returns the EVs changed."""
+        if plane not in self.nics:
+            raise EndpointError(f"plane {plane}: {self.host} has no NIC there")
+        if (plane in self.ports_up) == up:
+            return 0
+        (self.ports_up.add if up else self.ports_up.discard)(plane)
+        (self._shared.ports_down.discard if up else self._shared.ports_down.add)(plane)
+        changed = 0
+        for qp in self._qps():
+            if qp.policy.failover:
+                changed += qp.set_plane(plane, up, "port_up" if up else "port_down", now)
+        self._shared.events.append(PortStatusChanged(self.host, plane, up, changed, now))
+        self._send_status(now)
+        return changed
+
+    def _send_status(self, now: float) -> None:
+        """A port status update to every peer a QP of this host talks to (internal ids)."""
+        peers: dict[str, QueuePair] = {}
+        for qp in self._qps():
+            peers.setdefault(qp.remote_host, qp)
+        mask = self.port_mask()
+        for qp in peers.values():
+            sent = 0
+            last = -1
+            for path in qp.paths:
+                if sent >= PORT_STATUS_COPIES:
+                    break
+                if path.plane not in self.ports_up or (sent and path.plane == last):
+                    continue
+                last = path.plane
+                req_id = self._next_internal
+                self._next_internal += 1
+                if self._next_internal >= INTERNAL_REQ_IDS.stop:
+                    self._next_internal = INTERNAL_REQ_IDS.start
+                ev = 0x5000_0000 | (req_id & 0xFFFF)  # a fixed EV per update: hashed by ECMP
+                r = EpRequest(req_id, path.src_nic.address, path.dst_nic.address, ev,
+                              EvFormat.STEV, None, mask)  # fmt: skip
+                plane, frame = self._request_frame(r, wire.EP_OP_PORT_STATUS, wire.DSCP_CONTROL,
+                                                   now)  # fmt: skip
+                self._shared.outbox.append((plane, frame))
+                self._waiting[req_id] = (None, wire.EP_OP_PORT_STATUS, now)
+                self._count_sent(1)
+                sent += 1
+
+    def _peer_status(self, address: bytes, mask: int, now: float) -> None:
+        """A peer's port status: its ports that are down carry nothing of ours; those up again
+        are probed back."""
+        text = str(ipaddress.IPv6Address(address))
+        for qp in self._qps():
+            if not qp.policy.failover:
+                continue
+            if not any(_packed(p.dst_nic.address) == address for p in qp.paths):
+                continue
+            for plane in sorted({p.plane for p in qp.paths}):
+                up = bool(mask >> (plane + 1) & 1)
+                changed = qp.set_plane(plane, up, "peer_port_up" if up else "peer_port_down", now)
+                if changed:
+                    self._shared.events.append(PortStatusChanged(text, plane, up, changed, now))
+
+    def plane_down(self, plane: int) -> bool:
+        """True while this host's NIC of ``plane`` is down."""
+        return plane not in self.ports_up
+
+    def waiting(self) -> int:
+        """Requests waiting for a response."""
+        return len(self._waiting)
+
+
+def _packed(address: object) -> bytes:
+    if isinstance(address, bytes) and len(address) == 16:
+        return address
+    packed = getattr(address, "packed", None)
+    if isinstance(packed, bytes) and len(packed) == 16:
+        return packed
+    try:
+        return ipaddress.IPv6Address(str(address)).packed
+    except ValueError:
+        raise EndpointError(f"address {address!r}: expected an IPv6 address") from None
+
+

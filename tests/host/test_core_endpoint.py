@@ -1,0 +1,144 @@
+"""Endpoint requests after mrc_ctl_ep_batch_send_wait: connectionless EV probes addressed by
+source, destination and EV (SRV6 and STEV), the responder's service time taken off the RTT,
+batches that time out; port status: a NIC down retires its plane's EVs at once and tells the
+peers (PORT_STATUS_UPDATE), and its EVs come back through probes."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from host.transport import wire
+from host.transport.api import Context
+from host.transport.endpoint import EndpointError, EpRequest
+from host.transport.events import EvStateChanged, PortStatusChanged
+from host.transport.evs import EvFormat, EvFormatProfile, EvState, GeneratedEvProfile
+from topologies import Fabric
+
+BASE = 0x7F00_0000_0000
+
+
+def pattern(n: int, seed: int) -> bytes:
+    return bytes((i * 5 + seed) & 0xFF for i in range(n))
+
+
+def test_ev_probes_in_stev_and_srv6(make_net: Any, fabric: Fabric) -> None:
+    net = make_net(seed=1)
+    h0 = net.host("h0")
+    net.host("h2")
+    a, b = fabric.host("h0"), fabric.host("h2")
+    carrier = int(fabric.paths("h0", "h2")[3].carrier)  # plane 1, spine 1
+    requests = [
+        EpRequest(1, a.nic(0).address, b.nic(0).address, 0x12345678, EvFormat.STEV),
+        EpRequest(2, a.nic(1).address, b.nic(1).address, 0x77, "udp", port=2),
+        EpRequest(3, str(a.nic(1).address), b.nic(1).address, carrier, EvFormat.SRV6),
+    ]
+    batch = h0.ep_batch_send("ev_probe", requests, dscp=46, timeout=1e-3)
+    net.sim.kick("h0")
+    net.run(1.0, stop=batch.complete)
+    responses = h0.ep_batch_end(batch)
+    assert sorted(r.req_id for r in responses) == [1, 2, 3]
+    by_id = {r.req_id: r for r in responses}
+    assert by_id[1].port == 1 and by_id[2].port == 2 and by_id[3].port == 2
+    assert all(r.adj_svc_time and r.rtt > 0 and r.op == "ev_probe" for r in responses)
+    # rtt_ns is real-fabric (protocol) time; rtt is the driver's (the in-memory network's)
+    assert all(abs(r.rtt_ns - r.rtt / net.sim.dilation * 1e9) <= 1 for r in responses)
+    stats = net.hosts["h2"].stats()
+    assert stats["ep_requests_answered"] == 3 and stats["drops"].get("unknown_qp", 0) == 0
+
+
+def test_probe_batch_times_out_on_a_dead_port(make_net: Any, fabric: Fabric) -> None:
+    net = make_net(seed=1)
+    h0 = net.host("h0")
+    net.host("h2")
+    net.sim.fail_link("h2", "t0-p0-r1", start=0.0)
+    a, b = fabric.host("h0"), fabric.host("h2")
+    batch = h0.ep_batch_send("ev_probe", [
+        EpRequest(7, a.nic(0).address, b.nic(0).address, 1),
+        EpRequest(8, a.nic(1).address, b.nic(1).address, 1),
+    ], timeout=100e-6)  # fmt: skip
+    net.sim.kick("h0")
+    net.run(batch.deadline_driver, stop=batch.complete)
+    assert not batch.complete()
+    assert [r.req_id for r in h0.ep_batch_end(batch)] == [8]
+
+
+def test_request_errors(fabric: Fabric) -> None:
+    ctx = Context("h0", fabric.host("h0").nics)
+    a, b = fabric.host("h0"), fabric.host("h2")
+    good = EpRequest(1, a.nic(0).address, b.nic(0).address, 1)
+    for bad, words in [
+        (EpRequest(1, b.nic(0).address, a.nic(0).address, 1), "no NIC of h0"),
+        (EpRequest(1, a.nic(0).address, b.nic(0).address, 1, port=2), "port 2"),
+        (EpRequest(1, a.nic(0).address, b.nic(0).address, 1 << 32), "32 bits"),
+        (EpRequest(0xFF01, a.nic(0).address, b.nic(0).address, 1), "request id"),
+        (EpRequest(1, a.nic(0).address, "nonsense", 1), "IPv6"),
+    ]:
+        with pytest.raises(EndpointError, match=words):
+            ctx.ep_batch_send("ev_probe", [bad])
+    with pytest.raises(EndpointError, match="operation"):
+        ctx.ep_batch_send("ping", [good])
+    with pytest.raises(EndpointError, match="unique"):
+        ctx.ep_batch_send("ev_probe", [good, good])
+
+
+def test_service_time_is_taken_off_the_rtt(fabric: Fabric) -> None:
+    a = Context("h0", fabric.host("h0").nics)
+    b = Context("h2", fabric.host("h2").nics)
+    request = EpRequest(5, fabric.host("h0").nic(0).address, fabric.host("h2").nic(0).address, 9)
+    batch = a.ep_batch_send("ev_probe", [request], timeout=10.0, now=0.0)
+    [(plane, frame)] = a.frames_to_send(0.0)
+    b.receive_frame(plane, frame, 1.0)  # arrives at 1.0 ...
+    [(plane, response)] = b.frames_to_send(1.5)  # ... leaves at 1.5: 0.5 s of service
+    pkt = wire.parse(response)
+    assert isinstance(pkt, wire.EndpointPacket) and pkt.response and pkt.service_ns == 500_000_000
+    assert pkt.outer.dst == fabric.host("h0").nic(0).address.packed
+    a.receive_frame(plane, response, 2.0)
+    [r] = a.ep_batch_end(batch)
+    assert r.rtt == pytest.approx(1.5) and r.rtt_ns == 1_500_000_000
+    # a response nobody waits for is dropped
+    a.receive_frame(plane, response, 2.1)
+    assert a.stats()["drops"]["unknown_ep_response"] == 1
+
+
+@pytest.mark.parametrize("fmt", [EvFormatProfile(), EvFormatProfile(EvFormat.STEV)],
+                         ids=["srv6", "stev"])  # fmt: skip
+def test_nic_down_retires_its_plane_at_once_and_tells_the_peer(
+    make_net: Any, fmt: EvFormatProfile
+) -> None:
+    net = make_net(seed=4)
+    flow = net.connect("h0", "h2", ev_profile=GeneratedEvProfile(32, fmt=fmt))
+    back = flow.receiver  # h2's QP towards h0
+    data = pattern(4 << 20, 3)
+    flow.sender.post_write(data, BASE, flow.region.rkey, wr_id=1)
+    net.sim.kick("h0")
+    net.run(0.05)
+    t_down = net.sim.now
+    net.sim.fail_link("h0", "t0-p0-r0", start=t_down, end=t_down + 0.2)
+    changed = net.hosts["h0"].set_port_state(0, False, now=t_down)
+    assert changed == 16 and net.hosts["h0"].ports_up == [1]
+    # at once, before any loss: every EV of plane 0, whatever ev_min_active says
+    plane0 = [s for s in flow.sender.ev_table.slots if s.plane == 0]
+    assert all(s.state is EvState.ASSUMED_BAD for s in plane0)
+    net.sim.kick("h0")
+    net.run(t_down + 0.1)
+    # the peer heard it (PORT_STATUS_UPDATE on plane 1) and stopped sending on plane 0 too
+    assert all(s.state is EvState.ASSUMED_BAD for s in back.ev_table.slots if s.plane == 0)
+    net.drain_events()
+    reasons = {e.reason for e in net.events if isinstance(e, EvStateChanged)}
+    assert {"port_down", "peer_port_down"} <= reasons and not reasons & {"sack", "rto"}
+    peer_events = [e for e in net.events if isinstance(e, PortStatusChanged)]
+    assert {(e.host, e.plane, e.up) for e in peer_events} >= {("h0", 0, False)}
+    assert net.hosts["h0"].stats()["rtos"] == 0
+    # the link comes back: port up, the EVs are probed back to GOOD, on both sides
+    t_up = t_down + 0.2
+    net.run(t_up)
+    net.hosts["h0"].set_port_state(0, True, now=t_up)
+    net.sim.kick("h0")
+    net.run(t_up + 5.0, stop=lambda: len(net.cqs["h0"]) == 1)
+    net.run(net.sim.now + 0.05)
+    assert net.cqs["h0"].poll()[0].status == "ok"
+    assert flow.region.read(BASE, len(data)) == data
+    assert flow.sender.ev_table.counts()["good"] == 32
+    assert back.ev_table.counts()["good"] == 32
