@@ -42,6 +42,7 @@ from typing import Any
 from host.agent.commands import Commands
 from host.agent.control import ControlServer, SocketInUse
 from host.agent.data import Transfer
+from host.agent.linkwatch import LinkWatch
 from host.agent.nic_setup import NicSetup, SetupError, prepare_nic, require_interface
 from host.agent.ocp import OcpProvider, ocp_socket_path
 from host.agent.options import DEFAULT_CONTROL_DIR, AgentOptions, default_control_path
@@ -318,6 +319,13 @@ class Agent:
             self.planes.append(plane)
             self.selector.register(sock.sock, selectors.EVENT_READ, self._make_reader(plane))
         try:
+            self.links: LinkWatch | None = LinkWatch({p.nic.intf: p.nic.plane for p in self.planes})
+        except OSError as exc:  # no netlink: NIC failures are found by losses only
+            log.warning("no link state of the NICs (%s): NIC failures found by losses", exc)
+            self.links = None
+        if self.links is not None:
+            self.selector.register(self.links.sock, selectors.EVENT_READ, self._on_links)
+        try:
             self.control = ControlServer(self.control_path, Commands(self).handle)
         except SocketInUse as exc:
             raise AgentError(str(exc)) from None
@@ -338,6 +346,23 @@ class Agent:
             self.control_path,
             " (direct mode)" if self.options.direct else "",
         )
+
+    def _on_links(self, mask: int) -> None:
+        """A NIC's link went down or came up: the core retires its plane's EVs at once (or
+        probes them back) and tells the peers (port status update)."""
+        assert self.links is not None
+        changes = self.links.changes()
+        if not changes:
+            return
+        now = self.now()
+        for plane, up in changes:
+            changed = self.context.set_port_state(plane, up, now)
+            log.info("plane %d NIC %s: %d EVs %s", plane, "up" if up else "down", changed,
+                     "probed again" if up else "retired")  # fmt: skip
+            self.event_log.append(
+                {"event": "PortStatus", "plane": plane, "up": up, "evs": changed, "time": now}
+            )
+        self.after_core(now)
 
     def _make_reader(self, plane: PlaneNic) -> Callable[[int], None]:
         def ready(mask: int) -> None:
@@ -758,6 +783,12 @@ class Agent:
                 self.selector.unregister(plane.sock.sock)
             plane.sock.close()
         self.planes = []
+        links = getattr(self, "links", None)
+        if links is not None:
+            with contextlib.suppress(KeyError, ValueError):
+                self.selector.unregister(links.sock)
+            links.close()
+            self.links = None
         if self.pcap is not None:
             self.pcap.close()
         self.selector.close()

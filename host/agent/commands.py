@@ -8,6 +8,7 @@ into ``{"ok": false, "error": "...", "field": "..."}``.
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import stat
 from collections.abc import Callable, Mapping, Sequence
@@ -39,6 +40,7 @@ from host.agent.options import AgentOptions
 from host.transport.api import Context, MemoryRegion
 from host.transport.cc import CcProfile, CcProfileError
 from host.transport.cc.base import PROFILE_KEYS
+from host.transport.endpoint import EndpointError, EpRequest
 from host.transport.evs import EvFormatProfile, EvProfileError, EvState, ev_format
 from host.transport.policy import POLICIES
 from topologies import Host, Nic, Topology
@@ -113,6 +115,7 @@ class Commands:
             "ev-format": self.ev_format,
             "ev-profiles": self.ev_profiles,
             "ev-events": self.ev_events,
+            "ep-probe": self.ep_probe,
             "verify": self.verify,
             "quit": self.quit,
         }
@@ -236,6 +239,92 @@ class Commands:
         events = [dict(e) for e in self.agent.ev_events if int(e["seq"]) > since]
         last = events[-1]["seq"] if events else since
         return {"ok": True, "events": events, "last": last}
+
+    def ep_probe(self, request: Mapping[str, Any]) -> Reply | Deferred:
+        """EV probes after ``mrc_ctl_ep_batch_send_wait``: send every request of ``requests``
+        (each ``req_id``, ``ev``, ``format`` srv6|stev|udp, and either ``sgid``/``dgid`` or
+        ``peer``/``plane``; an SRV6 EV may be given as its carrier address) in traffic class
+        ``dscp``, and answer with the responses in arrival order (``rtt`` in ns of real-fabric
+        time, the responder's service time taken off) when all came back or ``timeout_ns``
+        (real-fabric ns) passed."""
+        reject_unknown(request, {"requests", "dscp", "timeout_ns"})
+        agent = self.agent
+        raw = request.get("requests")
+        if not isinstance(raw, list) or not raw or not all(isinstance(r, dict) for r in raw):
+            raise BadRequest("field 'requests': expected a non-empty list of objects", "requests")
+        requests = [self._ep_request(i, r) for i, r in enumerate(raw)]
+        dscp = get_int(request, "dscp", default=48, low=0, high=63)
+        timeout_ns = get_int(request, "timeout_ns", default=2_000_000, low=1, high=1 << 32)
+        assert dscp is not None and timeout_ns is not None
+        now = agent.now()
+        try:
+            batch = agent.context.ep_batch_send(
+                "ev_probe", requests, dscp=dscp, timeout=timeout_ns * 1e-9, now=now
+            )
+        except EndpointError as exc:
+            raise BadRequest(f"field 'requests': {exc}", "requests") from None
+        agent.after_core(now)
+        deferred = Deferred()
+
+        def check(now: float) -> bool:
+            if deferred.done:
+                return True
+            if batch.complete() or now >= batch.deadline_driver:
+                responses = agent.context.ep_batch_end(batch)
+                deferred.resolve({
+                    "ok": True,
+                    "complete": batch.complete(),
+                    "responses": [
+                        {"req_id": r.req_id, "port": r.port, "rtt": r.rtt_ns,
+                         "adj_svc_time": r.adj_svc_time}
+                        for r in responses
+                    ],
+                })  # fmt: skip
+                return True
+            return False
+
+        agent.add_waiter(check, batch.deadline_driver)
+        return deferred
+
+    def _ep_request(self, i: int, r: Mapping[str, Any]) -> EpRequest:
+        agent = self.agent
+        name = f"requests[{i}]"
+        allowed = {"req_id", "ev", "format", "sgid", "dgid", "peer", "plane", "port"}
+        for key in r:
+            if key not in allowed:
+                raise BadRequest(f"field '{name}.{key}': unknown field", f"{name}.{key}")
+        req_id = get_int(r, "req_id", low=0, high=0xFEFF, required=True)
+        fmt = str(r.get("format", "stev")).lower()
+        if fmt not in ("srv6", "stev", "udp"):
+            raise BadRequest(f"field '{name}.format': expected srv6, stev or udp", f"{name}.format")
+        ev_raw = r.get("ev")
+        if fmt == "srv6" and isinstance(ev_raw, str):
+            try:
+                ev = int(ipaddress.IPv6Address(ev_raw))
+            except ValueError:
+                raise BadRequest(
+                    f"field '{name}.ev': expected a carrier address", f"{name}.ev"
+                ) from None
+        else:
+            ev_int = get_int(r, "ev", low=0, required=True)
+            assert ev_int is not None
+            ev = ev_int
+        if "peer" in r:
+            peer = next((h for h in agent.peers if h.name == r["peer"]), None)
+            plane = get_int(r, "plane", low=0, high=len(agent.host.nics) - 1, default=0)
+            if peer is None or plane is None:
+                raise BadRequest(f"field '{name}.peer': expected another host", f"{name}.peer")
+            sgid: object = agent.host.nic(plane).address
+            dgid: object = peer.nic(plane).address
+        else:
+            sgid, dgid = r.get("sgid"), r.get("dgid")
+            if not isinstance(sgid, str) or not isinstance(dgid, str):
+                raise BadRequest(
+                    f"field '{name}': give sgid and dgid (addresses) or peer and plane", name
+                )
+        port = get_int(r, "port", low=1, high=32)
+        assert req_id is not None
+        return EpRequest(req_id, sgid, dgid, ev, fmt, port)
 
     def stats(self, request: Mapping[str, Any]) -> Reply:
         """All statistics of the agent and the core."""

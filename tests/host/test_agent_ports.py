@@ -1,0 +1,116 @@
+"""Two agents back to back in network namespaces (root): a NIC whose link goes down has its
+plane's EVs retired at once (no loss, no timeout) and the peer told by a port status update;
+it comes back through probes; EV probes through the ep-probe command."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from experiments.hostnets import BackToBack, netns_available
+from host.agent.control_client import ControlClient, ControlError
+from topologies import Fabric, load_topology
+from topologies.config import shipped_topology
+
+pytestmark = pytest.mark.netns
+
+SKIP = netns_available()
+if SKIP is not None:
+    pytest.skip(f"agent namespace tests: {SKIP}", allow_module_level=True)
+
+TOPO = shipped_topology("small")
+
+
+@pytest.fixture(scope="module")
+def small() -> Fabric:
+    return Fabric(load_topology(TOPO))
+
+
+@pytest.fixture(scope="module")
+def net(small: Fabric, tmp_path_factory: pytest.TempPathFactory) -> Iterator[BackToBack]:
+    work = tmp_path_factory.mktemp("ports")
+    b2b = BackToBack(small, TOPO, ("h0", "h1"), prefix="ap", workdir=work)
+    try:
+        b2b.create()
+        b2b.start_agent("h0")
+        b2b.start_agent("h1")
+        yield b2b
+    finally:
+        b2b.close()
+
+
+def wait_for(check: Any, timeout: float = 10.0) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found = check()
+        if found:
+            return found
+        time.sleep(0.05)
+    raise AssertionError("timed out")
+
+
+def plane_states(client: ControlClient, peer: str, label: str) -> dict[str, int]:
+    return dict(client.paths(peer)["paths"][peer]["paths"][label]["states"])
+
+
+def test_nic_down_retires_the_plane_at_once_and_tells_the_peer(net: BackToBack) -> None:
+    with net.client("h0") as h0, net.client("h1") as h1:
+        since0 = h0.ev_events()["last"]
+        since1 = h1.ev_events()["last"]
+        net.run("h0", ["ip", "link", "set", "h0-p0", "down"])
+        try:
+            events = wait_for(
+                lambda: [e for e in h0.ev_events(since0)["events"] if e["reason"] == "port_down"]
+            )
+            # no transfer runs: the link state alone retired the plane, nothing was lost
+            assert {e["plane"] for e in events} == {0} and {e["new"] for e in events} == {
+                "assumed_bad"
+            }
+            assert plane_states(h0, "h1", "p0") == {"assumed_bad": 64}
+            assert plane_states(h0, "h1", "p1") == {"good": 64}
+            # the peer heard it through plane 1 and stopped using our plane 0 as well
+            peer = wait_for(
+                lambda: [
+                    e for e in h1.ev_events(since1)["events"] if e["reason"] == "peer_port_down"
+                ]
+            )
+            assert {e["plane"] for e in peer} == {0}
+            assert h0.stats()["stats"]["core"]["rtos"] == 0
+            # data still moves, on plane 1
+            region = h1.register("ports", 1 << 20)
+            t = h0.transfer("h1", region["addr"], region["rkey"], 1 << 20, seed=41)
+            assert h0.wait([t["transfer"]], timeout=60)["failed"] == []
+            assert h1.verify("ports", seed=41)["match"]
+        finally:
+            net.run("h0", ["ip", "link", "set", "h0-p0", "up"])
+        # back through probes, on both sides
+        wait_for(lambda: plane_states(h0, "h1", "p0") == {"good": 64}, timeout=20)
+        wait_for(lambda: plane_states(h1, "h0", "p0") == {"good": 64}, timeout=20)
+        reasons = [e["reason"] for e in h0.ev_events(since0)["events"]]
+        assert "port_up" in reasons and "probe_reply" in reasons
+
+
+def test_ev_probes_through_the_control_interface(net: BackToBack, small: Fabric) -> None:
+    with net.client("h0") as h0:
+        reply = h0.request(
+            "ep-probe",
+            requests=[
+                {"req_id": 1, "peer": "h1", "plane": 0, "ev": 0x12345, "format": "stev"},
+                {"req_id": 2, "peer": "h1", "plane": 1, "ev": 7, "format": "udp"},
+                {"req_id": 3, "sgid": str(small.host("h0").nic(1).address),
+                 "dgid": str(small.host("h1").nic(1).address), "ev": 9},
+            ],
+            dscp=46,
+            timeout_ns=20_000_000,
+        )  # fmt: skip
+        assert reply["complete"], reply
+        by_id = {r["req_id"]: r for r in reply["responses"]}
+        assert set(by_id) == {1, 2, 3}
+        assert by_id[1]["port"] == 1 and by_id[2]["port"] == 2
+        assert all(r["rtt"] > 0 and r["adj_svc_time"] for r in by_id.values())
+        with pytest.raises(ControlError) as err:
+            h0.request("ep-probe", requests=[{"req_id": 1, "peer": "h9", "ev": 1}])
+        assert err.value.field == "requests[0].peer"
