@@ -2,11 +2,10 @@
  * mrc-testbed: lib_mrc.so, the OCP MRC controller API (mrc_ctl.h) on the testbed.
  *
  * What the testbed honours: versions, device attributes, port administrative state (a
- * disabled port is a plane whose EVs are DENIED on every QP of the host), EV events, EV format
- * profiles and EV profiles (kept by the agent, host/agent/ocp_profiles.py), and queries of the
- * host's own CC profile (id 0). Configurable CC profiles and endpoint probes are not offered:
- * the device advertises none (cc_max_profiles = 0, no MRC_CTL_OPT_CAP_EP_OP_EV_PROBE), and the
- * calls fail with the errors mrc_ctl.h documents for that. docs/ocp-api.md has the table.
+ * disabled port is a plane whose EVs are DENIED on every QP of the host), EV events, and EV
+ * format, EV and CC profiles (kept by the agent, host/agent/ocp_profiles.py; id 0 is the
+ * host's own). Endpoint probes are not offered (no MRC_CTL_OPT_CAP_EP_OP_EV_PROBE) and fail
+ * with the error mrc_ctl.h documents for that. docs/ocp-api.md has the table.
  */
 #define _GNU_SOURCE
 #include <endian.h>
@@ -82,7 +81,7 @@ static int ctl_query_device(struct ibv_context *context, struct mrc_ctl_device_a
 	attr->ev.ev_mode_mask = MRC_CTL_EV_MODE_AUTO | MRC_CTL_EV_MODE_EXP | MRC_CTL_EV_MODE_GEN;
 	(void)ev_count;
 	attr->ev.ev_op_max_entries = 0;
-	attr->cc.cc_max_profiles = 0;
+	attr->cc.cc_max_profiles = 64;	/* besides the host's own profile 0 */
 	attr->cc.algorithms = algorithms;
 	for (int p = 1; p <= m->nports && p < 32; p++)
 		attr->phy_port_mask |= 1U << p;
@@ -452,57 +451,152 @@ EXPORT int mrc_ctl_query_ev_profile(struct mrc_context *mrc_ctx, uint64_t ev_pro
 
 /* -- CC profiles --------------------------------------------------------------------------------- */
 
+static int is_nscc(const char *name)
+{
+	return name && (strcmp(name, "nscc") == 0 || strcmp(name, "uet-1.0-nscc") == 0);
+}
+
+/* The NSCC fields, as the agent names them (host/transport/cc/nscc.py). */
+static void put_nscc(struct mtb_sb *sb, const struct mrc_ctl_cc_nscc_cfg *c)
+{
+	mtb_sb_printf(sb, ",\"config\":{\"disable_qa\":%u,\"adjust_bytes_threshold\":%u,"
+		      "\"adjust_period_threshold\":%u,\"base_rtt\":%u,\"eta\":%.9g,\"fi\":%.9g,"
+		      "\"fi_scale\":%.9g,\"gamma\":%.9g,\"max_md_jump\":%.9g,\"max_cwnd\":%u,"
+		      "\"qa_gate\":%u,\"qa_threshold\":%u,\"target_delay\":%u}",
+		      c->disable_qa, c->adjust_bytes_threshold, c->adjust_period_threshold,
+		      c->base_rtt, (double)c->eta, (double)c->fi, (double)c->fi_scale,
+		      (double)c->gamma, (double)c->max_md_jump, c->max_cwnd, c->qa_gate,
+		      c->qa_threshold, c->target_delay);
+}
+
+static double num(const char *obj, const char *key)
+{
+	const char *v = mtb_json_get(obj, key);
+
+	return v ? strtod(v, NULL) : 0.0;
+}
+
+static char *cc_call(struct mrc_context *ctx, uint64_t id, const char *op, int mask,
+		     struct mtb_sb *extra)
+{
+	struct mtb_sb sb;
+	char *reply;
+
+	mtb_sb_init(&sb);
+	mtb_sb_printf(&sb, "{\"cmd\":\"cc_profile\",\"op\":\"%s\",\"id\":%llu,\"mask\":%u%s}", op,
+		      (unsigned long long)id, (unsigned int)mask & 0x7fffffffu,
+		      extra && extra->p ? extra->p : "");
+	reply = mtb_call(ctx->mtb, &sb);
+	mtb_sb_free(&sb);
+	return reply;
+}
+
 EXPORT int mrc_ctl_modify_cc_profile(struct mrc_context *mrc_ctx, uint64_t cc_profile_id,
 				     struct mrc_ctl_cc_profile_attr *attr, int attr_mask)
 {
-	(void)attr;
-	(void)attr_mask;
-	if (!mrc_ctx_check(mrc_ctx, "mrc_ctl_modify_cc_profile"))
+	const char *fn = "mrc_ctl_modify_cc_profile";
+	struct mtb_sb extra;
+	char algorithm[32] = "";
+	char *reply;
+
+	if (!mrc_ctx_check(mrc_ctx, fn))
 		return -1;
-	if (cc_profile_id == 0)
-		return fail(EBUSY, "%s: profile 0 is the host's own and in use (set it with "
-			    "'mrc-host cc-profile'); the testbed has no other CC profiles",
-			    "mrc_ctl_modify_cc_profile");
-	return fail(EINVAL, "%s: the testbed device has no configurable CC profiles "
-		    "(cc_max_profiles = 0)", "mrc_ctl_modify_cc_profile");
+	if (!attr)
+		return fail(EINVAL, "%s: attr is required", fn);
+	if (attr_mask & MRC_CTL_CC_PROFILE_VENDOR_CFG &&
+	    vendor_cfg_set(attr->vendor_cfg, sizeof(attr->vendor_cfg)))
+		return fail(EINVAL, "%s: the testbed has no vendor-specific configuration", fn);
+	if (attr_mask & MRC_CTL_CC_PROFILE_ALGORITHM) {
+		if (attr->algorithm && strlen(attr->algorithm) >= sizeof(algorithm))
+			return fail(EINVAL, "%s: unknown algorithm", fn);
+		snprintf(algorithm, sizeof(algorithm), "%s", attr->algorithm ? attr->algorithm : "");
+		for (const char *c = algorithm; *c; c++)
+			if (*c == '"' || *c == '\\')
+				return fail(EINVAL, "%s: unknown algorithm", fn);
+	} else if (attr_mask & MRC_CTL_CC_PROFILE_CONFIG) {
+		/* the configuration's structure is the profile's algorithm's: ask which it is */
+		reply = cc_call(mrc_ctx, cc_profile_id, "query", 0, NULL);
+		if (!reply)
+			return -1;
+		mtb_json_str(reply, "algorithm", algorithm, sizeof(algorithm));
+	}
+	mtb_sb_init(&extra);
+	mtb_sb_printf(&extra, "%s", "");
+	if (attr_mask & MRC_CTL_CC_PROFILE_STATE)
+		mtb_sb_printf(&extra, ",\"state\":%d", (int)attr->profile_state);
+	if (attr_mask & MRC_CTL_CC_PROFILE_CUR_STATE)
+		mtb_sb_printf(&extra, ",\"cur_state\":%d", (int)attr->cur_profile_state);
+	if (attr_mask & MRC_CTL_CC_PROFILE_ALGORITHM)
+		mtb_sb_printf(&extra, ",\"algorithm\":\"%s\"", algorithm);
+	if (attr_mask & MRC_CTL_CC_PROFILE_CONFIG) {
+		if (is_nscc(algorithm)) {
+			if (!attr->cc_config) {
+				mtb_sb_free(&extra);
+				return fail(EINVAL, "%s: NSCC needs its struct mrc_ctl_cc_nscc_cfg", fn);
+			}
+			put_nscc(&extra, attr->cc_config);
+		} else {
+			/* no public configuration structure: the algorithm's defaults */
+			mtb_sb_printf(&extra, ",\"config\":{}");
+		}
+	}
+	reply = cc_call(mrc_ctx, cc_profile_id, "modify", attr_mask, &extra);
+	mtb_sb_free(&extra);
+	return reply ? 0 : -1;
 }
 
 EXPORT int mrc_ctl_query_cc_profile(struct mrc_context *mrc_ctx, uint64_t cc_profile_id,
 				    struct mrc_ctl_cc_profile_attr *attr, int attr_mask)
 {
-	static __thread char name[32];
-	struct mtb_sb sb;
-	char *reply;
+	static __thread struct mrc_ctl_cc_nscc_cfg nscc;
+	const char *fn = "mrc_ctl_query_cc_profile";
+	char name[32] = "", *reply;
+	const char *config;
+	uint64_t v;
 
-	if (!mrc_ctx_check(mrc_ctx, "mrc_ctl_query_cc_profile"))
+	if (!mrc_ctx_check(mrc_ctx, fn))
 		return -1;
 	if (!attr)
-		return fail(EINVAL, "%s: attr is required", "mrc_ctl_query_cc_profile");
-	if (cc_profile_id != 0)
-		return fail(EINVAL, "%s: only profile 0 (the host's own) exists",
-			    "mrc_ctl_query_cc_profile");
-	if (attr_mask & ~(MRC_CTL_CC_PROFILE_STATE | MRC_CTL_CC_PROFILE_CUR_STATE |
-			  MRC_CTL_CC_PROFILE_ALGORITHM))
-		return fail(EINVAL, "%s: profile 0 answers STATE, CUR_STATE and ALGORITHM only",
-			    "mrc_ctl_query_cc_profile");
-	mtb_sb_init(&sb);
-	mtb_sb_printf(&sb, "{\"cmd\":\"query_device\"}");
-	reply = mtb_call(mrc_ctx->mtb, &sb);
-	mtb_sb_free(&sb);
+		return fail(EINVAL, "%s: attr is required", fn);
+	reply = cc_call(mrc_ctx, cc_profile_id, "query", attr_mask, NULL);
 	if (!reply)
 		return -1;
-	if (mtb_json_str(reply, "cc", name, sizeof(name)))
-		snprintf(name, sizeof(name), "unknown");
-	if (attr_mask & MRC_CTL_CC_PROFILE_STATE)
-		attr->profile_state = MRC_CTL_PROFILE_ONLINE;
-	if (attr_mask & MRC_CTL_CC_PROFILE_CUR_STATE)
-		attr->cur_profile_state = MRC_CTL_PROFILE_ONLINE;
+	mtb_json_str(reply, "algorithm", name, sizeof(name));
+	if (attr_mask & MRC_CTL_CC_PROFILE_STATE && !mtb_json_u64(reply, "state", &v))
+		attr->profile_state = (enum mrc_ctl_profile_state)v;
+	if (attr_mask & MRC_CTL_CC_PROFILE_CUR_STATE && !mtb_json_u64(reply, "state", &v))
+		attr->cur_profile_state = (enum mrc_ctl_profile_state)v;
 	if (attr_mask & MRC_CTL_CC_PROFILE_ALGORITHM) {
-		attr->algorithm = NULL;
+		attr->algorithm = NULL; /* a string of the device's algorithm list, or NULL */
 		for (int i = 0; algorithms[i]; i++)
 			if (strcmp(algorithms[i], name) == 0)
 				attr->algorithm = algorithms[i];
 	}
+	if (attr_mask & MRC_CTL_CC_PROFILE_CONFIG) {
+		/* NSCC: a structure of the library's (one per thread, valid until the next query) */
+		attr->cc_config = NULL;
+		config = mtb_json_get(reply, "config");
+		if (config && is_nscc(name)) {
+			nscc = (struct mrc_ctl_cc_nscc_cfg){
+				.disable_qa = (uint8_t)num(config, "disable_qa"),
+				.adjust_bytes_threshold = (uint32_t)num(config, "adjust_bytes_threshold"),
+				.adjust_period_threshold = (uint32_t)num(config, "adjust_period_threshold"),
+				.base_rtt = (uint32_t)num(config, "base_rtt"),
+				.eta = (float)num(config, "eta"),
+				.fi = (float)num(config, "fi"),
+				.fi_scale = (float)num(config, "fi_scale"),
+				.gamma = (float)num(config, "gamma"),
+				.max_md_jump = (float)num(config, "max_md_jump"),
+				.max_cwnd = (uint32_t)num(config, "max_cwnd"),
+				.qa_gate = (uint8_t)num(config, "qa_gate"),
+				.qa_threshold = (uint32_t)num(config, "qa_threshold"),
+				.target_delay = (uint32_t)num(config, "target_delay"),
+			};
+			attr->cc_config = &nscc;
+		}
+	}
+	if (attr_mask & MRC_CTL_CC_PROFILE_VENDOR_CFG)
+		memset(attr->vendor_cfg, 0, sizeof(attr->vendor_cfg));
 	return 0;
 }
 

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from host.agent.ocp_mem import AppMemory, MemoryAccessError, read_memory
-from host.agent.ocp_profiles import ProfileError, ProfileStore
+from host.agent.ocp_profiles import CcProfileStore, ProfileError, ProfileStore
 from host.agent.ocp_server import OcpConnection, OcpServer, Reply
 from host.transport.api import Context
 from host.transport.cc import CcProfile
@@ -92,7 +92,6 @@ MAX_TIMEOUT = 24
 MAX_RETRY_LINEAR = 7
 MAX_RETRY_EXP = 25
 FIRST_OCP_QPN = 0x10000
-DEFAULT_PROFILE = 0  # EV and CC profile 0: the agent's own (--ev-count, --cc)
 
 _STATUS = {
     STATUS_OK: WC_SUCCESS,
@@ -309,6 +308,9 @@ class OcpProvider:
         self.port_enabled: dict[int, bool] = {nic.plane + 1: True for nic in agent.host.nics}
         self.counters = {"recv_without_buffer": 0, "cq_overflows": 0, "flushed": 0}
         self.profiles = ProfileStore(agent.context, agent.now, self._ev_count())
+        self.cc_profiles = CcProfileStore(
+            self._cc, self._fit_cc, agent.context.config.mtu, self._cc_users
+        )
         self._hosts_by_address: dict[bytes, str] = {
             nic.address.packed: host.name for host in agent.fabric.hosts for nic in host.nics
         }
@@ -318,7 +320,7 @@ class OcpProvider:
             "create_cq": self.create_cq, "destroy_cq": self.destroy_cq, "poll_cq": self.poll_cq,
             "req_notify_cq": self.req_notify_cq, "create_qp": self.create_qp,
             "create_ev_cq": self.create_ev_cq, "ev_fmt_profile": self.ev_fmt_profile,
-            "ev_profile": self.ev_profile,
+            "ev_profile": self.ev_profile, "cc_profile": self.cc_profile,
             "destroy_qp": self.destroy_qp, "modify_qp": self.modify_qp,
             "query_qp": self.query_qp, "post_send": self.post_send,
             "post_recv": self.post_recv, "modify_port": self.modify_port,
@@ -560,6 +562,22 @@ class OcpProvider:
         """Controller API: modify or query an EV profile (:mod:`host.agent.ocp_profiles`)."""
         return self._profile_call(session, request, self.profiles.ev_profile)
 
+    def cc_profile(self, session: Session, request: Mapping[str, Any]) -> Reply:
+        """Controller API: modify or query a CC profile (:mod:`host.agent.ocp_profiles`)."""
+        return self._profile_call(session, request, self.cc_profiles.request)
+
+    def _cc_users(self, profile_id: int) -> int:
+        return sum(1 for _, qp in self.qps.values() if qp.cc_profile == profile_id)
+
+    def _fit_cc(self, profile: CcProfile) -> CcProfile:
+        """NSCC's fabric defaults under the fields a profile sets (as the agent's own)."""
+        topology = getattr(self.agent, "topology", None)
+        if topology is None:
+            return profile
+        from host.transport.cc.fabric import fabric_cc_profile
+
+        return fabric_cc_profile(topology, profile)
+
     def _profile_call(self, session: Session, request: Mapping[str, Any], handler: Any) -> Reply:
         if request.get("op") == "modify" and session.conn.uid != 0:
             raise OcpError(
@@ -758,16 +776,12 @@ class OcpProvider:
             except ProfileError as exc:
                 raise OcpError(exc.code, f"modify_qp: {exc}") from None
             values["ev_profile"] = request["ev_profile"]
-        for name in ("cc_profile",):
-            if name in request:
-                value = _int(request, name)
-                if value != DEFAULT_PROFILE:
-                    raise OcpError(
-                        errno.EINVAL,
-                        f"modify_qp: {name.replace('_', ' ')} {value} does not exist on "
-                        f"{self.agent.host.name} (profile 0 is the host's own; docs/ocp-api.md)",
-                    )
-                values[name] = value
+        if "cc_profile" in request:
+            try:
+                self.cc_profiles.check_usable(_int(request, "cc_profile"))
+            except ProfileError as exc:
+                raise OcpError(exc.code, f"modify_qp: {exc}") from None
+            values["cc_profile"] = request["cc_profile"]
         limits = {
             "max_wimm": MAX_WIMM, "max_wimm_dest": MAX_WIMM, "mpr": MAX_MPR, "mpr_dest": MAX_MPR,
             "timeout": MAX_TIMEOUT, "retry_linear": MAX_RETRY_LINEAR, "retry_exp": MAX_RETRY_EXP,
@@ -876,7 +890,11 @@ class OcpProvider:
         agent = self.agent
         assert qp.remote_host is not None and qp.dest_qpn is not None
         policy = "no-trim-nack" if qp.cap & MRC_QP_CAP_TRIM_NACK_DEST_UNSUPPORTED else "mrc"
-        cc = self._cc()
+        try:
+            self.cc_profiles.check_usable(qp.cc_profile or 0)
+        except ProfileError as exc:
+            raise OcpError(exc.code, f"modify_qp: {exc}") from None
+        cc = self.cc_profiles.profile_for(qp.cc_profile or 0)
         ev_profile: Any = GeneratedEvProfile(count=self._ev_count())
         if qp.ev_profile:
             try:

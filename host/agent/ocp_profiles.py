@@ -1,5 +1,9 @@
 """EV format profiles and EV profiles of the OCP MRC controller API (``mrc_ctl.h``), per host.
 
+CC profiles (``mrc_ctl_cc_profile_attr``) follow the same life cycle: an ONLINE one gives a QP
+that names it at INIT its congestion control (for NSCC, the fields of ``mrc_ctl_cc_nscc_cfg``;
+a field left 0 takes the fabric's default).
+
 A controller configures them by id, through the life cycle ``mrc_ctl.h`` gives them (INIT ->
 OFFLINE -> ONLINE -> OFFLINE -> INIT); when an EV profile goes ONLINE it becomes a profile of
 the transport core (``Context.create_ev_profile``) whose EV states every QP using it shares,
@@ -20,6 +24,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from host.transport.api import Context
+from host.transport.cc import CcProfile
+from host.transport.cc.base import CcProfileError
 from host.transport.evs import (
     EvField,
     EvFormat,
@@ -586,3 +592,150 @@ class ProfileStore:
             count = core.count or self.default_count
             return value in generate_evs(core.fields, core.fmt, count)
         return False  # SRV6 EVs come from the paths: only the QPs' tables know them
+
+
+# -- CC profiles ---------------------------------------------------------------------------------
+
+CC_M_STATE, CC_M_CUR_STATE, CC_M_ALGORITHM, CC_M_CONFIG = 1, 2, 4, 8
+#: nscc fields where 0 is a setting, not "unset" (the others take the fabric's default at 0)
+NSCC_ZERO_MEANINGFUL = ("disable_qa", "qa_gate")
+
+
+@dataclass
+class CtlCcProfile:
+    """A CC profile as the controller configured it."""
+
+    state: int = PROFILE_INIT
+    algorithm: str | None = None
+    config: dict[str, float] | None = None
+
+
+class CcProfileStore:
+    """The CC profiles of one host; profile 0 is the agent's own congestion control."""
+
+    def __init__(
+        self,
+        own: Callable[[], CcProfile],
+        fit: Callable[[CcProfile], CcProfile],
+        mtu: int,
+        users: Callable[[int], int],
+    ) -> None:
+        self.own = own
+        self.fit = fit
+        self.mtu = mtu
+        self.users = users  #: QPs (at INIT or later) naming a profile
+        self.profiles: dict[int, CtlCcProfile] = {}
+
+    def check_usable(self, profile_id: int) -> None:
+        """Refuse a QP's CC profile id unless it is 0 or an ONLINE profile."""
+        if profile_id == 0:
+            return
+        profile = self.profiles.get(profile_id)
+        if profile is None or profile.state != PROFILE_ONLINE:
+            state = "does not exist" if profile is None else f"is {STATE_NAMES[profile.state]}"
+            raise ProfileError(
+                errno.EINVAL, f"CC profile {profile_id} {state}: a QP needs an ONLINE one (or 0)"
+            )
+
+    def profile_for(self, profile_id: int) -> CcProfile:
+        """The congestion control of a QP that names ``profile_id``."""
+        if profile_id == 0:
+            return self.own()
+        profile = self.profiles[profile_id]
+        return self.fit(CcProfile(profile.algorithm or "", dict(profile.config or {})))
+
+    def request(self, request: Mapping[str, Any]) -> dict[str, Any]:
+        pid = _int(request, "id")
+        mask = _int(request, "mask", (1 << 32) - 1)
+        modify = request.get("op") == "modify"
+        if pid == 0:
+            if modify:
+                raise ProfileError(
+                    errno.EBUSY,
+                    "CC profile 0 is the host's own and in use (the agent's cc-profile command "
+                    "changes it)",
+                )
+            own = self.own()
+            return {"ok": True, "state": PROFILE_ONLINE, "algorithm": own.name,
+                    "config": dict(own.params)}  # fmt: skip
+        profile = self.profiles.get(pid)
+        if profile is None:
+            if not modify:
+                raise ProfileError(errno.EINVAL, f"CC profile {pid} does not exist")
+            if len(self.profiles) >= MAX_PROFILES:
+                raise ProfileError(errno.EINVAL, f"at most {MAX_PROFILES} CC profiles")
+            profile = CtlCcProfile()
+        if modify:
+            self._modify(pid, profile, request, mask)
+            self.profiles[pid] = profile
+            if profile.state == PROFILE_INIT and profile.algorithm is None:
+                self.profiles.pop(pid, None)
+        return {"ok": True, "state": profile.state, "algorithm": profile.algorithm or "",
+                "config": dict(profile.config or {})}  # fmt: skip
+
+    def _modify(
+        self, pid: int, profile: CtlCcProfile, request: Mapping[str, Any], mask: int
+    ) -> None:
+        state = profile.state
+        if mask & CC_M_CUR_STATE and _int(request, "cur_state", 2) != state:
+            raise ProfileError(errno.EINVAL, f"CC profile {pid} is {STATE_NAMES[state]}")
+        if state == PROFILE_ONLINE and mask & (CC_M_ALGORITHM | CC_M_CONFIG):
+            raise ProfileError(
+                errno.EBUSY if self.users(pid) else errno.EINVAL,
+                f"CC profile {pid} is ONLINE: set it OFFLINE to change it",
+            )
+        if mask & CC_M_ALGORITHM:
+            name = request.get("algorithm")
+            if not isinstance(name, str) or not name:
+                raise ProfileError(
+                    errno.EINVAL,
+                    "CC algorithm NULL: the testbed's transport always runs a congestion "
+                    "control (choose fixed for a fixed window)",
+                )
+            try:
+                CcProfile.from_dict({"algorithm": name}, mtu=self.mtu)
+            except CcProfileError as exc:
+                raise ProfileError(errno.EINVAL, str(exc)) from None
+            if name != profile.algorithm:
+                profile.config = None
+            profile.algorithm = name
+        if mask & CC_M_CONFIG:
+            config = request.get("config")
+            if not isinstance(config, dict):
+                raise ProfileError(errno.EINVAL, "CC config: expected the algorithm's fields")
+            if profile.algorithm is None:
+                raise ProfileError(errno.EINVAL, f"CC profile {pid}: set the algorithm first")
+            given = {k: v for k, v in config.items() if v or k in NSCC_ZERO_MEANINGFUL}
+            try:
+                fitted = self.fit(CcProfile(profile.algorithm, given))
+                CcProfile.from_dict(fitted.as_dict(), mtu=self.mtu)
+            except CcProfileError as exc:
+                raise ProfileError(errno.EINVAL, f"CC profile {pid}: {exc}") from None
+            profile.config = given
+        if mask & CC_M_STATE:
+            new = _int(request, "state", 2)
+            if new == state:
+                return
+            if state == PROFILE_INIT and new == PROFILE_OFFLINE:
+                if profile.algorithm is None:
+                    raise ProfileError(
+                        errno.EINVAL, f"CC profile {pid}: INIT -> OFFLINE needs the ALGORITHM"
+                    )
+            elif state == PROFILE_OFFLINE and new == PROFILE_ONLINE:
+                if profile.config is None:
+                    raise ProfileError(
+                        errno.EINVAL, f"CC profile {pid}: OFFLINE -> ONLINE needs the CONFIG"
+                    )
+            elif state == PROFILE_ONLINE and new == PROFILE_OFFLINE:
+                if self.users(pid):
+                    raise ProfileError(
+                        errno.EBUSY, f"CC profile {pid}: {self.users(pid)} QP(s) use it"
+                    )
+            elif state == PROFILE_OFFLINE and new == PROFILE_INIT:
+                profile.algorithm, profile.config = None, None
+            else:
+                raise ProfileError(
+                    errno.EINVAL,
+                    f"CC profile {pid}: {STATE_NAMES[state]} -> {STATE_NAMES[new]} (INIT -> OFFLINE -> ONLINE -> OFFLINE -> INIT)",
+                )
+            profile.state = new

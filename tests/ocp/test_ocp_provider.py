@@ -578,3 +578,43 @@ def test_explicit_ev_profile_is_replaced_then_online(pair: Pair) -> None:
     assert array == [[ev_hex(0x0101), 1], [ev_hex(0x0202), 2]]
     h0.fails("ev_profile", errno.EINVAL, **ev, mask=P.EV_M_EV_OP, ev_op=P.EV_OP_REPLACE,
              entries=[[ev_hex(0x0101), 1, ev_hex(5), 1, 0, 0]])  # ONLINE: no replacing  # fmt: skip
+
+
+def test_cc_profiles_after_mrc_ctl(pair: Pair) -> None:
+    from host.agent import ocp_profiles as P
+
+    h0, h1 = pair.h0, pair.h1
+    if os.geteuid() != 0:
+        h0.fails("cc_profile", errno.EPERM, op="modify", id=3, mask=P.CC_M_ALGORITHM,
+                 algorithm="fixed")  # fmt: skip
+        return
+    cc = {"op": "modify", "id": 3}
+    h0.fails("cc_profile", errno.EINVAL, **cc, mask=P.CC_M_STATE, state=P.PROFILE_OFFLINE)
+    h0.fails("cc_profile", errno.EINVAL, **cc, mask=P.CC_M_ALGORITHM, algorithm="vegas")
+    h0.fails("cc_profile", errno.EINVAL, **cc, mask=P.CC_M_ALGORITHM, algorithm="")
+    h0.ok("cc_profile", **cc, mask=P.CC_M_ALGORITHM | P.CC_M_STATE, algorithm="nscc",
+          state=P.PROFILE_OFFLINE)  # fmt: skip
+    h0.fails("cc_profile", errno.EINVAL, **cc, mask=P.CC_M_STATE, state=P.PROFILE_ONLINE)
+    h0.fails("cc_profile", errno.EINVAL, **cc, mask=P.CC_M_CONFIG, config={"gamma": -1.0})
+    config = {"max_cwnd": 300_000, "base_rtt": 0, "disable_qa": 1}  # 0: the fabric's default
+    h0.ok("cc_profile", **cc, mask=P.CC_M_CONFIG | P.CC_M_STATE, config=config,
+          state=P.PROFILE_ONLINE)  # fmt: skip
+    queried = h0.ok("cc_profile", op="query", id=3, mask=P.CC_M_CONFIG)
+    assert queried["algorithm"] == "nscc" and queried["config"] == {"max_cwnd": 300_000,
+                                                                     "disable_qa": 1}  # fmt: skip
+    assert h0.ok("cc_profile", op="query", id=0, mask=P.CC_M_ALGORITHM)["state"] == 2
+    h0.fails("cc_profile", errno.EBUSY, op="modify", id=0, mask=P.CC_M_STATE, state=1)
+    qa, _, _ = make_qp(h0)
+    qb, _, _ = make_qp(h1)
+    h0.fails("modify_qp", errno.EINVAL, qpn=qa, state=INIT, ev_profile=0, cc_profile=4)
+    h0.ok("modify_qp", qpn=qa, state=INIT, ev_profile=0, cc_profile=3)
+    h1.ok("modify_qp", qpn=qb, state=INIT, ev_profile=0, cc_profile=0)
+    h0.ok("modify_qp", qpn=qa, state=RTR, dgid=h1.gid(), dest_qpn=qb)
+    core = h0.agent.context.qp(qa).cc
+    assert type(core).__name__.lower().startswith("nscc")
+    assert core.params["max_cwnd"] == 300_000 and core.params["disable_qa"] == 1
+    h0.fails("cc_profile", errno.EBUSY, **cc, mask=P.CC_M_STATE, state=P.PROFILE_OFFLINE)
+    h0.ok("destroy_qp", qpn=qa)
+    h0.ok("cc_profile", **cc, mask=P.CC_M_STATE, state=P.PROFILE_OFFLINE)
+    h0.ok("cc_profile", **cc, mask=P.CC_M_STATE, state=P.PROFILE_INIT)
+    h0.fails("cc_profile", errno.EINVAL, op="query", id=3, mask=P.CC_M_STATE)

@@ -98,8 +98,9 @@ static void open_host(struct host *h, struct ibv_device **list)
 }
 
 static uint64_t ev_profile_id; /* the EV profile of h0's next QP (0: the host's own) */
+static uint64_t cc_profile_id; /* its CC profile */
 
-static struct mrc_qp *new_qp(struct host *h, uint64_t profile)
+static struct mrc_qp *new_qp(struct host *h, uint64_t profile, uint64_t cc)
 {
 	struct mrc_qp_init_attr attr = {
 		.send_cq = h->scq, .recv_cq = h->rcq, .pd = h->pd, .sq_sig_all = 1,
@@ -110,7 +111,7 @@ static struct mrc_qp *new_qp(struct host *h, uint64_t profile)
 	if (!qp)
 		DIE("mrc_create_qp on %s", h->name);
 	struct ibv_qp_attr va = {.qp_state = IBV_QPS_INIT};
-	struct mrc_qp_attr ma = {.profile.ev_profile_id = profile};
+	struct mrc_qp_attr ma = {.profile.ev_profile_id = profile, .profile.cc_profile_id = cc};
 
 	if (mrc_modify_qp(qp, &va, IBV_QP_STATE, &ma, MRC_QP_EV_PROFILE_ID | MRC_QP_CC_PROFILE_ID))
 		DIE("INIT on %s", h->name);
@@ -136,8 +137,8 @@ static void connect_qp(struct host *h, struct host *peer)
 
 static void pair(struct host *a, struct host *b)
 {
-	a->qp = new_qp(a, ev_profile_id);
-	b->qp = new_qp(b, 0);
+	a->qp = new_qp(a, ev_profile_id, cc_profile_id);
+	b->qp = new_qp(b, 0, 0);
 	connect_qp(a, b);
 	connect_qp(b, a);
 }
@@ -483,6 +484,44 @@ int main(void)
 	mrc_destroy_qp(h1.qp);
 	CHECK("ev_profile_offline_again", mrc_ctl_modify_ev_profile(h0.mrc, 12, &evp,
 	      MRC_CTL_EV_PROFILE_STATE) == 0, "refused");
+
+	/* a CC profile (UET NSCC with a window cap of the controller's) for a QP */
+	struct mrc_ctl_cc_nscc_cfg ncfg = {.max_cwnd = 200000};
+	struct mrc_ctl_cc_profile_attr cca = {.profile_state = MRC_CTL_PROFILE_OFFLINE};
+
+	errno = 0;
+	CHECK("cc_null_algorithm", mrc_ctl_modify_cc_profile(h0.mrc, 21, &cca,
+	      MRC_CTL_CC_PROFILE_STATE | MRC_CTL_CC_PROFILE_ALGORITHM) == -1 && errno == EINVAL,
+	      "accepted");
+	cca.algorithm = "uet-1.0-nscc";
+	CHECK("cc_offline", mrc_ctl_modify_cc_profile(h0.mrc, 21, &cca,
+	      MRC_CTL_CC_PROFILE_STATE | MRC_CTL_CC_PROFILE_ALGORITHM) == 0, "refused");
+	cca.profile_state = MRC_CTL_PROFILE_ONLINE;
+	cca.cc_config = &ncfg;
+	CHECK("cc_online", mrc_ctl_modify_cc_profile(h0.mrc, 21, &cca,
+	      MRC_CTL_CC_PROFILE_STATE | MRC_CTL_CC_PROFILE_CONFIG) == 0, "refused");
+	memset(&cca, 0, sizeof(cca));
+	rc = mrc_ctl_query_cc_profile(h0.mrc, 21, &cca, MRC_CTL_CC_PROFILE_STATE |
+				      MRC_CTL_CC_PROFILE_ALGORITHM | MRC_CTL_CC_PROFILE_CONFIG);
+	const struct mrc_ctl_cc_nscc_cfg *got_cfg = cca.cc_config;
+
+	CHECK("cc_query", rc == 0 && cca.profile_state == MRC_CTL_PROFILE_ONLINE && cca.algorithm &&
+	      strcmp(cca.algorithm, "uet-1.0-nscc") == 0 && got_cfg && got_cfg->max_cwnd == 200000,
+	      "rc %d", rc);
+	cc_profile_id = 21;
+	pair(&h0, &h1);
+	cc_profile_id = 0;
+	memset(h1.buf, 0x5a, BUF);
+	rc = post_write(&h0, &h1, 22, 0, 30000, 0, h0.mr->lkey, 0, &bad);
+	n = poll_one(h0.scq, &wc, 30);
+	CHECK("cc_profile_data", rc == 0 && n == 1 && wc.status == IBV_WC_SUCCESS &&
+	      memcmp(h1.buf, h0.buf, 30000) == 0, "rc %d n %d status %d", rc, n, wc.status);
+	cca.profile_state = MRC_CTL_PROFILE_OFFLINE;
+	errno = 0;
+	CHECK("cc_profile_busy", mrc_ctl_modify_cc_profile(h0.mrc, 21, &cca,
+	      MRC_CTL_CC_PROFILE_STATE) == -1 && errno == EBUSY, "taken offline under a QP");
+	mrc_destroy_qp(h0.qp);
+	mrc_destroy_qp(h1.qp);
 	struct mrc_ctl_cc_profile_attr ccp = {0};
 
 	CHECK("ctl_cc_profile_query", mrc_ctl_query_cc_profile(h0.mrc, 0, &ccp,
