@@ -24,7 +24,7 @@ def base(**extra: Any) -> dict[str, Any]:
     return out
 
 
-@pytest.mark.parametrize("name", ["incident", "spraying"])
+@pytest.mark.parametrize("name", ["incident", "spraying", "plane"])
 def test_failure_scenarios_load(name: str) -> None:
     scenario = load_scenario(shipped_scenario(name))
     assert scenario.faults and scenario.flows()
@@ -128,6 +128,13 @@ def test_phase_carries_out_nic_and_plane_faults() -> None:
     assert marks[-1] == ("down", "h0 <-> t0-p0-r0")
     phase.undo_faults()
     assert tb.calls[-1] == ("up", "h0", "t0-p0-r0")
+
+
+def test_plane_scenario_loses_a_plane_and_a_nic() -> None:
+    scenario = load_scenario(shipped_scenario("plane"))
+    kinds = [f.kind for f in scenario.faults]
+    assert kinds == ["plane_down", "plane_up", "nic_down", "nic_up"]
+    assert scenario.faults[0].switches == ("t1-p1-s0", "t1-p1-s1")
 
 
 def test_affected_labels_of_a_plane_and_of_ecmp_evs() -> None:
