@@ -94,7 +94,7 @@ def expected(frame: bytes) -> dict[str, int]:
         "mrc.dest_qp": pkt.outer.dest_qp,
         "mrc.psn": pkt.outer.psn,
         "mrc.plane_hint": pkt.plane_hint,
-        "mrc.spine_hint": pkt.spine_hint,
+        "mrc.spine_hint": getattr(pkt, "spine_hint", wire.NO_SPINE),
         "mrc.ev": pkt.ev,
     }
     if isinstance(pkt, wire.DataPacket):
@@ -131,6 +131,15 @@ def expected(frame: bytes) -> dict[str, int]:
             "mrc.aeth.syndrome": pkt.syndrome,
             "mrc.nack.psn": pkt.psn,
             "mrc.nack.cum_psn": pkt.cum_psn,
+        })  # fmt: skip
+    elif isinstance(pkt, wire.EndpointPacket):
+        fields.update({
+            "mrc.type": wire.EXT_EP_RESPONSE if pkt.response else wire.EXT_EP_REQUEST,
+            "mrc.timestamp": pkt.timestamp,
+            "mrc.ep.op": pkt.op,
+            "mrc.ep.req_id": pkt.req_id,
+            "mrc.ep.port_status": pkt.port_status,
+            "mrc.ep.svc_time": pkt.service_ns,
         })  # fmt: skip
     else:
         assert isinstance(pkt, wire.ProbePacket)
@@ -177,7 +186,10 @@ def built_frames() -> list[bytes]:
     nack = wire.encode_nack(control, 0x102, wire.FLAG_TRIMMED, 1, 0, 0x1020_0003, 123456789, 77, 70)
     probe = wire.encode_probe(control, 0x103, False, 1, 1, 0x1030_0001, 42, 7, 0x104)
     reply = wire.encode_probe(control, 0x104, True, 1, 1, 0x1030_0001, 42, 7, 0x104)
-    return [bytes(f) for f in (whole, with_imm, trimmed, ack, nack, probe, reply)]
+    request = wire.encode_endpoint(control, False, wire.EP_OP_EV_PROBE, 1, 0x1234_5678, 42, 9)
+    status = wire.encode_endpoint(control, True, wire.EP_OP_PORT_STATUS, 0, 5, 43, 0xFF01, 0b110,
+                                  1500)  # fmt: skip
+    return [bytes(f) for f in (whole, with_imm, trimmed, ack, nack, probe, reply, request, status)]
 
 
 def test_every_field_of_built_frames(tmp_path: Path) -> None:

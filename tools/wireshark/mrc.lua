@@ -18,7 +18,9 @@
 
 local mrc = Proto("mrc", "MRC (Multipath Reliable Connection) extension")
 
-local EXT_NAMES = { [1] = "DATA", [2] = "ACK", [3] = "NACK", [4] = "PROBE", [5] = "PROBE_REPLY" }
+local EXT_NAMES = { [1] = "DATA", [2] = "ACK", [3] = "NACK", [4] = "PROBE", [5] = "PROBE_REPLY",
+    [6] = "EP_REQUEST", [7] = "EP_RESPONSE" }
+local EP_OPS = { [0] = "EV_PROBE", [1] = "PORT_STATUS_UPDATE" }
 local OPCODE_NAMES = {
     [0x0A] = "RDMA WRITE Only", [0x0B] = "RDMA WRITE Only with Immediate",
     [0x11] = "Acknowledge",
@@ -69,6 +71,12 @@ local f = {
     nack_cum = ProtoField.uint32("mrc.nack.cum_psn", "Receiver's cumulative PSN", base.DEC),
     probe_id = ProtoField.uint32("mrc.probe.id", "Probe id", base.DEC),
     probe_src_qp = ProtoField.uint32("mrc.probe.src_qp", "Prober's QP", base.HEX),
+    ep_op = ProtoField.uint8("mrc.ep.op", "Endpoint operation", base.DEC, EP_OPS, 0x0F),
+    ep_svc_valid = ProtoField.bool("mrc.ep.svc_time_valid", "Service time set", 8, nil, 0x80),
+    ep_req_id = ProtoField.uint16("mrc.ep.req_id", "Request id", base.DEC),
+    ep_port_status = ProtoField.uint32("mrc.ep.port_status", "Port status (bit N: port N up)",
+        base.HEX),
+    ep_svc_time = ProtoField.uint32("mrc.ep.svc_time", "Responder service time (ns)", base.DEC),
     reserved = ProtoField.bytes("mrc.reserved", "Reserved"),
 }
 local field_list = {}
@@ -163,6 +171,9 @@ local function control_extension(tvb, pinfo, tree)
     elseif ext_type == 3 then
         flags:add(f.flag_trimmed, tvb(ext + 1, 1))
         flags:add(f.flag_access, tvb(ext + 1, 1))
+    elseif ext_type >= 6 then
+        flags:add(f.ep_op, tvb(ext + 1, 1))
+        flags:add(f.ep_svc_valid, tvb(ext + 1, 1))
     end
     sub:add(f.plane, tvb(ext + 2, 1))
     sub:add(f.spine, tvb(ext + 3, 1))
@@ -185,6 +196,14 @@ local function control_extension(tvb, pinfo, tree)
         sub:add(f.nack_cum, tvb(ext + 16, 4))
         sub:add(f.reserved, tvb(ext + 20, 12))
         detail = string.format("psn=%d", tvb(ext + 12, 4):uint())
+    elseif ext_type >= 6 then
+        sub:add(f.ep_req_id, tvb(ext + 12, 2))
+        sub:add(f.ep_port_status, tvb(ext + 16, 4))
+        sub:add(f.ep_svc_time, tvb(ext + 20, 4))
+        sub:add(f.reserved, tvb(ext + 24, 8))
+        local op = EP_OPS[bit.band(tvb(ext + 1, 1):uint(), 0x0F)] or "?"
+        detail = string.format("%s id=%d ports=0x%x", op, tvb(ext + 12, 2):uint(),
+            tvb(ext + 16, 4):uint())
     else
         sub:add(f.probe_id, tvb(ext + 12, 4))
         sub:add(f.probe_src_qp, tvb(ext + 16, 4))

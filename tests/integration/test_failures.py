@@ -1,0 +1,183 @@
+"""Failures as MRC sees them, on the emulated small fabric: an EV profile shared by two QPs (one
+finds a failed path, the other never sends on it), STEV EVs spread by the switches' ECMP over
+every uplink and recovering from a link failure, a host NIC going down retiring its plane's EVs
+without a timeout, and an EV DENIED from the mrc-host command line carrying nothing.
+
+Every test leaves the shared fabric as it found it (links up, EV format SRv6, EVs GOOD)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import pytest
+
+pytestmark = [pytest.mark.mininet, pytest.mark.slow]
+Wait = Callable[[Callable[[], bool], float, str], None]
+FAILED = ("t0-p0-r0", "t1-p0-s0")  # rack 0's plane-0 uplink to spine 0
+
+
+@contextmanager
+def client(testbed: Any, host: str, timeout: float = 120.0) -> Iterator[Any]:
+    from host.agent.control_client import ControlClient
+
+    with ControlClient(testbed.control_path(host), timeout=timeout) as c:
+        yield c
+
+
+def core(testbed: Any, host: str) -> dict[str, Any]:
+    with client(testbed, host) as c:
+        stats: dict[str, Any] = c.stats()["stats"]["core"]
+        return stats
+
+
+def states(testbed: Any, src: str, dst: str, policy: str = "mrc") -> dict[str, dict[str, int]]:
+    with client(testbed, src) as c:
+        table = c.paths(dst, policy)["paths"][dst]["paths"]
+    return {label: dict(entry["states"]) for label, entry in table.items()}
+
+
+def transfer(testbed: Any, src: str, dst: str, size: int, seed: int, policy: str = "mrc") -> None:
+    """A WRITE of ``size`` bytes that must arrive intact."""
+    region = f"r{seed}"
+    with client(testbed, dst) as rx:
+        mr = rx.register(region, size)
+    with client(testbed, src) as tx:
+        reply = tx.transfer(dst, mr["addr"], mr["rkey"], size, seed=seed, policy=policy)
+        done = tx.wait([reply["transfer"]], timeout=120)
+    assert done["complete"] and not done["failed"], done
+    with client(testbed, dst) as rx:
+        assert rx.verify(region, seed=seed)["match"]
+
+
+def tx_bytes(intf: str) -> int:
+    """Bytes a switch interface (root namespace) sent."""
+    with open(f"/sys/class/net/{intf}/statistics/tx_bytes") as f:
+        return int(f.read())
+
+
+def uplinks(testbed: Any, leaf: str) -> list[str]:
+    return [p.intf for p in testbed.fabric.uplinks(leaf)]
+
+
+def all_good(testbed: Any, src: str, dst: str) -> Callable[[], bool]:
+    return lambda: all(set(s) == {"good"} for s in states(testbed, src, dst).values())
+
+
+def test_a_shared_profile_keeps_the_other_qp_off_a_failed_path(testbed: Any, wait: Wait) -> None:
+    with client(testbed, "h0") as c:
+        profiles = c.request("ev-profiles")["profiles"]
+    shared = [p for p in profiles.values() if p["qps"] == ["h2/mrc", "h2/no-trim-nack"]]
+    assert len(shared) == 1
+    testbed.link_down(*FAILED)
+    try:
+        # the no-trim-nack QP finds the failure (it loses packets on p0-s0)...
+        transfer(testbed, "h0", "h2", 2 << 20, seed=51, policy="no-trim-nack")
+        assert states(testbed, "h0", "h2", "no-trim-nack")["p0-s0"].get("assumed_bad")
+        # ...and the mrc QP, which has never sent a packet, already avoids it
+        assert states(testbed, "h0", "h2", "mrc")["p0-s0"].get("assumed_bad")
+        before = core(testbed, "h0")
+        transfer(testbed, "h0", "h2", 2 << 20, seed=52, policy="mrc")
+        after = core(testbed, "h0")
+        assert after["retransmits"] == before["retransmits"]  # nothing sent into the failure
+        assert after["rtos"] == before["rtos"]
+    finally:
+        testbed.link_up(*FAILED)
+    wait(all_good(testbed, "h0", "h2"), 60, "probes to reinstate p0-s0")
+
+
+def test_stev_spraying_uses_every_uplink_and_survives_a_link_failure(
+    testbed: Any, wait: Wait
+) -> None:
+    hosts = [h.name for h in testbed.fabric.hosts]
+    for host in hosts:
+        with client(testbed, host) as c:
+            assert c.ev_format("stev")["format"] == "stev"
+    try:
+        leaves = [f"t0-p{p}-r0" for p in range(testbed.fabric.topology.planes)]
+        ports = [intf for leaf in leaves for intf in uplinks(testbed, leaf)]
+        before = {intf: tx_bytes(intf) for intf in ports}
+        size = 4 << 20
+        transfer(testbed, "h0", "h2", size, seed=61)
+        sent = {intf: tx_bytes(intf) - before[intf] for intf in ports}
+        for intf, n in sent.items():  # ECMP put a real share on every uplink
+            assert n > size // (4 * len(ports)), (intf, sent)
+        assert {s for table in states(testbed, "h0", "h2").values() for s in table} == {"good"}
+        # a link failure: only the EVs the hash put on it are retired, one by one
+        testbed.link_down(*FAILED)
+        try:
+            transfer(testbed, "h0", "h2", size, seed=62)
+            table = states(testbed, "h0", "h2")
+            assert table["p0-ecmp"].get("assumed_bad", 0) > 0
+            assert table["p0-ecmp"].get("good", 0) > 0  # the other spine's EVs
+            assert set(table["p1-ecmp"]) == {"good"}
+        finally:
+            testbed.link_up(*FAILED)
+        wait(all_good(testbed, "h0", "h2"), 60, "probes to reinstate the retired EVs")
+    finally:
+        for host in hosts:
+            with client(testbed, host) as c:
+                c.ev_format("srv6")
+
+
+def test_nic_down_retires_its_plane_without_a_timeout(testbed: Any, wait: Wait) -> None:
+    with client(testbed, "h0") as c:
+        since = c.ev_events()["last"]
+    rtos = core(testbed, "h0")["rtos"]
+    testbed.link_down("h0", "t0-p0-r0")
+    try:
+        wait(
+            lambda: all(
+                set(s) == {"assumed_bad"}
+                for label, s in states(testbed, "h0", "h2").items()
+                if label.startswith("p0")
+            ),
+            10,
+            "h0's plane-0 EVs to be retired by the port status",
+        )
+        with client(testbed, "h0") as c:
+            reasons = {e["reason"] for e in c.ev_events(since)["events"]}
+        assert "port_down" in reasons and not reasons & {"rto", "sack"}
+        # the peer was told: h2 stops sending to h0's plane-0 NIC
+        wait(
+            lambda: all(
+                s.get("assumed_bad")
+                for label, s in states(testbed, "h2", "h0").items()
+                if label.startswith("p0")
+            ),
+            10,
+            "h2 to retire its EVs towards h0's plane 0",
+        )
+        transfer(testbed, "h0", "h2", 1 << 20, seed=71)
+        assert core(testbed, "h0")["rtos"] == rtos
+    finally:
+        testbed.link_up("h0", "t0-p0-r0")
+    wait(all_good(testbed, "h0", "h2"), 60, "h0's plane 0 to come back through probes")
+    wait(all_good(testbed, "h2", "h0"), 60, "h2's EVs towards h0's plane 0 to come back")
+
+
+def test_an_ev_denied_from_the_command_line_carries_nothing(testbed: Any, wait: Wait) -> None:
+    def cli(*args: str) -> None:
+        done = subprocess.run(
+            [sys.executable, "-m", "host.agent.cli", "set-ev", "--control",
+             str(testbed.control_path("h0")), "--peer", "h2", *args],
+            capture_output=True, text=True, timeout=30, check=False,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr
+
+    cli("--path", "p1-s1", "DENIED")
+    try:
+        assert states(testbed, "h0", "h2")["p1-s1"] == {"denied": 32}
+        up = uplinks(testbed, "t0-p1-r0")
+        before = {intf: tx_bytes(intf) for intf in up}
+        size = 2 << 20
+        transfer(testbed, "h0", "h2", size, seed=81)
+        sent = {intf: tx_bytes(intf) - before[intf] for intf in up}
+        assert sent[up[1]] < 4096, sent  # spine 1 of plane 1: not one data packet
+        assert sent[up[0]] > size // 8, sent
+    finally:
+        cli("--path", "p1-s1", "UNKNOWN")
+    wait(all_good(testbed, "h0", "h2"), 60, "p1-s1 to be probed back to GOOD")
