@@ -22,6 +22,9 @@ PREAMBLE_AND_GAP = 20  # bytes of preamble, start delimiter and inter-frame gap 
 #: a frame may leave this much before the wire is free (fraction of a full frame's time):
 #: an event loop wakes up late anyway, and the switch's port queue absorbs the difference
 EARLY = 0.5
+#: wire time an agent that woke up late may catch up on (full frames): frames that should
+#: have left while it was busy leave back to back, as far as this, instead of being lost
+CATCH_UP = 2.0
 
 
 def is_control(frame: bytes | bytearray) -> bool:
@@ -39,7 +42,9 @@ class NicWire:
         if rate_bps <= 0:
             raise ValueError(f"NIC rate {rate_bps} b/s: expected > 0")
         self.byte_time = 8.0 / rate_bps
-        self.early = EARLY * (full_frame + PREAMBLE_AND_GAP) * self.byte_time
+        frame_time = (full_frame + PREAMBLE_AND_GAP) * self.byte_time
+        self.early = EARLY * frame_time
+        self.catch_up = CATCH_UP * frame_time
         self.free_at = 0.0  #: when the wire has sent everything given to it so far
         self.waiting: deque[bytes | bytearray] = deque()  #: data frames not yet on the wire
         self.held = 0  #: data frames that had to wait (statistics)
@@ -69,5 +74,7 @@ class NicWire:
         return self.free_at - self.early if self.waiting else None
 
     def _take(self, nbytes: int, now: float) -> None:
-        start = self.free_at if self.free_at > now else now
+        # a wire idle since free_at starts now; one that only waited for a late loop resumes
+        # where it should have been, up to catch_up behind
+        start = self.free_at if self.free_at > now - self.catch_up else now - self.catch_up
         self.free_at = start + (nbytes + PREAMBLE_AND_GAP) * self.byte_time
