@@ -2,10 +2,10 @@
  * mrc-testbed: lib_mrc.so, the OCP MRC controller API (mrc_ctl.h) on the testbed.
  *
  * What the testbed honours: versions, device attributes, port administrative state (a
- * disabled port is a plane whose EVs are DENIED on every QP of the host), EV events, and EV
+ * disabled port is a plane whose EVs are DENIED on every QP of the host), EV events, EV
  * format, EV and CC profiles (kept by the agent, host/agent/ocp_profiles.py; id 0 is the
- * host's own). Endpoint probes are not offered (no MRC_CTL_OPT_CAP_EP_OP_EV_PROBE) and fail
- * with the error mrc_ctl.h documents for that. docs/ocp-api.md has the table.
+ * host's own), and EV probes on the EVs of the host's QPs. Port status updates are not offered
+ * (ENOTSUP, as mrc_ctl.h documents). docs/ocp-api.md has the table.
  */
 #define _GNU_SOURCE
 #include <endian.h>
@@ -677,23 +677,81 @@ EXPORT int mrc_ctl_poll_ev_event(struct mrc_cq *ev_cq, int num_entries,
 	return n;
 }
 
+static int parse_responses(const char *obj, struct mrc_ctl_ep_rsp *rsp, int room)
+{
+	const char *cursor = mtb_json_get(obj, "responses"), *item;
+	int n = 0;
+
+	while (cursor && n < room && (item = mtb_json_next(&cursor))) {
+		unsigned long long v[4] = {0};
+		const char *p = item;
+
+		for (int i = 0; i < 4; i++) {
+			char *end;
+
+			while (*p == '[' || *p == ',' || *p == ' ')
+				p++;
+			v[i] = strtoull(p, &end, 10);
+			p = end;
+		}
+		rsp[n++] = (struct mrc_ctl_ep_rsp){
+			.req_id = (uint16_t)v[0], .port = (uint8_t)v[1],
+			.rtt = (unsigned int)(v[2] > 0xffffffffULL ? 0xffffffffULL : v[2]),
+			.adj_svc_time = (uint8_t)v[3],
+		};
+	}
+	return n;
+}
+
+/*
+ * EV probes go out on the host's QP towards each destination (the transport's own probe, on the
+ * EV named), and come back in arrival order; an EV that is not one of that QP's is EINVAL.
+ * Port status updates are not offered (ENOTSUP).
+ */
 EXPORT int mrc_ctl_ep_batch_send_wait(struct mrc_context *mrc_ctx, uint8_t req_tc,
 				      enum mrc_ctl_ep_op_type op_type,
 				      struct mrc_ctl_ep_req *req, int num_req,
 				      uint32_t rsp_timeout, struct mrc_ctl_ep_rsp *rsp,
 				      int *num_rsp)
 {
-	(void)req_tc;
-	(void)req;
-	(void)rsp_timeout;
-	(void)rsp;
-	if (!mrc_ctx_check(mrc_ctx, "mrc_ctl_ep_batch_send_wait"))
+	const char *fn = "mrc_ctl_ep_batch_send_wait";
+	struct mtb_sb sb;
+	char *reply;
+
+	(void)req_tc; /* probes travel in the transport's control class */
+	if (!mrc_ctx_check(mrc_ctx, fn))
 		return -1;
 	if (num_rsp)
 		*num_rsp = 0;
-	if (num_req < 0 || (unsigned int)op_type > MRC_CTL_EP_OP_PORT_STATUS_UPDATE)
-		return fail(EINVAL, "%s: bad op_type or num_req", "mrc_ctl_ep_batch_send_wait");
-	return fail(ENOTSUP, "%s: endpoint operations (EV probes, port status updates) are not "
-		    "offered (no MRC_CTL_OPT_CAP_EP_OP_EV_PROBE); the transport probes EVs itself",
-		    "mrc_ctl_ep_batch_send_wait");
+	if (num_req < 0 || (num_req > 0 && (!req || !rsp)) || !num_rsp ||
+	    (unsigned int)op_type > MRC_CTL_EP_OP_PORT_STATUS_UPDATE)
+		return fail(EINVAL, "%s: bad op_type, num_req, req, rsp or num_rsp", fn);
+	if (op_type == MRC_CTL_EP_OP_PORT_STATUS_UPDATE)
+		return fail(ENOTSUP, "%s: port status updates are not offered", fn);
+	if (num_req == 0)
+		return 0;
+	mtb_sb_init(&sb);
+	mtb_sb_printf(&sb, "{\"cmd\":\"ep_probe\",\"timeout\":%u,\"reqs\":[", rsp_timeout);
+	for (int i = 0; i < num_req; i++) {
+		char sgid[33], dgid[33], ev[33];
+
+		mtb_hex_encode(req[i].sgid.raw, 16, sgid);
+		mtb_hex_encode(req[i].dgid.raw, 16, dgid);
+		mtb_hex_encode(req[i].req_ev.val, 16, ev);
+		mtb_sb_printf(&sb, "%s[%u,\"%s\",\"%s\",%u,\"%s\",%u]", i ? "," : "", req[i].req_id,
+			      sgid, dgid, (unsigned int)req[i].ev_fmt_mode, ev, req[i].req_ev.port);
+	}
+	mtb_sb_printf(&sb, "]}");
+	reply = mtb_call(mrc_ctx->mtb, &sb);
+	mtb_sb_free(&sb);
+	if (reply) {
+		*num_rsp = parse_responses(reply, rsp, num_req);
+		return 0;
+	}
+	int err = errno;
+
+	if (err == ETIMEDOUT)
+		*num_rsp = parse_responses(mtb_last_error_reply(), rsp, num_req);
+	errno = err;
+	return -1;
 }

@@ -95,6 +95,8 @@ MTB_HIDDEN const char *mtb_last_error(void);
 MTB_HIDDEN int64_t mtb_last_bad(void);
 /* An integer field of the last refusal (e.g. "needed" with E2BIG); -1 when absent. */
 MTB_HIDDEN int mtb_last_error_i64(const char *key, int64_t *out);
+/* The whole last refusal (a JSON object; "{}" when none). */
+MTB_HIDDEN const char *mtb_last_error_reply(void);
 MTB_HIDDEN void mtb_set_error(int err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /* JSON (replies of the agent: one object per line) */

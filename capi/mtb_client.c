@@ -18,11 +18,16 @@
 
 static __thread char last_error[512];
 static __thread int64_t last_bad;
-static __thread char last_reply[1024];
+static __thread char *last_reply;
 
 int mtb_last_error_i64(const char *key, int64_t *out)
 {
-	return mtb_json_i64(last_reply, key, out);
+	return last_reply ? mtb_json_i64(last_reply, key, out) : -1;
+}
+
+const char *mtb_last_error_reply(void)
+{
+	return last_reply ? last_reply : "{}";
 }
 
 int64_t mtb_last_bad(void)
@@ -247,7 +252,8 @@ char *mtb_call_conn(struct mtb_conn *conn, struct mtb_sb *sb)
 	mtb_json_i64(reply, "errno", &err);
 	last_bad = 0;
 	mtb_json_i64(reply, "bad", &last_bad);
-	snprintf(last_reply, sizeof(last_reply), "%s", reply);
+	free(last_reply);
+	last_reply = strdup(reply);
 	mtb_json_str(reply, "error", message, sizeof(message));
 	mtb_set_error((int)err, "%s", message);
 	return NULL;

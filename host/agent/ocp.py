@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from host.agent.control import Deferred
 from host.agent.ocp_mem import AppMemory, MemoryAccessError, read_memory
 from host.agent.ocp_profiles import CcProfileStore, ProfileError, ProfileStore
 from host.agent.ocp_server import OcpConnection, OcpServer, Reply
@@ -41,6 +42,8 @@ from host.transport.events import (
     Completion,
     Event,
     EvStateChanged,
+    PathProbeReplied,
+    PathProbeTimedOut,
 )
 from host.transport.evs import EvState, GeneratedEvProfile
 from topologies import Fabric, Host
@@ -266,6 +269,17 @@ class Qp:
 
 
 @dataclass
+class ProbeWait:
+    """An endpoint probe batch waiting for its replies."""
+
+    pending: dict[tuple[int, int], tuple[int, int]]  # (qpn, probe id) -> (req_id, port)
+    responses: list[list[int]]
+    reply: Deferred
+    deadline: float
+    lost: int = 0  # probes the transport declared lost (no reply within its probe timeout)
+
+
+@dataclass
 class Session:
     """Everything one process opened."""
 
@@ -308,6 +322,7 @@ class OcpProvider:
         self.port_enabled: dict[int, bool] = {nic.plane + 1: True for nic in agent.host.nics}
         self.counters = {"recv_without_buffer": 0, "cq_overflows": 0, "flushed": 0}
         self.profiles = ProfileStore(agent.context, agent.now, self._ev_count())
+        self.probe_waits: list[ProbeWait] = []
         self.cc_profiles = CcProfileStore(
             self._cc, self._fit_cc, agent.context.config.mtu, self._cc_users
         )
@@ -321,6 +336,7 @@ class OcpProvider:
             "req_notify_cq": self.req_notify_cq, "create_qp": self.create_qp,
             "create_ev_cq": self.create_ev_cq, "ev_fmt_profile": self.ev_fmt_profile,
             "ev_profile": self.ev_profile, "cc_profile": self.cc_profile,
+            "ep_probe": self.ep_probe,
             "destroy_qp": self.destroy_qp, "modify_qp": self.modify_qp,
             "query_qp": self.query_qp, "post_send": self.post_send,
             "post_recv": self.post_recv, "modify_port": self.modify_port,
@@ -329,7 +345,7 @@ class OcpProvider:
 
     # -- plumbing ---------------------------------------------------------------------------------
 
-    def dispatch(self, conn: OcpConnection, request: Mapping[str, Any]) -> Reply:
+    def dispatch(self, conn: OcpConnection, request: Mapping[str, Any]) -> Reply | Deferred:
         cmd = request["cmd"]
         handler = self.table.get(cmd)
         try:
@@ -588,6 +604,120 @@ class OcpProvider:
         except ProfileError as exc:
             raise OcpError(exc.code, f"{request['cmd']}: {exc}", extra=exc.extra) from None
         return reply
+
+    def ep_probe(self, session: Session, request: Mapping[str, Any]) -> Reply | Deferred:
+        """Controller API: EV probes (``MRC_CTL_EP_OP_EV_PROBE``) on the EVs of the host's QP
+        towards each destination; answers when every probe was answered or timed out, or at
+        ``timeout`` (ns): the responses in arrival order (``ETIMEDOUT`` if some are missing)."""
+        if session.conn.uid != 0:
+            raise OcpError(errno.EPERM, "ep_probe: the controller API needs root (CAP_NET_ADMIN)")
+        agent = self.agent
+        timeout = _int(request, "timeout", 0, (1 << 32) - 1) * 1e-9
+        reqs = _list(request, "reqs")
+        ctx = agent.context
+        own = {nic.address.packed for nic in agent.host.nics}
+        plans = []
+        for i, req in enumerate(reqs):
+            ok = isinstance(req, list) and len(req) == 6 and isinstance(req[1], str)
+            if not ok or not isinstance(req[2], str) or not isinstance(req[4], str):
+                raise OcpError(
+                    errno.EINVAL,
+                    f"ep_probe: request {i}: expected [req_id, sgid, dgid, format, ev, port]",
+                    i,
+                )
+            req_id, sgid, dgid, fmt, ev_hex, port = req
+            try:
+                src, dst, value = bytes.fromhex(sgid), bytes.fromhex(dgid), bytes.fromhex(ev_hex)
+            except ValueError:
+                raise OcpError(
+                    errno.EINVAL, f"ep_probe: request {i}: GIDs and EV must be hex", i
+                ) from None
+            if src.strip(b"\0") and src not in own:
+                raise OcpError(
+                    errno.EINVAL,
+                    f"ep_probe: request {i}: source GID is not an address of {agent.host.name}",
+                    i,
+                )
+            host = self._hosts_by_address.get(dst)
+            if host is None or host == agent.host.name:
+                raise OcpError(
+                    errno.EINVAL,
+                    f"ep_probe: request {i}: destination GID is not another testbed host",
+                    i,
+                )
+            carrier = self._probe_qp(host)
+            if carrier is None:
+                raise OcpError(
+                    errno.EINVAL,
+                    f"ep_probe: request {i}: no connected QP towards {host} to probe with",
+                    i,
+                )
+            v128 = int.from_bytes(value[:16], "big")
+            v32 = int.from_bytes(value[:4], "big")
+            for slot in carrier.ev_table.slots:
+                same = slot.wire == v32 or slot.ev == v128 or (fmt == 2 and int(slot.dst) == v128)
+                if same and (not port or slot.plane + 1 == port):
+                    plans.append((req_id, carrier, slot))
+                    break
+            else:
+                raise OcpError(
+                    errno.EINVAL,
+                    f"ep_probe: request {i}: EV {ev_hex[:8]}... (port {port}) is not an EV of the host's QP to {host}",
+                    i,
+                )
+        now = agent.now()
+        wait = ProbeWait({}, [], Deferred(), now + timeout)
+        for req_id, carrier, slot in plans:
+            probe_id = ctx.probe_ev(carrier.qpn, slot.ev, now)
+            wait.pending[(carrier.qpn, probe_id)] = (req_id, slot.plane + 1)
+        agent.after_core(now)
+        self.probe_waits.append(wait)
+        add_waiter = getattr(agent, "add_waiter", None)
+        if add_waiter is not None:
+            add_waiter(lambda at: self._probe_check(wait, at), wait.deadline)
+        return wait.reply
+
+    def _probe_qp(self, host: str) -> Any:
+        """The core QP that carries probes to ``host``: the agent's own ``mrc`` QP, else any
+        connected QP towards it."""
+        qps = getattr(self.agent, "qps", None)
+        if isinstance(qps, dict) and (host, "mrc") in qps:
+            return qps[(host, "mrc")]
+        for qp in self.agent.context.qps:
+            if qp.remote_host == host and qp.remote_qpn is not None:
+                return qp
+        return None
+
+    def _probe_check(self, wait: ProbeWait, now: float) -> bool:
+        """Answer a probe batch once it is complete or its time is up (True: done)."""
+        if wait.reply.done:
+            return True
+        if wait.pending and now < wait.deadline:
+            return False
+        if wait in self.probe_waits:
+            self.probe_waits.remove(wait)
+        missing = len(wait.pending) + wait.lost
+        if missing:
+            wait.reply.resolve({
+                "ok": False, "errno": errno.ETIMEDOUT, "responses": wait.responses,
+                "error": f"ep_probe: {missing} probe(s) without a response in time",
+            })  # fmt: skip
+        else:
+            wait.reply.resolve({"ok": True, "responses": wait.responses})
+        return True
+
+    def _on_probe_event(self, event: PathProbeReplied | PathProbeTimedOut) -> None:
+        for wait in list(self.probe_waits):
+            found = wait.pending.pop((event.qpn, event.probe_id), None)
+            if found is None:
+                continue
+            if isinstance(event, PathProbeReplied):
+                req_id, port = found
+                wait.responses.append([req_id, port, max(0, int(event.rtt * 1e9)), 0])
+            else:
+                wait.lost += 1
+            if not wait.pending:
+                self._probe_check(wait, self.agent.now())
 
     def create_ev_cq(self, session: Session, request: Mapping[str, Any]) -> Reply:
         """Controller API: a CQ of EV events (state changes of the host's EVs to GOOD or
@@ -1140,6 +1270,8 @@ class OcpProvider:
             return True
         if isinstance(event, EvStateChanged):
             self._on_ev_state(event)
+        elif isinstance(event, (PathProbeReplied, PathProbeTimedOut)) and self.probe_waits:
+            self._on_probe_event(event)
         return False  # the agent logs it too
 
     def _on_recv(self, session: Session, qp: Qp, done: Completion) -> None:

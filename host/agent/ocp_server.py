@@ -12,7 +12,9 @@ from :mod:`host.agent.control` in what a provider needs and a command interface 
 - the provider hears when a connection closes, so a process that exits or crashes leaves no
   QP, CQ or memory registration behind.
 
-Requests are answered in order, at once (no request blocks the loop).
+Requests are answered in order; a handler may answer later (a :class:`host.agent.control.Deferred`,
+e.g. endpoint probes that wait for their replies), and the connection's next requests wait for
+it. Nothing blocks the loop.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from host.agent.control import bind_unix
+from host.agent.control import Deferred, bind_unix
 
 log = logging.getLogger("mrc.host.agent.ocp")
 
@@ -51,6 +53,8 @@ class OcpConnection:
         self.outbuf = bytearray()
         self.closed = False
         self.owner: Any = None  # what the provider attached to this connection
+        self.queue: list[bytes] = []  # requests waiting for a deferred reply
+        self.waiting: Deferred | None = None
 
     def on_ready(self, mask: int) -> None:
         if mask & selectors.EVENT_READ:
@@ -82,10 +86,25 @@ class OcpConnection:
             line, _, rest = bytes(self.inbuf).partition(b"\n")
             self.inbuf = bytearray(rest)
             if line.strip():
-                self.push(self.server.dispatch(self, line))
+                self.queue.append(line)
+        self._process()
         if eof:
             self._flush()
             self.close()
+
+    def _process(self) -> None:
+        while self.waiting is None and self.queue and not self.closed:
+            reply = self.server.dispatch(self, self.queue.pop(0))
+            if isinstance(reply, Deferred):
+                self.waiting = reply
+                reply.add_listener(self._resolved)
+            else:
+                self.push(reply)
+
+    def _resolved(self, reply: Reply) -> None:
+        self.waiting = None
+        self.push(reply)
+        self._process()
 
     def push(self, message: Mapping[str, Any]) -> None:
         """Send one JSON line (a reply, or an event the client did not ask for)."""
@@ -117,7 +136,7 @@ class OcpConnection:
             self.sock.close()
 
 
-Dispatcher = Callable[[OcpConnection, Mapping[str, Any]], Reply]
+Dispatcher = Callable[[OcpConnection, Mapping[str, Any]], "Reply | Deferred"]
 Closer = Callable[[OcpConnection], None]
 
 
@@ -183,7 +202,7 @@ class OcpServer:
         except Exception:  # noqa: BLE001 -- a clean-up bug must not take the agent down
             log.exception("ocp: clean-up after a connection failed")
 
-    def dispatch(self, conn: OcpConnection, line: bytes) -> Reply:
+    def dispatch(self, conn: OcpConnection, line: bytes) -> Reply | Deferred:
         """Decode one request and answer it; never raises."""
         self.requests += 1
         try:
@@ -200,7 +219,7 @@ class OcpServer:
             self.errors += 1
             log.exception("ocp: command %r failed", request.get("cmd"))
             reply = {"ok": False, "errno": 5, "error": f"{request['cmd']}: internal error: {exc}"}
-        if not reply.get("ok"):
+        if isinstance(reply, dict) and not reply.get("ok"):
             self.errors += 1
         return reply
 

@@ -53,6 +53,10 @@ class FakeAgent:
         self.context = Context(name, self.host.nics, config=StackConfig(dilation=sim.dilation),
                                seed=self.host.index + 1)  # fmt: skip
         sim.attach(self.context)
+        self.waiters: list[tuple[Any, float | None]] = []
+
+    def add_waiter(self, check: Any, deadline: float | None) -> None:
+        self.waiters.append((check, deadline))
 
     def now(self) -> float:
         return self.sim.now
@@ -125,8 +129,10 @@ class Pair:
 
     def run(self, seconds: float = 2.0) -> None:
         self.sim.run(self.sim.now + seconds)
-        self.h0.drain()
-        self.h1.drain()
+        for side in (self.h0, self.h1):
+            side.drain()
+            agent = side.agent
+            agent.waiters = [(c, d) for c, d in agent.waiters if not c(agent.now())]
 
 
 @pytest.fixture
@@ -618,3 +624,31 @@ def test_cc_profiles_after_mrc_ctl(pair: Pair) -> None:
     h0.ok("cc_profile", **cc, mask=P.CC_M_STATE, state=P.PROFILE_OFFLINE)
     h0.ok("cc_profile", **cc, mask=P.CC_M_STATE, state=P.PROFILE_INIT)
     h0.fails("cc_profile", errno.EINVAL, op="query", id=3, mask=P.CC_M_STATE)
+
+
+def test_ev_probes_answer_in_arrival_order(pair: Pair) -> None:
+    from host.agent.control import Deferred
+
+    h0, h1 = pair.h0, pair.h1
+    qa, _, _ = make_qp(h0)
+    qb, _, _ = make_qp(h1)
+    connect(h0, qa, h1, qb)
+    if os.geteuid() != 0:
+        h0.fails("ep_probe", errno.EPERM, timeout=10**9, reqs=[])
+        return
+    slots = h0.agent.context.qp(qa).ev_table.slots
+    dgid, zero = h1.gid(), "00" * 16
+    reqs = [[7, zero, dgid, 2, ev_hex(slots[0].wire), slots[0].plane + 1],
+            [8, h0.gid(), dgid, 2, ev_hex(slots[1].wire), 0]]  # fmt: skip
+    h0.fails("ep_probe", errno.EINVAL, timeout=10**9, reqs=[[1, zero, h0.gid(), 2, ev_hex(1), 0]])
+    reply = h0.fails("ep_probe", errno.EINVAL, timeout=10**9,
+                     reqs=[reqs[0], [9, zero, dgid, 2, ev_hex(0x7777), 0]])  # fmt: skip
+    assert reply["bad"] == 1
+    deferred = h0.provider.dispatch(h0.conn, {"cmd": "ep_probe", "timeout": 10**9, "reqs": reqs})  # type: ignore[arg-type]
+    assert isinstance(deferred, Deferred) and not deferred.done
+    got: list[dict[str, Any]] = []
+    deferred.add_listener(got.append)
+    pair.run(0.5)
+    assert got and got[0]["ok"], got
+    assert sorted(r[0] for r in got[0]["responses"]) == [7, 8]
+    assert all(r[2] > 0 for r in got[0]["responses"])

@@ -526,13 +526,34 @@ int main(void)
 
 	CHECK("ctl_cc_profile_query", mrc_ctl_query_cc_profile(h0.mrc, 0, &ccp,
 	      MRC_CTL_CC_PROFILE_ALGORITHM) == 0, "profile 0");
+	/* EV probes on the EVs of the host agent's own QP to h1 (generated: plane << 28 | n, n
+	 * spread over the planes in turn, so EV 1 is on plane 0 and EV 0x10000002 on plane 1) */
 	int nrsp = 5;
-	struct mrc_ctl_ep_req req = {0};
-	struct mrc_ctl_ep_rsp rsp;
+	struct mrc_ctl_ep_req reqs[2] = {{.req_id = 41, .ev_fmt_mode = MRC_CTL_EV_FMT_MODE_SRV6},
+					 {.req_id = 42, .ev_fmt_mode = MRC_CTL_EV_FMT_MODE_SRV6}};
+	struct mrc_ctl_ep_rsp rsps[2];
+	uint32_t ev_be;
 
+	for (int i = 0; i < 2; i++) {
+		reqs[i].sgid = h0.gid;
+		reqs[i].dgid = h1.gid;
+		ev_be = htobe32(i == 0 ? 0x00000001u : 0x10000002u);
+		memcpy(reqs[i].req_ev.val, &ev_be, 4);
+		reqs[i].req_ev.port = (uint8_t)(i + 1);
+	}
+	rc = mrc_ctl_ep_batch_send_wait(h0.mrc, 0, MRC_CTL_EP_OP_EV_PROBE, reqs, 2, 2000000000u,
+					rsps, &nrsp);
+	CHECK("ctl_ep_probe", rc == 0 && nrsp == 2 && rsps[0].req_id + rsps[1].req_id == 83 &&
+	      rsps[0].rtt > 0 && rsps[0].port >= 1, "rc %d responses %d", rc, nrsp);
+	ev_be = htobe32(0x0abcdef0u);
+	memcpy(reqs[0].req_ev.val, &ev_be, 4);
 	errno = 0;
-	CHECK("ctl_ep_probe", mrc_ctl_ep_batch_send_wait(h0.mrc, 0, MRC_CTL_EP_OP_EV_PROBE, &req, 1,
-	      1000000, &rsp, &nrsp) == -1 && errno == ENOTSUP && nrsp == 0, "accepted");
+	CHECK("ctl_ep_probe_unknown_ev", mrc_ctl_ep_batch_send_wait(h0.mrc, 0, MRC_CTL_EP_OP_EV_PROBE,
+	      reqs, 1, 1000000, rsps, &nrsp) == -1 && errno == EINVAL && nrsp == 0, "accepted");
+	errno = 0;
+	CHECK("ctl_ep_port_status", mrc_ctl_ep_batch_send_wait(h0.mrc, 0,
+	      MRC_CTL_EP_OP_PORT_STATUS_UPDATE, reqs, 1, 1000000, rsps, &nrsp) == -1 &&
+	      errno == ENOTSUP, "accepted");
 	struct mrc_ctl_port_attr port = {0};
 
 	CHECK("ctl_query_port", mrc_ctl_query_port(h0.mrc, 2, &port, MRC_CTL_PORT_ADMIN_STATE) == 0 &&
