@@ -13,6 +13,9 @@ Control a running agent (``--control PATH``, or ``--host h0`` for the default so
     mrc-host wait --host h0 1 2 [--timeout 30]
     mrc-host paths --host h0 [--peer h1] [--policy mrc]
     mrc-host set-ev --host h0 --peer h1 --path p0 DENIED
+    mrc-host ev-format --host h0 stev --fields 8 4 4
+    mrc-host ev-events --host h0 --since 0
+    mrc-host probe --host h0 --peer h1 --plane 1 0x1234 0x5678
     mrc-host verify --host h1 rx --seed 7 [--size N]
 
 Every client command prints the agent's JSON reply; errors are one line on stderr.
@@ -46,6 +49,10 @@ CLIENT_COMMANDS = (
     "wait",
     "paths",
     "set-ev",
+    "ev-format",
+    "ev-profiles",
+    "ev-events",
+    "probe",
     "verify",
     "quit",
 )
@@ -249,6 +256,20 @@ def client_parser() -> argparse.ArgumentParser:
     which.add_argument("--ev", type=lambda v: int(v, 0))
     which.add_argument("--path")
     p.add_argument("state", type=str.upper, choices=("DENIED", "GOOD", "UNKNOWN"))
+    p = command("ev-format", "the EV format of every QP (set it with FORMAT)")
+    p.add_argument("format", nargs="?", type=str.lower, choices=("srv6", "stev", "udp"))
+    p.add_argument("--fields", type=int, nargs="*", default=[], help="format field widths")
+    command("ev-profiles", "EV profiles, their QPs and EV states")
+    p = command("ev-events", "EV state changes (profile, EV, old, new)")
+    p.add_argument("--since", type=int, default=0, help="after this sequence number")
+    p = command("probe", "EV probes to a peer (mrc_ctl_ep_batch_send_wait)")
+    p.add_argument("--peer", required=True)
+    p.add_argument("--plane", type=int, default=0)
+    p.add_argument("--format", dest="ev_format", type=str.lower, default="stev",
+                   choices=("srv6", "stev", "udp"))  # fmt: skip
+    p.add_argument("--dscp", type=int, default=48)
+    p.add_argument("--timeout-ns", type=int, default=2_000_000)
+    p.add_argument("evs", nargs="+", help="EVs (integers; SRV6: carrier addresses)")
     p = command("verify", "check a region's bytes")
     p.add_argument("region")
     p.add_argument("--offset", type=int)
@@ -306,6 +327,22 @@ def run_client(argv: list[str]) -> int:
                     state=args.state,
                     ev=args.ev,
                     path=args.path,
+                )
+            elif cmd == "ev-format":
+                reply = client.ev_format(args.format, args.fields)
+            elif cmd == "ev-profiles":
+                reply = client.request("ev-profiles")
+            elif cmd == "ev-events":
+                reply = client.ev_events(args.since)
+            elif cmd == "probe":
+                requests = [
+                    {"req_id": i + 1, "peer": args.peer, "plane": args.plane,
+                     "format": args.ev_format,
+                     "ev": ev if args.ev_format == "srv6" and ":" in ev else int(ev, 0)}
+                    for i, ev in enumerate(args.evs)
+                ]  # fmt: skip
+                reply = client.request(
+                    "ep-probe", requests=requests, dscp=args.dscp, timeout_ns=args.timeout_ns
                 )
             else:  # verify
                 reply = client.verify(

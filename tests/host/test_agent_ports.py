@@ -4,6 +4,9 @@ it comes back through probes; EV probes through the ep-probe command."""
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -114,3 +117,23 @@ def test_ev_probes_through_the_control_interface(net: BackToBack, small: Fabric)
         with pytest.raises(ControlError) as err:
             h0.request("ep-probe", requests=[{"req_id": 1, "peer": "h9", "ev": 1}])
         assert err.value.field == "requests[0].peer"
+
+
+def test_command_line_probe_format_and_events(net: BackToBack) -> None:
+    def cli(*args: str) -> dict[str, Any]:
+        done = subprocess.run(
+            [sys.executable, "-m", "host.agent.cli", *args, "--control", str(net.control("h0"))],
+            capture_output=True, text=True, timeout=60, check=False,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        reply: dict[str, Any] = json.loads(done.stdout)
+        return reply
+
+    probed = cli("probe", "--peer", "h1", "--plane", "1", "0x1234", "0x5678")
+    assert probed["complete"] and [r["port"] for r in probed["responses"]] == [2, 2]
+    assert cli("ev-format", "stev", "--fields", "16", "16")["fields"] == [16, 16]
+    assert cli("ev-format")["format"] == "stev"
+    assert cli("ev-format", "srv6")["format"] == "srv6"
+    profiles = cli("ev-profiles")["profiles"]
+    assert any(p["qps"] == ["h1/mrc", "h1/no-trim-nack"] for p in profiles.values())
+    assert "events" in cli("ev-events", "--since", "0")
