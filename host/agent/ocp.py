@@ -14,6 +14,10 @@ completions are delivered in posting order per QP, whatever order the core finis
 messages in (multipath). Numbers in requests and replies are the libibverbs values
 (``ibv_qp_state``, ``ibv_wc_status``, ``ibv_wc_opcode``, ``ibv_wr_opcode``, ...); errors carry
 an ``errno`` the library sets.
+
+The controller API's side (root only where it changes the host): port administrative state,
+EV event CQs, EV probes on the host's QPs, and the EV format, EV and CC profiles of
+:mod:`host.agent.ocp_profiles`, which QPs name at INIT.
 """
 
 from __future__ import annotations
