@@ -76,7 +76,9 @@ class Side:
         self.buffers: list[Any] = []
 
     def call(self, cmd: str, conn: FakeConn | None = None, **fields: Any) -> dict[str, Any]:
-        return self.provider.dispatch(conn or self.conn, {"cmd": cmd, **fields})  # type: ignore[arg-type]
+        reply = self.provider.dispatch(conn or self.conn, {"cmd": cmd, **fields})  # type: ignore[arg-type]
+        assert isinstance(reply, dict), f"{cmd} answered later"
+        return reply
 
     def ok(self, cmd: str, **fields: Any) -> dict[str, Any]:
         reply = self.call(cmd, **fields)
@@ -294,8 +296,8 @@ def test_write_imm_without_a_receive_is_a_fatal_qp_error(pair: Pair) -> None:
     qb, _, rcq = make_qp(h1)
     connect(h0, qa, h1, qb)
     async_conn = FakeConn()
-    reply = h1.provider.dispatch(async_conn, {"cmd": "attach", "session": h1.hello["session"],  # type: ignore[arg-type]
-                                              "token": h1.hello["token"], "role": "async"})  # fmt: skip
+    reply = h1.call("attach", conn=async_conn, session=h1.hello["session"],
+                    token=h1.hello["token"], role="async")  # fmt: skip
     assert reply["ok"], reply
     src, dst = h0.buffer(4096), h1.buffer(4096)
     mr, remote = h0.reg(src), h1.reg(dst)
@@ -397,8 +399,8 @@ def test_write_imm_limit_and_receive_limit(pair: Pair) -> None:
 def test_completion_channel_gets_an_event(pair: Pair) -> None:
     h0, h1 = pair.h0, pair.h1
     channel_conn = FakeConn()
-    reply = h0.provider.dispatch(channel_conn, {"cmd": "attach", "session": h0.hello["session"],  # type: ignore[arg-type]
-                                                "token": h0.hello["token"], "role": "channel"})  # fmt: skip
+    reply = h0.call("attach", conn=channel_conn, session=h0.hello["session"],
+                    token=h0.hello["token"], role="channel")  # fmt: skip
     channel = reply["channel"]
     scq = h0.ok("create_cq", cqe=8, channel=channel)["cq"]
     h0.fails("req_notify_cq", errno.EINVAL, cq=h0.ok("create_cq", cqe=8)["cq"])
