@@ -294,6 +294,48 @@ class PathLoad:
             self.srtt = 0.875 * self.srtt + 0.125 * rtt
 
 
+class PlaneRtt:
+    """The smoothed RTT of one plane's hashed (STEV / UDP) EVs, which their loads share."""
+
+    __slots__ = ("srtt", "rttvar")
+
+    def __init__(self) -> None:
+        self.srtt = 0.0
+        self.rttvar = 0.0
+
+
+class HashedLoad(PathLoad):
+    """The load of one STEV / UDP EV: congestion, weights and the evidence of later packets
+    acknowledged are the EV's own (the host cannot tell which EVs share a path), its RTT
+    estimate is its plane's. An EV alone sees an RTT sample once in every few hundred packets
+    (an ACK echoes one EV of the four packets it covers), too seldom to follow queues that grow;
+    the plane's estimate follows them."""
+
+    __slots__ = ("plane_rtt",)
+
+    def __init__(self, plane_rtt: PlaneRtt) -> None:
+        self.plane_rtt = plane_rtt
+        super().__init__()
+
+    @property
+    def srtt(self) -> float:
+        return self.plane_rtt.srtt
+
+    @srtt.setter
+    def srtt(self, value: float) -> None:
+        if value:
+            self.plane_rtt.srtt = value
+
+    @property
+    def rttvar(self) -> float:
+        return self.plane_rtt.rttvar
+
+    @rttvar.setter
+    def rttvar(self, value: float) -> None:
+        if value:
+            self.plane_rtt.rttvar = value
+
+
 class EvSlot:
     """One EV of a QP and what the sender needs to use it."""
 
@@ -433,11 +475,14 @@ def build_slots(paths: Sequence[Path], profile: EvProfile, default_count: int) -
             EvSlot(i, ev, w, idx, paths[idx], loads[idx]) for i, (ev, w, idx) in enumerate(triples)
         ]
     else:
-        # congestion and losses are per EV: the host cannot tell which EVs share a path
+        # congestion and losses are per EV: the host cannot tell which EVs share a path; the
+        # RTT estimate is the plane's (HashedLoad)
+        plane_rtt: dict[int, PlaneRtt] = {}
         slots = [
-            EvSlot(i, ev, w, idx, paths[idx], PathLoad(), mode)
+            EvSlot(i, ev, w, idx, paths[idx],
+                   HashedLoad(plane_rtt.setdefault(paths[idx].plane, PlaneRtt())), mode)
             for i, (ev, w, idx) in enumerate(triples)
-        ]
+        ]  # fmt: skip
     for slot in slots:
         slot.load.evs.append(slot)
     return slots
