@@ -139,7 +139,7 @@ class Context:
         self._timer = (float("inf"), float("inf"))
         self._endpoint = Endpoint(
             host, self.nics, self._shared, lambda: iter(self._qps.values()),
-            self.config.hop_limit,
+            self.config.hop_limit, self.config.probe_interval,
         )  # fmt: skip
         self._turn = 0  # the QP that sends first from a budget (frames_to_send)
 
@@ -450,6 +450,9 @@ class Context:
             t = qp.next_timer()
             if t is not None and (when is None or t < when):
                 when = t
+        t = self._endpoint.next_timer()
+        if t is not None and (when is None or t < when):
+            when = t
         if when is None or self._scale == 1.0:
             return when
         wall = when * self.dilation
@@ -463,6 +466,7 @@ class Context:
         self._now = now
         for qp in self._qps.values():
             qp.handle_timer(now)
+        self._endpoint.handle_timer(now)
 
     def next_event(self) -> Event | None:
         """The oldest event not yet taken, or None."""

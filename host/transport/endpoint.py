@@ -38,8 +38,10 @@ OPS = {"ev_probe": wire.EP_OP_EV_PROBE, "port_status_update": wire.EP_OP_PORT_ST
 OP_NAMES = {v: k for k, v in OPS.items()}
 #: request ids the context uses for its own port status updates (a batch may not use them)
 INTERNAL_REQ_IDS = range(0xFF00, 0x10000)
-#: copies of a port status update sent to each peer (on different planes when it can)
+#: copies of a port status update sent to each peer at a time (on different planes when it can)
 PORT_STATUS_COPIES = 2
+#: rounds of copies sent to a peer that has not answered, one every ``interval``
+PORT_STATUS_ROUNDS = 16
 
 
 class EndpointError(ValueError):
@@ -85,7 +87,7 @@ class Endpoint:
 
     def __init__(
         self, host: str, nics: dict[int, Any], shared: Shared,
-        qps: Callable[[], Iterator[QueuePair]], hop_limit: int,
+        qps: Callable[[], Iterator[QueuePair]], hop_limit: int, interval: float = 8e-6,
     ) -> None:  # fmt: skip
         self.host = host
         self.nics = nics
@@ -98,6 +100,10 @@ class Endpoint:
         self._waiting: dict[int, tuple[EpBatch | None, int, float]] = {}
         self._responses: list[tuple[bytearray, float]] = []  # sent, service time to write
         self._next_internal = INTERNAL_REQ_IDS.start
+        self._interval = interval
+        #: peer host -> (rounds sent, next round due) of the port status update not yet answered
+        self._status_due: dict[str, tuple[int, float]] = {}
+        self._status_peer: dict[int, str] = {}  # internal request id -> peer host
 
     # -- requests --------------------------------------------------------------------------------
 
@@ -212,6 +218,9 @@ class Endpoint:
             return
         batch, op, sent = found
         del self._waiting[pkt.req_id]
+        peer = self._status_peer.pop(pkt.req_id, None)
+        if peer is not None:
+            self._status_due.pop(peer, None)  # the peer has the update
         self._shared.stats.ep_responses_received += 1
         adjusted = bool(pkt.flags & wire.EP_FLAG_SVC_TIME)
         rtt = max(0.0, now - sent - (pkt.service_ns / NS if adjusted else 0.0))
@@ -252,37 +261,65 @@ class Endpoint:
             if qp.policy.failover:
                 changed += qp.set_plane(plane, up, "port_up" if up else "port_down", now)
         self._shared.events.append(PortStatusChanged(self.host, plane, up, changed, now))
-        self._send_status(now)
+        for req_id in list(self._status_peer):  # an earlier update is moot
+            self._waiting.pop(req_id, None)
+        self._status_peer.clear()
+        self._status_due = dict.fromkeys(self._peers(), (0, now))
+        self.handle_timer(now)
         return changed
 
-    def _send_status(self, now: float) -> None:
-        """A port status update to every peer a QP of this host talks to (internal ids)."""
+    def _peers(self) -> dict[str, QueuePair]:
         peers: dict[str, QueuePair] = {}
         for qp in self._qps():
             peers.setdefault(qp.remote_host, qp)
+        return peers
+
+    def next_timer(self) -> float | None:
+        """When the next round of unanswered port status updates is due (protocol time)."""
+        return min((due for _, due in self._status_due.values()), default=None)
+
+    def handle_timer(self, now: float) -> None:
+        """Send the port status update again to every peer that has not answered (each round
+        on new EVs, so that ECMP hashes it onto other paths), at most PORT_STATUS_ROUNDS
+        rounds."""
+        if not self._status_due:
+            return
+        peers = self._peers()
+        for peer, (rounds, due) in list(self._status_due.items()):
+            if due > now:
+                continue
+            qp = peers.get(peer)
+            if qp is None or rounds >= PORT_STATUS_ROUNDS:
+                del self._status_due[peer]
+                continue
+            self._send_status(qp, now)
+            self._status_due[peer] = (rounds + 1, now + self._interval)
+
+    def _send_status(self, qp: QueuePair, now: float) -> None:
+        """A round of port status updates to ``qp``'s peer: PORT_STATUS_COPIES copies on
+        planes that are up, each on an EV of its own (internal request ids)."""
         mask = self.port_mask()
-        for qp in peers.values():
-            sent = 0
-            last = -1
-            for path in qp.paths:
-                if sent >= PORT_STATUS_COPIES:
-                    break
-                if path.plane not in self.ports_up or (sent and path.plane == last):
-                    continue
-                last = path.plane
-                req_id = self._next_internal
-                self._next_internal += 1
-                if self._next_internal >= INTERNAL_REQ_IDS.stop:
-                    self._next_internal = INTERNAL_REQ_IDS.start
-                ev = 0x5000_0000 | (req_id & 0xFFFF)  # a fixed EV per update: hashed by ECMP
-                r = EpRequest(req_id, path.src_nic.address, path.dst_nic.address, ev,
-                              EvFormat.STEV, None, mask)  # fmt: skip
-                plane, frame = self._request_frame(r, wire.EP_OP_PORT_STATUS, wire.DSCP_CONTROL,
-                                                   now)  # fmt: skip
-                self._shared.outbox.append((plane, frame))
-                self._waiting[req_id] = (None, wire.EP_OP_PORT_STATUS, now)
-                self._count_sent(1)
-                sent += 1
+        sent = 0
+        last = -1
+        for path in qp.paths:
+            if sent >= PORT_STATUS_COPIES:
+                break
+            if path.plane not in self.ports_up or (sent and path.plane == last):
+                continue
+            last = path.plane
+            req_id = self._next_internal
+            self._next_internal += 1
+            if self._next_internal >= INTERNAL_REQ_IDS.stop:
+                self._next_internal = INTERNAL_REQ_IDS.start
+            ev = 0x5000_0000 | (req_id & 0xFFFF)  # an EV per copy: ECMP hashes each its way
+            r = EpRequest(req_id, path.src_nic.address, path.dst_nic.address, ev,
+                          EvFormat.STEV, None, mask)  # fmt: skip
+            plane, frame = self._request_frame(r, wire.EP_OP_PORT_STATUS, wire.DSCP_CONTROL, now)
+            self._shared.outbox.append((plane, frame))
+            self._waiting[req_id] = (None, wire.EP_OP_PORT_STATUS, now)
+            self._status_peer[req_id] = qp.remote_host
+            self._count_sent(1)
+            sent += 1
 
     def _peer_status(self, address: bytes, mask: int, now: float) -> None:
         """A peer's port status: its ports that are down carry nothing of ours; those up again

@@ -142,3 +142,32 @@ def test_nic_down_retires_its_plane_at_once_and_tells_the_peer(
     assert flow.region.read(BASE, len(data)) == data
     assert flow.sender.ev_table.counts()["good"] == 32
     assert back.ev_table.counts()["good"] == 32
+
+
+def test_port_status_updates_are_sent_again_until_answered(fabric: Fabric) -> None:
+    a = Context("h0", fabric.host("h0").nics)
+    b = Context("h2", fabric.host("h2").nics)
+    qa = a.create_qp("h2", fabric.paths("h0", "h2"), cq=a.create_cq())
+    qb = b.create_qp("h0", fabric.paths("h2", "h0"), cq=b.create_cq())
+    qa.connect(qb.qpn)
+    qb.connect(qa.qpn)
+    a.set_port_state(1, False, now=0.0)
+    lost = a.frames_to_send(0.0)  # the first round is lost
+    assert [wire.parse(f).op for _, f in lost] == [wire.EP_OP_PORT_STATUS]  # plane 1 is down
+    due = a.config.probe_interval
+    assert (a.next_timer() or 0.0) <= due
+    a.handle_timer(due)
+    updates = [(p, f) for p, f in a.frames_to_send(due)
+               if isinstance(wire.parse(f), wire.EndpointPacket)]  # fmt: skip
+    assert len(updates) == 1  # the next round, on another EV (ECMP takes it another way)
+    assert wire.parse(updates[0][1]).ev != wire.parse(lost[0][1]).ev
+    plane, frame = updates[0]
+    b.receive_frame(plane, frame, due + 1e-6)
+    assert all(s.state is EvState.ASSUMED_BAD for s in qb.ev_table.slots if s.plane == 1)
+    [(plane, response)] = b.frames_to_send(due + 2e-6)
+    a.receive_frame(plane, response, due + 3e-6)
+    # answered: no more rounds (only the QP's own timers, the probes of plane 1, remain)
+    a.handle_timer(due + a.config.probe_interval)
+    rounds = [f for _, f in a.frames_to_send(due + a.config.probe_interval)
+              if isinstance(wire.parse(f), wire.EndpointPacket)]  # fmt: skip
+    assert rounds == []
