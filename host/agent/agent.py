@@ -205,10 +205,8 @@ class Agent:
 
     # -- set-up -------------------------------------------------------------------------------
 
-    def set_cc_profile(self, profile: CcProfile) -> CcProfile:
-        """Use ``profile`` on every QP from now on (NSCC fields it leaves unset come from the
-        fabric) and return the effective one. Refused while any QP has messages in flight: a
-        window is not handed from one algorithm to another mid-transfer."""
+    def _require_idle(self) -> None:
+        """Raise ValueError, naming them, if any QP has messages in flight."""
         busy = [
             f"{peer}/{policy}"
             for (peer, policy), qp in self.qps.items()
@@ -216,6 +214,12 @@ class Agent:
         ]
         if busy:
             raise ValueError(f"QPs with messages in flight ({', '.join(busy[:4])}): wait first")
+
+    def set_cc_profile(self, profile: CcProfile) -> CcProfile:
+        """Use ``profile`` on every QP from now on (NSCC fields it leaves unset come from the
+        fabric) and return the effective one. Refused while any QP has messages in flight: a
+        window is not handed from one algorithm to another mid-transfer."""
+        self._require_idle()
         effective = fabric_cc_profile(self.topology, profile)
         for qp in self.qps.values():
             qp.cc = cc_create(effective, mtu=self.config.mtu)
@@ -238,13 +242,7 @@ class Agent:
     def set_ev_format(self, fmt: EvFormatProfile) -> EvFormatProfile:
         """Rebuild every QP of the agent with EVs of format ``fmt`` (same QP numbers, new EV
         profiles, every EV GOOD). Refused while any QP has messages in flight."""
-        busy = [
-            f"{peer}/{policy}"
-            for (peer, policy), qp in self.qps.items()
-            if qp.describe()["pending_messages"] or qp.describe()["outstanding"]
-        ]
-        if busy:
-            raise ValueError(f"QPs with messages in flight ({', '.join(busy[:4])}): wait first")
+        self._require_idle()
         for qp in self.qps.values():
             self.context.destroy_qp(qp.qpn)
         for profile in self._peer_profiles.values():
