@@ -149,15 +149,23 @@ class Phase:
                 tb.link_up(a, b)
                 self.down_links.discard((a, b))
         elif fault.switches:  # a whole plane's spines: one mark per switch
+            t = self.now()
+            if action == "kill":  # at the same time: a plane fails at once
+                threads = [
+                    threading.Thread(target=tb.kill_switch, args=(name,), daemon=True)
+                    for name in fault.switches
+                ]
+                for thread in threads:
+                    thread.start()
+                for thread in threads:
+                    thread.join()
+                self.killed.update(fault.switches)
             for name in fault.switches:
-                if action == "kill":
-                    tb.kill_switch(name)
-                    self.killed.add(name)
-                elif name in self.killed:
+                if action != "kill" and name in self.killed:
                     tb.start_switch(name)
                     self.killed.discard(name)
-                with self.lock:
-                    self.result.faults.append(FaultMark(self.now(), action, name))
+                with self.lock:  # marked when the action began: EVs fail over from then on
+                    self.result.faults.append(FaultMark(t, action, name))
             return
         elif fault.switch is not None:
             if action == "kill":
