@@ -5,8 +5,12 @@ A client (the experiment runner, ``mrc-host transfer``, tests) sends one JSON ob
 object per line, ``{"ok": true, ...}`` or ``{"ok": false, "error": "...", "field": "..."}``. The
 commands and their fields are listed in docs/host-agent.md; this module is only the transport:
 
-- :class:`ControlServer` -- the listening socket and its connections, driven by the agent's
-  ``selectors`` loop (non-blocking reads and writes, no thread);
+- :class:`LineServer` and :class:`LineConnection` -- a listening socket of JSON lines and its
+  connections, driven by the agent's ``selectors`` loop (non-blocking reads and writes, no
+  thread), requests answered in order; the OCP provider's socket (:mod:`host.agent.ocp_server`)
+  is one too;
+- :class:`ControlServer` -- the control socket: a :class:`LineServer` whose handler takes the
+  request alone;
 - :class:`Deferred` -- a reply a handler gives later (``wait`` answers when transfers finish);
 - :class:`BadRequest` and the ``get_*`` helpers -- field validation whose errors name the field.
 
@@ -28,7 +32,7 @@ import stat
 from collections import deque
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 log = logging.getLogger("mrc.host.agent.control")
 
@@ -240,10 +244,20 @@ def bind_unix(path: Path) -> socket.socket:
     return server
 
 
-class _Connection:
-    """One client connection: input line buffer, queued requests and output buffer."""
+class LineConnection:
+    """One client connection of a :class:`LineServer`: input line buffer, requests queued in
+    order, output buffer.
 
-    def __init__(self, server: ControlServer, sock: socket.socket) -> None:
+    A connection that ``lingers`` (the control socket's) still answers every queued request
+    after the client's end of input, a deferred one too, and closes once the answers are
+    written; a failed read closes it at once. One that does not (the OCP socket's) answers
+    what it can at once after the end of input or a failed read, writes what the socket takes
+    and closes.
+    """
+
+    lingers = True
+
+    def __init__(self, server: LineServer[Any], sock: socket.socket) -> None:
         self.server = server
         self.sock = sock
         self.inbuf = bytearray()
@@ -260,63 +274,78 @@ class _Connection:
             self._flush()
 
     def _read(self) -> None:
+        ended = False  # the client's end of input (or a line too long)
         while True:
             try:
                 chunk = self.sock.recv(65536)
             except (BlockingIOError, InterruptedError):
                 break
             except OSError:
-                self.close()
-                return
+                if self.lingers:
+                    self.close()
+                    return
+                ended = True
+                break
             if not chunk:
-                self.closing = True
+                ended = True
                 break
             self.inbuf += chunk
             if len(self.inbuf) > MAX_LINE and b"\n" not in self.inbuf:
-                self.send_reply(
-                    {"ok": False, "error": f"request line longer than {MAX_LINE} bytes"}
-                )
+                self.push(self.server.error_reply(errno.E2BIG, self.server.too_long))
                 self.inbuf.clear()
-                self.closing = True
+                ended = True
                 break
-        while b"\n" in self.inbuf:
+        if ended and self.lingers:
+            self.closing = True
+        while not self.closed and b"\n" in self.inbuf:
             line, _, rest = bytes(self.inbuf).partition(b"\n")
             self.inbuf = bytearray(rest)
             if line.strip():
                 self.queue.append(line)
         self._process()
-        if self.closing and self.waiting is None and not self.queue:
+        if ended and not self.lingers:
+            self._flush()
+            self.close()
+        elif self.closing and self.waiting is None and not self.queue:
             self._flush()
 
     def _process(self) -> None:
         while self.waiting is None and self.queue and not self.closed:
             line = self.queue.popleft()
             self.server.requests += 1
-            reply, request_id = self.server.dispatch(line)
+            reply, request_id = self.server.dispatch(line, self)
             if isinstance(reply, Deferred):
                 self.waiting = reply
                 reply.add_listener(functools.partial(self._resolved, request_id=request_id))
             else:
-                self.send_reply(reply, request_id)
+                self.push(reply, request_id)
 
     def _resolved(self, reply: Reply, *, request_id: object) -> None:
+        if self.closed:
+            return
         self.waiting = None
-        self.send_reply(reply, request_id)
+        self.push(reply, request_id)
         self._process()
         if self.closing and not self.queue:
             self._flush()
 
-    def send_reply(self, reply: Reply, request_id: object = None) -> None:
+    def push(self, message: Mapping[str, Any], request_id: object = None) -> None:
+        """Send one JSON line: a reply (``request_id``, when not None, echoed as ``id``) or a
+        line the client did not ask for."""
         if self.closed:
             return
         if request_id is not None:
-            reply = {**reply, "id": request_id}
+            message = {**message, "id": request_id}
+        self.outbuf += self.encode(message)
+        self._flush()
+
+    def encode(self, message: Mapping[str, Any]) -> bytes:
+        """One JSON line; a reply that cannot be serialised becomes an error reply."""
         try:
-            text = json.dumps(reply, separators=(",", ":"), default=str)
+            text = json.dumps(message, separators=(",", ":"), default=str)
         except (TypeError, ValueError) as exc:
             text = json.dumps({"ok": False, "error": f"reply not serialisable: {exc}"})
-        self.outbuf += text.encode() + b"\n"
-        self._flush()
+        return text.encode() + b"\n"
 
     def _flush(self) -> None:
         while self.outbuf:
@@ -338,6 +367,7 @@ class _Connection:
             self.server.watch(self, reading)
 
     def close(self) -> None:
+        """Close the connection (the server forgets it)."""
         if self.closed:
             return
         self.closed = True
@@ -346,24 +376,56 @@ class _Connection:
             self.sock.close()
 
 
-class ControlServer:
-    """The control socket of an agent, served from the agent's selector loop.
+ConnT = TypeVar("ConnT", bound=LineConnection)
 
-    ``handler(request)`` gets each decoded request (a JSON object with a string ``cmd``) and
-    returns a reply dict or a :class:`Deferred`. :class:`BadRequest` raised by the handler
-    becomes an error reply naming the field; any other exception becomes an error reply too
-    (and is logged), so no request can stop the agent.
+
+class LineServer(Generic[ConnT]):
+    """A listening Unix socket of JSON lines and its connections, served from the agent's
+    selector loop; a subclass answers the requests (:meth:`handle`) and words its errors.
+
+    :meth:`dispatch` never raises: a line that is not a JSON object with a string ``cmd`` and
+    a handler that raises get error replies (the exception is logged), so no request can stop
+    the agent.
     """
 
-    def __init__(self, path: Path, handler: Handler) -> None:
+    name = "control"  #: in log lines
+    logger = log
+    max_connections = MAX_CONNECTIONS
+    too_many = "too many control connections"  #: the refusal beyond max_connections
+    too_long = f"request line longer than {MAX_LINE} bytes"
+    echoes_id = True  #: a request's ``id`` comes back in its reply
+
+    def __init__(self, path: Path, connection: type[ConnT]) -> None:
         self.path = Path(path)
-        self.handler = handler
         self.selector: selectors.BaseSelector | None = None
         self.sock = bind_unix(self.path)
-        self.connections: dict[int, _Connection] = {}
+        self.connections: dict[int, ConnT] = {}
         self.requests = 0
         self.errors = 0
+        self._connection = connection
         self._watching: dict[int, int] = {}
+
+    # -- what a subclass gives ------------------------------------------------------------------
+
+    def handle(self, request: Mapping[str, Any], conn: ConnT | None) -> Reply | Deferred:
+        """The reply to a request (a JSON object with a string ``cmd``) of ``conn``."""
+        raise NotImplementedError
+
+    def error_reply(self, code: int, message: str) -> Reply:
+        """An error reply of the server itself (``code``: the errno value, for replies that
+        carry one)."""
+        return {"ok": False, "error": message}
+
+    def malformed(self, request: object) -> Reply:
+        """The error reply to a JSON value that is not an object with a string ``cmd``."""
+        if isinstance(request, dict):
+            return BadRequest("field 'cmd' is required (a command name string)", "cmd").reply()
+        return self.error_reply(
+            errno.EINVAL,
+            f"request must be a JSON object with a 'cmd' field, got {_describe(request)}",
+        )
+
+    # -- the socket -----------------------------------------------------------------------------
 
     def register(self, selector: selectors.BaseSelector) -> None:
         """Serve from ``selector``: key.data of every registration is a ``callback(mask)``."""
@@ -378,24 +440,25 @@ class ControlServer:
                 return
             except OSError as exc:
                 if exc.errno in (errno.EMFILE, errno.ENFILE):
-                    log.warning("control: cannot accept a connection: %s", exc.strerror)
+                    self.logger.warning(
+                        "%s: cannot accept a connection: %s", self.name, exc.strerror
+                    )
                 return
-            if len(self.connections) >= MAX_CONNECTIONS:
+            if len(self.connections) >= self.max_connections:
+                refusal = self.error_reply(errno.EMFILE, self.too_many)
                 with contextlib.suppress(OSError):
-                    sock.sendall(b'{"ok":false,"error":"too many control connections"}\n')
+                    sock.sendall(json.dumps(refusal, separators=(",", ":")).encode() + b"\n")
                 sock.close()
                 continue
             sock.setblocking(False)
-            conn = _Connection(self, sock)
+            conn = self._connection(self, sock)
             self.connections[sock.fileno()] = conn
-            self._watching[sock.fileno()] = selectors.EVENT_READ
-            if self.selector is not None:
-                self.selector.register(sock, selectors.EVENT_READ, conn.on_ready)
+            self.watch(conn, selectors.EVENT_READ)
 
-    def watch(self, conn: _Connection, events: int) -> None:
+    def watch(self, conn: LineConnection, events: int) -> None:
         """Select ``events`` on a connection (0: none, until it has something to write)."""
         fd = conn.sock.fileno()
-        if self.selector is None or fd < 0:
+        if self.selector is None or fd < 0 or conn.closed:
             return
         before = self._watching.get(fd, 0)
         if before == events:
@@ -408,44 +471,36 @@ class ControlServer:
         else:
             self.selector.modify(conn.sock, events, conn.on_ready)
 
-    def forget(self, conn: _Connection) -> None:
+    def forget(self, conn: ConnT) -> None:
+        """A connection closed: stop selecting it."""
         fd = conn.sock.fileno()
         self.connections.pop(fd, None)
         if self._watching.pop(fd, 0) and self.selector is not None and fd >= 0:
             with contextlib.suppress(KeyError, ValueError):
                 self.selector.unregister(conn.sock)
 
-    def dispatch(self, line: bytes) -> tuple[Reply | Deferred, object]:
-        """Decode one request line and hand it to the handler; never raises."""
-        try:
-            request = json.loads(line)
-        except (UnicodeDecodeError, ValueError) as exc:
-            self.errors += 1
-            return {"ok": False, "error": f"request is not valid JSON ({exc})"}, None
-        if not isinstance(request, dict):
-            self.errors += 1
-            return {
-                "ok": False,
-                "error": f"request must be a JSON object with a 'cmd' field, got {_describe(request)}",
-            }, None
-        request_id = request.get("id")
-        if not isinstance(request.get("cmd"), str):
-            self.errors += 1
-            return BadRequest(
-                "field 'cmd' is required (a command name string)", "cmd"
-            ).reply(), request_id
-        try:
-            reply = self.handler(request)
-        except BadRequest as exc:
-            self.errors += 1
-            return exc.reply(), request_id
-        except Exception as exc:  # a handler bug must not take the agent down
-            self.errors += 1
-            log.exception("control: command %r failed", request.get("cmd"))
-            return {"ok": False, "error": f"{request['cmd']}: internal error: {exc}"}, request_id
+    def dispatch(self, line: bytes, conn: ConnT | None = None) -> tuple[Reply | Deferred, object]:
+        """Decode one request line of ``conn`` and answer it, with the id to echo; never
+        raises."""
+        reply, request_id = self._answer(line, conn)
         if isinstance(reply, dict) and reply.get("ok") is False:
             self.errors += 1
         return reply, request_id
+
+    def _answer(self, line: bytes, conn: ConnT | None) -> tuple[Reply | Deferred, object]:
+        try:
+            request = json.loads(line)
+        except (UnicodeDecodeError, ValueError) as exc:
+            return self.error_reply(errno.EINVAL, f"request is not valid JSON ({exc})"), None
+        request_id = request.get("id") if self.echoes_id and isinstance(request, dict) else None
+        if not isinstance(request, dict) or not isinstance(request.get("cmd"), str):
+            return self.malformed(request), request_id
+        try:
+            return self.handle(request, conn), request_id
+        except Exception as exc:  # a handler bug must not take the agent down
+            self.logger.exception("%s: command %r failed", self.name, request["cmd"])
+            error = self.error_reply(errno.EIO, f"{request['cmd']}: internal error: {exc}")
+            return error, request_id
 
     def close(self) -> None:
         """Close every connection and the listening socket, and remove the socket file."""
@@ -460,10 +515,32 @@ class ControlServer:
             self.path.unlink()
 
 
+class ControlServer(LineServer[LineConnection]):
+    """The control socket of an agent, served from the agent's selector loop.
+
+    ``handler(request)`` gets each decoded request (a JSON object with a string ``cmd``) and
+    returns a reply dict or a :class:`Deferred`. :class:`BadRequest` raised by the handler
+    becomes an error reply naming the field; any other exception becomes an error reply too
+    (and is logged), so no request can stop the agent.
+    """
+
+    def __init__(self, path: Path, handler: Handler) -> None:
+        super().__init__(path, LineConnection)
+        self.handler = handler
+
+    def handle(self, request: Mapping[str, Any], conn: LineConnection | None) -> Reply | Deferred:
+        try:
+            return self.handler(request)
+        except BadRequest as exc:
+            return exc.reply()
+
+
 __all__ = [
     "BadRequest",
     "ControlServer",
     "Deferred",
+    "LineConnection",
+    "LineServer",
     "Reply",
     "SocketInUse",
     "bind_unix",
