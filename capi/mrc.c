@@ -78,7 +78,6 @@ EXPORT void mrc_query_version(uint32_t *current_version, uint32_t *last_supporte
 static int query_device(struct ibv_context *context, struct mrc_device_attr *attr, int *supported)
 {
 	struct mtb_context *m;
-	struct mtb_sb sb;
 	char *reply;
 	uint64_t v;
 
@@ -90,10 +89,7 @@ static int query_device(struct ibv_context *context, struct mrc_device_attr *att
 		*supported = 0;
 		return 0;
 	}
-	mtb_sb_init(&sb);
-	mtb_sb_printf(&sb, "{\"cmd\":\"query_device\"}");
-	reply = mtb_call(m, &sb);
-	mtb_sb_free(&sb);
+	reply = mtb_query_device(m);
 	if (!reply)
 		return -1;
 	if (!mtb_json_u64(reply, "protocol_version", &v))
@@ -374,17 +370,9 @@ EXPORT int mrc_poll_cq(struct mrc_cq *cq, int num_entries, struct ibv_wc *wc)
 	if (!cursor)
 		return fail(EPROTO, "%s: no completions in the agent's reply", "mrc_poll_cq");
 	while (n < num_entries && (entry = mtb_json_next(&cursor))) {
-		unsigned long long v[7] = {0};
-		const char *p = entry;
+		uint64_t v[7];
 
-		for (int i = 0; i < 7; i++) {
-			char *end;
-
-			while (*p == '[' || *p == ',' || *p == ' ')
-				p++;
-			v[i] = strtoull(p, &end, 10);
-			p = end;
-		}
+		mtb_json_u64s(entry, v, 7);
 		memset(&wc[n], 0, sizeof(wc[n]));
 		wc[n].wr_id = v[0];
 		wc[n].status = (enum ibv_wc_status)v[1];

@@ -46,7 +46,6 @@ static int ctl_query_device(struct ibv_context *context, struct mrc_ctl_device_a
 			    int *supported)
 {
 	struct mtb_context *m;
-	struct mtb_sb sb;
 	char *reply;
 	uint64_t ev_count = 0;
 
@@ -61,10 +60,7 @@ static int ctl_query_device(struct ibv_context *context, struct mrc_ctl_device_a
 		}
 		return -1;
 	}
-	mtb_sb_init(&sb);
-	mtb_sb_printf(&sb, "{\"cmd\":\"query_device\"}");
-	reply = mtb_call(m, &sb);
-	mtb_sb_free(&sb);
+	reply = mtb_query_device(m);
 	if (!reply)
 		return -1;
 	mtb_json_u64(reply, "ev_count", &ev_count);
@@ -415,17 +411,9 @@ static int ev_call(struct mrc_context *ctx, uint64_t id, struct mrc_ctl_ev_profi
 		}
 		n = 0;
 		while (cursor && (item = mtb_json_next(&cursor))) {
-			unsigned long long f[5] = {0};
-			const char *p = item;
+			uint64_t f[5];
 
-			for (int i = 0; i < 5; i++) {
-				char *end;
-
-				while (*p == '[' || *p == ',' || *p == ' ')
-					p++;
-				f[i] = strtoull(p, &end, 10);
-				p = end;
-			}
+			mtb_json_u64s(item, f, 5);
 			attr->ev_fields_op.fields[n++] = (struct mrc_ctl_ev_field){
 				.width = (uint32_t)f[0], .init_val = (uint32_t)f[1],
 				.min_val = (uint32_t)f[2], .max_val = (uint32_t)f[3],
@@ -650,20 +638,12 @@ EXPORT int mrc_ctl_poll_ev_event(struct mrc_cq *ev_cq, int num_entries,
 	if (!cursor)
 		return -EPROTO;
 	while (n < num_entries && (entry = mtb_json_next(&cursor))) {
-		unsigned long long v[5] = {0};
-		const char *p = entry;
+		uint64_t v[5];
 		struct mrc_ctl_ev_event *out =
 			(struct mrc_ctl_ev_event *)((char *)ev_event + (size_t)n * stride);
 		uint32_t ev;
 
-		for (int i = 0; i < 5; i++) {
-			char *end;
-
-			while (*p == '[' || *p == ',' || *p == ' ')
-				p++;
-			v[i] = strtoull(p, &end, 10);
-			p = end;
-		}
+		mtb_json_u64s(entry, v, 5);
 		memset(out, 0, stride);
 		out->profile_id = v[0];
 		ev = htobe32((uint32_t)v[1]);
@@ -683,17 +663,9 @@ static int parse_responses(const char *obj, struct mrc_ctl_ep_rsp *rsp, int room
 	int n = 0;
 
 	while (cursor && n < room && (item = mtb_json_next(&cursor))) {
-		unsigned long long v[4] = {0};
-		const char *p = item;
+		uint64_t v[4];
 
-		for (int i = 0; i < 4; i++) {
-			char *end;
-
-			while (*p == '[' || *p == ',' || *p == ' ')
-				p++;
-			v[i] = strtoull(p, &end, 10);
-			p = end;
-		}
+		mtb_json_u64s(item, v, 4);
 		rsp[n++] = (struct mrc_ctl_ep_rsp){
 			.req_id = (uint16_t)v[0], .port = (uint8_t)v[1],
 			.rtt = (unsigned int)(v[2] > 0xffffffffULL ? 0xffffffffULL : v[2]),

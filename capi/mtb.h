@@ -90,6 +90,8 @@ MTB_HIDDEN void mtb_sb_printf(struct mtb_sb *sb, const char *fmt, ...)
 MTB_HIDDEN char *mtb_call(struct mtb_context *ctx, struct mtb_sb *sb);
 /* The same on any connection (no lock). */
 MTB_HIDDEN char *mtb_call_conn(struct mtb_conn *conn, struct mtb_sb *sb);
+/* The agent's query_device reply (device limits, as mtb_call returns a reply). */
+MTB_HIDDEN char *mtb_query_device(struct mtb_context *ctx);
 MTB_HIDDEN const char *mtb_last_error(void);
 /* The index of the work request the agent refused in the last failed post. */
 MTB_HIDDEN int64_t mtb_last_bad(void);
@@ -107,6 +109,9 @@ MTB_HIDDEN int mtb_json_bool(const char *obj, const char *key, int *out);
 MTB_HIDDEN int mtb_json_str(const char *obj, const char *key, char *out, size_t size);
 /* Iterate over the elements of an array value: *cursor starts at the '[' of the value. */
 MTB_HIDDEN const char *mtb_json_next(const char **cursor);
+/* The first n numbers of an array of unsigned integers (an element from mtb_json_next); a
+ * number not there is 0. */
+MTB_HIDDEN void mtb_json_u64s(const char *array, uint64_t *out, int n);
 MTB_HIDDEN const char *mtb_json_skip(const char *p);
 
 /* helpers */

@@ -272,6 +272,18 @@ char *mtb_call(struct mtb_context *ctx, struct mtb_sb *sb)
 	return reply;
 }
 
+char *mtb_query_device(struct mtb_context *ctx)
+{
+	struct mtb_sb sb;
+	char *reply;
+
+	mtb_sb_init(&sb);
+	mtb_sb_printf(&sb, "{\"cmd\":\"query_device\"}");
+	reply = mtb_call(ctx, &sb);
+	mtb_sb_free(&sb);
+	return reply;
+}
+
 /* -- JSON ----------------------------------------------------------------------------------- */
 
 static const char *ws(const char *p)
@@ -423,6 +435,20 @@ const char *mtb_json_next(const char **cursor)
 	start = p;
 	*cursor = ws(mtb_json_skip(p));
 	return start;
+}
+
+void mtb_json_u64s(const char *array, uint64_t *out, int n)
+{
+	const char *p = array;
+
+	for (int i = 0; i < n; i++) {
+		char *end;
+
+		while (*p == '[' || *p == ',' || *p == ' ')
+			p++;
+		out[i] = strtoull(p, &end, 10);
+		p = end;
+	}
 }
 
 /* -- helpers -------------------------------------------------------------------------------- */
