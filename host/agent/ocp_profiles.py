@@ -21,7 +21,7 @@ from __future__ import annotations
 import errno
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol, TypeVar
 
 from host.transport.api import Context
 from host.transport.cc import CcProfile
@@ -110,6 +110,39 @@ def _ev_value(hex_value: str, fmt: EvFormat) -> int:
     return int.from_bytes(raw[:4], "big")
 
 
+class _Profile(Protocol):
+    state: int
+
+
+P = TypeVar("P", bound=_Profile)
+
+
+def _check_usable(kind: str, profiles: Mapping[int, _Profile], profile_id: int) -> None:
+    """Refuse a QP's ``kind`` profile id unless it is 0 or an ONLINE profile."""
+    if profile_id == 0:
+        return
+    profile = profiles.get(profile_id)
+    if profile is None or profile.state != PROFILE_ONLINE:
+        state = "does not exist" if profile is None else f"is {STATE_NAMES[profile.state]}"
+        raise ProfileError(
+            errno.EINVAL, f"{kind} profile {profile_id} {state}: a QP needs an ONLINE one (or 0)"
+        )
+
+
+def _existing_or_new(
+    kind: str, profiles: Mapping[int, P], pid: int, modify: bool, new: Callable[[], P]
+) -> P:
+    """Profile ``pid``, or for a modification of a free id a new one (not stored yet)."""
+    profile = profiles.get(pid)
+    if profile is None:
+        if not modify:
+            raise ProfileError(errno.EINVAL, f"{kind} profile {pid} does not exist")
+        if len(profiles) >= MAX_PROFILES:
+            raise ProfileError(errno.EINVAL, f"at most {MAX_PROFILES} {kind} profiles")
+        profile = new()
+    return profile
+
+
 class ProfileStore:
     """The EV format and EV profiles of one host."""
 
@@ -124,14 +157,7 @@ class ProfileStore:
 
     def check_usable(self, profile_id: int) -> None:
         """Refuse a QP's EV profile id unless it is 0 or an ONLINE profile."""
-        if profile_id == 0:
-            return
-        profile = self.evs.get(profile_id)
-        if profile is None or profile.state != PROFILE_ONLINE:
-            state = "does not exist" if profile is None else f"is {STATE_NAMES[profile.state]}"
-            raise ProfileError(
-                errno.EINVAL, f"EV profile {profile_id} {state}: a QP needs an ONLINE one (or 0)"
-            )
+        _check_usable("EV", self.evs, profile_id)
 
     def core_profile(self, profile_id: int) -> int | None:
         """The core's id of a controller profile (None for profile 0, the QP's own)."""
@@ -161,13 +187,7 @@ class ProfileStore:
         modify = request.get("op") == "modify"
         if pid == 0:
             raise ProfileError(errno.EINVAL, "EV format profile 0 is reserved (the host's own)")
-        profile = self.fmts.get(pid)
-        if profile is None:
-            if not modify:
-                raise ProfileError(errno.EINVAL, f"EV format profile {pid} does not exist")
-            if len(self.fmts) >= MAX_PROFILES:
-                raise ProfileError(errno.EINVAL, f"at most {MAX_PROFILES} EV format profiles")
-            profile = FmtProfile()
+        profile = _existing_or_new("EV format", self.fmts, pid, modify, FmtProfile)
         if mask & VENDOR_CFG and request.get("vendor_cfg"):
             raise ProfileError(
                 errno.EINVAL, "the testbed has no vendor-specific EV format configuration"
@@ -269,13 +289,7 @@ class ProfileStore:
             if modify:
                 raise ProfileError(errno.EBUSY, "EV profile 0 is the host's own and in use")
             return self._query_own(mask)
-        profile = self.evs.get(pid)
-        if profile is None:
-            if not modify:
-                raise ProfileError(errno.EINVAL, f"EV profile {pid} does not exist")
-            if len(self.evs) >= MAX_PROFILES:
-                raise ProfileError(errno.EINVAL, f"at most {MAX_PROFILES} EV profiles")
-            profile = CtlEvProfile()
+        profile = _existing_or_new("EV", self.evs, pid, modify, CtlEvProfile)
         out: dict[str, Any] = {"ok": True}
         if modify:
             out.update(self._modify_ev(pid, profile, request, mask))
@@ -628,14 +642,7 @@ class CcProfileStore:
 
     def check_usable(self, profile_id: int) -> None:
         """Refuse a QP's CC profile id unless it is 0 or an ONLINE profile."""
-        if profile_id == 0:
-            return
-        profile = self.profiles.get(profile_id)
-        if profile is None or profile.state != PROFILE_ONLINE:
-            state = "does not exist" if profile is None else f"is {STATE_NAMES[profile.state]}"
-            raise ProfileError(
-                errno.EINVAL, f"CC profile {profile_id} {state}: a QP needs an ONLINE one (or 0)"
-            )
+        _check_usable("CC", self.profiles, profile_id)
 
     def profile_for(self, profile_id: int) -> CcProfile:
         """The congestion control of a QP that names ``profile_id``."""
@@ -658,13 +665,7 @@ class CcProfileStore:
             own = self.own()
             return {"ok": True, "state": PROFILE_ONLINE, "algorithm": own.name,
                     "config": dict(own.params)}  # fmt: skip
-        profile = self.profiles.get(pid)
-        if profile is None:
-            if not modify:
-                raise ProfileError(errno.EINVAL, f"CC profile {pid} does not exist")
-            if len(self.profiles) >= MAX_PROFILES:
-                raise ProfileError(errno.EINVAL, f"at most {MAX_PROFILES} CC profiles")
-            profile = CtlCcProfile()
+        profile = _existing_or_new("CC", self.profiles, pid, modify, CtlCcProfile)
         if modify:
             self._modify(pid, profile, request, mask)
             self.profiles[pid] = profile
