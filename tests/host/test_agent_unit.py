@@ -1,4 +1,5 @@
-"""Agent pieces that need no namespace: control socket, pattern data, pcap writer, QP numbering."""
+"""Agent pieces that need no namespace: control and OCP sockets, pattern data, pcap writer, QP
+numbering."""
 
 from __future__ import annotations
 
@@ -20,9 +21,17 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from host.agent.agent import qp_number
-from host.agent.control import BadRequest, ControlServer, Deferred, SocketInUse, require_int
+from host.agent.control import (
+    BadRequest,
+    ControlServer,
+    Deferred,
+    LineServer,
+    SocketInUse,
+    require_int,
+)
 from host.agent.control_client import ControlClient, ControlError, ControlUnavailable
 from host.agent.data import pattern, sha256_hex, verify_bytes
+from host.agent.ocp_server import OcpConnection, OcpServer
 from host.agent.pcap import PcapWriter
 from host.agent.sockets import is_mrc_frame
 from host.transport.policy import POLICIES
@@ -30,11 +39,18 @@ from topologies import Fabric
 
 
 class LoopThread:
-    """A control server on its own selector loop in a thread (the agent's loop in miniature)."""
+    """A control server (with ``ocp``, an OCP provider's socket) on its own selector loop in a
+    thread (the agent's loop in miniature)."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, *, ocp: bool = False) -> None:
         self.deferred: list[Deferred] = []
-        self.server = ControlServer(path, self.handle)
+        self.resolving = True  # deferred replies are given at the next turn of the loop
+        self.closed: list[int] = []  # the OCP connections closed (their process ids)
+        self.server: LineServer[Any] = (
+            OcpServer(path, self.ocp_dispatch, lambda conn: self.closed.append(conn.pid))
+            if ocp
+            else ControlServer(path, self.handle)
+        )
         self.selector = selectors.DefaultSelector()
         self.server.register(self.selector)
         self.running = True
@@ -55,10 +71,22 @@ class LoopThread:
             raise RuntimeError("handler bug")
         raise BadRequest(f"field 'cmd': unknown command {cmd!r}", "cmd")
 
+    def ocp_dispatch(
+        self, conn: OcpConnection, request: Mapping[str, Any]
+    ) -> dict[str, Any] | Deferred:
+        if request["cmd"] == "who":
+            return {"ok": True, "pid": conn.pid, "uid": conn.uid}
+        if request["cmd"] == "event":
+            conn.push({"event": "cq", "cq": 1})
+            return {"ok": True}
+        return self.handle(request)
+
     def loop(self) -> None:
         while self.running:
             for key, mask in self.selector.select(0.02):
                 key.data(mask)
+            if not self.resolving:
+                continue
             for deferred in list(self.deferred):
                 deferred.resolve({"ok": True, "late": True})
                 self.deferred.remove(deferred)
@@ -131,6 +159,75 @@ def test_control_survives_abrupt_clients_and_long_lines(served: LoopThread) -> N
     assert json.loads(answer)["ok"] is False
     with ControlClient(path) as client:
         assert client.request("echo", value=1)["ok"] is True
+
+
+@pytest.fixture
+def ocp_served(tmp_path: Path) -> Iterator[LoopThread]:
+    loop = LoopThread(tmp_path / "h0.ocp.sock", ocp=True)
+    yield loop
+    loop.close()
+
+
+def exchange(path: Path, payload: bytes, *, shut: bool = True) -> list[Any]:
+    """Send ``payload``, (with ``shut``) end the input, and read the lines until EOF (without
+    ``shut``, the first line)."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.connect(str(path))
+    sock.settimeout(10)
+    sock.sendall(payload)
+    if shut:
+        sock.shutdown(socket.SHUT_WR)
+    data = b""
+    while shut or not data.endswith(b"\n"):
+        chunk = sock.recv(65536)
+        if not chunk:
+            break
+        data += chunk
+    sock.close()
+    return [json.loads(line) for line in data.splitlines()]
+
+
+def test_ocp_socket_replies_in_order_with_events_between_and_no_ids(
+    ocp_served: LoopThread,
+) -> None:
+    lines = b'{"cmd":"who","id":5}\n\n{"cmd":"event"}\n{"cmd":"later"}\n{"cmd":"echo","value":2}\n'
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.connect(str(ocp_served.server.path))
+    sock.settimeout(10)
+    sock.sendall(lines)
+    reader = sock.makefile("rb")
+    assert [json.loads(reader.readline()) for _ in range(5)] == [
+        {"ok": True, "pid": os.getpid(), "uid": os.geteuid()},
+        {"event": "cq", "cq": 1},
+        {"ok": True},
+        {"ok": True, "late": True},  # a deferred reply holds the next request
+        {"ok": True, "echo": 2},
+    ]
+    reader.close()
+    sock.close()
+
+
+def test_ocp_socket_errors_carry_an_errno(ocp_served: LoopThread) -> None:
+    path = ocp_served.server.path
+    assert exchange(path, b"not json\n")[0]["errno"] == 22
+    for raw in (b"[1]\n", b'{"value": 1}\n', b'{"cmd": 5}\n'):
+        assert exchange(path, raw) == [
+            {"ok": False, "errno": 22, "error": "request must be an object with a 'cmd'"}
+        ]
+    assert exchange(path, b'{"cmd":"crash"}\n') == [
+        {"ok": False, "errno": 5, "error": "crash: internal error: handler bug"}
+    ]
+    assert exchange(path, b"x" * ((1 << 20) + 10), shut=False) == [
+        {"ok": False, "errno": 7, "error": "request longer than 1048576 bytes"}
+    ]
+
+
+def test_ocp_connection_ends_with_its_process(ocp_served: LoopThread) -> None:
+    ocp_served.resolving = False
+    # the input ends while a reply is deferred: the connection closes without it
+    assert exchange(ocp_served.server.path, b'{"cmd":"later"}\n{"cmd":"who"}\n') == []
+    assert ocp_served.closed == [os.getpid()]
+    assert not ocp_served.server.connections
 
 
 def test_socket_in_use_and_stale_socket(tmp_path: Path, served: LoopThread) -> None:
