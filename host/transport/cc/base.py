@@ -54,7 +54,7 @@ class CcProfile:
             if key not in PROFILE_KEYS:
                 raise CcProfileError(f"CC profile key {key!r}: expected one of {PROFILE_KEYS}", key)
         name = data.get("algorithm", DEFAULT_CC)
-        if name not in _REGISTRY:
+        if not isinstance(name, str) or name not in _REGISTRY:
             raise CcProfileError(
                 f"CC algorithm {name!r}: expected one of {', '.join(available())}", "algorithm"
             )
