@@ -9,7 +9,10 @@ h1 -> h0), goodput, retransmissions, each agent's CPU (share of one core and mic
 data packet), the RTT the sender measured, and each agent's CPU while idle.
 
     sudo .venv/bin/python benchmarks/agent_pps.py [--size 256M] [--runs 3] [--planes 1]
-         [--cc fixed --cc-param window=1024] [--no-rx-ring] [--out result.json]
+         [--cc fixed --cc-param window=1024] [--no-rx-ring] [--rate MBPS] [--out result.json]
+
+With ``--rate`` the agents pace their NICs at that link rate as they do on a fabric
+(host/agent/pacing.py): the CPU per data packet then includes the wake-ups pacing costs.
 
 Target: 50,000 packets/s at 4096-byte payload. The default congestion control is a fixed
 window of 1024 packets, so that the figure is the adapter's and the core's packet rate, not a
@@ -130,6 +133,8 @@ def one_run(
 def run(args: argparse.Namespace) -> dict[str, Any]:
     """Set up the namespaces and agents, measure, tear down; returns the figures."""
     topo = load_topology(shipped_topology("small")).with_(planes=args.planes)
+    if args.rate:
+        topo = topo.with_(link={**topo.as_dict()["link"], "rate_mbps": args.rate})
     work = Path(tempfile.mkdtemp(prefix="agb-"))
     topo_file = work / "bench.yaml"
     data = topo.as_dict()
@@ -142,6 +147,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         extra += ["--cc-param", param]
     if not args.rx_ring:
         extra.append("--no-rx-ring")
+    if not args.rate:
+        extra.append("--no-pace")
     runs = []
     with BackToBack(fabric, topo_file, ("h0", "h1"), prefix="agb", workdir=work) as net:
         net.start_agent("h0", *extra)
@@ -216,6 +223,12 @@ def main(argv: list[str] | None = None) -> int:
         help="congestion control parameter (repeatable; default window=1024 for fixed)",
     )  # fmt: skip
     parser.add_argument("--no-rx-ring", dest="rx_ring", action="store_false")
+    parser.add_argument(
+        "--rate",
+        type=float,
+        help="pace each NIC at this link rate in Mb/s, as on a fabric (default: not paced, the "
+        "agents' own packet rate)",
+    )
     parser.add_argument("--idle", type=float, default=2.0, help="seconds of idle CPU measurement")
     parser.add_argument("--out", type=Path, help="write the figures as JSON here")
     parser.add_argument("--quiet", action="store_true", help="no progress lines")
