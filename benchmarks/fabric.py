@@ -8,7 +8,9 @@ experiment runner, each a scenario of its own:
    other rack; MRC beside single-path and kernel MPTCP, as a fraction of the aggregate plane
    capacity (target for MRC: >= 0.9), with RTOs and EV retirements (target: none, nothing
    failed);
-2. **permutation on the default fabric** (4 planes, 16 switches): MRC alone, the same figures;
+2. **permutation on the default fabric** (4 planes, 16 switches): MRC alone, the same figures,
+   at the benchmark's rate and at ``--default-rates`` (5 Mb/s: the 20 Python processes of that
+   fabric need most of two cores at 10 Mb/s; the machine's busy share is reported beside);
 3. **recovery after a link failure** -- the small permutation with a leaf-spine link failed
    mid-transfer and not repaired; goodput recovery (until goodput is back to 90% of what
    survives, at the sampling resolution) and, for MRC, the EV failover time (fault to the first
@@ -26,7 +28,7 @@ Figures are printed side by side, one column per target, and written to ``--out`
 the results folders.
 
     sudo .venv/bin/python benchmarks/fabric.py [--rate 10] [--size 8MiB] [--target both] [--out DIR]
-        [--only permutation,default,failure,incast]
+        [--only permutation,default,failure,incast] [--default-rates 5]
 """
 
 from __future__ import annotations
@@ -60,6 +62,13 @@ def ticks(pid: int) -> int:
         return 0
 
 
+def machine_ticks() -> tuple[int, int]:
+    """(busy, total) CPU ticks of the whole machine so far (/proc/stat, every core)."""
+    fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
+    return sum(fields) - idle, sum(fields)
+
+
 class CpuMeter:
     """CPU seconds used by the testbed's processes, accumulated per pid between reads.
 
@@ -73,6 +82,7 @@ class CpuMeter:
         self.last: dict[int, int] = {}
         self.used = 0.0
         self.by_kind = {"switches": 0.0, "agents": 0.0, "watch": 0.0}
+        self.machine = machine_ticks()
         self.lock = threading.Lock()
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self._loop, daemon=True)
@@ -112,6 +122,12 @@ class CpuMeter:
             self.last = {pid: ticks(pid) for pid in self.pids()}
             self.used = 0.0
             self.by_kind = dict.fromkeys(self.by_kind, 0.0)
+            self.machine = machine_ticks()
+
+    def machine_busy(self) -> float:
+        """Share of the machine's CPU time (all cores, every process) busy since reset."""
+        busy, total = machine_ticks()
+        return (busy - self.machine[0]) / max(total - self.machine[1], 1)
 
 
 def scenario(
@@ -190,6 +206,13 @@ def main(argv: list[str] | None = None) -> int:
         default=",".join(MEASUREMENTS),
         help=f"comma-separated measurements (default all: {','.join(MEASUREMENTS)})",
     )
+    parser.add_argument(
+        "--default-rates",
+        type=lambda text: [float(x) for x in text.split(",") if x],
+        default=[5.0],
+        help="further link rates (Mb/s, comma-separated) of the default-fabric permutation "
+        "(default 5; the benchmark's --rate is always measured)",
+    )
     parser.add_argument("--out", type=Path, help="folder for the results (default: a temp dir)")
     args = parser.parse_args(argv)
     only = [m.strip() for m in args.only.split(",") if m.strip()]
@@ -220,7 +243,9 @@ def main(argv: list[str] | None = None) -> int:
     }
     for target in targets:
         print(f"measuring on {target} ...", file=sys.stderr)
-        figures["targets"][target] = measure(target, args.rate, args.size, out / target, only)
+        figures["targets"][target] = measure(
+            target, args.rate, args.size, out / target, only, args.default_rates
+        )
     (out / "fabric.json").write_text(json.dumps(figures, indent=2) + "\n")
     report(figures)
     print(f"results: {out}")
@@ -251,6 +276,7 @@ def permutation_figures(
         used = cpu.get(k)
         if used:
             entry["cpu_cores"] = used["cores"]
+            entry["machine_busy"] = used["machine_busy"]
             # the dilation margin: a frame's emulated time over the CPU time spent on it per
             # switch hop (3 between racks) and per agent (sender and receiver)
             packets = max(v["delivered_bytes"] / 4096, 1.0)
@@ -263,7 +289,9 @@ def permutation_figures(
     return out
 
 
-def measure(target: str, rate: float, size: str, out: Path, only: list[str]) -> dict[str, Any]:
+def measure(
+    target: str, rate: float, size: str, out: Path, only: list[str], default_rates: list[float]
+) -> dict[str, Any]:
     """The measurements on one switch target; results folders go under ``out``."""
     out.mkdir(parents=True, exist_ok=True)
     first = scenario("bench", rate, size, ["mrc"], 30)
@@ -284,7 +312,11 @@ def measure(target: str, rate: float, size: str, out: Path, only: list[str]) -> 
         result = original(self)
         cpu.read()
         took = max(time.monotonic() - started, 1e-9)
-        marks[self.transport.name] = {"cores": cpu.used / took, **dict(cpu.by_kind)}
+        marks[self.transport.name] = {
+            "cores": cpu.used / took,
+            "machine_busy": cpu.machine_busy(),
+            **dict(cpu.by_kind),
+        }
         return result
 
     def rebuild(topology: Any) -> Testbed:
@@ -341,11 +373,21 @@ def measure(target: str, rate: float, size: str, out: Path, only: list[str]) -> 
                 }
 
         if "default" in only:
-            wide = scenario("default-permutation", rate, size, ["mrc"], 30, topology="default")
-            rebuild(wide.topology)
-            marks.clear()
-            m4 = run_scenario(wide, out / "default", testbed=testbed, progress=False, show=quiet)
-            figures["default"] = permutation_figures(m4, marks, wide.topology.frame_time)
+            # at the benchmark's rate, and at lower ones where 16 switches and 4 agents of 4
+            # NICs each leave the machine's cores headroom (the dilation margin)
+            for wide_rate in sorted({rate, *default_rates}, reverse=True):
+                label = f"mrc at {wide_rate:g} Mb/s"
+                wide = scenario(
+                    "default-permutation", wide_rate, size, [{"name": label, "transport": "mrc"}],
+                    30, topology="default",
+                )  # fmt: skip
+                rebuild(wide.topology)
+                marks.clear()
+                m4 = run_scenario(wide, out / f"default-{wide_rate:g}", testbed=testbed,
+                                  progress=False, show=quiet)  # fmt: skip
+                figures.setdefault("default", {}).update(
+                    permutation_figures(m4, marks, wide.topology.frame_time)
+                )
 
         if "incast" in only:
             figures["incast"] = {}
@@ -417,8 +459,12 @@ def report(f: dict[str, Any]) -> None:
             row(f"   {k}", cells)
         for k in first[key]:
             row(
-                f"   CPU during {k} (cores)",
-                [_fmt(by[t].get(key, {}).get(k, {}).get("cpu_cores")) for t in targets],
+                f"   CPU during {k}: testbed cores, machine busy",
+                [
+                    f"{_fmt(by[t].get(key, {}).get(k, {}).get('cpu_cores'))}, "
+                    f"{_fmt(by[t].get(key, {}).get(k, {}).get('machine_busy'), '.0%')}"
+                    for t in targets
+                ],
             )
         mrc = [by[t].get(key, {}).get("mrc", {}) for t in targets]
         row(
