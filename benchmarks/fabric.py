@@ -466,19 +466,22 @@ def report(f: dict[str, Any]) -> None:
                     for t in targets
                 ],
             )
-        mrc = [by[t].get(key, {}).get("mrc", {}) for t in targets]
-        row(
-            "   CPU per switch hop / agent packet (us)",
-            [
-                f"{_fmt(v.get('cpu_per_switch_hop_us'), '.0f')} / "
-                f"{_fmt(v.get('cpu_per_agent_packet_us'), '.0f')}"
-                for v in mrc
-            ],
-        )
-        row(
-            "   dilation margin (frame time / CPU)",
-            [_fmt(v.get("dilation_margin"), ".0f") for v in mrc],
-        )
+        for k in first[key]:
+            if not k.startswith("mrc"):
+                continue
+            mrc = [by[t].get(key, {}).get(k, {}) for t in targets]
+            row(
+                f"   {k}: CPU per switch hop / agent packet (us)",
+                [
+                    f"{_fmt(v.get('cpu_per_switch_hop_us'), '.0f')} / "
+                    f"{_fmt(v.get('cpu_per_agent_packet_us'), '.0f')}"
+                    for v in mrc
+                ],
+            )
+            row(
+                f"   {k}: dilation margin (frame time / CPU)",
+                [_fmt(v.get("dilation_margin"), ".0f") for v in mrc],
+            )
 
     permutation(
         "permutation",
