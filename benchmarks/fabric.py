@@ -376,7 +376,7 @@ def measure(
             # at the benchmark's rate, and at lower ones where 16 switches and 4 agents of 4
             # NICs each leave the machine's cores headroom (the dilation margin)
             for wide_rate in sorted({rate, *default_rates}, reverse=True):
-                label = f"mrc at {wide_rate:g} Mb/s"
+                label = f"mrc-{wide_rate:g}mbps"
                 wide = scenario(
                     "default-permutation", wide_rate, size, [{"name": label, "transport": "mrc"}],
                     30, topology="default",
