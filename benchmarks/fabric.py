@@ -350,6 +350,9 @@ def measure(
                 ["mrc", "mptcp"],
                 20,
                 faults=[{"kind": "link_down", "at_s": 3.0, "link": LINK}],
+                # the recovery has the resolution of one sample: 50 ms is 3.5 base RTTs at
+                # 10 Mb/s (100 ms would be 7)
+                sample_interval_s=0.05,
             )
             m2 = run_scenario(fail, out / "failure", testbed=testbed, progress=False, show=quiet)
             figures["failure"] = {}
