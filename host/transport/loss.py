@@ -12,13 +12,17 @@ from host.transport.qp_state import NS, RETRY_EXP_UNLIMITED, TLP_PACKETS, QpStat
 class LossRecovery(QpState):
     """Loss recovery of a queue pair."""
 
-    def _lose(self, rec: TxPacket, cause: str, now: float) -> None:
+    def _lose(self, rec: TxPacket, cause: str, now: float, reason: str | None = None) -> None:
+        """Declare ``rec`` lost: counted as a retransmission of ``cause`` ("nack", "sack",
+        "rto"); other than a NACK, a loss retires the EV (or its path) for ``reason`` (default
+        ``cause``; a SACK loss says "sack" when later packets of its own path were
+        acknowledged, "late" when it is only too old for its path)."""
         rec.in_net = False
         self.inflight -= rec.length
         self._retx.append(rec)
         self._stats.retransmits[cause] += 1
         if self.policy.failover and cause != "nack" and rec.slot.state is EvState.GOOD:
-            self._retire(rec.slot, cause, now)
+            self._retire(rec.slot, reason or cause, now)
             if rec.slot.state is not EvState.GOOD:
                 # the path failed: what is still in flight on its retired EVs is lost with it;
                 # resend it now on the paths left rather than one ACK timeout per packet

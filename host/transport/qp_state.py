@@ -238,7 +238,7 @@ class QpState:
         """The frame prefix of an EV (:class:`host.transport.qp.QueuePair`)."""
         raise NotImplementedError
 
-    def _lose(self, rec: TxPacket, cause: str, now: float) -> None:
+    def _lose(self, rec: TxPacket, cause: str, now: float, reason: str | None = None) -> None:
         """Declare a packet lost (:class:`host.transport.loss.LossRecovery`)."""
         raise NotImplementedError
 

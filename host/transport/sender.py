@@ -423,7 +423,7 @@ class Sender(QpState):
             self._timeouts = 0
             self._last_ack = now
         limit = self._highest_acked_tsn - self._cfg.reorder_threshold
-        lost: list[TxPacket] = []
+        lost: list[tuple[TxPacket, str]] = []
         for rec in outstanding.values():
             if rec.tsn > limit:
                 break
@@ -440,18 +440,15 @@ class Sender(QpState):
                     srtt, rttvar = load.srtt, load.rttvar
                 else:
                     srtt, rttvar = self._srtt or 0.0, self._rttvar
-                if (
-                    load.acked_tsn - rec.tsn < SAME_PATH_REORDER
-                    and srtt
-                    and (now - rec.sent < LATE_FACTOR * (srtt + 4.0 * rttvar))
-                ):
-                    continue
-                lost.append(rec)
+                if load.acked_tsn - rec.tsn >= SAME_PATH_REORDER:
+                    lost.append((rec, "sack"))  # evidence from its own path
+                elif not srtt or now - rec.sent >= LATE_FACTOR * (srtt + 4.0 * rttvar):
+                    lost.append((rec, "late"))  # no evidence: too old for its path
         if lost:
             nbytes = 0
-            for rec in lost:
+            for rec, why in lost:
                 nbytes += rec.length
-                self._lose(rec, "sack", now)
+                self._lose(rec, "sack", now, why)
             self.cc.on_loss(nbytes=nbytes, timeout=False, now=now)
 
     def on_nack(self, pkt: wire.NackPacket, now: float) -> None:

@@ -127,7 +127,7 @@ def test_nic_down_retires_its_plane_at_once_and_tells_the_peer(
     assert all(s.state is EvState.ASSUMED_BAD for s in back.ev_table.slots if s.plane == 0)
     net.drain_events()
     reasons = {e.reason for e in net.events if isinstance(e, EvStateChanged)}
-    assert {"port_down", "peer_port_down"} <= reasons and not reasons & {"sack", "rto"}
+    assert {"port_down", "peer_port_down"} <= reasons and not reasons & {"sack", "late", "rto"}
     peer_events = [e for e in net.events if isinstance(e, PortStatusChanged)]
     assert {(e.host, e.plane, e.up) for e in peer_events} >= {("h0", 0, False)}
     assert net.hosts["h0"].stats()["rtos"] == 0
