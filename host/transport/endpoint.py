@@ -40,8 +40,9 @@ OP_NAMES = {v: k for k, v in OPS.items()}
 INTERNAL_REQ_IDS = range(0xFF00, 0x10000)
 #: copies of a port status update sent to each peer at a time (on different planes when it can)
 PORT_STATUS_COPIES = 2
-#: rounds of copies sent to a peer that has not answered, one every ``interval``
-PORT_STATUS_ROUNDS = 16
+#: rounds of copies sent to a peer that has not answered, the gap growing fourfold from
+#: ``interval`` (the last of 8 comes about 22,000 intervals after the first)
+PORT_STATUS_ROUNDS = 8
 
 
 class EndpointError(ValueError):
@@ -269,9 +270,12 @@ class Endpoint:
         return changed
 
     def _peers(self) -> dict[str, QueuePair]:
+        """The peers this host talks to: those of QPs that carried traffic (an agent has QPs
+        to every host of the fabric, running or not)."""
         peers: dict[str, QueuePair] = {}
         for qp in self._qps():
-            peers.setdefault(qp.remote_host, qp)
+            if qp.carried_traffic:
+                peers.setdefault(qp.remote_host, qp)
         return peers
 
     def next_timer(self) -> float | None:
@@ -280,8 +284,8 @@ class Endpoint:
 
     def handle_timer(self, now: float) -> None:
         """Send the port status update again to every peer that has not answered (each round
-        on new EVs, so that ECMP hashes it onto other paths), at most PORT_STATUS_ROUNDS
-        rounds."""
+        on new EVs, so that ECMP hashes it onto other paths; the gap growing fourfold from
+        ``interval``), at most PORT_STATUS_ROUNDS rounds."""
         if not self._status_due:
             return
         peers = self._peers()
@@ -293,7 +297,9 @@ class Endpoint:
                 del self._status_due[peer]
                 continue
             self._send_status(qp, now)
-            self._status_due[peer] = (rounds + 1, now + self._interval)
+            # backing off: a peer that is gone (no agent) costs a few rounds, not a timer
+            # every probe_interval
+            self._status_due[peer] = (rounds + 1, now + self._interval * (4**rounds))
 
     def _send_status(self, qp: QueuePair, now: float) -> None:
         """A round of port status updates to ``qp``'s peer: PORT_STATUS_COPIES copies on

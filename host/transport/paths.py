@@ -9,6 +9,10 @@ from host.transport.evs import EvFormat, EvSlot, EvState
 from host.transport.qp_state import LATE_PROBE_FACTOR, NS, QpState
 
 REPLY_CACHE = 1 << 14  # STEV / UDP reply prefixes kept (one per plane and EV echoed)
+#: a QP with nothing to send probes an EV group that stays unanswered ever less often: the gap
+#: doubles per probe that timed out, up to 2^PROBE_BACKOFF_MAX probe intervals (a peer that is
+#: gone must not keep an idle host awake); a QP with work probes every probe_interval
+PROBE_BACKOFF_MAX = 8
 
 
 class PathChoice(QpState):
@@ -37,7 +41,10 @@ class PathChoice(QpState):
             self._recycle.clear()  # a path is back: spray over the whole cycle again
         if new in (EvState.ASSUMED_BAD, EvState.UNKNOWN):
             key = self._group_of(slot)
-            if key not in self._probe_due:
+            if new is EvState.UNKNOWN:  # probe it now, whatever came before
+                self._probe_misses.pop(key, None)
+                self._probe_due[key] = now
+            elif key not in self._probe_due:
                 self._probe_due[key] = now
 
     def _retire(self, slot: EvSlot, reason: str, now: float) -> None:
@@ -58,12 +65,17 @@ class PathChoice(QpState):
         """A port of this host or of the peer on ``plane`` went down (every GOOD EV of the plane
         ASSUMED_BAD at once, whatever ``ev_min_active`` says: nothing can cross a port that is
         down; what is in flight there is resent on the other planes) or came up (its
-        ASSUMED_BAD EVs become UNKNOWN: probed, GOOD on a reply). Returns the EVs changed."""
+        ASSUMED_BAD EVs become UNKNOWN: probed, GOOD on a reply; GOOD at once for a QP that
+        never carried traffic). Returns the EVs changed."""
         changed = 0
         if up:
+            # probed back; a QP that never carried traffic has no other evidence against these
+            # EVs than the port, which is up: GOOD at once (no probes to a peer that may not
+            # exist)
+            back = EvState.UNKNOWN if self.carried_traffic else EvState.GOOD
             for slot in self.ev_table.slots:
                 if slot.plane == plane and slot.state is EvState.ASSUMED_BAD:
-                    self.set_ev_state(slot, EvState.UNKNOWN, reason, now)
+                    self.set_ev_state(slot, back, reason, now)
                     changed += 1
             return changed
         for slot in self.ev_table.slots:
@@ -116,6 +128,7 @@ class PathChoice(QpState):
             if member.state in (EvState.ASSUMED_BAD, EvState.UNKNOWN):
                 self.set_ev_state(member, EvState.GOOD, "probe_reply", now)
         self._probe_due.pop(key, None)
+        self._probe_misses.pop(key, None)
         # other probes of the group are moot now: no timeout events for them
         for probe_id, (other, _) in list(self._probes.items()):
             if self._group_of(other) == key:
@@ -143,6 +156,8 @@ class PathChoice(QpState):
         for probe_id, (slot, sent) in list(self._probes.items()):
             if sent + cfg.probe_timeout <= now:
                 late[probe_id] = self._probes.pop(probe_id)
+                key = self._group_of(slot)
+                self._probe_misses[key] = self._probe_misses.get(key, 0) + 1
                 self._stats.probes_timed_out += 1
                 self._shared.events.append(PathProbeTimedOut(self.qpn, slot.ev, probe_id, now))
         for key, due in list(self._probe_due.items()):
@@ -154,10 +169,15 @@ class PathChoice(QpState):
                 del self._probe_due[key]
                 continue
             if waiting[0].plane in self._shared.ports_down:
-                self._probe_due[key] = now + cfg.probe_interval  # the NIC is down: wait
+                # the NIC is down: no probe and no timer until it is up (set_plane makes the
+                # EVs UNKNOWN then, which schedules their probes again)
+                del self._probe_due[key]
                 continue
             self.probe(waiting[self._next_probe_id % len(waiting)], now)
-            self._probe_due[key] = now + cfg.probe_interval
+            gap = cfg.probe_interval
+            if not (self._send_queue or self._outstanding or self._retx):
+                gap *= 1 << min(self._probe_misses.get(key, 0), PROBE_BACKOFF_MAX)
+            self._probe_due[key] = now + gap
 
     # -- sender ----------------------------------------------------------------------------------
 

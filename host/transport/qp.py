@@ -145,6 +145,7 @@ class QueuePair(Sender, Receiver, LossRecovery, PathChoice):
         for slot in slots:
             self._groups[self._group_of(slot)].append(slot)
         self._probe_due: dict[int, float] = {}
+        self._probe_misses: dict[int, int] = {}  # probe group -> probes that timed out in a row
         self._probes: dict[int, tuple[EvSlot, float]] = {}  # waiting for a reply
         self._late_probes: dict[int, tuple[EvSlot, float]] = {}  # timed out, reply still welcome
         self._next_probe_id = 1
@@ -223,6 +224,14 @@ class QueuePair(Sender, Receiver, LossRecovery, PathChoice):
         self.remote_qpn = remote_qpn
         self._next_psn = self._snd_una = self._psn_origin = send_psn
         self._rcv_cum = self._rcv_origin = expect_psn
+
+    @property
+    def carried_traffic(self) -> bool:
+        """True once the QP has sent or received data (it talks to a peer that exists)."""
+        return (
+            self._next_psn != self._psn_origin or self._rcv_cum != self._rcv_origin
+            or bool(self._rcv_set)
+        )  # fmt: skip
 
     def describe(self) -> dict[str, object]:
         """State for the statistics dict."""

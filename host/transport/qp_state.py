@@ -190,6 +190,7 @@ class QpState:
     _reply_any: tuple[int, bytes]
     _groups: dict[int, list[EvSlot]]
     _probe_due: dict[int, float]
+    _probe_misses: dict[int, int]
     _probes: dict[int, tuple[EvSlot, float]]
     _late_probes: dict[int, tuple[EvSlot, float]]
     _next_probe_id: int
@@ -264,6 +265,11 @@ class QpState:
 
     def _path_congested(self, slot: EvSlot, rtt: float | None, now: float) -> None:
         """Congestion on ``slot``'s path (:class:`host.transport.paths.PathChoice`)."""
+        raise NotImplementedError
+
+    @property
+    def carried_traffic(self) -> bool:
+        """The QP has sent or received data (:class:`host.transport.qp.QueuePair`)."""
         raise NotImplementedError
 
     def set_ev_state(self, slot: EvSlot, new: EvState, reason: str, now: float) -> None:

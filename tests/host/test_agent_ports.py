@@ -61,6 +61,10 @@ def plane_states(client: ControlClient, peer: str, label: str) -> dict[str, int]
 
 def test_nic_down_retires_the_plane_at_once_and_tells_the_peer(net: BackToBack) -> None:
     with net.client("h0") as h0, net.client("h1") as h1:
+        # the hosts talk first: a host tells the peers it talks to
+        region = h1.register("before", 1 << 16)
+        t = h0.transfer("h1", region["addr"], region["rkey"], 1 << 16, seed=40)
+        assert h0.wait([t["transfer"]], timeout=60)["failed"] == []
         since0 = h0.ev_events()["last"]
         since1 = h1.ev_events()["last"]
         net.run("h0", ["ip", "link", "set", "h0-p0", "down"])

@@ -144,6 +144,19 @@ def test_nic_down_retires_its_plane_at_once_and_tells_the_peer(
     assert back.ev_table.counts()["good"] == 32
 
 
+def test_a_qp_that_never_carried_traffic_tells_nobody_and_needs_no_probes(
+    fabric: Fabric,
+) -> None:
+    a = Context("h0", fabric.host("h0").nics)
+    qa = a.create_qp("h2", fabric.paths("h0", "h2"), cq=a.create_cq(), remote_qpn=0x123)
+    assert a.set_port_state(0, False, now=0.0) == 64
+    assert a.frames_to_send(0.0) == []  # no port status to a peer it never talked to
+    assert a.set_port_state(0, True, now=1.0) == 64
+    assert qa.ev_table.counts()["good"] == 128  # back at once: no probes to send
+    a.handle_timer(1.0)  # the probe timers of the retirement find nothing left to probe
+    assert a.frames_to_send(1.0) == [] and a.next_timer() is None
+
+
 def test_port_status_updates_are_sent_again_until_answered(fabric: Fabric) -> None:
     a = Context("h0", fabric.host("h0").nics)
     b = Context("h2", fabric.host("h2").nics)
@@ -151,8 +164,15 @@ def test_port_status_updates_are_sent_again_until_answered(fabric: Fabric) -> No
     qb = b.create_qp("h0", fabric.paths("h2", "h0"), cq=b.create_cq())
     qa.connect(qb.qpn)
     qb.connect(qa.qpn)
+    region = b.register_region(BASE, 4096)
+    qa.post_write(b"x" * 64, BASE, region.rkey)  # the QPs talk: a's port status concerns b
+    for plane, frame in a.frames_to_send(0.0):
+        b.receive_frame(plane, frame, 0.0)
+    assert qa.carried_traffic and qb.carried_traffic
     a.set_port_state(1, False, now=0.0)
-    lost = a.frames_to_send(0.0)  # the first round is lost
+    lost = [(p, f) for p, f in a.frames_to_send(0.0)
+            if isinstance(wire.parse(f), wire.EndpointPacket)]  # fmt: skip
+    # the first round is lost
     assert [wire.parse(f).op for _, f in lost] == [wire.EP_OP_PORT_STATUS]  # plane 1 is down
     due = a.config.probe_interval
     assert (a.next_timer() or 0.0) <= due
@@ -164,7 +184,10 @@ def test_port_status_updates_are_sent_again_until_answered(fabric: Fabric) -> No
     plane, frame = updates[0]
     b.receive_frame(plane, frame, due + 1e-6)
     assert all(s.state is EvState.ASSUMED_BAD for s in qb.ev_table.slots if s.plane == 1)
-    [(plane, response)] = b.frames_to_send(due + 2e-6)
+    [(plane, response)] = [
+        (p, f) for p, f in b.frames_to_send(due + 2e-6)
+        if isinstance(wire.parse(f), wire.EndpointPacket)
+    ]
     a.receive_frame(plane, response, due + 3e-6)
     # answered: no more rounds (only the QP's own timers, the probes of plane 1, remain)
     a.handle_timer(due + a.config.probe_interval)

@@ -124,6 +124,7 @@ def test_stev_spraying_uses_every_uplink_and_survives_a_link_failure(
 
 
 def test_nic_down_retires_its_plane_without_a_timeout(testbed: Any, wait: Wait) -> None:
+    transfer(testbed, "h0", "h2", 1 << 16, seed=70)  # h0 tells the peers it talks to
     with client(testbed, "h0") as c:
         since = c.ev_events()["last"]
     rtos = core(testbed, "h0")["rtos"]
