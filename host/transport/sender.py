@@ -334,8 +334,14 @@ class Sender(QpState):
         una = self._snd_una
         d = (cum_psn - una) & PSN_MASK
         if d > self._next_psn - una:
-            stats.drops["ack_out_of_window"] += 1
-            return
+            if (una - cum_psn) & PSN_MASK > self._rx_window:
+                stats.drops["ack_out_of_window"] += 1
+                return
+            # an ACK overtaken by a later one (ACKs come back over every plane): its cumulative
+            # PSN is old news, but its SACK bitmap may be the only word of the packets that
+            # arrived since the ACK before it
+            stats.stale_acks += 1
+            d = 0
         outstanding = self._outstanding
         pop = outstanding.pop
         freed: list[TxPacket] = []
@@ -346,6 +352,10 @@ class Sender(QpState):
                     freed.append(rec)
             self._snd_una = una = una + d
         if bitmap:
+            behind = (una - sack_base) & PSN_MASK
+            if 0 < behind < 64:  # a 64-bit bitmap that starts below una: its upper bits count
+                bitmap >>= behind
+                sack_base = una
             base = una + ((sack_base - una) & PSN_MASK)
             if base - una < self._rx_window:
                 while bitmap:

@@ -21,6 +21,7 @@ class Stats:
         self.payload_bytes_placed = 0
         self.acks_sent = 0
         self.acks_received = 0
+        self.stale_acks = 0  # ACKs overtaken by later ones (their SACK bitmaps still count)
         self.nacks_sent = 0
         self.nacks_received = 0
         self.trims_seen = 0
