@@ -1,4 +1,4 @@
-"""Transmit-time spraying: with a budget per plane NIC the core picks EVs of planes with room."""
+"""Sending and acknowledging: transmit-time spraying with a budget per plane NIC, overtaken ACKs."""
 
 from __future__ import annotations
 
