@@ -61,6 +61,7 @@ from host.transport.events import (
     EvStateChanged,
     PathProbeReplied,
     PathProbeTimedOut,
+    PortStatusChanged,
     QpError,
     RetransmitTimeout,
     WriteImmReceived,
@@ -353,13 +354,8 @@ class Agent:
         if not changes:
             return
         now = self.now()
-        for plane, up in changes:
-            changed = self.context.set_port_state(plane, up, now)
-            log.info("plane %d NIC %s: %d EVs %s", plane, "up" if up else "down", changed,
-                     "probed again" if up else "retired")  # fmt: skip
-            self.event_log.append(
-                {"event": "PortStatus", "plane": plane, "up": up, "evs": changed, "time": now}
-            )
+        for plane, up in changes:  # logged and listed as PortStatusChanged events
+            self.context.set_port_state(plane, up, now)
         self.after_core(now)
 
     def _make_reader(self, plane: PlaneNic) -> Callable[[int], None]:
@@ -606,6 +602,11 @@ class Agent:
             )  # fmt: skip
         elif isinstance(event, (RetransmitTimeout, QpError)):
             log.info("%s", record)
+        elif isinstance(event, PortStatusChanged):
+            log.info(
+                "port status: %s plane %d %s (%d EVs)",
+                event.host, event.plane, "up" if event.up else "down", event.evs,
+            )  # fmt: skip
         elif not isinstance(event, (PathProbeReplied, PathProbeTimedOut)):
             return  # probe sends are frequent and in the core's counters
         self.event_log.append(record)
