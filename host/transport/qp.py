@@ -183,6 +183,7 @@ class QueuePair(Sender, Receiver, LossRecovery, PathChoice):
         self._ack_ce_ev = 0  # EV of the latest CE-marked packet since the previous ACK
         self._ack_echo = (0, 0, 0, 0xFF)  # EV, timestamp, plane, spine
         self._ack_lo = 1 << 62  # lowest out-of-order PSN received since the last ACK
+        self._ack_hi = -1  # highest out-of-order PSN received since the last ACK
 
     # -- construction helpers --------------------------------------------------------------------
 

@@ -225,6 +225,7 @@ class QpState:
     _ack_ce_ev: int
     _ack_echo: tuple[int, int, int, int]
     _ack_lo: int
+    _ack_hi: int
 
     # -- what one part calls of another (defined by that part) ---------------------------------
 

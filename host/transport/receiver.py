@@ -96,6 +96,8 @@ class Receiver(QpState):
                 self._rcv_max = psn
             if psn < self._ack_lo:
                 self._ack_lo = psn
+            if psn > self._ack_hi:
+                self._ack_hi = psn
         if imm is not None:
             msg.imm = imm
         msg.received += dma_len
@@ -145,31 +147,37 @@ class Receiver(QpState):
             ev = self._ack_ce_ev
         cum = self._rcv_cum
         rcv = self._rcv_set
-        bitmap = 0
-        base = cum
-        if rcv:
+        bases = [cum]
+        if rcv and self._rcv_max - cum >= 64:
             # the bitmap covers 64 PSNs: start at the cumulative PSN when that reaches the newest,
-            # else at the oldest PSN received since the previous ACK, so each is reported once
-            if self._rcv_max - cum >= 64:
-                base = max(cum, min(self._ack_lo, self._rcv_max - 63))
+            # else at the oldest PSN received since the previous ACK; when that one lies more
+            # than 64 below the newest (a retransmission of an old PSN beside new ones), a
+            # second ACK covers the newest 64 of them, so every PSN received is reported
+            newest = self._rcv_max - 63
+            bases = [max(cum, min(self._ack_lo, newest))]
+            if self._ack_hi - bases[0] >= 64:
+                bases.append(self._ack_hi - 63)
+        out_plane, prefix = self._reply_path(plane, spine, ev)
+        stats = self._stats
+        for base in bases:
+            bitmap = 0
             for p in rcv:
                 i = p - base
                 if 0 <= i < 64:
                     bitmap |= 1 << i
-        out_plane, prefix = self._reply_path(plane, spine, ev)
-        frame = wire.encode_ack(
-            prefix, self.remote_qpn, self._msn, flags, plane, spine, ev, ts, cum, base,
-            bitmap, self._ack_ce, self._ack_pending,
-        )  # fmt: skip
-        self._shared.outbox.append((out_plane, frame))
-        stats = self._stats
-        stats.acks_sent += 1
-        stats.packets_sent += 1
-        stats.bytes_sent += len(frame)
+            frame = wire.encode_ack(
+                prefix, self.remote_qpn, self._msn, flags, plane, spine, ev, ts, cum, base,
+                bitmap, self._ack_ce, self._ack_pending,
+            )  # fmt: skip
+            self._shared.outbox.append((out_plane, frame))
+            stats.acks_sent += 1
+            stats.packets_sent += 1
+            stats.bytes_sent += len(frame)
         self._ack_pending = 0
         self._ack_ce = 0
         self._ack_deadline = None
         self._ack_lo = 1 << 62
+        self._ack_hi = -1
 
     def _nack(
         self, flags: int, plane: int, spine: int, ev: int, ts: int, psn24: int, now: float

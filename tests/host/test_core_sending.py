@@ -49,3 +49,27 @@ def test_an_overtaken_ack_still_acknowledges_by_its_bitmap(make_net: Any) -> Non
     assert qp.describe()["outstanding"] == 3
     stats = ctx.stats()
     assert stats["stale_acks"] == 1 and stats["drops"].get("ack_out_of_window", 0) == 0
+
+
+def test_every_psn_received_is_reported_in_some_ack(make_net: Any) -> None:
+    # what arrived since the previous ACK spans more than one 64-PSN bitmap (an old PSN beside
+    # new ones): a second ACK covers the newest, so no received packet goes unreported
+    from host.transport.cc import CcProfile
+
+    net = make_net(seed=5)
+    flow = net.connect("h0", "h2", cc=CcProfile("fixed", {"window": 200}))
+    sender, receiver = net.hosts["h0"], net.hosts["h2"]
+    flow.sender.post_write(bytes(100 * 4096), BASE, flow.region.rkey)
+    frames = {n: f for n, (_, f) in enumerate(sender.frames_to_send(0.0)) if n < 100}
+    for psn in (10, 80, 81):  # fewer than ack_every: no ACK yet
+        receiver.receive_frame(0, frames[psn], 1e-6)
+    flow.receiver._send_ack(2e-6)
+    acks = [f for _, f in receiver.frames_to_send(2e-6) if f[wire.OFF_BTH] == wire.OP_ACKNOWLEDGE]
+    reported: set[int] = set()
+    for frame in acks:
+        fields = wire.decode_ack(frame)
+        assert fields is not None
+        _, cum, base, bitmap = fields[:4]
+        assert cum == 0
+        reported |= {base + i for i in range(64) if bitmap >> i & 1}
+    assert reported == {10, 80, 81}
