@@ -79,7 +79,7 @@ MIN_TIMER_WAIT = 50e-6  # never select shorter than this after a timer fired wit
 STATS_FINISHED = 32  # finished transfers listed in the statistics
 #: data frames a plane NIC holds waiting for the wire before the core is asked for more: the
 #: EV of a packet is chosen when a NIC has room, as a NIC's transmit scheduler does
-NIC_QUEUE = 2
+NIC_QUEUE = 8
 STATS_FILE_INTERVAL = 1.0  # seconds between --stats-file rewrites
 IPV6_DST = slice(38, 54)
 

@@ -24,7 +24,7 @@ PREAMBLE_AND_GAP = 20  # bytes of preamble, start delimiter and inter-frame gap 
 EARLY = 0.5
 #: wire time an agent that woke up late may catch up on (full frames): frames that should
 #: have left while it was busy leave back to back, as far as this, instead of being lost
-CATCH_UP = 2.0
+CATCH_UP = 8.0
 
 
 def is_control(frame: bytes | bytearray) -> bool:

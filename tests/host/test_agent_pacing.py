@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from host.agent.pacing import CATCH_UP, PREAMBLE_AND_GAP, NicWire, is_control
+from host.agent.pacing import CATCH_UP, EARLY, PREAMBLE_AND_GAP, NicWire, is_control
 from host.transport import wire
 
 RATE = 10e6  # b/s
@@ -64,14 +64,15 @@ def test_control_frames_jump_the_line_and_take_wire_time() -> None:
 def test_a_late_loop_catches_up_a_little() -> None:
     nic = NicWire(RATE, FRAME)
     frame_time = (FRAME + PREAMBLE_AND_GAP) * 8 / RATE
-    for _ in range(8):
+    for _ in range(20):
         nic.offer(frame(wire.DSCP_TRIMMABLE), 0.0)
     # the loop wakes up long after the first frame was done: the frames that should have
     # left since go back to back, but the wire catches up at most CATCH_UP frame times
-    late = 5 * frame_time
+    late = (CATCH_UP + 3) * frame_time
     out = nic.release(late)
-    assert len(out) == 3  # caught up to late + EARLY: 3 frames of wire time in hand
-    assert nic.free_at == pytest.approx(late - CATCH_UP * frame_time + 3 * frame_time)
+    caught_up = int(CATCH_UP + EARLY) + 1  # the wire time in hand, plus the early allowance
+    assert len(out) == caught_up
+    assert nic.free_at == pytest.approx(late - CATCH_UP * frame_time + caught_up * frame_time)
 
 
 def test_an_idle_wire_sends_at_once() -> None:
