@@ -11,8 +11,11 @@ ways of trimming and two of ECN marking, in packets of the port's data queue:
 
 The default (:func:`default_qos`) trims at half the queue and marks ECN at a quarter; the
 UET-like pair (:func:`uet_qos`: trim when full, RED between a fifth and four fifths of the queue)
-is one ``set-qos`` away and becomes the default once protocol time is dilated to the emulated
-link rate (with millisecond RTTs, a full 64-packet queue holds 200 ms at 10 Mb/s). ``mrc-ctl set-qos`` records overrides, per switch or per port, in a
+is one ``set-qos`` away. Measured with time dilation and NSCC (benchmarks/fabric.py, 10 Mb/s,
+switchmodel): the UET-like default gave the same small-fabric permutation (0.93) and failover,
+but the default fabric's permutation fell to 0.80 with 32 EVs retired (0.93 and none with the
+thresholds): full queues there hold 220 ms of data per hop, and packets behind them look lost
+to the SACK rule. So the thresholds stay the default. ``mrc-ctl set-qos`` records overrides, per switch or per port, in a
 small JSON file kept next to the testbed state file (:func:`overrides_path`), so that every
 later ``push`` and ``watch`` keeps them::
 
