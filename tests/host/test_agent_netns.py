@@ -360,10 +360,11 @@ def test_kernel_never_answers_mrc_packets(net: BackToBack, small: Fabric, tmp_pa
         assert "listening" in line, line
         for _ in range(3):
             inject(net, "h1", "h1-p0", probes)
-        # some MRC traffic the agent does answer (data + ACKs), to show the capture works
+        # some MRC traffic the agent does answer (data + ACKs), to show the capture works; ACKs
+        # return on the plane of the packet they echo, so enough packets that plane 0 gets some
         with net.client("h0") as h0, net.client("h1") as h1:
-            region = h0.register("icmpcheck", 1 << 16)
-            started = h1.transfer("h0", region["addr"], region["rkey"], 1 << 16, seed=1)
+            region = h0.register("icmpcheck", 1 << 20)
+            started = h1.transfer("h0", region["addr"], region["rkey"], 1 << 20, seed=1)
             assert h1.wait([started["transfer"]], timeout=30)["complete"]
         time.sleep(0.5)
     finally:
