@@ -155,17 +155,30 @@ def test_single_path_waits_out_a_failure_with_timeouts(make_net: Any) -> None:
     assert not transitions(net)
 
 
-def test_retry_limit_puts_the_qp_in_error(make_net: Any) -> None:
-    config = StackConfig(ack_timeout_exp=0, max_retransmits=3)
-    net = make_net(seed=9, config=config)
-    flow = net.connect("h0", "h2", policy="single-path")
+def cut_first_link(net: Any, flow: Any, start: float, end: float = float("inf")) -> None:
+    """Fail the first link of the single path ``flow`` is pinned to, from ``start`` to ``end``."""
     first = flow.sender.ev_table.pinned.path.hops[0]
-    net.sim.fail_link(first.switch, net.fabric.switch(first.switch).port(first.out_port).peer, 0.0)
+    peer = net.fabric.switch(first.switch).port(first.out_port).peer
+    net.sim.fail_link(first.switch, peer, start, end)
+
+
+def write_on_a_dead_path(net: Any) -> Any:
+    """A single-path QP h0 -> h2 whose path is cut from the start: its one WRITE must fail with
+    ``retry_exceeded``. Returns the flow."""
+    flow = net.connect("h0", "h2", policy="single-path")
+    cut_first_link(net, flow, 0.0)
     flow.sender.post_write(pattern(20_000, 1), BASE, flow.region.rkey, wr_id=5)
     net.sim.kick("h0")
     net.run(30.0, stop=lambda: len(net.cqs["h0"]) == 1)
     (entry,) = net.cqs["h0"].poll()
     assert (entry.wr_id, entry.status) == (5, "retry_exceeded")
+    return flow
+
+
+def test_retry_limit_puts_the_qp_in_error(make_net: Any) -> None:
+    config = StackConfig(ack_timeout_exp=0, max_retransmits=3)
+    net = make_net(seed=9, config=config)
+    flow = write_on_a_dead_path(net)
     assert any(isinstance(e, QpError) for e in net.events)
     assert flow.sender.error is not None
 
@@ -173,9 +186,7 @@ def test_retry_limit_puts_the_qp_in_error(make_net: Any) -> None:
 def test_one_timeout_recovers_a_whole_lost_window(make_net: Any) -> None:
     net = make_net(seed=10)
     flow = net.connect("h0", "h2", policy="single-path")
-    first = flow.sender.ev_table.pinned.path.hops[0]
-    net.sim.fail_link(first.switch, net.fabric.switch(first.switch).port(first.out_port).peer,
-                      start=0.05, end=0.3)  # fmt: skip
+    cut_first_link(net, flow, start=0.05, end=0.3)
     flow.sender.post_write(pattern(4 << 20, 1), BASE, flow.region.rkey)
     net.sim.kick("h0")
     end = net.run(30.0, stop=lambda: len(net.cqs["h0"]) == 1)
@@ -192,14 +203,7 @@ def test_retry_counters_after_mrc_h_linear_then_exponential(make_net: Any) -> No
     # then the QP fails (exp_cnt 25 would mean no limit)
     config = StackConfig(ack_timeout_exp=0, retry_linear_cnt=2, retry_exp_cnt=3)
     net = make_net(seed=9, config=config)
-    flow = net.connect("h0", "h2", policy="single-path")
-    first = flow.sender.ev_table.pinned.path.hops[0]
-    net.sim.fail_link(first.switch, net.fabric.switch(first.switch).port(first.out_port).peer, 0.0)
-    flow.sender.post_write(pattern(20_000, 1), BASE, flow.region.rkey, wr_id=5)
-    net.sim.kick("h0")
-    net.run(30.0, stop=lambda: len(net.cqs["h0"]) == 1)
-    (entry,) = net.cqs["h0"].poll()
-    assert (entry.wr_id, entry.status) == (5, "retry_exceeded")
+    write_on_a_dead_path(net)
     timeouts = [e.backoff for e in net.events if isinstance(e, RetransmitTimeout)]
     # 2 retries at t = 0, 3 backed off (t = 1, 2, 3), and the sixth timeout gives up
     assert timeouts == [0, 0, 1, 2, 3, 3]
