@@ -178,8 +178,7 @@ class Phase:
             if self.transport.is_kernel:
                 return  # operator EV states are the MRC agents'
             self._set_ev(fault, "DENIED" if action == "deny" else "UNKNOWN")
-        with self.lock:
-            self.result.faults.append(FaultMark(self.now(), action, fault.target))
+        self._mark(action, fault.target)
 
     def _set_ev(self, fault: Fault, state: str) -> None:
         """The operator's EV state through the agent's control interface (set-ev) on the QP of
@@ -205,13 +204,24 @@ class Phase:
                 self.errors.append(f"fault {action} {fault.target} at {t:g} s: {exc}")
 
     def undo_faults(self) -> None:
-        """Bring every failed link up and start every killed switch."""
+        """Bring every failed link up and start every killed switch.
+
+        A phase whose flows finish before the scenario's own ``up``/``start`` leaves the fabric
+        to the next phase as it found it; the action is recorded at the time it happens so
+        ``faults.csv`` still shows when the link or switch came back.
+        """
         for a, b in list(self.down_links):
             self.testbed.link_up(a, b)
+            self._mark("up", f"{a} <-> {b}")
         self.down_links.clear()
         for name in list(self.killed):
             self.testbed.start_switch(name)
+            self._mark("start", name)
         self.killed.clear()
+
+    def _mark(self, action: str, target: str) -> None:
+        with self.lock:
+            self.result.faults.append(FaultMark(self.now(), action, target))
 
     # -- the run -----------------------------------------------------------------------------
 

@@ -128,6 +128,11 @@ def test_phase_carries_out_nic_and_plane_faults() -> None:
     assert marks[-1] == ("down", "h0 <-> t0-p0-r0")
     phase.undo_faults()
     assert tb.calls[-1] == ("up", "h0", "t0-p0-r0")
+    # What the end of the phase undid is on record as well.
+    assert (phase.result.faults[-1].action, phase.result.faults[-1].target) == (
+        "up",
+        "h0 <-> t0-p0-r0",
+    )
 
 
 def test_plane_scenario_loses_a_plane_and_a_nic() -> None:
