@@ -7,11 +7,16 @@
  *
  * The two ends meet through files in a rendezvous folder both can read (testbed hosts share
  * the file system): each writes its QP number, GID, receive buffer address and rkey to
- * DIR/NAME.qp and reads the peer's. The end whose name sorts first starts the ping-pong.
+ * DIR/NAME.qp and reads the peer's, then DIR/NAME.ready once its QP is in RTS and waits for the
+ * peer's. The end whose name sorts first starts the ping-pong.
  *
  * Options: -n NAME (this end), -p PEER, -r DIR, -d DEVICE (default: the first), -i ITERS
  * (ping-pong round trips, default 100), -s MAX (largest sweep size in bytes, default 1 MiB),
- * -t SECONDS (give up after, default 120).
+ * -v VOLUME (bytes each sweep size moves, at least one message; default MAX), -t SECONDS
+ * (give up after, default 120).
+ *
+ * Every sweep size prints one line, "sweep SIZE B x COUNT: RATE MB/s", RATE counted from the
+ * first WRITE to the peer's answer that it checked every byte.
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -188,6 +193,24 @@ static void rendezvous(struct end *e, const char *dir, const char *name, const c
 	}
 }
 
+/* After RTS: say so in DIR/NAME.ready and wait for the peer's. A WRITE that reaches a QP not
+ * yet in RTR is dropped (as on any RDMA NIC) and only its ACK timeout would send it again. */
+static void barrier(struct end *e, const char *dir, const char *name, const char *peer)
+{
+	char path[512];
+	FILE *f;
+
+	snprintf(path, sizeof(path), "%s/%s.ready", dir, name);
+	f = fopen(path, "w");
+	CHECK(f, "cannot write %s", path);
+	fclose(f);
+	snprintf(path, sizeof(path), "%s/%s.ready", dir, peer);
+	while (access(path, F_OK) != 0) {
+		CHECK(now() < e->deadline, "the peer never got ready (no %s)", path);
+		usleep(10000);
+	}
+}
+
 /* RESET -> INIT: the host's own EV and CC profiles (0), no hint */
 static void init_qp(struct end *e)
 {
@@ -229,12 +252,12 @@ static void connect_qp(struct end *e)
 int main(int argc, char **argv)
 {
 	const char *name = NULL, *peer = NULL, *dir = NULL, *device = NULL;
-	size_t max = 1 << 20;
+	size_t max = 1 << 20, volume = 0;
 	int iters = 100, op, n;
 	double timeout = 120;
 	struct end e = {0};
 
-	while ((op = getopt(argc, argv, "n:p:r:d:i:s:t:")) != -1) {
+	while ((op = getopt(argc, argv, "n:p:r:d:i:s:v:t:")) != -1) {
 		switch (op) {
 		case 'n': name = optarg; break;
 		case 'p': peer = optarg; break;
@@ -242,10 +265,11 @@ int main(int argc, char **argv)
 		case 'd': device = optarg; break;
 		case 'i': iters = atoi(optarg); break;
 		case 's': max = strtoull(optarg, NULL, 0); break;
+		case 'v': volume = strtoull(optarg, NULL, 0); break;
 		case 't': timeout = atof(optarg); break;
 		default:
 			fprintf(stderr, "usage: %s -n NAME -p PEER -r DIR [-d DEVICE] [-i ITERS] "
-				"[-s MAX_BYTES] [-t SECONDS]\n", argv[0]);
+				"[-s MAX_BYTES] [-v VOLUME_BYTES] [-t SECONDS]\n", argv[0]);
 			return 2;
 		}
 	}
@@ -254,6 +278,9 @@ int main(int argc, char **argv)
 			"(-i >= 1, -s >= 4096)\n");
 		return 2;
 	}
+	setvbuf(stdout, NULL, _IOLBF, 0); /* a line per result, also into a pipe */
+	if (volume == 0 || volume > max)
+		volume = max;
 	e.deadline = now() + timeout;
 	int first = strcmp(name, peer) < 0;
 
@@ -306,6 +333,7 @@ int main(int argc, char **argv)
 		post_recv(&e);
 	rendezvous(&e, dir, name, peer);
 	connect_qp(&e);
+	barrier(&e, dir, name, peer);
 	uint32_t qpn;
 
 	CHECK(mrc_get_qpn(e.qp, &qpn) == 0, "mrc_get_qpn");
@@ -343,7 +371,7 @@ int main(int argc, char **argv)
 	 * waits for their completions (each placed), then a WRITE_IMM names the size; the peer
 	 * checks every byte and answers with a 64-byte WRITE_IMM */
 	for (size_t size = 4096; size <= max; size *= 2) {
-		size_t count = max / size;
+		size_t count = volume / size ? volume / size : 1;
 		uint32_t tag = (uint32_t)size;
 
 		if (first) {
