@@ -184,6 +184,7 @@ class Context:
         ev_profile: EvProfile | int | None = None,
         remote_qpn: int | None = None,
         qpn: int | None = None,
+        config: StackConfig | None = None,
     ) -> QueuePair:
         """A QP to ``remote_host`` over ``paths`` (from ``Fabric.paths(self.host, remote_host)``).
 
@@ -192,7 +193,14 @@ class Context:
         generated one of ``config.ev_count`` EVs).
         ``qpn`` picks the local QP number (1..2^24-1, unused), e.g. one both peers can derive
         without exchanging it; by default numbers are allocated from 0x100 upwards.
+        ``config`` is the QP's own (ACK timeout, retry counts, windows, ...): a copy of the
+        context's ``config`` with some fields changed (``config.with_(...)``); the fields every
+        QP shares (``host.transport.config.CONTEXT_FIELDS``: dilation, MTU, ...) must keep the
+        context's values, else :class:`~host.transport.config.ConfigError`. Its times are
+        protocol times, dilated by the context's ``dilation`` as the context's are.
         """
+        if config is not None:
+            self.config.check_qp(config)
         for path in paths:
             if path.src != self.host or path.dst != remote_host:
                 raise ValueError(
@@ -217,7 +225,7 @@ class Context:
         qp = QueuePair(
             self._shared, qpn, remote_host, paths, cq=cq.number, policy=get_policy(policy), cc=cc,
             ev_profile=None, remote_qpn=None, rng=random.Random(self._rng.getrandbits(64)),
-            profile=profile,
+            profile=profile, config=config,
         )  # fmt: skip
         if remote_qpn is not None:
             qp.connect(remote_qpn)
@@ -230,6 +238,15 @@ class Context:
             return self._qps[qpn]
         except KeyError:
             raise KeyError(f"QP {qpn}: no such QP on {self.host}") from None
+
+    def configure_qp(self, qpn: int, config: StackConfig) -> None:
+        """Give QP ``qpn`` a new config while it runs: a copy of its current one
+        (``qp.config.with_(...)``) whose changes are timers, retry counts and windows
+        (``host.transport.config.LIVE_FIELDS``); they take effect at once (see
+        :meth:`QueuePair.reconfigure`). The driver asks :meth:`next_timer` again afterwards."""
+        qp = self.qp(qpn)
+        self.config.check_qp(config)
+        qp.reconfigure(config)
 
     def destroy_qp(self, qpn: int) -> None:
         """Forget QP ``qpn``: its pending messages are dropped, later packets for it are
@@ -487,7 +504,5 @@ class Context:
         if self.dilation != 1.0:
             d = self.dilation
             out["rtt"] = {k: (v if k == "count" else v * d) for k, v in rtt.items()}
-            out["ev_transitions"] = [
-                {**tr, "time": tr["time"] * d} for tr in out["ev_transitions"]
-            ]
+            out["ev_transitions"] = [{**tr, "time": tr["time"] * d} for tr in out["ev_transitions"]]
         return out

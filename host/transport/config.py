@@ -1,7 +1,9 @@
 """Configuration of the transport core: timers, thresholds and sizes (immutable).
 
-One :class:`StackConfig` is given to a :class:`host.transport.api.Context`; every QP of the context uses
-it. Change a value with :meth:`StackConfig.with_` (returns a copy).
+One :class:`StackConfig` is given to a :class:`host.transport.api.Context`; its QPs use it unless
+one is created with a config of its own: a copy of the context's (:meth:`StackConfig.with_`
+returns one) whose ``CONTEXT_FIELDS`` keep the context's values (:meth:`StackConfig.check_qp`).
+A QP's ``LIVE_FIELDS`` (its timers and limits) may also change while it runs.
 
 Every time here is *protocol time*: seconds of the real fabric the testbed stands for (a 100 Gb/s
 fabric whose round trip is a few microseconds), never seconds of the emulation. The emulated
@@ -20,6 +22,17 @@ from typing import Any
 
 ACK_TIMEOUT_UNIT = 1.024e-6  # seconds: the MRC ACK timeout is 1.024 us x 2^t
 STEERING_MODES = ("weights", "halve")  # how congestion feedback steers spraying
+
+#: the fields every QP of a context shares: the driver's clock (``dilation``), the fabric's frame
+#: sizes and hop limit, the EV profiles' floor of active EVs (profiles are the context's)
+CONTEXT_FIELDS = ("mtu", "dilation", "max_frame", "hop_limit", "ev_min_active")
+#: the fields a QP's config may change while the QP runs: its timers, retry counts and windows
+#: (the others shape its EV table, spraying and congestion control when it is created)
+LIVE_FIELDS = (
+    "ack_timeout_exp", "max_backoff_exp", "retry_linear_cnt", "retry_exp_cnt", "max_retransmits",
+    "reorder_threshold", "ack_every", "ack_delay", "probe_timeout", "probe_interval", "rto_min",
+    "tlp", "rx_window", "max_outstanding",
+)  # fmt: skip
 
 
 class ConfigError(ValueError):
@@ -112,3 +125,18 @@ class StackConfig:
             if key not in known:
                 raise ConfigError(f"StackConfig has no field '{key}' (fields: {sorted(known)})")
         return replace(self, **changes)
+
+    def changed(self, other: StackConfig) -> list[str]:
+        """The fields whose value differs in ``other``, in declaration order."""
+        return [f.name for f in fields(self) if getattr(self, f.name) != getattr(other, f.name)]
+
+    def check_qp(self, qp_config: StackConfig) -> None:
+        """Refuse a QP config (given to a context of this config) that changes a field every QP
+        of the context shares (``CONTEXT_FIELDS``)."""
+        for name in self.changed(qp_config):
+            if name in CONTEXT_FIELDS:
+                raise ConfigError(
+                    f"StackConfig.{name} = {getattr(qp_config, name)!r}: a QP's config keeps the "
+                    f"context's value {getattr(self, name)!r} ({', '.join(CONTEXT_FIELDS)} are "
+                    "the context's)"
+                )

@@ -23,6 +23,10 @@ Receiver: every packet is placed at its RETH address after checking rkey and bou
 tracked as a cumulative PSN plus the set received beyond it; ACKs are coalesced (every
 ``ack_every`` packets or ``ack_delay``), each trimmed packet gets a NACK echoing its EV, and a
 WRITE_IMM completes once every byte of the message is placed.
+
+Every timer, retry count and window above is read from the QP's config (:attr:`QueuePair.config`):
+its context's, or one of its own given at creation; :meth:`QueuePair.reconfigure` changes the
+timers and limits of a running QP.
 """
 
 from __future__ import annotations
@@ -35,7 +39,7 @@ from typing import TYPE_CHECKING
 
 from host.transport import wire
 from host.transport.cc import CcProfile, CongestionControl, create
-from host.transport.config import ACK_TIMEOUT_UNIT
+from host.transport.config import ACK_TIMEOUT_UNIT, LIVE_FIELDS, ConfigError, StackConfig
 from host.transport.evs import (
     EvFormat,
     EvProfile,
@@ -75,17 +79,15 @@ class QueuePair(Sender, Receiver, LossRecovery, PathChoice):
         remote_qpn: int | None,
         rng: random.Random,
         profile: ProfileStates | None = None,
+        config: StackConfig | None = None,
     ) -> None:
-        cfg = shared.config
+        # the QP's own config (its timers, retry counts, windows...), else its context's
+        cfg = shared.config if config is None else config
         self._shared = shared
         self._regions = shared.regions.by_rkey
         self._cfg = cfg
-        self._rx_window = cfg.rx_window
-        self._ack_every = cfg.ack_every
-        self._ack_delay = cfg.ack_delay
         self._steer = cfg.ecn_steering and policy.spray
         self._steer_skip = False
-        self._steer_hold = cfg.ack_delay * 10
         self._weights = cfg.steering == "weights"
         self._w_dec = 1.0 - cfg.path_weight_decrease
         self._w_inc = cfg.path_weight_increase
@@ -168,8 +170,7 @@ class QueuePair(Sender, Receiver, LossRecovery, PathChoice):
         self._rttvar = 0.0
         self._tlp_next = 0.0  # no tail-loss probe before this time (one per smoothed RTT)
         self._last_ack = 0.0  # the last ACK that acknowledged data (restarts the ACK timeout)
-        self._rto_floor = cfg.ack_timeout if cfg.rto_min is None else cfg.rto_min
-        self._rto_max = ACK_TIMEOUT_UNIT * (1 << cfg.max_backoff_exp)
+        self._apply_limits(cfg)
         # receiver
         self._rcv_cum = 0
         self._rcv_origin = 0
@@ -184,6 +185,40 @@ class QueuePair(Sender, Receiver, LossRecovery, PathChoice):
         self._ack_echo = (0, 0, 0, 0xFF)  # EV, timestamp, plane, spine
         self._ack_lo = 1 << 62  # lowest out-of-order PSN received since the last ACK
         self._ack_hi = -1  # highest out-of-order PSN received since the last ACK
+
+    # -- configuration -----------------------------------------------------------------------------
+
+    @property
+    def config(self) -> StackConfig:
+        """The config this QP runs with: its own, or its context's."""
+        return self._cfg
+
+    def reconfigure(self, config: StackConfig) -> None:
+        """Run with ``config`` from now on; it may differ from the current one only in
+        ``LIVE_FIELDS`` (timers, retry counts, windows), else :class:`ConfigError`.
+
+        Effects are immediate: the next ACK timeout is computed from the new ``ack_timeout_exp``
+        (the driver asks :meth:`next_timer` again), the retry counts apply to the timeouts
+        already counted (a QP already past its new limit fails at its next timeout), the
+        backoff is capped anew, and the windows bound the next packets sent and received."""
+        fixed = [name for name in self._cfg.changed(config) if name not in LIVE_FIELDS]
+        if fixed:
+            raise ConfigError(
+                f"QP {self.qpn}: StackConfig.{fixed[0]} is fixed when the QP is created (a "
+                f"running QP changes only {', '.join(LIVE_FIELDS)})"
+            )
+        self._cfg = config
+        self._apply_limits(config)
+
+    def _apply_limits(self, cfg: StackConfig) -> None:
+        """Derive the QP's cached timers and windows from ``cfg``'s ``LIVE_FIELDS``."""
+        self._rx_window = cfg.rx_window
+        self._ack_every = cfg.ack_every
+        self._ack_delay = cfg.ack_delay
+        self._steer_hold = cfg.ack_delay * 10
+        self._rto_floor = cfg.ack_timeout if cfg.rto_min is None else cfg.rto_min
+        self._rto_max = ACK_TIMEOUT_UNIT * (1 << cfg.max_backoff_exp)
+        self._backoff = min(self._backoff, cfg.max_backoff_exp - cfg.ack_timeout_exp)
 
     # -- construction helpers --------------------------------------------------------------------
 
@@ -242,6 +277,7 @@ class QueuePair(Sender, Receiver, LossRecovery, PathChoice):
             "policy": self.policy.name,
             "cwnd": self.cc.cwnd,
             "outstanding": len(self._outstanding),
+            "psns_in_flight": self._next_psn - self._snd_una,
             "pending_messages": self._pending_messages,
             "error": self.error,
             "ev_profile": self.ev_profile.profile_id,
