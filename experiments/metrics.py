@@ -70,6 +70,10 @@ class TransportResult:
     hosts: dict[str, dict[str, float]] = field(default_factory=dict)
     planes: dict[str, int] = field(default_factory=dict)  # plane -> bytes sent by host NICs
     base_rtt_s: float | None = None
+    # messages whose bytes the receiver checked after the run (None: not checked, e.g. the
+    # kernel's transports) and how many of them held other bytes than were sent
+    checked: int | None = None
+    corrupt: int = 0
     # EV state changes reported by the agents: t, host, qpn, ev, path, old, new, reason
     ev_transitions: list[dict[str, object]] = field(default_factory=list)
 
@@ -383,6 +387,8 @@ def summarise(fabric: Fabric, result: TransportResult, interval: float) -> dict[
         "flow_completion_p50_s": percentile(list(flows_done.values()), 0.5),
         "flow_completion_max_s": max(flows_done.values()) if flows_done else None,
         "rtos": totals.get("rtos", 0.0),
+        "messages_checked": result.checked,
+        "messages_corrupt": result.corrupt,
         "ev_retirements": sum(1 for tr in result.ev_transitions if tr.get("new") == "assumed_bad"),
         "nacks": totals.get("nacks", 0.0),
         "host_totals": totals,

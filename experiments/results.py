@@ -81,6 +81,8 @@ def write_raw(
                 "flows": [list(f) for f in r.flows],
                 "planes_bytes": r.planes,
                 "base_rtt_s": r.base_rtt_s,
+                "checked_messages": r.checked,
+                "corrupt_messages": r.corrupt,
             }
             for r in results
         ],
@@ -188,6 +190,8 @@ def load_raw(out: Path) -> tuple[Fabric, float, list[TransportResult]]:
             flows=[(a, b) for a, b in t["flows"]],
             planes=dict(t.get("planes_bytes", {})),
             base_rtt_s=t.get("base_rtt_s"),
+            checked=t.get("checked_messages"),
+            corrupt=int(t.get("corrupt_messages", 0)),
         )
     try:
         for row in _read_csv(out, "progress.csv"):

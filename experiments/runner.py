@@ -190,9 +190,7 @@ class Phase:
             {"path": fault.path} if fault.path is not None else {"ev": fault.ev}
         )
         with ControlClient(self.testbed.control_path(fault.host), timeout=10.0) as c:
-            c.request(
-                "set-ev", peer=fault.peer, policy=self.transport.kind, state=state, **which
-            )
+            c.request("set-ev", peer=fault.peer, policy=self.transport.kind, state=state, **which)
 
     def _faults(self) -> None:
         for t, action, fault in self.scenario.timeline():
@@ -461,7 +459,13 @@ class MrcFlows:
                             **{
                                 k: tr.get(k, "")
                                 for k in (
-                                    "qpn", "ev", "path", "old", "new", "reason", "profile",
+                                    "qpn",
+                                    "ev",
+                                    "path",
+                                    "old",
+                                    "new",
+                                    "reason",
+                                    "profile",
                                     "plane",
                                 )  # fmt: skip
                             },
@@ -481,6 +485,39 @@ class MrcFlows:
                 stats["rtt_p50_s"] = float(rtt.get("p50", 0.0))
             self.phase.result.hosts[host.name] = stats
         self.phase.result.base_rtt_s = min(rtts) if rtts else None
+        self._check_bytes()
+
+    def _check_bytes(self) -> None:
+        """Every completed message's bytes, checked at its receiver against what was sent."""
+        phase = self.phase
+        message_bytes = {
+            flow_name(src, dst): phase.scenario.workloads[w].message_bytes
+            for w, src, dst in self.flows
+        }
+        index = {flow_name(src, dst): i for i, (_w, src, dst) in enumerate(self.flows)}
+        checked = corrupt = 0
+        for done in [c for c in phase.result.completions if c.end is not None]:
+            i = index[done.flow]
+            dst = self.flows[i][2]
+            try:
+                with self.client(dst) as c:
+                    reply = c.verify(
+                        f"flow{i}",
+                        offset=done.message * message_bytes[done.flow],
+                        size=done.size,
+                        seed=i + 1,
+                    )
+            except Exception as exc:
+                phase.errors.append(f"flow {done.flow}: checking message {done.message}: {exc}")
+                continue
+            checked += 1
+            if not reply.get("match"):
+                corrupt += 1
+                phase.errors.append(
+                    f"flow {done.flow}: message {done.message} arrived with other bytes than sent"
+                )
+        phase.result.checked = checked
+        phase.result.corrupt = corrupt
 
     def cleanup(self) -> None:
         """Nothing to undo: the next phase restarts the agents."""

@@ -450,7 +450,9 @@ def _transport(
         raise p.fail(f"{f}.cc", t.get("cc"), f"no CC profile: {kind} is a kernel transport")
     ev_format = p.choice(f"{f}.ev_format", str(t.get("ev_format", "srv6")).lower(), EV_FORMATS)
     if "ev_format" in t and kind in KERNEL_TRANSPORTS:
-        raise p.fail(f"{f}.ev_format", t["ev_format"], f"no EV format: {kind} is a kernel transport")
+        raise p.fail(
+            f"{f}.ev_format", t["ev_format"], f"no EV format: {kind} is a kernel transport"
+        )
     return Transport(name, kind, trimming, cc, ev_format)
 
 

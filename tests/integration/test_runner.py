@@ -63,6 +63,9 @@ def test_scenario_writes_a_complete_results_folder(testbed: Any, tmp_path: Path)
             "down t0-p0-r0 <-> t1-p0-s0",
             "kill t1-p1-s1",
         ]
+    # every MRC message was checked at its receiver, byte for byte
+    assert (saved["mrc"]["messages_checked"], saved["mrc"]["messages_corrupt"]) == (4 * 24, 0)
+    assert saved["tcp"]["messages_checked"] is None  # the kernel's flows are not checked here
     faults = (tmp_path / "faults.csv").read_text().splitlines()
     for name in ("mrc", "tcp", "mptcp"):
         actions = [line.split(",")[2] for line in faults if line.startswith(name + ",")]
