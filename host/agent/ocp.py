@@ -8,10 +8,11 @@ queues, completion channels, QPs and asynchronous events. The session ends with 
 
 QPs follow the RDMA state machine (RESET -> INIT -> RTR -> RTS, any -> ERR / RESET). A QP
 becomes a transport-core QP at RTR, when its peer is known (``IBV_QP_AV``: the peer's GID is a
-plane address of another testbed host; ``IBV_QP_DEST_QPN``). Work requests are RDMA WRITE and
-WRITE with immediate only; a WRITE_IMM consumes a posted receive at the responder. Send
-completions are delivered in posting order per QP, whatever order the core finishes the
-messages in (multipath). Numbers in requests and replies are the libibverbs values
+plane address of another testbed host; ``IBV_QP_DEST_QPN``), with a transport config of its own
+made from its ACK timeout, retry counts and MPRs (:func:`core_config`; changed at once when the
+application changes them). Work requests are RDMA WRITE and WRITE with immediate only; a
+WRITE_IMM consumes a posted receive at the responder. Send completions are delivered in posting
+order per QP, whatever order the core finishes the messages in (multipath). Numbers in requests and replies are the libibverbs values
 (``ibv_qp_state``, ``ibv_wc_status``, ``ibv_wc_opcode``, ``ibv_wr_opcode``, ...); errors carry
 an ``errno`` the library sets.
 
@@ -39,6 +40,7 @@ from host.agent.ocp_profiles import CcProfileStore, ProfileError, ProfileStore
 from host.agent.ocp_server import OcpConnection, OcpServer, Reply
 from host.transport.api import Context
 from host.transport.cc import CcProfile
+from host.transport.config import ConfigError, StackConfig
 from host.transport.events import (
     STATUS_OK,
     STATUS_REMOTE_ACCESS_ERROR,
@@ -90,6 +92,7 @@ EV_EVENT_MASK = EV_STATE_BITS["good"] | EV_STATE_BITS["assumed_bad"]
 # what the emulated device offers
 MAX_WIMM = 1024  # WRITE_IMMs in flight per QP, as requestor and as responder
 MAX_MPR = 255  # units of 128 PSNs
+MPR_UNIT = 128  # PSNs per unit of mrc_qp_attr.mpr / mpr_dest (mrc.h)
 MAX_CQE = 1 << 16
 MAX_WR = 1 << 14
 MAX_SGE = 16
@@ -98,13 +101,46 @@ MAX_MESSAGE = 1 << 31
 MAX_TIMEOUT = 24
 MAX_RETRY_LINEAR = 7
 MAX_RETRY_EXP = 25
+MAX_BACKOFF_EXP = 31  # the backoff ceiling's largest exponent (StackConfig.max_backoff_exp)
 FIRST_OCP_QPN = 0x10000
+#: the attributes of a QP that its transport-core config carries (see :func:`core_config`)
+CORE_ATTRS = ("timeout", "retry_linear", "retry_exp", "mpr", "mpr_dest")
 
 _STATUS = {
     STATUS_OK: WC_SUCCESS,
     STATUS_REMOTE_ACCESS_ERROR: WC_REM_ACCESS_ERR,
     STATUS_RETRY_EXCEEDED: WC_RETRY_EXC_ERR,
 }
+
+
+def core_config(
+    host: StackConfig, *, timeout: int, retry_linear: int, retry_exp: int, mpr: int, mpr_dest: int
+) -> StackConfig:
+    """The transport-core config of a QP with these ``mrc_qp_attr`` values: the host's
+    (``host``, its context's) with the QP's ACK timeout, retry counts and PSN ranges.
+
+    - ``timeout`` is the ACK timeout exponent t (1.024 us x 2^t, the floor of the adaptive
+      timeout); the backoff ceiling keeps the host's number of doublings above it (never below
+      the host's ceiling), so the exponential retries do back off;
+    - ``retry_linear`` / ``retry_exp`` are the retry counts as they are;
+    - ``mpr_dest`` (responder) x 128 PSNs is the receive window: PSNs further than that past the
+      cumulative PSN are dropped;
+    - ``mpr`` (requestor) x 128 PSNs bounds the PSNs in flight (next PSN - oldest
+      unacknowledged), within the QP's own receive window less one PSN: the core's sender takes
+      its own receive window for its peer's (``StackConfig`` keeps ``max_outstanding <
+      rx_window``), so a QP whose ``mpr`` is not below its ``mpr_dest`` has ``mpr_dest`` x 128 - 1
+      PSNs in flight at most.
+    """
+    rx_window = mpr_dest * MPR_UNIT
+    doublings = host.max_backoff_exp - host.ack_timeout_exp
+    return host.with_(
+        ack_timeout_exp=timeout,
+        max_backoff_exp=min(MAX_BACKOFF_EXP, max(host.max_backoff_exp, timeout + doublings)),
+        retry_linear_cnt=retry_linear,
+        retry_exp_cnt=retry_exp,
+        rx_window=rx_window,
+        max_outstanding=min(mpr * MPR_UNIT, rx_window - 1),
+    )
 
 
 class OcpError(Exception):
@@ -238,9 +274,10 @@ class Qp:
     max_wimm_dest: int = MAX_WIMM
     mpr: int = MAX_MPR
     mpr_dest: int = MAX_MPR
-    timeout: int = 17
-    retry_linear: int = MAX_RETRY_LINEAR
-    retry_exp: int = MAX_RETRY_EXP
+    # until the application sets them: the host's (the provider passes its context's values)
+    timeout: int = StackConfig.ack_timeout_exp
+    retry_linear: int = StackConfig.retry_linear_cnt
+    retry_exp: int = StackConfig.retry_exp_cnt
     cap: int = 0
     hint: int = 0
     dgid: str | None = None
@@ -827,7 +864,7 @@ class OcpProvider:
             self.next_qpn += 1
         if self.next_qpn >= 1 << 24:
             raise OcpError(errno.ENOMEM, "create_qp: QP numbers exhausted")
-        qp = Qp(
+        qp = self._with_host_attrs(Qp(
             self.next_qpn, send_cq, recv_cq,
             max_send_wr=_int(request, "max_send_wr", 1, MAX_WR),
             max_recv_wr=_int(request, "max_recv_wr", 0, MAX_WR, default=0),
@@ -836,7 +873,7 @@ class OcpProvider:
             max_inline=_int(request, "max_inline", 0, MAX_INLINE, default=0),
             sq_sig_all=bool(_int(request, "sq_sig_all", 0, 1 << 31, default=0)),
             send_ops=ops or (SEND_OPS_WRITE | SEND_OPS_WRITE_IMM),
-        )  # fmt: skip
+        ))  # fmt: skip
         self.next_qpn += 1
         session.qps[qp.qpn] = qp
         self.qps[qp.qpn] = (session, qp)
@@ -925,7 +962,7 @@ class OcpProvider:
         for name, high in limits.items():
             if name in request:
                 values[name] = _int(request, name, 0, high)
-        for name in ("max_wimm", "max_wimm_dest"):
+        for name in ("max_wimm", "max_wimm_dest", "mpr", "mpr_dest"):
             if values.get(name) == 0:
                 raise OcpError(errno.EINVAL, f"modify_qp: {name} must be at least 1")
         if "dest_qpn" in values and values["dest_qpn"] == 0:
@@ -968,13 +1005,26 @@ class OcpProvider:
                 errno.EINVAL,
                 "modify_qp: INIT -> RTR needs IBV_QP_AV (the peer's GID) and IBV_QP_DEST_QPN",
             )
+        # the transport core's config of the QP: made at RTR, changed with the attributes it carries
+        config: StackConfig | None = None
+        makes_core = new == QPS_RTR and old == QPS_INIT
+        if makes_core or (
+            qp.core is not None and new != QPS_ERR and any(name in values for name in CORE_ATTRS)
+        ):
+            attrs = {name: values.get(name, getattr(qp, name)) for name in CORE_ATTRS}
+            try:
+                config = core_config(self.agent.context.config, **attrs)
+            except ConfigError as exc:
+                raise OcpError(errno.EINVAL, f"modify_qp: {exc}") from None
 
         # checks passed: apply
         if new == QPS_RESET:
             self._flush(session, qp)
             self._release_core(qp)
-            fresh = Qp(qp.qpn, qp.send_cq, qp.recv_cq, qp.max_send_wr, qp.max_recv_wr,
-                       qp.max_send_sge, qp.max_recv_sge, qp.max_inline, qp.sq_sig_all, qp.send_ops)  # fmt: skip
+            fresh = self._with_host_attrs(Qp(
+                qp.qpn, qp.send_cq, qp.recv_cq, qp.max_send_wr, qp.max_recv_wr, qp.max_send_sge,
+                qp.max_recv_sge, qp.max_inline, qp.sq_sig_all, qp.send_ops,
+            ))  # fmt: skip
             session.qps[qp.qpn] = fresh
             self.qps[qp.qpn] = (session, fresh)
             return {"ok": True, **fresh.describe()}
@@ -982,9 +1032,15 @@ class OcpProvider:
             setattr(qp, name, value)
         if remote_host is not None:
             qp.remote_host = remote_host
-        if new == QPS_RTR and old == QPS_INIT:
-            self._make_core(qp)
-        elif (
+        reconfigured = False
+        if makes_core:
+            assert config is not None
+            self._make_core(qp, config)
+        elif config is not None:
+            # RTS -> RTS (or RTR -> RTS) with new timeout, retry counts or mpr: at once
+            self.agent.context.configure_qp(qp.qpn, config)
+            reconfigured = True
+        if (
             new == QPS_RTS
             and old == QPS_RTR
             and qp.core is not None
@@ -1001,6 +1057,8 @@ class OcpProvider:
         qp.state = new
         if new == QPS_ERR and old != QPS_ERR:
             self._flush(session, qp)
+        if reconfigured:
+            self.agent.after_core(self.agent.now())  # the ACK timeout may now be due sooner
         return {"ok": True, **qp.describe()}
 
     def _cc(self) -> CcProfile:
@@ -1020,7 +1078,15 @@ class OcpProvider:
             return int(options.ev_count)
         return int(self.agent.context.config.ev_count)
 
-    def _make_core(self, qp: Qp) -> None:
+    def _with_host_attrs(self, qp: Qp) -> Qp:
+        """``qp`` (new or reset) with the host's ACK timeout and retry counts, its context's."""
+        config = self.agent.context.config
+        qp.timeout = config.ack_timeout_exp
+        qp.retry_linear = config.retry_linear_cnt
+        qp.retry_exp = config.retry_exp_cnt
+        return qp
+
+    def _make_core(self, qp: Qp, config: StackConfig) -> None:
         agent = self.agent
         assert qp.remote_host is not None and qp.dest_qpn is not None
         policy = "no-trim-nack" if qp.cap & MRC_QP_CAP_TRIM_NACK_DEST_UNSUPPORTED else "mrc"
@@ -1040,6 +1106,7 @@ class OcpProvider:
             core = agent.context.create_qp(
                 qp.remote_host, agent.fabric.paths(agent.host.name, qp.remote_host),
                 cq=self.core_cq, policy=policy, cc=cc, ev_profile=ev_profile, qpn=qp.qpn,
+                config=config,
             )  # fmt: skip
         except ValueError as exc:  # an EV profile the paths to this peer cannot take
             raise OcpError(errno.EINVAL, f"modify_qp: EV profile {qp.ev_profile}: {exc}") from None

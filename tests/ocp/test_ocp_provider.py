@@ -245,6 +245,82 @@ def test_qp_state_machine(pair: Pair) -> None:
     h0.fails("query_qp", errno.EINVAL, qpn=qa)
 
 
+def core_config(side: Side, qpn: int) -> StackConfig:
+    """The transport-core config of ``side``'s QP ``qpn``."""
+    _, qp = side.provider.qps[qpn]
+    assert qp.core is side.agent.context.qp(qpn)
+    return qp.core.config  # type: ignore[no-any-return]
+
+
+def test_timeout_retry_and_mpr_reach_the_core_qp(pair: Pair) -> None:
+    h0, h1 = pair.h0, pair.h1
+    host = h0.agent.context.config
+    qa, _, _ = make_qp(h0)
+    qb, _, _ = make_qp(h1)
+    # until the application sets them: the host's timeout and retry counts, the device's mpr
+    described = h0.ok("query_qp", qpn=qa)
+    assert (described["timeout"], described["retry_linear"], described["retry_exp"]) == (
+        host.ack_timeout_exp, host.retry_linear_cnt, host.retry_exp_cnt,
+    )  # fmt: skip
+    assert (described["mpr"], described["mpr_dest"]) == (ocp.MAX_MPR, ocp.MAX_MPR)
+    for side, qpn in ((h0, qa), (h1, qb)):
+        side.ok("modify_qp", qpn=qpn, state=INIT, ev_profile=0, cc_profile=0)
+    rtr = {"state": RTR, "dgid": h1.gid(), "dest_qpn": qb}
+    reply = h0.fails("modify_qp", errno.EINVAL, qpn=qa, **rtr, mpr_dest=0)
+    assert "mpr_dest" in reply["error"]
+    assert h0.ok("query_qp", qpn=qa)["state"] == INIT and h0.provider.qps[qa][1].core is None
+    # RTR: mpr_dest 2 is a receive window of 256 PSNs, mpr 1 at most 128 PSNs in flight
+    h0.ok("modify_qp", qpn=qa, **rtr, mpr_dest=2, mpr=1)
+    config = core_config(h0, qa)
+    assert (config.rx_window, config.max_outstanding) == (256, 128)
+    assert (config.ack_timeout_exp, config.retry_linear_cnt) == (
+        host.ack_timeout_exp,
+        host.retry_linear_cnt,
+    )
+    assert config.dilation == host.dilation and config.mtu == host.mtu
+    # RTS: 1.024 us x 2^12, one retry at that interval and two backed off; the backoff ceiling
+    # keeps the host's doublings above the timeout
+    h0.ok("modify_qp", qpn=qa, state=RTS, timeout=12, retry_linear=1, retry_exp=2)
+    config = core_config(h0, qa)
+    doublings = host.max_backoff_exp - host.ack_timeout_exp
+    assert (config.ack_timeout_exp, config.max_backoff_exp) == (12, 12 + doublings)
+    assert (config.retry_linear_cnt, config.retry_exp_cnt) == (1, 2)
+    assert config.ack_timeout == pytest.approx(1.024e-6 * 4096)
+    # RTS -> RTS: a running QP takes new values; mpr 3 is within the receive window less one
+    described = h0.ok("modify_qp", qpn=qa, state=RTS, timeout=3, mpr=3, retry_exp=25)
+    config = core_config(h0, qa)
+    assert (config.ack_timeout_exp, config.max_backoff_exp) == (3, host.max_backoff_exp)
+    assert (config.retry_exp_cnt, config.rx_window, config.max_outstanding) == (25, 256, 255)
+    assert (described["timeout"], described["mpr"], described["mpr_dest"]) == (3, 3, 2)
+    # a refused value changes nothing
+    h0.fails("modify_qp", errno.EINVAL, qpn=qa, state=RTS, timeout=ocp.MAX_TIMEOUT + 1)
+    h0.fails("modify_qp", errno.EINVAL, qpn=qa, state=RTS, mpr=0)
+    assert core_config(h0, qa) == config
+    # back to RESET: the host's values again
+    h0.ok("modify_qp", qpn=qa, state=RESET)
+    assert h0.ok("query_qp", qpn=qa)["timeout"] == host.ack_timeout_exp
+
+
+def test_retry_counts_of_modify_qp_end_a_write_on_a_dead_network(pair: Pair) -> None:
+    h0, h1 = pair.h0, pair.h1
+    qa, scq, _ = make_qp(h0)
+    qb, _, _ = make_qp(h1)
+    connect(h0, qa, h1, qb)
+    src, dst = h0.buffer(20000), h1.buffer(20000)
+    mr, remote = h0.reg(src), h1.reg(dst)
+    pair.sim.set_faults(loss=1.0)
+    h0.ok("post_send", qpn=qa, wrs=[write_wr(1, mr, remote, 20000)])
+    # the host's counts (exp 25: no limit): the write waits out the dead network
+    pair.run(1.0)
+    assert h0.poll(scq) == []
+    # 1.024 us x 2^0, one retry at that interval and one backed off, then the QP gives up
+    h0.ok("modify_qp", qpn=qa, state=RTS, timeout=0, retry_linear=1, retry_exp=1)
+    pair.run(1.0)
+    [wc] = h0.poll(scq)
+    assert wc[:2] == [1, ocp.WC_RETRY_EXC_ERR]
+    assert h0.ok("query_qp", qpn=qa)["state"] == ERR
+
+
 def test_send_ops_and_opcodes_are_write_and_write_imm_only(pair: Pair) -> None:
     h0 = pair.h0
     scq = h0.ok("create_cq", cqe=4)["cq"]
