@@ -186,8 +186,9 @@ class FabricSwitch(MnSwitch):
         super().stop(deleteIntfs)
 
     def kill(self) -> None:
-        """Stop the switch process only (the interfaces stay): the first half of a reboot."""
-        self.process.stop(timeout=1.0)
+        """Kill the switch process only (the interfaces stay): the first half of a reboot.
+        At once, as a switch that crashes or loses power: it forwards nothing from then on."""
+        self.process.kill()
 
     def restart(self, timeout: float = 30.0) -> None:
         """Start the process again with the same command line and wait until it serves."""

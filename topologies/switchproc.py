@@ -245,6 +245,19 @@ class SwitchProcess(abc.ABC):
             self._log.close()
             self._log = None
 
+    def kill(self) -> None:
+        """Kill the process at once (SIGKILL): a switch that crashes or loses power forwards
+        nothing from that moment, where :meth:`stop`'s clean shutdown would keep forwarding
+        while it winds down."""
+        process, self._process = self._process, None
+        if process is not None and process.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)
+            process.wait()
+        if self._log is not None:
+            self._log.close()
+            self._log = None
+
     def __enter__(self) -> SwitchProcess:
         return self
 
