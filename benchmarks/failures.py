@@ -1,0 +1,233 @@
+"""Failures as MRC sees them: failover and recovery by spraying mode, plane loss, the incident.
+
+Runs three measurements through the experiment runner, each a shipped scenario adjusted to
+measure (faults left in place where a recovery is timed, a finer sampling interval), and
+reports them side by side with every time also in base RTTs and in real-fabric time:
+
+1. **spraying** (``experiments/scenarios/spraying.yaml``) -- the small fabric's permutation
+   with one leaf-spine link failed mid-transfer and not repaired, under SRv6 spraying (every
+   EV names its path; a loss retires the path) and under STEV spraying (EV bits in the flow
+   label and UDP source port, hashed by the switches' ECMP groups; the host knows no path).
+   EV failover (fault to the first EV through the failed link marked ASSUMED_BAD, median over
+   the QPs that used it) and goodput recovery (back to 90% of what survives). Target: both
+   <= 10 base RTTs; STEV's cost over SRv6 shown.
+2. **plane loss** (``plane.yaml``) -- every spine of plane 1 killed at once mid-transfer and
+   left down: goodput back to (P-1)/P of the full capacity (90% of what survives) within 10
+   base RTTs, and no RTO.
+3. **the incident** (``incident.yaml``) -- the default fabric, four spine reboots (two at
+   once) and two links flapping six times a minute during long transfers; MRC beside kernel
+   MPTCP. Target: every transfer intact (each message checked byte for byte at its receiver),
+   0 RTOs, MRC goodput >= 0.85 of the capacity the faults leave.
+
+    sudo .venv/bin/python benchmarks/failures.py [--rate 10] [--incident-rate 5]
+        [--target model|bmv2] [--only spraying,plane,incident] [--out DIR]
+
+The default fabric runs 20 processes (16 switches, 4 agents): at 10 Mb/s they need most of
+two cores, so the incident runs at ``--incident-rate`` (5 Mb/s) with its 128 MiB flows and a
+duration long enough for MPTCP to finish; the shipped scenario's fault times are kept.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from experiments.runner import run_scenario  # noqa: E402
+from experiments.scenario import parse_scenario, shipped_scenario  # noqa: E402
+
+MEASUREMENTS = ("spraying", "plane", "incident")
+TARGET_RTTS = 10.0
+
+
+def shipped(name: str, **changes: Any) -> dict[str, Any]:
+    """A shipped scenario's data with some top-level fields changed."""
+    data = yaml.safe_load(shipped_scenario(name).read_text())
+    data.update(changes)
+    return data
+
+
+def spraying(rate: float) -> dict[str, Any]:
+    """SRv6 and STEV spraying through one link failure, the link left down."""
+    data = shipped("spraying", link_rate_mbps=rate, link_delay_us=0, sample_interval_s=0.05)
+    data["faults"] = [f for f in data["faults"] if f["kind"] == "link_down"]
+    return data
+
+
+def plane(rate: float) -> dict[str, Any]:
+    """Plane 1's spines killed mid-transfer and left down."""
+    data = shipped("plane", link_rate_mbps=rate, link_delay_us=0, sample_interval_s=0.05)
+    data["faults"] = [f for f in data["faults"] if f["kind"] == "plane_down"]
+    data["workloads"][0]["total_bytes"] = "12MiB"
+    data["duration_s"] = 20
+    return data
+
+
+def incident(rate: float) -> dict[str, Any]:
+    """The incident at ``rate``; long enough for the slower transport to finish."""
+    return shipped("incident", link_rate_mbps=rate, link_delay_us=0, duration_s=150)
+
+
+def run(name: str, data: dict[str, Any], target: str, out: Path) -> dict[str, Any]:
+    scenario = parse_scenario(data, source=f"{name} (benchmark)")
+    print(f"== {name}: {scenario.topology.name} fabric at {scenario.topology.link_rate_mbps:g} "
+          f"Mb/s, dilation {scenario.topology.dilation:g}", flush=True)  # fmt: skip
+    metrics = run_scenario(scenario, out / name, target, state_path=out / "state.json")
+    return metrics
+
+
+def first_recovery(m: dict[str, Any]) -> dict[str, Any]:
+    """The figures of the first fault (a link or a switch going down)."""
+    return m["recovery"][0] if m.get("recovery") else {}
+
+
+def _ms(value: float | None) -> str:
+    return "-" if value is None else f"{value * 1e3:.0f} ms"
+
+
+def _real(value: float | None) -> str:
+    return "-" if value is None else f"{value * 1e6:.2f} us"
+
+
+def _rtts(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1f}"
+
+
+def failover_rows(metrics: dict[str, Any]) -> list[dict[str, Any]]:
+    """Per transport: EV failover, goodput recovery, RTOs, goodput."""
+    rows = []
+    for name, m in metrics.items():
+        r = first_recovery(m)
+        rows.append(
+            {
+                "transport": name,
+                "ev_failover_s": r.get("ev_failover_p50_s"),
+                "ev_failover_rtts": r.get("ev_failover_p50_rtts"),
+                "ev_failover_real_s": r.get("ev_failover_p50_real_s"),
+                "recovery_s": r.get("recovery_s"),
+                "recovery_rtts": r.get("recovery_rtts"),
+                "recovery_real_s": r.get("recovery_real_s"),
+                "goodput_fraction": m["goodput_fraction"],
+                "rtos": m["rtos"],
+                "ev_retirements": m.get("ev_retirements", 0),
+                "complete": m["complete"],
+                "messages_checked": m.get("messages_checked"),
+                "messages_corrupt": m.get("messages_corrupt"),
+                "trims": m["switch_totals"].get("trimmed", 0),
+                "base_rtt_s": m["base_rtt_s"],
+            }
+        )
+    return rows
+
+
+def print_rows(title: str, rows: list[dict[str, Any]]) -> None:
+    print(f"\n{title}")
+    print(
+        f"{'transport':<10} {'EV failover':>26} {'goodput recovery':>28} {'goodput':>8} "
+        f"{'RTOs':>5} {'retired':>8} {'intact':>7}"
+    )
+    for r in rows:
+        failover = (
+            f"{_ms(r['ev_failover_s'])} = {_real(r['ev_failover_real_s'])} "
+            f"({_rtts(r['ev_failover_rtts'])} RTT)"
+            if r["ev_failover_s"] is not None
+            else "-"
+        )
+        recovery = (
+            f"{_ms(r['recovery_s'])} = {_real(r['recovery_real_s'])} "
+            f"({_rtts(r['recovery_rtts'])} RTT)"
+            if r["recovery_s"] is not None
+            else "-"
+        )
+        checked = r["messages_checked"]
+        intact = "-" if checked is None else ("yes" if not r["messages_corrupt"] else "NO")
+        print(
+            f"{r['transport']:<10} {failover:>26} {recovery:>28} {r['goodput_fraction']:>8.2f} "
+            f"{r['rtos']:>5.0f} {r['ev_retirements']:>8} {intact:>7}"
+        )
+
+
+def verdicts(figures: dict[str, Any]) -> list[str]:
+    """Each target, met or not."""
+    out = []
+    rows = {r["transport"]: r for r in figures.get("spraying", [])}
+    for name, r in rows.items():
+        for key in ("ev_failover_rtts", "recovery_rtts"):
+            v = r[key]
+            ok = v is not None and v <= TARGET_RTTS
+            out.append(f"spraying {name} {key.split('_')[0]} <= {TARGET_RTTS:g} RTT: "
+                       f"{'met' if ok else 'NOT met'} ({_rtts(v)})")  # fmt: skip
+    if "mrc-srv6" in rows and "mrc-stev" in rows:
+        a, b = rows["mrc-srv6"]["recovery_s"], rows["mrc-stev"]["recovery_s"]
+        if a is not None and b is not None:
+            out.append(f"STEV's cost over SRv6 (goodput recovery): {(b - a) * 1e3:+.0f} ms")
+    for r in figures.get("plane", []):
+        v = r["recovery_rtts"]
+        ok = v is not None and v <= TARGET_RTTS and r["rtos"] == 0
+        out.append(f"plane loss {r['transport']}: back to (P-1)/P within {TARGET_RTTS:g} RTT and "
+                   f"no RTO: {'met' if ok else 'NOT met'} ({_rtts(v)} RTT, {r['rtos']:.0f} RTOs)")  # fmt: skip
+    for r in figures.get("incident", []):
+        if r["transport"] != "mrc":
+            continue
+        ok = (
+            r["complete"]
+            and r["messages_checked"]
+            and not r["messages_corrupt"]
+            and r["rtos"] == 0
+            and r["goodput_fraction"] >= 0.85
+        )
+        out.append(f"incident mrc: intact, 0 RTOs, >= 0.85 of surviving capacity: "
+                   f"{'met' if ok else 'NOT met'} ({r['goodput_fraction']:.2f}, "
+                   f"{r['rtos']:.0f} RTOs)")  # fmt: skip
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rate", type=float, default=10.0, help="small-fabric link rate, Mb/s")
+    parser.add_argument("--incident-rate", type=float, default=5.0, help="default-fabric rate")
+    parser.add_argument("--target", choices=("model", "bmv2", "auto"), default="model")
+    parser.add_argument("--only", default=",".join(MEASUREMENTS), help="comma-separated")
+    parser.add_argument("--out", type=Path, help="folder for the results (default: a temp dir)")
+    args = parser.parse_args(argv)
+    only = [m.strip() for m in args.only.split(",") if m.strip()]
+    unknown = sorted(set(only) - set(MEASUREMENTS))
+    if unknown:
+        parser.error(f"--only {args.only}: unknown {unknown}; expected some of {MEASUREMENTS}")
+    if os.geteuid() != 0:
+        parser.error("needs root (Mininet, namespaces): run it with sudo")
+    out = args.out or Path(tempfile.mkdtemp(prefix="mrc-failures-bench-"))
+    out.mkdir(parents=True, exist_ok=True)
+    figures: dict[str, Any] = {"target": args.target, "rate_mbps": args.rate,
+                               "incident_rate_mbps": args.incident_rate}  # fmt: skip
+    makers = {"spraying": (spraying, args.rate), "plane": (plane, args.rate),
+              "incident": (incident, args.incident_rate)}  # fmt: skip
+    for name in only:
+        make, rate = makers[name]
+        figures[name] = failover_rows(run(name, make(rate), args.target, out))
+    titles = {
+        "spraying": "one leaf-spine link failed (small fabric), SRv6 vs STEV/ECMP spraying",
+        "plane": "plane 1 lost (every spine killed), small fabric",
+        "incident": "the incident (default fabric): 4 spine reboots, 2 links flapping 6/min",
+    }
+    for name in only:
+        print_rows(titles[name], figures[name])
+    figures["verdicts"] = verdicts(figures)
+    print()
+    for line in figures["verdicts"]:
+        print(line)
+    (out / "failures.json").write_text(json.dumps(figures, indent=2) + "\n")
+    print(f"results: {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
