@@ -231,29 +231,28 @@ class SwitchProcess(abc.ABC):
 
     def stop(self, timeout: float = 5.0) -> None:
         """Stop the process (SIGTERM, then SIGKILL after ``timeout``); safe to call twice."""
-        process, self._process = self._process, None
-        if process is not None and process.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(process.pid, signal.SIGTERM)
-            try:
-                process.wait(timeout)
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(process.pid, signal.SIGKILL)
-                process.wait()
-        if self._log is not None:
-            self._log.close()
-            self._log = None
+        self._end(grace=timeout)
 
     def kill(self) -> None:
         """Kill the process at once (SIGKILL): a switch that crashes or loses power forwards
         nothing from that moment, where :meth:`stop`'s clean shutdown would keep forwarding
         while it winds down."""
+        self._end(grace=None)
+
+    def _end(self, grace: float | None) -> None:
         process, self._process = self._process, None
         if process is not None and process.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(process.pid, signal.SIGKILL)
-            process.wait()
+            if grace is not None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(process.pid, signal.SIGTERM)
+                try:
+                    process.wait(grace)
+                except subprocess.TimeoutExpired:
+                    grace = None
+            if grace is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(process.pid, signal.SIGKILL)
+                process.wait()
         if self._log is not None:
             self._log.close()
             self._log = None
