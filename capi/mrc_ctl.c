@@ -4,8 +4,8 @@
  * What the testbed honours: versions, device attributes, port administrative state (a
  * disabled port is a plane whose EVs are DENIED on every QP of the host), EV events, EV
  * format, EV and CC profiles (kept by the agent, host/agent/ocp_profiles.py; id 0 is the
- * host's own), and EV probes on the EVs of the host's QPs. Port status updates are not offered
- * (ENOTSUP, as mrc_ctl.h documents). docs/ocp-api.md has the table.
+ * host's own), and endpoint requests (connectionless EV probes on any EV and port status
+ * updates, sent by the transport's endpoint). docs/ocp-api.md has the table.
  */
 #define _GNU_SOURCE
 #include <endian.h>
@@ -81,7 +81,8 @@ static int ctl_query_device(struct ibv_context *context, struct mrc_ctl_device_a
 	attr->cc.algorithms = algorithms;
 	for (int p = 1; p <= m->nports && p < 32; p++)
 		attr->phy_port_mask |= 1U << p;
-	attr->opt_attr = MRC_CTL_OPT_CAP_EV_EVENT | MRC_CTL_OPT_CAP_EV_EVENT_PRECISE_DROP_CNT;
+	attr->opt_attr = MRC_CTL_OPT_CAP_EV_EVENT | MRC_CTL_OPT_CAP_EV_EVENT_PRECISE_DROP_CNT |
+			 MRC_CTL_OPT_CAP_EP_OP_EV_PROBE;
 	if (supported)
 		*supported = 1;
 	return 0;
@@ -676,9 +677,10 @@ static int parse_responses(const char *obj, struct mrc_ctl_ep_rsp *rsp, int room
 }
 
 /*
- * EV probes go out on the host's QP towards each destination (the transport's own probe, on the
- * EV named), and come back in arrival order; an EV that is not one of that QP's is EINVAL.
- * Port status updates are not offered (ENOTSUP).
+ * Endpoint requests are connectionless: each goes from its source GID (one of the host's) to
+ * its destination GID (another testbed host's) on the EV named, in traffic class req_tc, with
+ * no QP involved. Responses come back in arrival order, RTTs in ns of real-fabric time with the
+ * responder's service time taken off; rsp_timeout is real-fabric time too.
  */
 EXPORT int mrc_ctl_ep_batch_send_wait(struct mrc_context *mrc_ctx, uint8_t req_tc,
 				      enum mrc_ctl_ep_op_type op_type,
@@ -690,7 +692,6 @@ EXPORT int mrc_ctl_ep_batch_send_wait(struct mrc_context *mrc_ctx, uint8_t req_t
 	struct mtb_sb sb;
 	char *reply;
 
-	(void)req_tc; /* probes travel in the transport's control class */
 	if (!mrc_ctx_check(mrc_ctx, fn))
 		return -1;
 	if (num_rsp)
@@ -698,20 +699,22 @@ EXPORT int mrc_ctl_ep_batch_send_wait(struct mrc_context *mrc_ctx, uint8_t req_t
 	if (num_req < 0 || (num_req > 0 && (!req || !rsp)) || !num_rsp ||
 	    (unsigned int)op_type > MRC_CTL_EP_OP_PORT_STATUS_UPDATE)
 		return fail(EINVAL, "%s: bad op_type, num_req, req, rsp or num_rsp", fn);
-	if (op_type == MRC_CTL_EP_OP_PORT_STATUS_UPDATE)
-		return fail(ENOTSUP, "%s: port status updates are not offered", fn);
 	if (num_req == 0)
 		return 0;
 	mtb_sb_init(&sb);
-	mtb_sb_printf(&sb, "{\"cmd\":\"ep_probe\",\"timeout\":%u,\"reqs\":[", rsp_timeout);
+	mtb_sb_printf(&sb, "{\"cmd\":\"ep_probe\",\"op\":%u,\"tc\":%u,\"timeout\":%u,\"reqs\":[",
+		      (unsigned int)op_type, (unsigned int)req_tc, rsp_timeout);
 	for (int i = 0; i < num_req; i++) {
 		char sgid[33], dgid[33], ev[33];
 
 		mtb_hex_encode(req[i].sgid.raw, 16, sgid);
 		mtb_hex_encode(req[i].dgid.raw, 16, dgid);
 		mtb_hex_encode(req[i].req_ev.val, 16, ev);
-		mtb_sb_printf(&sb, "%s[%u,\"%s\",\"%s\",%u,\"%s\",%u]", i ? "," : "", req[i].req_id,
-			      sgid, dgid, (unsigned int)req[i].ev_fmt_mode, ev, req[i].req_ev.port);
+		mtb_sb_printf(&sb, "%s[%u,\"%s\",\"%s\",%u,\"%s\",%u,%u]", i ? "," : "",
+			      req[i].req_id, sgid, dgid, (unsigned int)req[i].ev_fmt_mode, ev,
+			      req[i].req_ev.port,
+			      op_type == MRC_CTL_EP_OP_PORT_STATUS_UPDATE ?
+				      req[i].op.port_status_update.port_status : 0U);
 	}
 	mtb_sb_printf(&sb, "]}");
 	reply = mtb_call(mrc_ctx->mtb, &sb);

@@ -17,7 +17,8 @@ order per QP, whatever order the core finishes the messages in (multipath). Numb
 an ``errno`` the library sets.
 
 The controller API's side (root only where it changes the host): port administrative state,
-EV event CQs, EV probes on the host's QPs, and the EV format, EV and CC profiles of
+EV event CQs, endpoint requests (connectionless EV probes and port status updates, by the
+transport's :mod:`host.transport.endpoint`), and the EV format, EV and CC profiles of
 :mod:`host.agent.ocp_profiles`, which QPs name at INIT.
 """
 
@@ -29,7 +30,7 @@ import ipaddress
 import logging
 import secrets
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -38,9 +39,11 @@ from host.agent.control import Deferred
 from host.agent.ocp_mem import AppMemory, MemoryAccessError, read_memory
 from host.agent.ocp_profiles import CcProfileStore, ProfileError, ProfileStore
 from host.agent.ocp_server import OcpConnection, OcpServer, Reply
+from host.transport import wire
 from host.transport.api import Context
 from host.transport.cc import CcProfile
 from host.transport.config import ConfigError, StackConfig
+from host.transport.endpoint import INTERNAL_REQ_IDS, EndpointError, EpRequest
 from host.transport.events import (
     STATUS_OK,
     STATUS_REMOTE_ACCESS_ERROR,
@@ -48,10 +51,8 @@ from host.transport.events import (
     Completion,
     Event,
     EvStateChanged,
-    PathProbeReplied,
-    PathProbeTimedOut,
 )
-from host.transport.evs import EvState, GeneratedEvProfile
+from host.transport.evs import EvFormat, EvState, GeneratedEvProfile
 from topologies import Fabric, Host
 
 log = logging.getLogger("mrc.host.agent.ocp")
@@ -88,6 +89,10 @@ MRC_QP_CAP_SVC_TIME_DEST_UNSUPPORTED = 4
 # mrc_ctl.h EV states, as EV events report them; profile 0 reports GOOD and ASSUMED_BAD
 EV_STATE_BITS = {"good": 1 << 0, "assumed_bad": 1 << 1, "denied": 1 << 2, "unknown": 1 << 31}
 EV_EVENT_MASK = EV_STATE_BITS["good"] | EV_STATE_BITS["assumed_bad"]
+# mrc_ctl.h endpoint operations (the core's names, by mrc_ctl_ep_op_type) and EV formats
+EP_OP_EV_PROBE, EP_OP_PORT_STATUS_UPDATE = 0, 1
+EP_OPS = ("ev_probe", "port_status_update")
+EV_FMT_MODES = {1 << 0: EvFormat.STEV, 1 << 1: EvFormat.SRV6, 1 << 2: EvFormat.UDP}
 
 # what the emulated device offers
 MAX_WIMM = 1024  # WRITE_IMMs in flight per QP, as requestor and as responder
@@ -172,6 +177,7 @@ class AgentLike(Protocol):
     def context(self) -> Context: ...
     def now(self) -> float: ...
     def after_core(self, now: float) -> None: ...
+    def add_waiter(self, check: Callable[[float], bool], deadline: float | None) -> None: ...
 
 
 def ocp_socket_path(control: Path) -> Path:
@@ -310,17 +316,6 @@ class Qp:
 
 
 @dataclass
-class ProbeWait:
-    """An endpoint probe batch waiting for its replies."""
-
-    pending: dict[tuple[int, int], tuple[int, int]]  # (qpn, probe id) -> (req_id, port)
-    responses: list[list[int]]
-    reply: Deferred
-    deadline: float
-    lost: int = 0  # probes the transport declared lost (no reply within its probe timeout)
-
-
-@dataclass
 class Session:
     """Everything one process opened."""
 
@@ -363,12 +358,14 @@ class OcpProvider:
         self.port_enabled: dict[int, bool] = {nic.plane + 1: True for nic in agent.host.nics}
         self.counters = {"recv_without_buffer": 0, "cq_overflows": 0, "flushed": 0}
         self.profiles = ProfileStore(agent.context, agent.now, self._ev_count())
-        self.probe_waits: list[ProbeWait] = []
         self.cc_profiles = CcProfileStore(
             self._cc, self._fit_cc, agent.context.config.mtu, self._cc_users
         )
-        self._hosts_by_address: dict[bytes, str] = {
-            nic.address.packed: host.name for host in agent.fabric.hosts for nic in host.nics
+        #: every NIC address of the fabric -> (its host, its plane)
+        self._nics_by_address: dict[bytes, tuple[str, int]] = {
+            nic.address.packed: (host.name, nic.plane)
+            for host in agent.fabric.hosts
+            for nic in host.nics
         }
         self.table = {
             "hello": self.hello, "attach": self.attach, "query_device": self.query_device,
@@ -647,118 +644,147 @@ class OcpProvider:
         return reply
 
     def ep_probe(self, session: Session, request: Mapping[str, Any]) -> Reply | Deferred:
-        """Controller API: EV probes (``MRC_CTL_EP_OP_EV_PROBE``) on the EVs of the host's QP
-        towards each destination; answers when every probe was answered or timed out, or at
-        ``timeout`` (ns): the responses in arrival order (``ETIMEDOUT`` if some are missing)."""
+        """Controller API: a batch of endpoint requests (``mrc_ctl_ep_batch_send_wait``), sent
+        by the transport's connectionless endpoint (:mod:`host.transport.endpoint`): ``op`` 0
+        EV probes, 1 port status updates, each from one of the host's GIDs to another testbed
+        host's GID on the EV named, in traffic class ``tc``. Answered when every request is
+        answered or at ``timeout`` (ns of real-fabric time): the responses in arrival order
+        (``ETIMEDOUT`` with those received if some are missing)."""
         if session.conn.uid != 0:
             raise OcpError(errno.EPERM, "ep_probe: the controller API needs root (CAP_NET_ADMIN)")
         agent = self.agent
+        op = _int(request, "op", 0, len(EP_OPS) - 1, default=0)
+        tc = _int(request, "tc", 0, 63, default=wire.DSCP_CONTROL)
         timeout = _int(request, "timeout", 0, (1 << 32) - 1) * 1e-9
         reqs = _list(request, "reqs")
-        ctx = agent.context
-        own = {nic.address.packed for nic in agent.host.nics}
-        plans = []
-        for i, req in enumerate(reqs):
-            ok = isinstance(req, list) and len(req) == 6 and isinstance(req[1], str)
-            if not ok or not isinstance(req[2], str) or not isinstance(req[4], str):
-                raise OcpError(
-                    errno.EINVAL,
-                    f"ep_probe: request {i}: expected [req_id, sgid, dgid, format, ev, port]",
-                    i,
-                )
-            req_id, sgid, dgid, fmt, ev_hex, port = req
-            try:
-                src, dst, value = bytes.fromhex(sgid), bytes.fromhex(dgid), bytes.fromhex(ev_hex)
-            except ValueError:
-                raise OcpError(
-                    errno.EINVAL, f"ep_probe: request {i}: GIDs and EV must be hex", i
-                ) from None
-            if src.strip(b"\0") and src not in own:
-                raise OcpError(
-                    errno.EINVAL,
-                    f"ep_probe: request {i}: source GID is not an address of {agent.host.name}",
-                    i,
-                )
-            host = self._hosts_by_address.get(dst)
-            if host is None or host == agent.host.name:
-                raise OcpError(
-                    errno.EINVAL,
-                    f"ep_probe: request {i}: destination GID is not another testbed host",
-                    i,
-                )
-            carrier = self._probe_qp(host)
-            if carrier is None:
-                raise OcpError(
-                    errno.EINVAL,
-                    f"ep_probe: request {i}: no connected QP towards {host} to probe with",
-                    i,
-                )
-            v128 = int.from_bytes(value[:16], "big")
-            v32 = int.from_bytes(value[:4], "big")
-            for slot in carrier.ev_table.slots:
-                same = slot.wire == v32 or slot.ev == v128 or (fmt == 2 and int(slot.dst) == v128)
-                if same and (not port or slot.plane + 1 == port):
-                    plans.append((req_id, carrier, slot))
-                    break
-            else:
-                raise OcpError(
-                    errno.EINVAL,
-                    f"ep_probe: request {i}: EV {ev_hex[:8]}... (port {port}) is not an EV of the host's QP to {host}",
-                    i,
-                )
+        requests = [self._ep_request(i, req, op) for i, req in enumerate(reqs)]
+        ids = [r.req_id for r in requests]
+        for i, req_id in enumerate(ids):
+            if req_id in ids[:i]:
+                raise OcpError(errno.EINVAL, f"ep_probe: request {i}: req_id {req_id} twice", i)
+        if not requests:
+            return {"ok": True, "responses": []}
         now = agent.now()
-        wait = ProbeWait({}, [], Deferred(), now + timeout)
-        for req_id, carrier, slot in plans:
-            probe_id = ctx.probe_ev(carrier.qpn, slot.ev, now)
-            wait.pending[(carrier.qpn, probe_id)] = (req_id, slot.plane + 1)
+        try:
+            batch = agent.context.ep_batch_send(
+                EP_OPS[op], requests, dscp=tc, timeout=timeout, now=now
+            )
+        except EndpointError as exc:  # a req_id still waiting in another batch
+            raise OcpError(errno.EINVAL, f"ep_probe: {exc}") from None
         agent.after_core(now)
-        self.probe_waits.append(wait)
-        add_waiter = getattr(agent, "add_waiter", None)
-        if add_waiter is not None:
-            add_waiter(lambda at: self._probe_check(wait, at), wait.deadline)
-        return wait.reply
+        reply = Deferred()
 
-    def _probe_qp(self, host: str) -> Any:
-        """The core QP that carries probes to ``host``: the agent's own ``mrc`` QP, else any
-        connected QP towards it."""
-        qps = getattr(self.agent, "qps", None)
-        if isinstance(qps, dict) and (host, "mrc") in qps:
-            return qps[(host, "mrc")]
-        for qp in self.agent.context.qps:
-            if qp.remote_host == host and qp.remote_qpn is not None:
-                return qp
-        return None
-
-    def _probe_check(self, wait: ProbeWait, now: float) -> bool:
-        """Answer a probe batch once it is complete or its time is up (True: done)."""
-        if wait.reply.done:
-            return True
-        if wait.pending and now < wait.deadline:
-            return False
-        if wait in self.probe_waits:
-            self.probe_waits.remove(wait)
-        missing = len(wait.pending) + wait.lost
-        if missing:
-            wait.reply.resolve({
-                "ok": False, "errno": errno.ETIMEDOUT, "responses": wait.responses,
-                "error": f"ep_probe: {missing} probe(s) without a response in time",
-            })  # fmt: skip
-        else:
-            wait.reply.resolve({"ok": True, "responses": wait.responses})
-        return True
-
-    def _on_probe_event(self, event: PathProbeReplied | PathProbeTimedOut) -> None:
-        for wait in list(self.probe_waits):
-            found = wait.pending.pop((event.qpn, event.probe_id), None)
-            if found is None:
-                continue
-            if isinstance(event, PathProbeReplied):
-                req_id, port = found
-                wait.responses.append([req_id, port, max(0, int(event.rtt * 1e9)), 0])
+        def check(at: float) -> bool:
+            if reply.done:
+                return True
+            if not batch.complete() and at < batch.deadline_driver:
+                return False
+            responses = [
+                [r.req_id, r.port, r.rtt_ns, int(r.adj_svc_time)]
+                for r in agent.context.ep_batch_end(batch)
+            ]
+            missing = len(batch.requests) - len(responses)
+            if missing:
+                reply.resolve({
+                    "ok": False, "errno": errno.ETIMEDOUT, "responses": responses,
+                    "error": f"ep_probe: {missing} request(s) without a response in time",
+                })  # fmt: skip
             else:
-                wait.lost += 1
-            if not wait.pending:
-                self._probe_check(wait, self.agent.now())
+                reply.resolve({"ok": True, "responses": responses})
+            return True
+
+        agent.add_waiter(check, batch.deadline_driver)
+        return reply
+
+    def _ep_request(self, i: int, req: Any, op: int) -> EpRequest:
+        """Request ``i`` of a batch: ``[req_id, sgid, dgid, format, ev, port, port_status]``
+        (the last optional) as an endpoint request of the core; EINVAL naming ``i``."""
+        host = self.agent.host
+        fields = isinstance(req, list) and len(req) in (6, 7)
+        if (
+            not fields
+            or not all(isinstance(req[k], str) for k in (1, 2, 4))
+            or not all(
+                isinstance(v, int) and not isinstance(v, bool)
+                for k, v in enumerate(req)
+                if k not in (1, 2, 4)
+            )
+        ):
+            raise OcpError(
+                errno.EINVAL,
+                f"ep_probe: request {i}: expected [req_id, sgid, dgid, format, ev, port, port_status]",
+                i,
+            )
+        req_id, sgid, dgid, fmt, ev_hex, port = req[:6]
+        status = req[6] if len(req) == 7 else 0
+        try:
+            src, dst, value = bytes.fromhex(sgid), bytes.fromhex(dgid), bytes.fromhex(ev_hex)
+        except ValueError:
+            raise OcpError(
+                errno.EINVAL, f"ep_probe: request {i}: GIDs and EV must be hex", i
+            ) from None
+        if len(src) != 16 or len(dst) != 16 or len(value) != 16:
+            raise OcpError(errno.EINVAL, f"ep_probe: request {i}: GIDs and EV are 16 bytes", i)
+        if not 0 <= req_id < INTERNAL_REQ_IDS.start:
+            raise OcpError(
+                errno.EINVAL,
+                f"ep_probe: request {i}: req_id {req_id}: expected 0..{INTERNAL_REQ_IDS.start - 1}",
+                i,
+            )
+        peer = self._nics_by_address.get(dst)
+        if peer is None or peer[0] == host.name:
+            raise OcpError(
+                errno.EINVAL,
+                f"ep_probe: request {i}: destination GID is not another testbed host",
+                i,
+            )
+        plane = peer[1]
+        if not src.strip(b"\0"):  # no source GID: the host's NIC on the destination's plane
+            src = host.nic(plane).address.packed
+        own = {nic.address.packed: nic.plane for nic in host.nics}
+        if src not in own:
+            raise OcpError(
+                errno.EINVAL,
+                f"ep_probe: request {i}: source GID is not an address of {host.name}",
+                i,
+            )
+        if own[src] != plane:
+            raise OcpError(
+                errno.EINVAL,
+                f"ep_probe: request {i}: source GID is on port {own[src] + 1}, destination GID on port {plane + 1} (planes are disjoint)",
+                i,
+            )
+        if port and port != plane + 1:
+            raise OcpError(
+                errno.EINVAL,
+                f"ep_probe: request {i}: port {port} is not the source GID's ({plane + 1})",
+                i,
+            )
+        mode = EV_FMT_MODES.get(fmt)
+        if mode is None:
+            raise OcpError(
+                errno.EINVAL,
+                f"ep_probe: request {i}: ev_fmt_mode {fmt}: expected STEV, SRV6 or UDP",
+                i,
+            )
+        if mode is EvFormat.SRV6:
+            ev = int.from_bytes(value, "big")  # the uSID carrier
+        else:
+            ev = int.from_bytes(value[:4], "big")  # 32 bits, network order
+            if mode is EvFormat.UDP and ev >> 16:
+                raise OcpError(
+                    errno.EINVAL, f"ep_probe: request {i}: a UDP EV is a 16-bit source port", i
+                )
+        if op == EP_OP_PORT_STATUS_UPDATE:
+            ports = sum(1 << (nic.plane + 1) for nic in host.nics)
+            if not 0 <= status < 1 << 32 or status & ~ports:
+                raise OcpError(
+                    errno.EINVAL,
+                    f"ep_probe: request {i}: port_status {status:#x}: {host.name} has ports 1..{len(host.nics)}",
+                    i,
+                )
+        return EpRequest(req_id, ipaddress.IPv6Address(src), ipaddress.IPv6Address(dst), ev, mode,
+                         plane + 1, status)  # fmt: skip
 
     def create_ev_cq(self, session: Session, request: Mapping[str, Any]) -> Reply:
         """Controller API: a CQ of EV events (state changes of the host's EVs to GOOD or
@@ -987,7 +1013,7 @@ class OcpProvider:
                 raise OcpError(
                     errno.EINVAL, f"modify_qp: field 'dgid': expected 32 hex digits, got {dgid!r}"
                 )
-            remote_host = self._hosts_by_address.get(raw)
+            remote_host, _ = self._nics_by_address.get(raw, (None, 0))
             if remote_host is None:
                 raise OcpError(
                     errno.EINVAL,
@@ -1341,8 +1367,6 @@ class OcpProvider:
             return True
         if isinstance(event, EvStateChanged):
             self._on_ev_state(event)
-        elif isinstance(event, (PathProbeReplied, PathProbeTimedOut)) and self.probe_waits:
-            self._on_probe_event(event)
         return False  # the agent logs it too
 
     def _on_recv(self, session: Session, qp: Qp, done: Completion) -> None:

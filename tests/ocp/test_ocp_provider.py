@@ -704,29 +704,117 @@ def test_cc_profiles_after_mrc_ctl(pair: Pair) -> None:
     h0.fails("cc_profile", errno.EINVAL, op="query", id=3, mask=P.CC_M_STATE)
 
 
-def test_ev_probes_answer_in_arrival_order(pair: Pair) -> None:
+STEV, SRV6, UDP = 1, 2, 4  # mrc_ctl_ev_fmt_mode
+
+
+def gid(host: Host, plane: int) -> str:
+    return str(host.nic(plane).address.packed.hex())
+
+
+def ep_batch(side: Side, reqs: list[list[Any]], **fields: Any) -> Any:
+    """Start an ``ep_probe`` batch (root); the Deferred that answers it."""
     from host.agent.control import Deferred
 
+    side.conn.uid = 0
+    deferred = side.provider.dispatch(side.conn, {"cmd": "ep_probe", "reqs": reqs, **fields})  # type: ignore[arg-type]
+    assert isinstance(deferred, Deferred) and not deferred.done, deferred
+    return deferred
+
+
+def answer(pair: Pair, deferred: Any, seconds: float = 0.5) -> dict[str, Any]:
+    got: list[dict[str, Any]] = []
+    deferred.add_listener(got.append)
+    pair.run(seconds)
+    assert got, "no answer"
+    return got[0]
+
+
+def test_ev_probes_are_connectionless(pair: Pair, fabric: Fabric) -> None:
+    h0, h1 = pair.h0, pair.h1
+    a, b = fabric.host("h0"), fabric.host("h1")
+    assert not list(h0.agent.context.qps)  # no QP: any EV, to any host
+    carrier = next(p.carrier for p in fabric.paths("h0", "h1") if p.plane == 1)
+    reqs = [
+        [7, gid(a, 0), gid(b, 0), STEV, ev_hex(0x12345678), 1],
+        [8, "00" * 16, gid(b, 1), UDP, ev_hex(0xBEEF), 0],  # no sgid: the NIC of dgid's plane
+        [9, gid(a, 1), gid(b, 1), SRV6, carrier.packed.hex(), 2],
+    ]
+    reply = answer(pair, ep_batch(h0, reqs, tc=46, timeout=10**6))
+    assert reply["ok"], reply
+    by_id = {r[0]: r for r in reply["responses"]}
+    assert sorted(by_id) == [7, 8, 9]
+    assert by_id[7][1] == 1 and by_id[8][1] == 2 and by_id[9][1] == 2
+    # RTT in ns of real-fabric time, the responder's service time taken off
+    assert all(0 < r[2] < 10**6 and r[3] == 1 for r in reply["responses"])
+    stats = h1.agent.context.stats()
+    assert stats["ep_requests_answered"] == 3
+    assert stats["drops"].get("unknown_qp", 0) == 0
+
+
+def test_ep_request_errors_name_the_request(pair: Pair, fabric: Fabric) -> None:
+    h0 = pair.h0
+    a, b = fabric.host("h0"), fabric.host("h1")
+    h0.conn.uid = 1000
+    h0.fails("ep_probe", errno.EPERM, timeout=10**6, reqs=[])
+    h0.conn.uid = 0
+    good = [1, gid(a, 0), gid(b, 0), STEV, ev_hex(1), 0]
+    bad = {
+        "unknown destination": [2, gid(a, 0), "fd00" + "00" * 14, STEV, ev_hex(1), 0],
+        "destination is the host": [2, gid(a, 1), gid(a, 0), STEV, ev_hex(1), 0],
+        "foreign sgid": [2, gid(b, 1), gid(b, 0), STEV, ev_hex(1), 0],
+        "planes differ": [2, gid(a, 1), gid(b, 0), STEV, ev_hex(1), 0],
+        "port not sgid's": [2, gid(a, 0), gid(b, 0), STEV, ev_hex(1), 2],
+        "format": [2, gid(a, 0), gid(b, 0), 3, ev_hex(1), 0],
+        "UDP EV wider than 16 bits": [2, gid(a, 0), gid(b, 0), UDP, ev_hex(0x10000), 0],
+        "req_id twice": [1, gid(a, 0), gid(b, 0), STEV, ev_hex(2), 0],
+        "req_id reserved": [0xFF00, gid(a, 0), gid(b, 0), STEV, ev_hex(2), 0],
+        "shape": [2, gid(a, 0), gid(b, 0), STEV, ev_hex(2)],
+    }
+    for why, req in bad.items():
+        reply = h0.fails("ep_probe", errno.EINVAL, timeout=10**6, reqs=[good, req])
+        assert reply["bad"] == 1 and "request 1" in reply["error"], (why, reply)
+    h0.fails("ep_probe", errno.EINVAL, op=2, timeout=10**6, reqs=[good])
+    h0.fails("ep_probe", errno.EINVAL, tc=64, timeout=10**6, reqs=[good])
+    status = [*good, 1 << 3]  # port 3: the host has ports 1 and 2
+    reply = h0.fails("ep_probe", errno.EINVAL, op=1, timeout=10**6, reqs=[good, status])
+    assert reply["bad"] == 1
+    assert h0.ok("ep_probe", timeout=10**6, reqs=[]) == {"ok": True, "responses": []}
+    assert h0.agent.context.stats()["ep_requests_sent"] == 0
+
+
+def test_ep_probe_without_a_response_times_out(pair: Pair, fabric: Fabric) -> None:
+    a, b = fabric.host("h0"), fabric.host("h1")
+    pair.sim.fail_link("h1", b.nic(0).switch, start=0.0)  # h1's plane 0 drops everything
+    reqs = [[1, gid(a, 0), gid(b, 0), STEV, ev_hex(5), 0],
+            [2, gid(a, 1), gid(b, 1), STEV, ev_hex(5), 0]]  # fmt: skip
+    deferred = ep_batch(pair.h0, reqs, timeout=100_000)  # 100 us, 0.1 s dilated
+    reply = answer(pair, deferred, 0.2)
+    assert not reply["ok"] and reply["errno"] == errno.ETIMEDOUT, reply
+    assert [r[0] for r in reply["responses"]] == [2]
+    # the batch is over: its request id may be used again at once
+    deferred = ep_batch(pair.h0, reqs[1:], timeout=100_000)
+    assert answer(pair, deferred, 0.2)["ok"]
+
+
+def test_port_status_update_retires_the_peers_evs(pair: Pair, fabric: Fabric) -> None:
     h0, h1 = pair.h0, pair.h1
     qa, _, _ = make_qp(h0)
     qb, _, _ = make_qp(h1)
     connect(h0, qa, h1, qb)
-    if os.geteuid() != 0:
-        h0.fails("ep_probe", errno.EPERM, timeout=10**9, reqs=[])
-        return
-    slots = h0.agent.context.qp(qa).ev_table.slots
-    dgid, zero = h1.gid(), "00" * 16
-    reqs = [[7, zero, dgid, 2, ev_hex(slots[0].wire), slots[0].plane + 1],
-            [8, h0.gid(), dgid, 2, ev_hex(slots[1].wire), 0]]  # fmt: skip
-    h0.fails("ep_probe", errno.EINVAL, timeout=10**9, reqs=[[1, zero, h0.gid(), 2, ev_hex(1), 0]])
-    reply = h0.fails("ep_probe", errno.EINVAL, timeout=10**9,
-                     reqs=[reqs[0], [9, zero, dgid, 2, ev_hex(0x7777), 0]])  # fmt: skip
-    assert reply["bad"] == 1
-    deferred = h0.provider.dispatch(h0.conn, {"cmd": "ep_probe", "timeout": 10**9, "reqs": reqs})  # type: ignore[arg-type]
-    assert isinstance(deferred, Deferred) and not deferred.done
-    got: list[dict[str, Any]] = []
-    deferred.add_listener(got.append)
-    pair.run(0.5)
-    assert got and got[0]["ok"], got
-    assert sorted(r[0] for r in got[0]["responses"]) == [7, 8]
-    assert all(r[2] > 0 for r in got[0]["responses"])
+    a, b = fabric.host("h0"), fabric.host("h1")
+    h1.conn.uid = 0
+    events = h1.ok("create_ev_cq", cqe=4096)["cq"]
+    # h0 says its port 2 is down: h1 stops using the EVs of that plane towards h0
+    req = [[3, gid(a, 0), gid(b, 0), STEV, ev_hex(9), 1, 1 << 1]]
+    reply = answer(pair, ep_batch(h0, req, op=1, timeout=10**6))
+    assert reply["ok"] and [r[:2] for r in reply["responses"]] == [[3, 1]], reply
+    got = h1.poll(events, 4096)
+    first: dict[int, int] = {}
+    for e in got:
+        first.setdefault(e[1], e[4])
+    assert first and {e[2] for e in got} == {2}, got  # port 2's EVs only
+    assert set(first.values()) == {ocp.EV_STATE_BITS["assumed_bad"]}, got
+    # a later update with both ports up is answered too
+    req = [[4, gid(a, 1), gid(b, 1), STEV, ev_hex(9), 2, 0b110]]
+    reply = answer(pair, ep_batch(h0, req, op=1, timeout=10**6))
+    assert reply["ok"] and [r[:2] for r in reply["responses"]] == [[4, 2]], reply

@@ -375,8 +375,9 @@ int main(void)
 	struct mrc_ctl_device_attr cattr;
 
 	CHECK("ctl_query_device", mrc_ctl_query_device(h0.ibv, &cattr) == 0 &&
-	      cattr.phy_port_mask == 0x6 && cattr.cc.algorithms && cattr.cc.algorithms[0],
-	      "mask %#x", cattr.phy_port_mask);
+	      cattr.phy_port_mask == 0x6 && cattr.cc.algorithms && cattr.cc.algorithms[0] &&
+	      (cattr.opt_attr & MRC_CTL_OPT_CAP_EP_OP_EV_PROBE),
+	      "mask %#x opt_attr %#x", cattr.phy_port_mask, (unsigned int)cattr.opt_attr);
 	struct mrc_ctl_ev_profile_attr evp = {.profile_state = MRC_CTL_PROFILE_OFFLINE};
 
 	errno = 0;
@@ -526,18 +527,19 @@ int main(void)
 
 	CHECK("ctl_cc_profile_query", mrc_ctl_query_cc_profile(h0.mrc, 0, &ccp,
 	      MRC_CTL_CC_PROFILE_ALGORITHM) == 0, "profile 0");
-	/* EV probes on the EVs of the host agent's own QP to h1 (generated: plane << 28 | n, n
-	 * spread over the planes in turn, so EV 1 is on plane 0 and EV 0x10000002 on plane 1) */
+	/* connectionless EV probes on EVs no QP uses: from each port of h0 to h1's port on the
+	 * same plane, an STEV EV and a UDP one */
 	int nrsp = 5;
-	struct mrc_ctl_ep_req reqs[2] = {{.req_id = 41, .ev_fmt_mode = MRC_CTL_EV_FMT_MODE_SRV6},
-					 {.req_id = 42, .ev_fmt_mode = MRC_CTL_EV_FMT_MODE_SRV6}};
+	struct mrc_ctl_ep_req reqs[2] = {{.req_id = 41, .ev_fmt_mode = MRC_CTL_EV_FMT_MODE_STEV},
+					 {.req_id = 42, .ev_fmt_mode = MRC_CTL_EV_FMT_MODE_UDP}};
 	struct mrc_ctl_ep_rsp rsps[2];
 	uint32_t ev_be;
 
 	for (int i = 0; i < 2; i++) {
-		reqs[i].sgid = h0.gid;
-		reqs[i].dgid = h1.gid;
-		ev_be = htobe32(i == 0 ? 0x00000001u : 0x10000002u);
+		if (ibv_query_gid(h0.ibv, (uint8_t)(i + 1), 0, &reqs[i].sgid) ||
+		    ibv_query_gid(h1.ibv, (uint8_t)(i + 1), 0, &reqs[i].dgid))
+			DIE("GIDs of port %d", i + 1);
+		ev_be = htobe32(i == 0 ? 0x12345678u : 0x0000beefu);
 		memcpy(reqs[i].req_ev.val, &ev_be, 4);
 		reqs[i].req_ev.port = (uint8_t)(i + 1);
 	}
@@ -545,15 +547,19 @@ int main(void)
 					rsps, &nrsp);
 	CHECK("ctl_ep_probe", rc == 0 && nrsp == 2 && rsps[0].req_id + rsps[1].req_id == 83 &&
 	      rsps[0].rtt > 0 && rsps[0].port >= 1, "rc %d responses %d", rc, nrsp);
-	ev_be = htobe32(0x0abcdef0u);
-	memcpy(reqs[0].req_ev.val, &ev_be, 4);
+	union ibv_gid peer = reqs[0].dgid;
+
+	reqs[0].dgid = reqs[0].sgid; /* the host itself: no destination */
 	errno = 0;
-	CHECK("ctl_ep_probe_unknown_ev", mrc_ctl_ep_batch_send_wait(h0.mrc, 0, MRC_CTL_EP_OP_EV_PROBE,
-	      reqs, 1, 1000000, rsps, &nrsp) == -1 && errno == EINVAL && nrsp == 0, "accepted");
-	errno = 0;
-	CHECK("ctl_ep_port_status", mrc_ctl_ep_batch_send_wait(h0.mrc, 0,
-	      MRC_CTL_EP_OP_PORT_STATUS_UPDATE, reqs, 1, 1000000, rsps, &nrsp) == -1 &&
-	      errno == ENOTSUP, "accepted");
+	CHECK("ctl_ep_probe_unknown_dgid", mrc_ctl_ep_batch_send_wait(h0.mrc, 0,
+	      MRC_CTL_EP_OP_EV_PROBE, reqs, 1, 1000000, rsps, &nrsp) == -1 && errno == EINVAL &&
+	      nrsp == 0, "accepted");
+	reqs[0].dgid = peer;
+	reqs[0].op.port_status_update.port_status = 0x6; /* both ports up */
+	rc = mrc_ctl_ep_batch_send_wait(h0.mrc, 0, MRC_CTL_EP_OP_PORT_STATUS_UPDATE, reqs, 1,
+					2000000000u, rsps, &nrsp);
+	CHECK("ctl_ep_port_status", rc == 0 && nrsp == 1 && rsps[0].req_id == 41,
+	      "rc %d responses %d", rc, nrsp);
 	struct mrc_ctl_port_attr port = {0};
 
 	CHECK("ctl_query_port", mrc_ctl_query_port(h0.mrc, 2, &port, MRC_CTL_PORT_ADMIN_STATE) == 0 &&
