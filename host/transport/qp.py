@@ -283,6 +283,13 @@ class QueuePair(Sender, Receiver, LossRecovery, PathChoice):
             "ev_profile": self.ev_profile.profile_id,
             "ev_format": self._ev_mode.value,
             "evs": self.ev_table.counts(),
+            # RTT estimates in protocol seconds: the QP's, and each path's (SRV6) or plane's
+            # (STEV / UDP EVs share their plane's), which judge a packet "late"
+            "srtt": self._srtt,
+            "rttvar": self._rttvar,
+            "path_rtt": {
+                s.label: [s.load.srtt, s.load.rttvar] for s in self.ev_table.slots if s.load.srtt
+            },
         }
 
     # -- EV state --------------------------------------------------------------------------------
