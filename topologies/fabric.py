@@ -15,7 +15,15 @@ Naming and numbering (documented with a worked example in docs/addressing.md):
   and the port (0 for a host NIC).
 
 A :class:`Path` between two hosts is one (plane, spine) choice: its uSID carrier, the same route
-as a classic SRH segment list, the NICs at both ends and the switch hops with their ports.
+as a classic SRH segment list, the same route split for SRv6 with an SRH, the NICs at both ends
+and the switch hops with their ports.
+
+The SRH split (:attr:`Path.srh_carrier`, :attr:`Path.srh_segment`) cuts the path's uSIDs after
+the first one, the switch where the path turns: the spine between racks, the shared leaf within
+a rack. The IPv6 destination is ``block:uSID(turn)::``; the switch at the turn finds it
+exhausted and performs End, which copies the single SRH segment ``block:uSID(T0 dst):uSID(NIC)::``
+(or ``block:uSID(NIC)::`` within a rack) into the destination; the destination leaf shifts as
+for the plain carrier. Every path is thus uN (source leaf: route on the first uSID), End, uN.
 """
 
 from __future__ import annotations
@@ -30,6 +38,8 @@ from topologies.config import IFNAME_MAX, Topology, TopologyError
 from topologies.usid import TierCode
 
 END_FUNCTION = 0xE  # the low bits of a switch's classic End SID
+#: SRv6 with an SRH: the path's uSIDs are cut after this many (the turn: spine or shared leaf)
+SRH_SPLIT_AT = 1
 
 
 class Tier(enum.Enum):
@@ -161,6 +171,10 @@ class Path:
     spine: int | None  # None within a rack
     carrier: ipaddress.IPv6Address  # the uSID carrier the sender puts in the destination
     segments: tuple[ipaddress.IPv6Address, ...]  # the same route as classic SIDs, in order
+    #: SRv6 with an SRH: the IPv6 destination (a carrier up to the turn, spine or shared leaf)
+    srh_carrier: ipaddress.IPv6Address
+    #: ... and the SRH's single segment (a carrier of the rest, ending with the NIC's uSID)
+    srh_segment: ipaddress.IPv6Address
     src_nic: Nic
     dst_nic: Nic
     hops: tuple[Hop, ...]
@@ -406,14 +420,18 @@ class Fabric:
             leaf_a = self.switch(self.t0_name(plane, a.rack))
             leaf_b = self.switch(self.t0_name(plane, b.rack))
             if a.rack == b.rack:
+                route = [leaf_b.usid, sb.usid]
+                srh_carrier, srh_segment = usidlib.split(self.block, route, SRH_SPLIT_AT)
                 found.append(
                     Path(
                         src=a.name,
                         dst=b.name,
                         plane=plane,
                         spine=None,
-                        carrier=usidlib.carrier(self.block, [leaf_b.usid, sb.usid]),
+                        carrier=usidlib.carrier(self.block, route),
                         segments=(leaf_b.end_sid, sb.address),
+                        srh_carrier=srh_carrier,
+                        srh_segment=srh_segment,
                         src_nic=sa,
                         dst_nic=sb,
                         hops=(Hop(leaf_a.name, sa.switch_port, sb.switch_port),),
@@ -424,14 +442,18 @@ class Fabric:
                 spine = self.switch(self.t1_name(plane, spine_index))
                 up = leaf_a.port_to(spine.name)
                 down = spine.port_to(leaf_b.name)
+                route = [spine.usid, leaf_b.usid, sb.usid]
+                srh_carrier, srh_segment = usidlib.split(self.block, route, SRH_SPLIT_AT)
                 found.append(
                     Path(
                         src=a.name,
                         dst=b.name,
                         plane=plane,
                         spine=spine_index,
-                        carrier=usidlib.carrier(self.block, [spine.usid, leaf_b.usid, sb.usid]),
+                        carrier=usidlib.carrier(self.block, route),
                         segments=(spine.end_sid, leaf_b.end_sid, sb.address),
+                        srh_carrier=srh_carrier,
+                        srh_segment=srh_segment,
                         src_nic=sa,
                         dst_nic=sb,
                         hops=(

@@ -14,6 +14,12 @@ first digit of a uSID is its plane: ``0x1c02`` is plane 1, tier code 3 (host NIC
 A carrier is a 128-bit IPv6 address ``block(32) | uSID | uSID | ... | 0...`` holding up to six
 uSIDs. A switch whose uSID is the first one after the block shifts the rest left by 16 bits,
 zero-filling the end (:func:`shift`); the carrier is exhausted when no uSID follows.
+
+A route longer than one carrier should hold, or one sent as SRv6 with an SRH, is cut in two
+(:func:`split`): a first carrier for the IPv6 destination and a second one, the single segment
+of a reduced SRH (RFC 8754 section 4.1.1: segments left 1, last entry 0). The switch whose uSID
+ends the first carrier finds it exhausted, performs End and copies the segment into the
+destination; the uN shifts go on from there.
 """
 
 from __future__ import annotations
@@ -75,6 +81,16 @@ def carrier(block: ipaddress.IPv6Network, usids: Sequence[int]) -> ipaddress.IPv
             raise ValueError(f"uSID {usid:#x}: expected a non-zero 16-bit value")
         value |= usid << (128 - BLOCK_BITS - USID_BITS * (slot + 1))
     return ipaddress.IPv6Address(value)
+
+
+def split(
+    block: ipaddress.IPv6Network, usids: Sequence[int], at: int
+) -> tuple[ipaddress.IPv6Address, ipaddress.IPv6Address]:
+    """``usids`` cut before index ``at``: the carrier of the first ``at`` uSIDs (the IPv6
+    destination) and the carrier of the rest (the SRH segment)."""
+    if not 0 < at < len(usids):
+        raise ValueError(f"split at {at}: expected 1..{len(usids) - 1} for {len(usids)} uSIDs")
+    return carrier(block, usids[:at]), carrier(block, usids[at:])
 
 
 def active(address: ipaddress.IPv6Address) -> int:

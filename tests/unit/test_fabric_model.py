@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import ipaddress
 import itertools
 
 import pytest
 
-from topologies import Fabric, Tier, load_topology
+from topologies import Fabric, Nic, Tier, load_topology
 from topologies import usid as usidlib
 from topologies.config import shipped_topology
 
@@ -174,3 +175,76 @@ def test_uplinks_and_plane_nics(fabric: Fabric) -> None:
         assert {n.plane for n in nics} == {plane}
     with pytest.raises(ValueError, match=f"plane {t.planes}: fabric"):
         fabric.plane_nics(t.planes)
+
+
+def _walk_srh(
+    fabric: Fabric, src_nic: object, dst: ipaddress.IPv6Address, segment: ipaddress.IPv6Address
+) -> tuple[list[tuple[str, int, int, str, ipaddress.IPv6Address]], str, ipaddress.IPv6Address]:
+    """Forward a packet with destination ``dst`` and a single-segment SRH (segments left 1)
+    from ``src_nic`` as the switches do: uN shift when the active uSID is the switch's and more
+    follow, End when the carrier is exhausted there (the segment becomes the destination),
+    then the static /48 route of the active uSID. Returns the hops (switch, in port, out port,
+    action, destination on leaving), the NIC reached and the destination it gets."""
+    switch = fabric.switch(src_nic.switch)  # type: ignore[attr-defined]
+    in_port = src_nic.switch_port  # type: ignore[attr-defined]
+    left = 1
+    hops = []
+    for _ in range(8):
+        action = "route"
+        if usidlib.active(dst) == switch.usid:
+            if not usidlib.exhausted(dst):
+                dst, action = usidlib.shift(dst), "uN"
+            elif left > 0:
+                left, dst, action = left - 1, segment, "End"
+            else:
+                raise AssertionError(f"SID_END at {switch.name}")
+        target = fabric.node_of_usid(usidlib.active(dst))
+        peer = target.host if isinstance(target, Nic) else target.name
+        port = switch.port_to(peer)  # KeyError: no static route there
+        hops.append((switch.name, in_port, port.number, action, dst))
+        if isinstance(target, Nic):
+            return hops, port.peer_intf, dst
+        switch, in_port = fabric.switch(port.peer), port.peer_port
+    raise AssertionError(f"forwarding loop: {hops}")
+
+
+def test_srh_split_reaches_the_nic_via_the_same_spine(fabric: Fabric) -> None:
+    walked = 0
+    for a, b in itertools.permutations(fabric.hosts, 2):
+        for path in fabric.paths(a.name, b.name):
+            # the split is the plain carrier's uSIDs cut after the first (the turn)
+            route = usidlib.usids(path.carrier)
+            assert usidlib.usids(path.srh_carrier) == route[:1]
+            assert usidlib.usids(path.srh_segment) == route[1:]
+            assert usidlib.usids(path.srh_segment)[-1] == path.dst_nic.usid
+            hops, intf, dst = _walk_srh(fabric, path.src_nic, path.srh_carrier, path.srh_segment)
+            assert intf == path.dst_nic.intf and dst == path.dst_nic.address
+            assert [(h[0], h[1], h[2]) for h in hops] == [
+                (h.switch, h.in_port, h.out_port) for h in path.hops
+            ]
+            if a.rack == b.rack:  # the shared leaf: End straight to the NIC
+                assert [h[3] for h in hops] == ["End"]
+            else:  # source leaf routes to the spine, the spine does End, the last leaf uN
+                assert [h[3] for h in hops] == ["route", "End", "uN"]
+                spine = fabric.switch(hops[1][0])
+                assert spine.tier is Tier.T1 and spine.index == path.spine
+                assert path.srh_carrier == spine.usid_prefix.network_address
+                assert hops[1][4] == path.srh_segment
+            walked += 1
+    t = fabric.topology
+    assert walked == sum(
+        t.planes * (1 if a.rack == b.rack else t.spines_per_plane)
+        for a, b in itertools.permutations(fabric.hosts, 2)
+    )
+
+
+def test_usid_split_bounds() -> None:
+    block = ipaddress.IPv6Network("fcbb:bb00::/32")
+    first, rest = usidlib.split(block, [0x2001, 0x1001, 0x3002], 1)
+    assert (first, rest) == (
+        ipaddress.IPv6Address("fcbb:bb00:2001::"),
+        ipaddress.IPv6Address("fcbb:bb00:1001:3002::"),
+    )
+    for at in (0, 3):
+        with pytest.raises(ValueError, match="split at"):
+            usidlib.split(block, [0x2001, 0x1001, 0x3002], at)
