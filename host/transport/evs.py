@@ -6,7 +6,10 @@ An EV (entropy value) names one way through the fabric. How an EV reaches the wi
 
 - ``SRV6`` -- the EV is bound to a ``topologies.Path`` and the packet carries that path's uSID
   carrier as its destination (the agent passes the paths in; nothing here computes an
-  address); the EV number itself rides in the flow label and UDP source port;
+  address); the EV number itself rides in the flow label and UDP source port. With an SRH
+  (``EvFormatProfile(SRV6, srh=True)``, fields up to 256 bits) the destination is the path's
+  ``srh_carrier`` and a reduced SRH carries its single segment ``srh_segment`` (the path's
+  split, computed by the fabric model);
 - ``STEV`` -- the EV's bits are spread over the IPv6 flow label (low 20 bits) and the UDP source
   port (the bits above), the packet goes to the destination NIC's plain address and the
   switches pick the path by ECMP hash: the host knows no path, only its EVs;
@@ -20,7 +23,8 @@ Profiles (after ``mrc_ctl_ev_profile_attr``):
 - :class:`ExplicitEvProfile` -- given EVs: ``(ev, path_index)`` (SRV6) or ``(ev, plane)``
   (STEV / UDP);
 - :class:`Srv6EvProfile` -- one EV per path, the EV *is* the path's 128-bit uSID carrier (its
-  32-bit wire form is the CRC-32 of the carrier).
+  32-bit wire form is the CRC-32 of the carrier); with ``srh=True`` the 256-bit value
+  ``srh_carrier << 128 | srh_segment`` (the OCP layout: the SRv6 address, then the SRH segment).
 
 States: GOOD (in use), ASSUMED_BAD (lost a packet: not used, probed), DENIED (operator: not used,
 not probed), UNKNOWN (not used, probed; GOOD on a probe reply). States belong to the profile
@@ -63,6 +67,12 @@ class EvFormat(str, enum.Enum):
 #: the widest EV each format carries (bits): SRV6 a 128-bit carrier, STEV flow label (20) plus 12
 #: bits of the UDP source port, UDP the source port
 FORMAT_MAX_WIDTH = {EvFormat.SRV6: 128, EvFormat.STEV: 32, EvFormat.UDP: 16}
+#: the widest SRV6 EV with an SRH: the 128-bit carrier and the SRH's 128-bit segment
+SRV6_SRH_MAX_WIDTH = 256
+
+
+#: how the SRV6 format with an SRH is spelt where a format is named by a string
+SRV6_SRH_NAME = "srv6+srh"
 
 
 def ev_format(value: object) -> EvFormat:
@@ -77,6 +87,23 @@ def ev_format(value: object) -> EvFormat:
         ) from None
 
 
+def format_profile(value: object, fields: Sequence[int] = ()) -> EvFormatProfile:
+    """The format profile ``value`` names: an :class:`EvFormatProfile` as it is, else a format
+    name (any case) -- ``srv6``, ``srv6+srh`` (SRV6 with an SRH), ``stev`` or ``udp``."""
+    if isinstance(value, EvFormatProfile):
+        return value
+    if str(value).lower() == SRV6_SRH_NAME:
+        return EvFormatProfile(EvFormat.SRV6, tuple(fields), srh=True)
+    try:
+        return EvFormatProfile(ev_format(value), tuple(fields))
+    except EvProfileError as exc:
+        if "expected one of" in str(exc):
+            names = ", ".join([EvFormat.SRV6.value, SRV6_SRH_NAME, EvFormat.STEV.value,
+                               EvFormat.UDP.value])  # fmt: skip
+            raise EvProfileError(f"EV format {value!r}: expected one of {names}") from None
+        raise
+
+
 @dataclass(frozen=True)
 class EvFormatProfile:
     """An EV format profile (``mrc_ctl_ev_fmt_profile_attr``): the mode and the widths of its
@@ -84,29 +111,37 @@ class EvFormatProfile:
 
     mode: EvFormat = EvFormat.SRV6
     fields: tuple[int, ...] = ()
-    srh: bool = False  #: SRV6 with a Segment Routing Header (not sent by this stack)
+    #: SRV6 with a Segment Routing Header: a carrier and one SRH segment (fields up to 256 bits)
+    srh: bool = False
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "mode", ev_format(self.mode))
         object.__setattr__(self, "fields", tuple(int(w) for w in self.fields))
-        top = FORMAT_MAX_WIDTH[self.mode]
+        if self.srh and self.mode is not EvFormat.SRV6:
+            raise EvProfileError(
+                f"EV format {self.mode.value} with an SRH: only the srv6 format carries one"
+            )
+        top = SRV6_SRH_MAX_WIDTH if self.srh else FORMAT_MAX_WIDTH[self.mode]
         if any(w < 1 for w in self.fields):
             raise EvProfileError(f"EV format field widths {self.fields}: expected widths >= 1")
         if sum(self.fields) > top:
+            hint = " (an SRV6 format with an SRH carries up to 256)" if top == 128 else ""
             raise EvProfileError(
-                f"EV format fields {self.fields} ({sum(self.fields)} bits): the {self.mode.value} "
-                f"format carries at most {top} bits"
+                f"EV format fields {self.fields} ({sum(self.fields)} bits): the {self.name} "
+                f"format carries at most {top} bits{hint}"
             )
-        if self.srh:
-            raise EvProfileError(
-                "EV format SRV6 with an SRH: not supported by this stack's sender (uSID carrier "
-                "only; the switches do process SRHs)"
-            )
+
+    @property
+    def name(self) -> str:
+        """The format's spelling: ``srv6``, ``srv6+srh``, ``stev`` or ``udp``."""
+        return SRV6_SRH_NAME if self.srh else self.mode.value
 
     @property
     def widths(self) -> tuple[int, ...]:
         """The format fields' widths (one field of the mode's width when none were given)."""
-        return self.fields or (FORMAT_MAX_WIDTH[self.mode],)
+        if self.fields:
+            return self.fields
+        return (128, 128) if self.srh else (FORMAT_MAX_WIDTH[self.mode],)
 
     @property
     def width(self) -> int:
@@ -115,6 +150,7 @@ class EvFormatProfile:
 
 
 SRV6_FORMAT = EvFormatProfile(EvFormat.SRV6)
+SRV6_SRH_FORMAT = EvFormatProfile(EvFormat.SRV6, srh=True)
 STEV_FORMAT = EvFormatProfile(EvFormat.STEV)
 UDP_FORMAT = EvFormatProfile(EvFormat.UDP)
 
@@ -156,9 +192,13 @@ class EvField:
                 f"{name}: width {self.width}, expected 1..{format_width} (its format field)"
             )
         if not 0 <= self.init_val < 1 << self.width:
-            raise EvProfileError(f"{name}: init_val {self.init_val:#x} wider than {self.width} bits")
+            raise EvProfileError(
+                f"{name}: init_val {self.init_val:#x} wider than {self.width} bits"
+            )
         if not 0 <= self.effective_mask < 1 << self.width:
-            raise EvProfileError(f"{name}: mask {self.effective_mask:#x} has bits outside the field")
+            raise EvProfileError(
+                f"{name}: mask {self.effective_mask:#x} has bits outside the field"
+            )
         if self.top >= 1 << self.gen_bits:
             raise EvProfileError(
                 f"{name}: max_val {self.top} wider than the {self.gen_bits} mask bits"
@@ -237,14 +277,16 @@ class ExplicitEvProfile:
 
 @dataclass(frozen=True)
 class Srv6EvProfile:
-    """One EV per path, whose value is the path's uSID carrier."""
+    """One EV per path, whose value is the path's uSID carrier (``srh``: its split carrier
+    and SRH segment, one 256-bit value)."""
 
     min_active: int | None = None  #: ev_min_active (None: the context's)
+    srh: bool = False  #: send with an SRH (the SRV6+SRH format)
 
     @property
     def fmt(self) -> EvFormatProfile:
-        """Always the SRV6 format."""
-        return SRV6_FORMAT
+        """The SRV6 format, with an SRH when ``srh``."""
+        return SRV6_SRH_FORMAT if self.srh else SRV6_FORMAT
 
 
 EvProfile = GeneratedEvProfile | ExplicitEvProfile | Srv6EvProfile
@@ -341,23 +383,28 @@ class EvSlot:
 
     __slots__ = ("index", "ev", "wire", "path_index", "path", "state", "since", "prefix",
                  "head", "mid", "plane", "spine_hint", "load", "dst", "group", "label",
-                 "mode")  # fmt: skip
+                 "mode", "srh", "ext_len")  # fmt: skip
 
     def __init__(
         self, index: int, ev: int, wire: int, path_index: int, path: Path, load: PathLoad,
-        mode: EvFormat = EvFormat.SRV6,
+        mode: EvFormat = EvFormat.SRV6, srh: bool = False,
     ) -> None:  # fmt: skip
         self.index = index
         self.mode = mode
         routed = mode is EvFormat.SRV6
-        #: the packets' IPv6 destination: the path's carrier (SRV6) or the NIC's plain address
-        self.dst = path.carrier if routed else path.dst_nic.address
+        #: the packets' IPv6 destination: the path's carrier (SRV6), its first carrier (SRV6 with
+        #: an SRH) or the NIC's plain address
+        self.dst = (path.srh_carrier if srh else path.carrier) if routed else path.dst_nic.address
+        #: the single segment of the SRH the packets carry (SRV6 with an SRH), else None
+        self.srh = path.srh_segment if routed and srh else None
+        #: bytes of IPv6 extension headers between IPv6 and UDP (the SRH: 24), filled by the QP
+        self.ext_len = 0
         #: what a loss retires with ``retire_path``: the path (SRV6), else the EV alone (the host
         #: knows nothing of the paths ECMP gives its EVs)
         self.group = path_index if routed else -1 - index
         #: the path's label (SRV6), or the plane's followed by ``ecmp``
         self.label = path.label if routed else f"p{path.plane}-ecmp"
-        self.ev = ev  #: the EV value (up to 128 bits for the SRv6 profile)
+        self.ev = ev  #: the EV value (up to 128 bits for the SRv6 profile, 256 with an SRH)
         self.wire = wire  #: the 32-bit form carried in packets
         self.path_index = path_index
         self.path = path
@@ -462,8 +509,12 @@ def build_slots(paths: Sequence[Path], profile: EvProfile, default_count: int) -
     elif isinstance(profile, Srv6EvProfile):
         triples = []
         for index, path in enumerate(paths):
-            ev = int(path.carrier)
-            triples.append((ev, zlib.crc32(path.carrier.packed), index))
+            if profile.srh:
+                ev = int(path.srh_carrier) << 128 | int(path.srh_segment)
+                packed = path.srh_carrier.packed + path.srh_segment.packed
+            else:
+                ev, packed = int(path.carrier), path.carrier.packed
+            triples.append((ev, zlib.crc32(packed), index))
     else:
         raise EvProfileError(f"EV profile {profile!r}: expected Generated, Explicit or Srv6")
     wires = [w for _, w, _ in triples]
@@ -471,8 +522,10 @@ def build_slots(paths: Sequence[Path], profile: EvProfile, default_count: int) -
         raise EvProfileError("EV profile gives two EVs the same 32-bit value: expected unique EVs")
     if mode is EvFormat.SRV6:
         loads = [PathLoad() for _ in paths]
+        srh = profile.fmt.srh
         slots = [
-            EvSlot(i, ev, w, idx, paths[idx], loads[idx]) for i, (ev, w, idx) in enumerate(triples)
+            EvSlot(i, ev, w, idx, paths[idx], loads[idx], mode, srh)
+            for i, (ev, w, idx) in enumerate(triples)
         ]
     else:
         # congestion and losses are per EV: the host cannot tell which EVs share a path; the

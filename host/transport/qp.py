@@ -119,6 +119,7 @@ class QueuePair(Sender, Receiver, LossRecovery, PathChoice):
         for slot in slots:
             slot.prefix = self._slot_prefix(slot, dscp, wire.ECN_ECT0)
             slot.head, slot.mid = wire.split_prefix(slot.prefix)
+            slot.ext_len = wire.ext_len(slot.prefix)
         self.ev_table = EvTable(slots, rng)
         profile.attach(self.ev_table)
         if not policy.spray:
@@ -130,11 +131,19 @@ class QueuePair(Sender, Receiver, LossRecovery, PathChoice):
                 chosen = slots[0]
             self.ev_table.pin(chosen)
         # replies (ACK, NACK, probe reply) go back on the mirror path: same plane and spine
+        # (as the QP's own EVs are sent: with an SRH when its format has one)
         self._reply: dict[tuple[int, int], tuple[int, bytes]] = {}
         self._reply_plane: dict[int, tuple[int, bytes]] = {}
+        srh = profile.profile.fmt.srh
         for path in self.paths:
             spine = 0xFF if path.spine is None else path.spine
-            entry = (path.plane, self._prefix(path, wire.DSCP_CONTROL, wire.ECN_NOT_ECT, 0))
+            reply = (
+                self._prefix(path, wire.DSCP_CONTROL, wire.ECN_NOT_ECT, 0, path.srh_carrier,
+                             srh=path.srh_segment)
+                if srh
+                else self._prefix(path, wire.DSCP_CONTROL, wire.ECN_NOT_ECT, 0)
+            )  # fmt: skip
+            entry = (path.plane, reply)
             self._reply.setdefault((path.plane, spine), entry)
             self._reply_plane.setdefault(path.plane, entry)
         self._reply_any = next(iter(self._reply.values()))
@@ -224,8 +233,10 @@ class QueuePair(Sender, Receiver, LossRecovery, PathChoice):
 
     def _prefix(
         self, path: Path, dscp: int, ecn: int, ev: int, dst: object = None,
-        mode: EvFormat = EvFormat.SRV6,
+        mode: EvFormat = EvFormat.SRV6, srh: object = None,
     ) -> bytes:  # fmt: skip
+        """The frame prefix towards ``dst`` (default: the path's carrier), with a
+        single-segment SRH holding ``srh`` when given."""
         nic = path.src_nic
         return wire.frame_prefix(
             src_mac=wire.mac_bytes(nic.mac),
@@ -237,12 +248,14 @@ class QueuePair(Sender, Receiver, LossRecovery, PathChoice):
             ev=ev,
             hop_limit=self._cfg.hop_limit,
             mode=mode.value,
+            srh=None if srh is None else _addr_bytes(srh),
         )
 
     def _slot_prefix(self, slot: EvSlot, dscp: int, ecn: int) -> bytes:
         """The frame prefix of packets sent on ``slot``: its destination (carrier or NIC
-        address) and its EV in the flow label and UDP source port as its format says."""
-        return self._prefix(slot.path, dscp, ecn, slot.wire, slot.dst, slot.mode)
+        address), its SRH if it has one, and its EV in the flow label and UDP source port as
+        its format says."""
+        return self._prefix(slot.path, dscp, ecn, slot.wire, slot.dst, slot.mode, slot.srh)
 
     def connect(self, remote_qpn: int, *, send_psn: int = 0, expect_psn: int = 0) -> None:
         """Bind this QP to the remote QP number (exchanged out of band).

@@ -212,10 +212,11 @@ class Sender(QpState):
                     msg.length, offset, ts32, msg.data[offset:end],
                 )  # fmt: skip
             else:
-                # inline of wire.encode_data_split for WRITE Only, the common packet
+                # inline of wire.encode_data_split for WRITE Only, the common packet (the IPv6
+                # payload length counts the slot's SRH, if any)
                 udp_len = _DATA_UDP_BASE + length
                 frame = join((
-                    slot.head, pack_len(udp_len), slot.mid,
+                    slot.head, pack_len(udp_len + slot.ext_len), slot.mid,
                     pack_tail(
                         udp_len, 0, _OP_WRITE_ONLY, 0, 0xFFFF, remote_qpn,
                         (0x80000000 | (psn & PSN_MASK)) if last else psn & PSN_MASK,

@@ -3,8 +3,9 @@
 The network is built from a :class:`topologies.Fabric`: every link of the fabric becomes two
 directed ports with a rate, a propagation delay and a bounded two-class queue (control and
 trimmed packets first). Switches forward by the packet's uSID carrier exactly as the P4 program
-does: a switch whose uSID is active shifts the carrier (:func:`topologies.usid.shift`), then the
-new active uSID selects the port towards that node. A packet addressed to a host NIC's plain
+does: a switch whose uSID is active shifts the carrier (:func:`topologies.usid.shift`), or, when
+the carrier is exhausted there and an SRH has segments left, performs End (the next segment
+becomes the destination), then the new active uSID selects the port towards that node. A packet addressed to a host NIC's plain
 address (STEV and UDP EVs) is spread by a leaf over its uplinks with the switches' ECMP hash
 (:func:`switchmodel.ecmp.member_index`: CRC-32 over source, destination, flow label and UDP
 source port, members in spine order) and routed down by the spine, as the controller's
@@ -281,7 +282,8 @@ class SimNet:
                 frame[14] = (frame[14] & 0xF0) | (tc >> 4)
                 frame[15] = (frame[15] & 0x0F) | ((tc & 0x0F) << 4)
                 frame[18:20] = (cut - 54).to_bytes(2, "big")
-                frame[58:60] = (cut - 54).to_bytes(2, "big")
+                udp = _udp_offset(frame)
+                frame[udp + 4 : udp + 6] = (cut - udp).to_bytes(2, "big")
                 high = True
                 counters["trimmed"] += 1
                 self.counters["trimmed"] += 1
@@ -356,10 +358,20 @@ class SimNet:
             self.counters["drop_no_route"] += 1
             return
         if usidlib.active(addr) == self._usid[name]:
-            if usidlib.exhausted(addr):
+            if not usidlib.exhausted(addr):
+                addr = usidlib.shift(addr)
+            elif frame[20] == wire.IPPROTO_ROUTING and len(frame) >= 62 and frame[57] > 0:
+                # End: segments left -= 1, the segment it now points at is the destination
+                left = frame[57] - 1
+                frame[57] = left
+                at = 62 + 16 * left
+                if frame[58] < left or len(frame) < at + 16:
+                    self.counters["drop_sid_end"] += 1
+                    return
+                addr = ipaddress.IPv6Address(bytes(frame[at : at + 16]))
+            else:
                 self.counters["drop_sid_end"] += 1
                 return
-            addr = usidlib.shift(addr)
             frame[38:54] = addr.packed
         active = usidlib.active(addr)
         ecmp = self._ecmp.get(name)
@@ -389,15 +401,26 @@ def _ecmp_member(frame: bytearray, members: int) -> int:
     return member_index(src, dst, flow, sport, members)
 
 
+def _udp_offset(frame: bytearray) -> int:
+    """Offset of the UDP header of an IPv6 frame (after the SRH if there is one; -1 when the
+    frame holds no UDP)."""
+    nh, off = frame[20], wire.OFF_UDP
+    if nh == wire.IPPROTO_ROUTING and len(frame) >= off + 8:
+        nh, off = frame[off], off + 8 + frame[off + 1] * 8
+    return off if nh == wire.IPPROTO_UDP else -1
+
+
 def _mrc_data_header_len(frame: bytearray) -> int:
-    """Header length of an MRC data frame without SRH (0 when the frame is not one)."""
-    if len(frame) < wire.DATA_HEADER_LEN or frame[20] != wire.IPPROTO_UDP:
+    """Header length of an MRC data frame, SRH included (0 when the frame is not one)."""
+    udp = _udp_offset(frame)
+    ext = udp - wire.OFF_UDP
+    if udp < 0 or len(frame) < wire.DATA_HEADER_LEN + ext:
         return 0
-    if frame[56:58] != b"\x12\xb7":  # UDP destination port 4791
+    if frame[udp + 2 : udp + 4] != b"\x12\xb7":  # UDP destination port 4791
         return 0
-    opcode = frame[62]
+    opcode = frame[udp + wire.UDP_LEN]
     if opcode == wire.OP_WRITE_ONLY:
-        return wire.DATA_HEADER_LEN
-    if opcode == wire.OP_WRITE_ONLY_IMM and len(frame) >= wire.DATA_IMM_HEADER_LEN:
-        return wire.DATA_IMM_HEADER_LEN
+        return wire.DATA_HEADER_LEN + ext
+    if opcode == wire.OP_WRITE_ONLY_IMM and len(frame) >= wire.DATA_IMM_HEADER_LEN + ext:
+        return wire.DATA_IMM_HEADER_LEN + ext
     return 0

@@ -2,12 +2,16 @@
 
 Byte layouts, code points and the trimmed form are documented in docs/wire-format.md. Summary:
 
-- data:    Eth | IPv6 | UDP(4791) | BTH(0x0A or 0x0B) | RETH | [ImmDt] | MRC data ext (24) | payload
-- control: Eth | IPv6 | UDP(4791) | BTH(0x11) | AETH | MRC control ext (32): ACK, NACK, PROBE,
-  PROBE_REPLY
+- data:    Eth | IPv6 | [SRH] | UDP(4791) | BTH(0x0A or 0x0B) | RETH | [ImmDt] | MRC data ext (24)
+  | payload
+- control: Eth | IPv6 | [SRH] | UDP(4791) | BTH(0x11) | AETH | MRC control ext (32): ACK, NACK,
+  PROBE, PROBE_REPLY
 
-Sending uses preassembled Ethernet/IPv6/UDP prefixes (:func:`frame_prefix`, one per EV) and
-one ``struct.pack_into`` per header block (:func:`encode_data`, :func:`encode_ack`, ...).
+The SRH (SRV6 EVs with an SRH) is a reduced one of 24 bytes holding a single segment (RFC 8754
+section 4.1.1: segments left 1, last entry 0, :func:`srh_bytes`). Sending uses preassembled
+Ethernet/IPv6/[SRH]/UDP prefixes (:func:`frame_prefix`, one per EV) and one ``struct.pack_into``
+per header block (:func:`encode_data`, :func:`encode_ack`, ...); the length of the prefix says
+whether it holds an SRH.
 Receiving: :func:`parse` returns a typed packet; every malformed input raises a subclass of
 :class:`WireError` whose ``reason`` is the drop counter name. No ICRC is sent or expected.
 """
@@ -77,7 +81,7 @@ NO_SPINE = 0xFF  # spine hint of a path within a rack
 PSN_MASK = 0xFFFFFF
 QPN_MASK = 0xFFFFFF
 
-# -- sizes and offsets (no SRH: what this stack sends) -------------------------------------------
+# -- sizes and offsets (without an SRH; a prefix with one moves everything after IPv6 by SRH_LEN) --
 
 ETH_LEN = 14
 IPV6_LEN = 40
@@ -96,6 +100,8 @@ DATA_HEADER_LEN = OFF_BTH + BTH_LEN + RETH_LEN + DATA_EXT_LEN  # 114
 DATA_IMM_HEADER_LEN = DATA_HEADER_LEN + IMM_LEN  # 118
 CTRL_FRAME_LEN = OFF_BTH + BTH_LEN + AETH_LEN + CTRL_EXT_LEN  # 110
 MAX_FRAME = 9600
+SRH_LEN = 8 + 16  # a reduced SRH with one segment
+SRH_ROUTING_TYPE = 4
 
 _ETH = struct.Struct("!6s6sH")
 _IPV6 = struct.Struct("!IHBB16s16s")
@@ -111,6 +117,7 @@ _NACK_BODY = struct.Struct("!II12x")
 _PROBE_BODY = struct.Struct("!II12x")
 _EP_BODY = struct.Struct("!H2xII8x")  # request id, port status mask, service time (ns)
 _U16 = struct.Struct("!H")
+_SRH = struct.Struct("!BBBBBBH16s")  # next header, hdr ext len, type, SL, last entry, flags, tag
 
 # Everything after the prefix's UDP ports, packed in one call: UDP length + checksum, BTH, RETH,
 # [ImmDt], data extension.
@@ -125,6 +132,7 @@ _PAYLOAD_LEN_AT = OFF_IPV6 + 4
 U16 = _U16
 DATA_TAIL = _DATA_TAIL
 _UDP_LEN_AT = OFF_UDP + 4
+_MID_LEN = PREFIX_LEN - _PAYLOAD_LEN_AT - 2  # what split_prefix() leaves after the length, no SRH
 
 
 # -- errors ---------------------------------------------------------------------------------------
@@ -329,6 +337,16 @@ def ev_of_outer(flow_label: int, sport: int, mode: str = EV_MODE_STEV) -> int:
     return ((sport & 0xFFF) << EV_FLOW_BITS) | (flow_label & 0xFFFFF)
 
 
+def srh_bytes(segment: bytes, next_header: int = IPPROTO_UDP) -> bytes:
+    """A reduced SRH (RFC 8754 section 4.1.1) holding one segment: the IPv6 destination is the
+    first segment, End at the node it names copies ``segment`` into the destination (segments
+    left 1 -> 0). 24 bytes: next header, hdr ext len 2, routing type 4, segments left 1, last
+    entry 0, flags 0, tag 0, the segment."""
+    if len(segment) != 16:
+        raise ValueError(f"SRH segment of {len(segment)} bytes: expected a 16-byte IPv6 address")
+    return _SRH.pack(next_header, 2, SRH_ROUTING_TYPE, 1, 0, 0, 0, segment)
+
+
 def frame_prefix(
     *,
     src_mac: bytes,
@@ -341,19 +359,28 @@ def frame_prefix(
     hop_limit: int = 64,
     mode: str = EV_MODE_SRV6,
     outer: tuple[int, int] | None = None,
+    srh: bytes | None = None,
 ) -> bytes:
-    """Ethernet + IPv6 + UDP ports for one EV (58 bytes; lengths are filled per packet); the
-    EV goes into the flow label and the UDP source port as format ``mode`` says
-    (:func:`ev_outer`), or ``outer`` gives both as they are (a response copying a request's)."""
+    """Ethernet + IPv6 [+ SRH] + UDP ports for one EV (58 bytes, 82 with an SRH; lengths are
+    filled per packet); the EV goes into the flow label and the UDP source port as format
+    ``mode`` says (:func:`ev_outer`), or ``outer`` gives both as they are (a response copying a
+    request's). ``srh`` is the 16-byte segment of a single-segment SRH (:func:`srh_bytes`)."""
     if len(src_mac) != 6 or len(dst_mac) != 6 or len(src) != 16 or len(dst) != 16:
         raise ValueError("frame_prefix: expected 6-byte MACs and 16-byte IPv6 addresses")
     flow, sport = ev_outer(ev, mode) if outer is None else outer
     first = (6 << 28) | (((dscp << 2) | ecn) << 20) | flow
-    return (
-        _ETH.pack(dst_mac, src_mac, ETHERTYPE_IPV6)
-        + _IPV6.pack(first, 0, IPPROTO_UDP, hop_limit, src, dst)
-        + _UDP.pack(sport, ROCE_PORT, 0, 0)[:4]
-    )
+    ext = b"" if srh is None else srh_bytes(srh)
+    return b"".join((
+        _ETH.pack(dst_mac, src_mac, ETHERTYPE_IPV6),
+        _IPV6.pack(first, 0, IPPROTO_ROUTING if ext else IPPROTO_UDP, hop_limit, src, dst),
+        ext,
+        _UDP.pack(sport, ROCE_PORT, 0, 0)[:4],
+    ))  # fmt: skip
+
+
+def ext_len(prefix: bytes) -> int:
+    """Bytes of extension headers (the SRH) a frame prefix holds between IPv6 and UDP."""
+    return len(prefix) - PREFIX_LEN
 
 
 def split_prefix(prefix: bytes) -> tuple[bytes, bytes]:
@@ -406,7 +433,8 @@ def encode_data_split(
     timestamp: int,
     payload: bytes | memoryview,
 ) -> bytes:
-    """:func:`encode_data` on a prefix already split by :func:`split_prefix` (the hot path)."""
+    """:func:`encode_data` on a prefix already split by :func:`split_prefix` (the hot path;
+    the IPv6 payload length counts the SRH ``mid`` may hold)."""
     n = len(payload)
     ack_psn = (0x80000000 if ack_req else 0) | (psn & PSN_MASK)
     ev32 = ev & 0xFFFFFFFF
@@ -426,17 +454,20 @@ def encode_data_split(
             va, rkey, n, imm & 0xFFFFFFFF,
             EXT_DATA, flags, plane_hint, spine_hint, ev32, msg_id, msg_len, msg_offset, timestamp,
         )  # fmt: skip
-    return b"".join((head, _U16.pack(udp_len), mid, tail, payload))
-
-
-def _control(prefix: bytes) -> bytearray:
-    frame = bytearray(CTRL_FRAME_LEN)
-    frame[:PREFIX_LEN] = prefix
-    _U16.pack_into(frame, _PAYLOAD_LEN_AT, CTRL_FRAME_LEN - OFF_UDP)
-    return frame
+    return b"".join((head, _U16.pack(udp_len + len(mid) - _MID_LEN), mid, tail, payload))
 
 
 _CTRL_UDP_LEN = CTRL_FRAME_LEN - OFF_UDP
+
+
+def _control(prefix: bytes) -> tuple[bytearray, int]:
+    """A control frame holding ``prefix`` and its IPv6 payload length, and the offset of its
+    UDP length (where the tail structs start)."""
+    ext = len(prefix) - PREFIX_LEN
+    frame = bytearray(CTRL_FRAME_LEN + ext)
+    frame[: PREFIX_LEN + ext] = prefix
+    _U16.pack_into(frame, _PAYLOAD_LEN_AT, _CTRL_UDP_LEN + ext)
+    return frame, _UDP_LEN_AT + ext
 
 
 def encode_ack(
@@ -455,9 +486,9 @@ def encode_ack(
     pkt_count: int,
 ) -> bytearray:
     """An ACK/SACK frame (BTH PSN = cum_psn - 1, the last PSN received in order)."""
-    frame = _control(prefix)
+    frame, at = _control(prefix)
     _ACK_TAIL.pack_into(
-        frame, _UDP_LEN_AT, _CTRL_UDP_LEN, 0,
+        frame, at, _CTRL_UDP_LEN, 0,
         OP_ACKNOWLEDGE, 0, 0xFFFF, dest_qp & QPN_MASK, (cum_psn - 1) & PSN_MASK,
         (AETH_ACK << 24) | (msn & 0xFFFFFF),
         EXT_ACK, flags, plane_hint, spine_hint, ev & 0xFFFFFFFF, ts_echo & 0xFFFFFFFF,
@@ -479,10 +510,10 @@ def encode_nack(
     cum_psn: int,
 ) -> bytearray:
     """A NACK frame for one data packet (trimmed, or refused with FLAG_ACCESS)."""
-    frame = _control(prefix)
+    frame, at = _control(prefix)
     syndrome = AETH_NAK_ACCESS if flags & FLAG_ACCESS else AETH_NAK_SEQ
     _NACK_TAIL.pack_into(
-        frame, _UDP_LEN_AT, _CTRL_UDP_LEN, 0,
+        frame, at, _CTRL_UDP_LEN, 0,
         OP_ACKNOWLEDGE, 0, 0xFFFF, dest_qp & QPN_MASK, psn & PSN_MASK,
         syndrome << 24,
         EXT_NACK, flags, plane_hint, spine_hint, ev & 0xFFFFFFFF, ts_echo & 0xFFFFFFFF,
@@ -503,9 +534,9 @@ def encode_probe(
     src_qp: int,
 ) -> bytearray:
     """A PROBE (reply False) or PROBE_REPLY frame."""
-    frame = _control(prefix)
+    frame, at = _control(prefix)
     _PROBE_TAIL.pack_into(
-        frame, _UDP_LEN_AT, _CTRL_UDP_LEN, 0,
+        frame, at, _CTRL_UDP_LEN, 0,
         OP_ACKNOWLEDGE, 0, 0xFFFF, dest_qp & QPN_MASK, 0,
         AETH_ACK << 24,
         EXT_PROBE_REPLY if reply else EXT_PROBE, 0, plane_hint, spine_hint,
@@ -526,10 +557,10 @@ def encode_endpoint(
     service_ns: int = 0,
 ) -> bytearray:
     """An EP_REQUEST (response False) or EP_RESPONSE frame (BTH dest QP 0: connectionless)."""
-    frame = _control(prefix)
+    frame, at = _control(prefix)
     flags = (op & 0x0F) | (EP_FLAG_SVC_TIME if response else 0)
     _EP_TAIL.pack_into(
-        frame, _UDP_LEN_AT, _CTRL_UDP_LEN, 0,
+        frame, at, _CTRL_UDP_LEN, 0,
         OP_ACKNOWLEDGE, 0, 0xFFFF, 0, 0,
         AETH_ACK << 24,
         EXT_EP_RESPONSE if response else EXT_EP_REQUEST, flags, plane_hint, NO_SPINE,
