@@ -7,9 +7,10 @@ traffic manager dequeues a packet it calls :func:`egress`, which records the que
 packet leaves behind in ``port_qdepth``, clears ``port_arrivals`` and counts ``port_out``. The stages follow the program:
 
 parser   Ethernet; IPv6 if ether type 0x86DD; SRH if next header 43 (routing type 4, at most four
-         segments, hdr_ext_len == 2 * (last_entry + 1), segments_left <= last_entry: otherwise
-         SRH_INVALID); UDP if next header 17; BTH if UDP destination port 4791; RETH (+ ImmDt) and
-         the 24-byte MRC data extension for BTH opcodes 0x0A / 0x0B. A header cut short is a
+         segments, hdr_ext_len == 2 * (last_entry + 1), segments_left <= last_entry + 1, the
+         bound of a reduced SRH that leaves out its first segment: otherwise SRH_INVALID); UDP
+         if next header 17; BTH if UDP destination port 4791; RETH (+ ImmDt) and the 24-byte
+         MRC data extension for BTH opcodes 0x0A / 0x0B. A header cut short is a
          PARSE_ERROR. The parser is total: any byte string gives a verdict, never an exception.
 ingress  count port_in; parser error -> drop; no IPv6 -> NOT_IPV6; hop limit <= 1 -> HOP_LIMIT,
          else decrement; my_sid (uN shift or End; End without a segment left -> SID_END);
@@ -146,7 +147,7 @@ def ingress(frame: bytes | bytearray | memoryview, in_port: int, state: Pipeline
             rtype != ROUTING_TYPE_SRH
             or last_entry >= SRH_MAX_SEGMENTS
             or ext_len != 2 * (last_entry + 1)
-            or segments_left > last_entry
+            or segments_left > last_entry + 1  # last_entry + 1: a reduced SRH (RFC 8754)
         ):
             return _drop(state, _SRH_INVALID, n)
         srh_off = off

@@ -67,7 +67,7 @@ error {
     SrhBadRoutingType,     // a routing header of a type other than 4
     SrhTooManySegments,    // last_entry >= SRH_MAX_SEGMENTS
     SrhLengthMismatch,     // hdr_ext_len != 2 * (last_entry + 1) (TLVs are not accepted)
-    SrhSegmentsLeftRange   // segments_left > last_entry
+    SrhSegmentsLeftRange   // segments_left > last_entry + 1 (last_entry + 1: a reduced SRH)
 }
 
 header ethernet_t {

@@ -192,8 +192,9 @@ control MrcIngress(inout headers_t hdr,
         if (do_end) {
             if (hdr.srh.isValid() && hdr.srh.segments_left > 0) {
                 hdr.srh.segments_left = hdr.srh.segments_left - 1;
-                // The parser guarantees segments_left <= last_entry < SRH_MAX_SEGMENTS and that
-                // segments 0..last_entry are valid; constant indices keep this portable.
+                // The parser guarantees segments_left <= last_entry + 1 (a reduced SRH), so the
+                // decremented value is <= last_entry < SRH_MAX_SEGMENTS, and that segments
+                // 0..last_entry are valid; constant indices keep this portable.
                 if (hdr.srh.segments_left == 0) {
                     hdr.ipv6.dst_addr = hdr.srh_segments[0].sid;
                 } else if (hdr.srh.segments_left == 1) {

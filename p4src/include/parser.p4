@@ -37,7 +37,9 @@ parser MrcParser(packet_in pkt,
         verify(hdr.srh.routing_type == SRH_ROUTING_TYPE, error.SrhBadRoutingType);
         verify(hdr.srh.last_entry < SRH_MAX_SEGMENTS, error.SrhTooManySegments);
         verify(hdr.srh.hdr_ext_len == ((hdr.srh.last_entry + 1) << 1), error.SrhLengthMismatch);
-        verify(hdr.srh.segments_left <= hdr.srh.last_entry, error.SrhSegmentsLeftRange);
+        // segments_left may be last_entry + 1: a reduced SRH (RFC 8754 section 4.1.1) leaves
+        // out the first segment, which is the destination address when the packet is sent.
+        verify(hdr.srh.segments_left <= hdr.srh.last_entry + 1, error.SrhSegmentsLeftRange);
         meta.srh_segments_to_parse = hdr.srh.last_entry + 1;
         transition parse_srh_segment;
     }

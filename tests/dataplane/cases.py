@@ -25,6 +25,7 @@ from functools import cache
 from typing import Any
 
 from controller.p4info import P4Info
+from host.transport import wire
 from topologies import Fabric, Path, Switch, Tier, load_topology
 from topologies import usid as usidlib
 from topologies.config import shipped_topology
@@ -227,6 +228,7 @@ def all_cases() -> tuple[Case, ...]:
     ecn_at_0 = tables(spine, qos(s_out, NEVER, 0))
     dscp = {"dscp": pk.DSCP_TRIMMABLE}
 
+    host_srh = _host_srh_cases(build, inter, intra)
     return (
         # ---- SRv6 uSID forwarding ---------------------------------------------------------
         Case(
@@ -334,9 +336,9 @@ def all_cases() -> tuple[Case, ...]:
         ),
         Case(
             "srh_segments_left_beyond_last_entry",
-            "segments_left 3 with last_entry 2 is dropped (SRH_INVALID)",
+            "segments_left 4 with last_entry 2 is dropped (SRH_INVALID; 3 would be a reduced SRH)",
             spine.name, spine_tables, s_in,
-            frame_in(spine, s_in, spine.end_sid, write, segments=classic, segments_left=3),
+            frame_in(spine, s_in, spine.end_sid, write, segments=classic, segments_left=4),
             drop=SRH_INVALID,
         ),
         Case(
@@ -422,7 +424,65 @@ def all_cases() -> tuple[Case, ...]:
             out=((s_out, frame_out(spine, s_out, shifted, ack, dscp=pk.DSCP_CONTROL)),),
             counters=((TRIMMED, s_out, 0),),
         ),
+    ) + host_srh  # fmt: skip
+
+
+def _host_srh_frame(
+    path: Path, src_mac: str, dst_mac: str, dst: ipaddress.IPv6Address, hop_limit: int,
+    segments_left: int,
+) -> bytes:  # fmt: skip
+    """A data frame of ``path``'s SRV6+SRH EV as the host stack builds it (its prefix and
+    codec), with the MACs, destination, hop limit and segments left of one link of the path."""
+    prefix = wire.frame_prefix(
+        src_mac=wire.mac_bytes(src_mac), dst_mac=wire.mac_bytes(dst_mac),
+        src=path.src_nic.address.packed, dst=dst.packed, dscp=wire.DSCP_TRIMMABLE,
+        ecn=wire.ECN_ECT0, ev=0x1234567, hop_limit=hop_limit, srh=path.srh_segment.packed,
     )  # fmt: skip
+    frame = bytearray(wire.encode_data(
+        prefix, 0x123, 5, True, 0x7F00_0000_1000, 0x1234, None, wire.FLAG_FIRST | wire.FLAG_LAST,
+        path.plane, 0xFF if path.spine is None else path.spine, 0x1234567, 1, 256, 0, 42,
+        pk.payload_bytes(256),
+    ))  # fmt: skip
+    frame[wire.OFF_UDP + 3] = segments_left  # the SRH's segments left
+    return bytes(frame)
+
+
+def _host_srh_cases(build: Builder, inter: Path, intra: Path) -> tuple[Case, ...]:
+    """A host-built SRV6+SRH data frame hop by hop (what leaves one switch is what enters the
+    next): uN route at the source leaf, End at the spine (the SRH segment becomes the
+    destination), uN shift at the destination leaf; within a rack End at the leaf."""
+    fab = build.fabric
+    cases = []
+    for path, name in ((inter, "srh_host_frame"), (intra, "srh_host_frame_within_rack")):
+        dst, left, hop_limit = path.srh_carrier, 1, 64
+        frame = b""
+        for n, hop in enumerate(path.hops):
+            sw = fab.switch(hop.switch)
+            inp, out = sw.port(hop.in_port), sw.port(hop.out_port)
+            role = ("spine" if sw.tier is Tier.T1 else "leaf" if len(path.hops) == 1
+                    else "source_leaf" if n == 0 else "destination_leaf")  # fmt: skip
+            if n == 0:
+                frame = _host_srh_frame(path, inp.peer_mac, inp.mac, dst, hop_limit, left)
+            if usidlib.active(dst) != sw.usid:
+                action = "routes on the first uSID"
+            elif usidlib.exhausted(dst):
+                dst, left, action = path.srh_segment, 0, "End: the SRH segment is the destination"
+            else:
+                dst, action = usidlib.shift(dst), "uN shift"
+            hop_limit -= 1
+            sent = _host_srh_frame(path, out.mac, out.peer_mac, dst, hop_limit, left)
+            cases.append(
+                Case(
+                    f"{name}_at_{role}",
+                    f"a host-built SRV6+SRH frame ({path.label}) at {sw.name}: {action}, out to "
+                    f"{out.peer} with destination {dst}",
+                    sw.name, build.tables(sw), hop.in_port, frame,
+                    out=((hop.out_port, sent),),
+                )
+            )  # fmt: skip
+            frame = sent
+        assert dst == path.dst_nic.address and left == 0
+    return tuple(cases)
 
 
 def case_by_name(name: str) -> Case:

@@ -108,6 +108,18 @@ def test_classic_end_sid_takes_next_segment() -> None:
     )
 
 
+def test_reduced_srh_hands_its_one_segment_over() -> None:
+    # RFC 8754 reduced SRH: segments left 1, last entry 0; the carrier ends at the spine
+    state = t1_state()
+    nxt = str(usidlib.carrier(FABRIC.block, [T0_DST.usid, H2.usid]))
+    here = usidlib.carrier(FABRIC.block, [T1.usid])
+    frame = mrc_frame(here, segments=[nxt], segleft=1)
+    assert frame[14 + 40 + 3 : 14 + 40 + 5] == bytes((1, 0))  # segments left 1, last entry 0
+    out = expect_forward(ingress(frame, 1, state), OUT_PORT, 0)
+    assert out == mrc_frame(nxt, segments=[nxt], segleft=0, hlim=63, smac=NEXT_SMAC,
+                            dmac=NEXT_DMAC)  # fmt: skip
+
+
 def test_end_with_segments_left_zero_drops_sid_end() -> None:
     state = t1_state()
     frame = mrc_frame(T1.end_sid, segments=[str(T1.end_sid)], segleft=0)
@@ -248,7 +260,7 @@ def _srh_frame(
         {"rtype": 3},
         {"last_entry": 4, "segments": 5},
         {"ext_len": 6},
-        {"segleft": 2},
+        {"segleft": 3},  # beyond last_entry + 1 (2 would be a reduced SRH)
     ],
     ids=["routing-type", "too-many-segments", "length-mismatch", "segments-left-range"],
 )
