@@ -45,7 +45,7 @@ FAULT_KINDS = (
     "link_down", "link_up", "link_flap", "switch_reboot", "nic_down", "nic_up", "plane_down",
     "plane_up", "ev_deny", "ev_allow",
 )  # fmt: skip
-EV_FORMATS = ("srv6", "stev", "udp")
+EV_FORMATS = ("srv6", "srv6+srh", "stev", "udp")
 
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]i?B|B)?\s*$", re.IGNORECASE)
 _UNITS = {
@@ -92,7 +92,7 @@ class Transport:
     kind: str
     trimming: bool = True  # switches trim above their threshold (off: they drop)
     cc: CcProfile | None = None  # MRC transports: the agents' CC profile (None: the default)
-    ev_format: str = "srv6"  # MRC transports: the EV format (srv6, stev, udp)
+    ev_format: str = "srv6"  # MRC transports: the EV format (srv6, srv6+srh, stev, udp)
 
     @property
     def is_kernel(self) -> bool:

@@ -66,7 +66,7 @@ from host.transport.events import (
     RetransmitTimeout,
     WriteImmReceived,
 )
-from host.transport.evs import EvFormatProfile, GeneratedEvProfile, ev_format
+from host.transport.evs import EvFormatProfile, GeneratedEvProfile, format_profile
 from host.transport.policy import POLICIES
 from topologies import Fabric, Host, Nic
 from topologies import usid as usidlib
@@ -195,7 +195,7 @@ class Agent:
         self.cq = self.context.create_cq()
         self.qps: dict[tuple[str, str], Any] = {}
         #: the EV format of every QP (mrc-host --ev-format, the ev-format command)
-        self.ev_format = EvFormatProfile(ev_format(options.ev_format))
+        self.ev_format = format_profile(options.ev_format)
         self._peer_profiles: dict[str, int] = {}  # peer -> the EV profile its QPs share
         self._rebuilding = False  # set_ev_format: QPs re-created with their fabric numbers
         for peer in self.peers:
@@ -497,7 +497,9 @@ class Agent:
                 if not got:
                     break
                 taken += got
-                self._send(ctx.frames_to_send(now, self._budget()))  # ACKs leave without waiting for the batch
+                self._send(
+                    ctx.frames_to_send(now, self._budget())
+                )  # ACKs leave without waiting for the batch
             if taken:
                 self.after_core(now)
             if taken < BATCH:  # the last round found every plane empty

@@ -116,9 +116,10 @@ def agent_parser() -> argparse.ArgumentParser:
     parser.add_argument(
         "--ev-format",
         default="srv6",
-        choices=("srv6", "stev", "udp"),
-        help="EV format of every QP: srv6 (uSID carriers, default), stev (flow label + UDP "
-        "source port, ECMP in the fabric) or udp (UDP source port, ECMP)",
+        choices=("srv6", "srv6+srh", "stev", "udp"),
+        help="EV format of every QP: srv6 (uSID carriers, default), srv6+srh (a carrier to the "
+        "spine and an SRH segment on to the NIC), stev (flow label + UDP source port, ECMP in "
+        "the fabric) or udp (UDP source port, ECMP)",
     )
     parser.add_argument(
         "--no-pace",
@@ -257,7 +258,7 @@ def client_parser() -> argparse.ArgumentParser:
     which.add_argument("--path")
     p.add_argument("state", type=str.upper, choices=("DENIED", "GOOD", "UNKNOWN"))
     p = command("ev-format", "the EV format of every QP (set it with FORMAT)")
-    p.add_argument("format", nargs="?", type=str.lower, choices=("srv6", "stev", "udp"))
+    p.add_argument("format", nargs="?", type=str.lower, choices=("srv6", "srv6+srh", "stev", "udp"))
     p.add_argument("--fields", type=int, nargs="*", default=[], help="format field widths")
     command("ev-profiles", "EV profiles, their QPs and EV states")
     p = command("ev-events", "EV state changes (profile, EV, old, new)")

@@ -41,7 +41,7 @@ from host.transport.api import Context, MemoryRegion
 from host.transport.cc import CcProfile, CcProfileError
 from host.transport.cc.base import PROFILE_KEYS
 from host.transport.endpoint import EndpointError, EpRequest
-from host.transport.evs import EvFormatProfile, EvProfileError, EvState, ev_format
+from host.transport.evs import EvFormatProfile, EvProfileError, EvState, format_profile
 from host.transport.policy import POLICIES
 from topologies import Host, Nic, Topology
 
@@ -185,8 +185,8 @@ class Commands:
         return {"ok": True, **agent.cc_profile.as_dict()}
 
     def ev_format(self, request: Mapping[str, Any]) -> Reply:
-        """The EV format of the agent's QPs (``format``: srv6, stev or udp; ``fields``: the
-        format fields' widths); with ``format`` given, rebuild every QP with EVs of that format
+        """The EV format of the agent's QPs (``format``: srv6, srv6+srh (SRV6 with an SRH),
+        stev or udp; ``fields``: the format fields' widths); with ``format`` given, rebuild every QP with EVs of that format
         first (only while no message is in flight; every EV starts GOOD)."""
         reject_unknown(request, {"format", "fields"})
         agent = self.agent
@@ -200,7 +200,7 @@ class Commands:
                     "fields",
                 )
             try:
-                fmt = EvFormatProfile(ev_format(require_str(request, "format")), tuple(raw))
+                fmt = format_profile(require_str(request, "format"), raw)
             except EvProfileError as exc:
                 field = "fields" if raw else "format"
                 raise BadRequest(f"field '{field}': {exc}", field) from None
@@ -209,7 +209,7 @@ class Commands:
             except (ValueError, EvProfileError) as exc:
                 raise BadRequest(str(exc)) from None
         fmt = agent.ev_format
-        return {"ok": True, "format": fmt.mode.value, "fields": list(fmt.widths)}
+        return {"ok": True, "format": fmt.name, "fields": list(fmt.widths)}
 
     def ev_profiles(self, request: Mapping[str, Any]) -> Reply:
         """The EV profiles of the core: format, ev_min_active, EVs per state, the QPs using

@@ -27,6 +27,7 @@ from host.transport.api import Context
 from host.transport.cc import CcProfile
 from host.transport.cc.base import CcProfileError
 from host.transport.evs import (
+    FORMAT_MAX_WIDTH,
     EvField,
     EvFormat,
     EvFormatProfile,
@@ -101,6 +102,14 @@ def _int(req: Mapping[str, Any], name: str, high: int = (1 << 64) - 1) -> int:
             errno.EINVAL, f"field '{name}': expected an integer in 0..{high}, got {value!r}"
         )
     return value
+
+
+def _format(mode: int, widths: list[int] | tuple[int, ...]) -> EvFormatProfile:
+    """The core format profile of an OCP one: SRV6 fields beyond 128 bits are SRV6 with an
+    SRH (the carrier, then the SRH segment; up to 256 bits)."""
+    fmt = FORMATS[mode]
+    srh = fmt is EvFormat.SRV6 and sum(widths) > FORMAT_MAX_WIDTH[EvFormat.SRV6]
+    return EvFormatProfile(fmt, tuple(widths), srh=srh)
 
 
 def _ev_value(hex_value: str, fmt: EvFormat) -> int:
@@ -234,7 +243,7 @@ class ProfileStore:
             if not profile.mode:
                 raise ProfileError(errno.EINVAL, "format fields before a MODE: set the mode first")
             try:
-                EvFormatProfile(FORMATS[profile.mode], tuple(widths))
+                _format(profile.mode, widths)
             except EvProfileError as exc:
                 raise ProfileError(errno.E2BIG, str(exc)) from None
             profile.fields = list(widths)
@@ -319,7 +328,7 @@ class ProfileStore:
         fmt = self.fmts.get(profile.fmt_id or -1)
         if fmt is None or fmt.state != PROFILE_ONLINE:
             raise ProfileError(errno.EINVAL, f"EV format profile {profile.fmt_id} is not ONLINE")
-        return EvFormatProfile(FORMATS[fmt.mode], tuple(fmt.fields or ()))
+        return _format(fmt.mode, fmt.fields or ())
 
     def _users(self, profile: CtlEvProfile) -> int:
         if profile.core is None:
@@ -444,7 +453,9 @@ class ProfileStore:
                        for w, i, lo, hi, m in (profile.fields or []))  # fmt: skip
         if profile.mode == MODE_AUTO:
             return GeneratedEvProfile(
-                count=profile.count, fmt=EvFormatProfile(fmt.mode), min_active=profile.min_active
+                count=profile.count,
+                fmt=EvFormatProfile(fmt.mode, srh=fmt.srh),
+                min_active=profile.min_active,
             )
         if profile.mode == MODE_GEN:
             if fmt.mode is EvFormat.SRV6 and fields:

@@ -76,3 +76,20 @@ def test_ev_format_rebuilds_the_qps(agent_server: tuple[Any, Any]) -> None:
     bad = ask("ev-format", format="vxlan")
     assert not bad["ok"] and bad["field"] == "format"
     assert ask("ev-format", format="udp")["fields"] == [16]
+
+
+def test_ev_format_srv6_with_an_srh(agent_server: tuple[Any, Any]) -> None:
+    agent, ask = agent_server
+    reply = ask("ev-format", format="SRV6+SRH")
+    assert reply == {"ok": True, "format": "srv6+srh", "fields": [128, 128]}
+    qp = agent.qps[("h2", "mrc")]
+    paths = agent.fabric.paths(agent.host.name, "h2")
+    assert {(s.dst, s.srh) for s in qp.ev_table.slots} == {
+        (p.srh_carrier, p.srh_segment) for p in paths
+    }
+    assert all(len(s.prefix) == 58 + 24 for s in qp.ev_table.slots)
+    assert ask("ev-format", format="srv6+srh", fields=[128, 96])["fields"] == [128, 96]
+    bad = ask("ev-format", format="srv6", fields=[128, 96])
+    assert not bad["ok"] and bad["field"] == "fields" and "up to 256" in bad["error"]
+    assert ask("ev-format", format="srv6")["format"] == "srv6"
+    assert all(s.srh is None for s in agent.qps[("h2", "mrc")].ev_table.slots)

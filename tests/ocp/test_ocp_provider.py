@@ -630,6 +630,47 @@ def test_ev_profiles_after_mrc_ctl(pair: Pair) -> None:
     assert own["state"] == P.PROFILE_ONLINE and own["mode"] == P.MODE_GEN
 
 
+def test_srv6_format_beyond_128_bits_sends_with_an_srh(pair: Pair) -> None:
+    from host.agent import ocp_profiles as P
+
+    h0, h1 = pair.h0, pair.h1
+    if os.geteuid() != 0:
+        return
+    fmt = {"op": "modify", "id": 6}
+    srv6 = [32] + [16] * 6  # the SRv6 address: locator and six uSIDs
+    segment = [32] + [16] * 4  # the SRH segment: locator and four uSIDs (224 bits in all)
+    h0.ok("ev_fmt_profile", **fmt, mask=P.FMT_M_MODE | P.FMT_M_STATE, mode=P.FMT_SRV6,
+          state=P.PROFILE_OFFLINE)  # fmt: skip
+    h0.fails("ev_fmt_profile", errno.E2BIG, **fmt, mask=P.FMT_M_OP, fields_op=P.FIELDS_MODIFY,
+             fields=[128, 129])  # fmt: skip
+    h0.ok("ev_fmt_profile", **fmt, mask=P.FMT_M_OP | P.FMT_M_STATE, fields_op=P.FIELDS_MODIFY,
+          fields=srv6 + segment, state=P.PROFILE_ONLINE)  # fmt: skip
+    queried = h0.ok("ev_fmt_profile", op="query", id=6, mask=P.FMT_M_OP, fields_op=P.FIELDS_QUERY)
+    assert queried["fields"] == srv6 + segment
+    ev = {"op": "modify", "id": 8}
+    h0.ok("ev_profile", **ev, state=P.PROFILE_OFFLINE, mode=P.MODE_GEN, fmt_id=6, count=8,
+          mask=P.EV_M_STATE | P.EV_M_MODE | P.EV_M_FMT_ID | P.EV_M_COUNT)  # fmt: skip
+    h0.ok("ev_profile", **ev, mask=P.EV_M_STATE, state=P.PROFILE_ONLINE)
+    qa, scq, _ = make_qp(h0)
+    qb, _, _ = make_qp(h1)
+    h0.ok("modify_qp", qpn=qa, state=INIT, ev_profile=8, cc_profile=0)
+    h1.ok("modify_qp", qpn=qb, state=INIT, ev_profile=0, cc_profile=0)
+    h0.ok("modify_qp", qpn=qa, state=RTR, dgid=h1.gid(), dest_qpn=qb)
+    h1.ok("modify_qp", qpn=qb, state=RTR, dgid=h0.gid(), dest_qpn=qa)
+    h0.ok("modify_qp", qpn=qa, state=RTS)
+    h1.ok("modify_qp", qpn=qb, state=RTS)
+    slots = h0.agent.context.qp(qa).ev_table.slots
+    assert len(slots) == 8
+    assert all(s.srh == s.path.srh_segment and s.dst == s.path.srh_carrier for s in slots)
+    src, dst = h0.buffer(65536), h1.buffer(65536)
+    ctypes.memmove(src, os.urandom(65536), 65536)
+    mr, remote = h0.reg(src), h1.reg(dst)
+    h0.ok("post_send", qpn=qa, wrs=[write_wr(1, mr, remote, 65536)])
+    pair.run(3.0)
+    assert h0.poll(scq)[0][1] == ocp.WC_SUCCESS
+    assert bytes(dst) == bytes(src)
+
+
 def ocp_evstate(name: str) -> Any:
     from host.transport.evs import EvState
 

@@ -84,6 +84,8 @@ def test_transport_ev_format() -> None:
         base(transports=[{"name": "a", "transport": "mrc", "ev_format": "STEV"}, "mrc"])
     )
     assert [t.ev_format for t in s.transports] == ["stev", "srv6"]
+    srh = parse_scenario(base(transports=[{"transport": "mrc", "ev_format": "SRv6+SRH"}]))
+    assert [t.ev_format for t in srh.transports] == ["srv6+srh"]
     with pytest.raises(ScenarioError, match="ev_format"):
         parse_scenario(base(transports=[{"transport": "mrc", "ev_format": "vxlan"}]))
     with pytest.raises(ScenarioError, match="kernel transport"):
