@@ -123,6 +123,40 @@ def test_stev_spraying_uses_every_uplink_and_survives_a_link_failure(
                 c.ev_format("srv6")
 
 
+def test_srv6_with_an_srh_crosses_every_spine_and_survives_a_link_failure(
+    testbed: Any, wait: Wait
+) -> None:
+    """SRV6 EVs with an SRH: the spine performs End on the reduced SRH, the data arrives intact
+    over every spine, and a failed link retires its path's EVs only."""
+    hosts = [h.name for h in testbed.fabric.hosts]
+    for host in hosts:
+        with client(testbed, host) as c:
+            assert c.ev_format("srv6+srh")["format"] == "srv6+srh"
+    try:
+        leaves = [f"t0-p{p}-r0" for p in range(testbed.fabric.topology.planes)]
+        ports = [intf for leaf in leaves for intf in uplinks(testbed, leaf)]
+        before = {intf: tx_bytes(intf) for intf in ports}
+        size = 4 << 20
+        transfer(testbed, "h0", "h2", size, seed=71)
+        sent = {intf: tx_bytes(intf) - before[intf] for intf in ports}
+        for intf, n in sent.items():  # every path (spine) of every plane carried its share
+            assert n > size // (4 * len(ports)), (intf, sent)
+        testbed.link_down(*FAILED)
+        try:
+            transfer(testbed, "h0", "h2", size, seed=72)
+            table = states(testbed, "h0", "h2")
+            assert table["p0-s0"].get("assumed_bad", 0) > 0
+            others = {s for label, t in table.items() if label != "p0-s0" for s in t}
+            assert others == {"good"}, table
+        finally:
+            testbed.link_up(*FAILED)
+        wait(all_good(testbed, "h0", "h2"), 60, "probes to reinstate p0-s0")
+    finally:
+        for host in hosts:
+            with client(testbed, host) as c:
+                c.ev_format("srv6")
+
+
 def test_nic_down_retires_its_plane_without_a_timeout(testbed: Any, wait: Wait) -> None:
     transfer(testbed, "h0", "h2", 1 << 16, seed=70)  # h0 tells the peers it talks to
     with client(testbed, "h0") as c:
