@@ -6,8 +6,9 @@ reports them side by side with every time also in base RTTs and in real-fabric t
 
 1. **spraying** (``experiments/scenarios/spraying.yaml``) -- the small fabric's permutation
    with one leaf-spine link failed mid-transfer and not repaired, under SRv6 spraying (every
-   EV names its path; a loss retires the path) and under STEV spraying (EV bits in the flow
-   label and UDP source port, hashed by the switches' ECMP groups; the host knows no path).
+   EV names its path; a loss retires the path), under STEV spraying (EV bits in the flow
+   label and UDP source port, hashed by the switches' ECMP groups; the host knows no path),
+   and under SRv6 with an SRH (the same paths, the spine performing End: ``mrc-srh``).
    EV failover (fault to the first EV through the failed link marked ASSUMED_BAD, median over
    the QPs that used it) and goodput recovery (back to 90% of what survives). Target: both
    <= 10 base RTTs; STEV's cost over SRv6 shown.
@@ -60,6 +61,8 @@ def spraying(rate: float) -> dict[str, Any]:
     """SRv6 and STEV spraying through one link failure, the link left down."""
     data = shipped("spraying", link_rate_mbps=rate, link_delay_us=0, sample_interval_s=0.05)
     data["faults"] = [f for f in data["faults"] if f["kind"] == "link_down"]
+    # the same source routes with the reduced SRH (the spine performs End): as SRv6
+    data["transports"].append({"name": "mrc-srh", "transport": "mrc", "ev_format": "srv6+srh"})
     return data
 
 
