@@ -21,7 +21,9 @@ Profiles (after ``mrc_ctl_ev_profile_attr``):
   ``plane << 28 | (spine + 1) << 20 | n``; STEV / UDP: generated from :class:`EvField` s as the
   OCP API expands them (init value, mask, min/max), spread over the planes in turn;
 - :class:`ExplicitEvProfile` -- given EVs: ``(ev, path_index)`` (SRV6) or ``(ev, plane)``
-  (STEV / UDP);
+  (STEV / UDP); with ``carriers`` (SRV6) ``(carrier, plane)``, each EV a path's uSID carrier
+  (with an SRH the 256-bit split, as for :class:`Srv6EvProfile`) that the QP's paths must hold:
+  the slot takes the path the carrier is (:func:`carrier_path`);
 - :class:`Srv6EvProfile` -- one EV per path, the EV *is* the path's 128-bit uSID carrier (its
   32-bit wire form is the CRC-32 of the carrier); with ``srh=True`` the 256-bit value
   ``srh_carrier << 128 | srh_segment`` (the OCP layout: the SRv6 address, then the SRH segment).
@@ -35,6 +37,7 @@ EV, so one QP's discovery of a failed path keeps the others off it until a probe
 from __future__ import annotations
 
 import enum
+import ipaddress
 import random
 import zlib
 from collections.abc import Sequence
@@ -268,11 +271,15 @@ class GeneratedEvProfile:
 @dataclass(frozen=True)
 class ExplicitEvProfile:
     """Exactly these EVs: ``(ev, path_index)`` pairs (SRV6) or ``(ev, plane)`` pairs (STEV,
-    UDP), EVs unique values of the format's width."""
+    UDP), EVs unique values of the format's width. With ``carriers`` (SRV6 only) the pairs are
+    ``(carrier, plane)``: each EV is the uSID carrier of one of the QP's paths on that plane
+    (with an SRH ``srh_carrier << 128 | srh_segment``, :func:`srv6_ev`), and its slot is that
+    path's."""
 
     evs: tuple[tuple[int, int], ...]
     fmt: EvFormatProfile = SRV6_FORMAT
     min_active: int | None = None  #: ev_min_active (None: the context's)
+    carriers: bool = False  #: SRV6: the EVs are the paths' carriers, not numbers bound to paths
 
 
 @dataclass(frozen=True)
@@ -290,6 +297,22 @@ class Srv6EvProfile:
 
 
 EvProfile = GeneratedEvProfile | ExplicitEvProfile | Srv6EvProfile
+
+
+def srv6_ev(path: Path, srh: bool = False) -> tuple[int, bytes]:
+    """The SRV6 EV that is ``path``: its uSID carrier, with an SRH the 256-bit value
+    ``srh_carrier << 128 | srh_segment``; and the same as bytes (16, or 32 with an SRH)."""
+    packed = path.srh_carrier.packed + path.srh_segment.packed if srh else path.carrier.packed
+    return int.from_bytes(packed, "big"), packed
+
+
+def carrier_path(paths: Sequence[Path], ev: int, plane: int, srh: bool = False) -> int | None:
+    """The index in ``paths`` of the path on ``plane`` whose SRV6 EV (:func:`srv6_ev`) is
+    ``ev``, or None when no path is."""
+    for index, path in enumerate(paths):
+        if path.plane == plane and srv6_ev(path, srh)[0] == ev:
+            return index
+    return None
 
 
 class PathLoad:
@@ -478,12 +501,48 @@ def _hashed_triples(paths: Sequence[Path], profile: EvProfile, default_count: in
                          "generated or explicit profile")  # fmt: skip
 
 
+def _carrier_triples(paths: Sequence[Path], profile: ExplicitEvProfile
+                     ) -> list[tuple[int, int, int]]:  # fmt: skip
+    """(ev, wire, path index) of an explicit SRV6 profile whose EVs are carriers: each found
+    among ``paths`` (the wire form is the CRC-32 of the carrier's bytes, as for
+    :class:`Srv6EvProfile`)."""
+    if not profile.evs:
+        raise EvProfileError("explicit EV profile with no EVs: expected (carrier, plane) pairs")
+    srh = profile.fmt.srh
+    width = SRV6_SRH_MAX_WIDTH if srh else FORMAT_MAX_WIDTH[EvFormat.SRV6]
+    out = []
+    for i, (ev, plane) in enumerate(profile.evs):
+        if not 0 <= ev < 1 << width:
+            raise EvProfileError(f"EV {i}: expected a {width}-bit value ({profile.fmt.name})")
+        index = carrier_path(paths, ev, plane, srh)
+        if index is None:
+            dst = paths[0].dst
+            raise EvProfileError(
+                f"EV {i} ({_srv6_text(ev, srh)}) on plane {plane}: no path to {dst} has it "
+                f"as its {'carrier and SRH segment' if srh else 'carrier'}"
+            )
+        out.append((ev, zlib.crc32(srv6_ev(paths[index], srh)[1]), index))
+    return out
+
+
+def _srv6_text(ev: int, srh: bool) -> str:
+    """An SRV6 EV for messages: the carrier, and with an SRH the segment after it."""
+    if not srh:
+        return str(ipaddress.IPv6Address(ev & ((1 << 128) - 1)))
+    first = ipaddress.IPv6Address(ev >> 128 & ((1 << 128) - 1))
+    return f"{first} + SRH {ipaddress.IPv6Address(ev & ((1 << 128) - 1))}"
+
+
 def build_slots(paths: Sequence[Path], profile: EvProfile, default_count: int) -> list[EvSlot]:
     """The EV slots of a profile applied to ``paths`` (ordered: planes interleaved)."""
     if not paths:
         raise EvProfileError("no paths given: a QP needs at least one path to its peer")
     mode = profile.fmt.mode
     triples: list[tuple[int, int, int]]
+    if isinstance(profile, ExplicitEvProfile) and profile.carriers and mode is not EvFormat.SRV6:
+        raise EvProfileError(
+            f"explicit EVs as carriers in the {mode.value} format: only SRV6 EVs are carriers"
+        )
     if mode is not EvFormat.SRV6:
         triples = _hashed_triples(paths, profile, default_count)
     elif isinstance(profile, GeneratedEvProfile):
@@ -496,6 +555,8 @@ def build_slots(paths: Sequence[Path], profile: EvProfile, default_count: int) -
         if not 1 <= count < 1 << 20:
             raise EvProfileError(f"generated EV count {count}: expected 1..1048575")
         triples = _generated(paths, count)
+    elif isinstance(profile, ExplicitEvProfile) and profile.carriers:
+        triples = _carrier_triples(paths, profile)
     elif isinstance(profile, ExplicitEvProfile):
         if not profile.evs:
             raise EvProfileError("explicit EV profile with no EVs: expected (ev, path_index) pairs")
@@ -509,11 +570,7 @@ def build_slots(paths: Sequence[Path], profile: EvProfile, default_count: int) -
     elif isinstance(profile, Srv6EvProfile):
         triples = []
         for index, path in enumerate(paths):
-            if profile.srh:
-                ev = int(path.srh_carrier) << 128 | int(path.srh_segment)
-                packed = path.srh_carrier.packed + path.srh_segment.packed
-            else:
-                ev, packed = int(path.carrier), path.carrier.packed
+            ev, packed = srv6_ev(path, profile.srh)
             triples.append((ev, zlib.crc32(packed), index))
     else:
         raise EvProfileError(f"EV profile {profile!r}: expected Generated, Explicit or Srv6")

@@ -23,6 +23,7 @@ from host.transport.evs import (
     GeneratedEvProfile,
     Srv6EvProfile,
     format_profile,
+    srv6_ev,
 )
 from topologies import Fabric
 
@@ -178,3 +179,55 @@ def test_srh_transfer_trims_and_fails_over(make_net: Any) -> None:
     assert net.hosts["h0"].stats()["retransmits"]["nack"] > 0
     retired = [e for e in net.events if isinstance(e, EvStateChanged) and e.new == "assumed_bad"]
     assert retired and {e.path for e in retired} == {"p0-s0"}
+
+
+@pytest.mark.parametrize("srh", [False, True], ids=["srv6", "srv6+srh"])
+def test_explicit_carriers_take_their_paths(make_net: Any, fabric: Fabric, srh: bool) -> None:
+    """Explicit SRV6 EVs given as the paths' carriers (with an SRH: carrier and segment): each
+    slot is the path it names, so labels and retire_path are the generated SRV6 ones."""
+    net = make_net(seed=7)
+    paths = fabric.paths("h0", "h2")
+    fmt = SRV6_SRH_FORMAT if srh else EvFormatProfile(EvFormat.SRV6)
+    chosen = [paths[3], paths[0], paths[2]]
+    evs = tuple((srv6_ev(p, srh)[0], p.plane) for p in chosen)
+    a, b = net.host("h0"), net.host("h2")
+    explicit = ExplicitEvProfile(evs, fmt=fmt, carriers=True)
+    sender = a.create_qp("h2", paths, cq=net.cqs["h0"], ev_profile=explicit)
+    receiver = b.create_qp("h0", fabric.paths("h2", "h0"), cq=net.cqs["h2"])
+    sender.connect(receiver.qpn)
+    receiver.connect(sender.qpn)
+    slots = sender.ev_table.slots
+    assert [s.path_index for s in slots] == [3, 0, 2]
+    for slot, path in zip(slots, chosen, strict=True):
+        assert slot.dst == (path.srh_carrier if srh else path.carrier)
+        assert slot.srh == (path.srh_segment if srh else None)
+        assert slot.label == path.label and slot.group == slot.path_index
+        assert slot.wire == zlib.crc32(srv6_ev(path, srh)[1])
+    data = pattern(256 << 10, 9)
+    region = net.regions["h2"]
+    sender.post_write(data, BASE, region.rkey, wr_id=1)
+    net.sim.kick("h0")
+    net.run(20.0, stop=lambda: len(net.cqs["h0"]) == 1)
+    assert net.cqs["h0"].poll()[0].status == "ok"
+    assert region.read(BASE, len(data)) == data
+    assert net.sim.counters.get("drop_sid_end", 0) == 0
+
+
+def test_explicit_carriers_must_be_paths_to_the_peer(make_net: Any, fabric: Fabric) -> None:
+    net = make_net(seed=7)
+    to_h2, to_h3 = fabric.paths("h0", "h2"), fabric.paths("h0", "h3")
+    cases = [
+        ((int(to_h2[0].carrier), 0), (int(to_h3[1].carrier), to_h3[1].plane)),  # another host
+        ((int(to_h2[0].carrier), 0), (int(to_h2[2].carrier), 0)),  # a plane-1 path on plane 0
+        ((int(to_h2[0].carrier), 0), (int(to_h2[0].srh_carrier), 0)),  # the SRH split's half
+    ]
+    for evs in cases:
+        profile = ExplicitEvProfile(evs, fmt=EvFormatProfile(EvFormat.SRV6), carriers=True)
+        with pytest.raises(EvProfileError, match="EV 1 .*no path to h2"):
+            net.connect("h0", "h2", ev_profile=profile)
+    srh = ExplicitEvProfile(((int(to_h2[0].carrier), 0),), fmt=SRV6_SRH_FORMAT, carriers=True)
+    with pytest.raises(EvProfileError, match="EV 0 .*carrier and SRH segment"):
+        net.connect("h0", "h2", ev_profile=srh)
+    stev = ExplicitEvProfile(((1, 0),), fmt=EvFormatProfile(EvFormat.STEV), carriers=True)
+    with pytest.raises(EvProfileError, match="only SRV6 EVs are carriers"):
+        net.connect("h0", "h2", ev_profile=stev)
