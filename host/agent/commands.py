@@ -41,7 +41,13 @@ from host.transport.api import Context, MemoryRegion
 from host.transport.cc import CcProfile, CcProfileError
 from host.transport.cc.base import PROFILE_KEYS
 from host.transport.endpoint import EndpointError, EpRequest
-from host.transport.evs import EvFormatProfile, EvProfileError, EvState, format_profile
+from host.transport.evs import (
+    SRV6_SRH_NAME,
+    EvFormatProfile,
+    EvProfileError,
+    EvState,
+    format_profile,
+)
 from host.transport.policy import POLICIES
 from topologies import Host, Nic, Topology
 
@@ -242,8 +248,9 @@ class Commands:
 
     def ep_probe(self, request: Mapping[str, Any]) -> Reply | Deferred:
         """EV probes after ``mrc_ctl_ep_batch_send_wait``: send every request of ``requests``
-        (each ``req_id``, ``ev``, ``format`` srv6|stev|udp, and either ``sgid``/``dgid`` or
-        ``peer``/``plane``; an SRV6 EV may be given as its carrier address) in traffic class
+        (each ``req_id``, ``ev``, ``format`` srv6|srv6+srh|stev|udp, and either ``sgid``/``dgid``
+        or ``peer``/``plane``; an SRV6 EV may be given as its carrier address, an SRV6+SRH one
+        as its carrier address with the SRH's single segment in ``segment``) in traffic class
         ``dscp``, and answer with the responses in arrival order (``rtt`` in ns of real-fabric
         time, the responder's service time taken off) when all came back or ``timeout_ns``
         (real-fabric ns) passed."""
@@ -289,22 +296,33 @@ class Commands:
     def _ep_request(self, i: int, r: Mapping[str, Any]) -> EpRequest:
         agent = self.agent
         name = f"requests[{i}]"
-        allowed = {"req_id", "ev", "format", "sgid", "dgid", "peer", "plane", "port"}
+        allowed = {"req_id", "ev", "segment", "format", "sgid", "dgid", "peer", "plane", "port"}
         for key in r:
             if key not in allowed:
                 raise BadRequest(f"field '{name}.{key}': unknown field", f"{name}.{key}")
         req_id = get_int(r, "req_id", low=0, high=0xFEFF, required=True)
         fmt = str(r.get("format", "stev")).lower()
-        if fmt not in ("srv6", "stev", "udp"):
-            raise BadRequest(f"field '{name}.format': expected srv6, stev or udp", f"{name}.format")
+        if fmt not in ("srv6", SRV6_SRH_NAME, "stev", "udp"):
+            raise BadRequest(
+                f"field '{name}.format': expected srv6, {SRV6_SRH_NAME}, stev or udp",
+                f"{name}.format",
+            )
+        if "segment" in r and fmt != SRV6_SRH_NAME:
+            raise BadRequest(
+                f"field '{name}.segment': only an {SRV6_SRH_NAME} EV has an SRH segment",
+                f"{name}.segment",
+            )
         ev_raw = r.get("ev")
-        if fmt == "srv6" and isinstance(ev_raw, str):
-            try:
-                ev = int(ipaddress.IPv6Address(ev_raw))
-            except ValueError:
-                raise BadRequest(
-                    f"field '{name}.ev': expected a carrier address", f"{name}.ev"
-                ) from None
+        if fmt in ("srv6", SRV6_SRH_NAME) and isinstance(ev_raw, str):
+            ev = _address(ev_raw, f"{name}.ev", "a carrier address")
+            if fmt == SRV6_SRH_NAME:
+                segment = r.get("segment")
+                if not isinstance(segment, str):
+                    raise BadRequest(
+                        f"field '{name}.segment': expected the SRH segment's address",
+                        f"{name}.segment",
+                    )
+                ev = ev << 128 | _address(segment, f"{name}.segment", "the SRH segment's address")
         else:
             ev_int = get_int(r, "ev", low=0, required=True)
             assert ev_int is not None
@@ -633,6 +651,14 @@ class Commands:
         reject_unknown(request, set())
         self.agent.stop()
         return {"ok": True, "host": self.agent.host.name, "stopping": True}
+
+
+def _address(text: str, field: str, expected: str) -> int:
+    """An IPv6 address given as text, as an integer (BadRequest naming ``field`` else)."""
+    try:
+        return int(ipaddress.IPv6Address(text))
+    except ValueError:
+        raise BadRequest(f"field '{field}': expected {expected}", field) from None
 
 
 __all__ = ["Commands", "EV_STATES"]

@@ -2,12 +2,14 @@
 OCP controller API's ``mrc_ctl_ep_batch_send_wait`` (no I/O).
 
 A request is addressed by source (one of this host's NIC addresses), destination (a NIC
-address) and EV, in an EV format: SRV6 sends to the EV's uSID carrier, STEV and UDP to the
-destination's plain address with the EV in the flow label and UDP source port (the switches'
-ECMP picks the path). The responder answers from the NIC the request reached, to the
-requester's address, with the request's flow label and UDP source port, and writes into the
-response the time between the request's arrival and the response's departure (its service
-time), which the requester subtracts from the round trip.
+address) and EV, in an EV format: SRV6 sends to the EV's uSID carrier, SRV6+SRH (the EV
+``carrier << 128 | segment``) to the carrier with a reduced SRH holding the segment, built as
+data frames with an SRH are (:func:`wire.frame_prefix`), STEV and UDP to the destination's
+plain address with the EV in the flow label and UDP source port (the switches' ECMP picks the
+path). The responder answers from the NIC the request reached, to the requester's plain
+address (no SRH, whatever the request carried), with the request's flow label and UDP source
+port, and writes into the response the time between the request's arrival and the response's
+departure (its service time), which the requester subtracts from the round trip.
 
 A batch (:class:`EpBatch`) collects the responses in arrival order until every request is
 answered or its timeout passes; a response to no batch that is waiting is dropped
@@ -28,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 from host.transport import wire
 from host.transport.events import EndpointResponse, PortStatusChanged
-from host.transport.evs import EvFormat, ev_format
+from host.transport.evs import EvFormat, EvFormatProfile, EvProfileError, format_profile
 from host.transport.qp_state import NS, Shared
 
 if TYPE_CHECKING:
@@ -56,8 +58,12 @@ class EpRequest:
     req_id: int  #: 16-bit id, unique among the requests waiting
     sgid: Any  #: this host's NIC address (IPv6Address or text)
     dgid: Any  #: the destination NIC's address
-    ev: int  #: the EV: 32-bit (STEV, UDP) or the 128-bit uSID carrier (SRV6)
-    ev_fmt: EvFormat | str = EvFormat.STEV
+    #: the EV: 32-bit (STEV, UDP), the 128-bit uSID carrier (SRV6), or with an SRH the 256-bit
+    #: ``carrier << 128 | segment`` (SRV6+SRH)
+    ev: int
+    #: the EV format: an :class:`EvFormat`, an :class:`EvFormatProfile` (``srh`` for SRV6+SRH)
+    #: or a name (``srv6``, ``srv6+srh``, ``stev``, ``udp``)
+    ev_fmt: EvFormat | EvFormatProfile | str = EvFormat.STEV
     port: int | None = None  #: mrc_ctl_ev.port (1-based); default the port of ``sgid``
     port_status: int = 0  #: port status updates: the mask of ports up (bit N: port N)
 
@@ -133,16 +139,15 @@ class Endpoint:
         for r, (plane, frame) in zip(requests, frames, strict=True):
             self._shared.outbox.append((plane, frame))
             self._waiting[r.req_id] = (batch, OPS[op], now)
-        self._count_sent(len(frames))
+        self._count_sent(*(frame for _, frame in frames))
         return batch
 
-    def _request_frame(
-        self, r: EpRequest, op: int, dscp: int, now: float
-    ) -> tuple[int, bytearray]:
+    def _request_frame(self, r: EpRequest, op: int, dscp: int, now: float) -> tuple[int, bytearray]:
         try:
-            mode = ev_format(r.ev_fmt)
-        except ValueError as exc:
+            fmt = format_profile(r.ev_fmt)
+        except EvProfileError as exc:
             raise EndpointError(f"request {r.req_id}: {exc}") from None
+        mode = fmt.mode
         src = _packed(r.sgid)
         plane = self._by_address.get(src)
         if plane is None:
@@ -151,7 +156,18 @@ class Endpoint:
             raise EndpointError(
                 f"request {r.req_id}: port {r.port} is not sgid's (port {plane + 1})"
             )
-        if mode is EvFormat.SRV6:
+        segment: bytes | None = None
+        if mode is EvFormat.SRV6 and fmt.srh:
+            if not 0 <= r.ev < 1 << 256 or not r.ev >> 128 or not r.ev & ((1 << 128) - 1):
+                raise EndpointError(
+                    f"request {r.req_id}: an SRV6+SRH EV is a 128-bit carrier and a 128-bit "
+                    "SRH segment (carrier << 128 | segment, neither zero)"
+                )
+            raw = r.ev.to_bytes(32, "big")
+            dst, segment = raw[:16], raw[16:]
+            wire_ev = r.ev & 0xFFFFFFFF
+            outer = wire.ev_outer(wire_ev, wire.EV_MODE_STEV)
+        elif mode is EvFormat.SRV6:
             if not 0 <= r.ev < 1 << 128:
                 raise EndpointError(f"request {r.req_id}: an SRV6 EV is a 128-bit carrier")
             dst = r.ev.to_bytes(16, "big")
@@ -164,25 +180,30 @@ class Endpoint:
                 raise EndpointError(f"request {r.req_id}: a {mode.value} EV has {top} bits")
             wire_ev = r.ev
             outer = wire.ev_outer(r.ev, mode.value)
-        prefix = self._prefix(plane, dst, dscp, outer)
+        prefix = self._prefix(plane, dst, dscp, outer, segment)
         frame = wire.encode_endpoint(
             prefix, False, op, plane, wire_ev, int(now * NS), r.req_id, r.port_status
         )
         return plane, frame
 
-    def _prefix(self, plane: int, dst: bytes, dscp: int, outer: tuple[int, int]) -> bytes:
+    def _prefix(
+        self, plane: int, dst: bytes, dscp: int, outer: tuple[int, int],
+        srh: bytes | None = None,
+    ) -> bytes:  # fmt: skip
+        """The frame prefix from ``plane``'s NIC to ``dst``, with a reduced SRH holding the
+        segment ``srh`` when given (as a data frame on an SRV6+SRH EV has)."""
         nic = self.nics[plane]
         return wire.frame_prefix(
             src_mac=wire.mac_bytes(nic.mac), dst_mac=wire.mac_bytes(nic.gateway_mac),
             src=_packed(nic.address), dst=dst, dscp=dscp, ecn=wire.ECN_NOT_ECT, ev=0,
-            hop_limit=self._hop_limit, outer=outer,
+            hop_limit=self._hop_limit, outer=outer, srh=srh,
         )  # fmt: skip
 
-    def _count_sent(self, n: int) -> None:
+    def _count_sent(self, *frames: bytes | bytearray) -> None:
         stats = self._shared.stats
-        stats.ep_requests_sent += n
-        stats.packets_sent += n
-        stats.bytes_sent += n * wire.CTRL_FRAME_LEN
+        stats.ep_requests_sent += len(frames)
+        stats.packets_sent += len(frames)
+        stats.bytes_sent += sum(len(frame) for frame in frames)
 
     # -- the wire ----------------------------------------------------------------------------------
 
@@ -324,7 +345,7 @@ class Endpoint:
             self._shared.outbox.append((plane, frame))
             self._waiting[req_id] = (None, wire.EP_OP_PORT_STATUS, now)
             self._status_peer[req_id] = qp.remote_host
-            self._count_sent(1)
+            self._count_sent(frame)
             sent += 1
 
     def _peer_status(self, address: bytes, mask: int, now: float) -> None:
@@ -361,5 +382,3 @@ def _packed(address: object) -> bytes:
         return ipaddress.IPv6Address(str(address)).packed
     except ValueError:
         raise EndpointError(f"address {address!r}: expected an IPv6 address") from None
-
-

@@ -1,13 +1,16 @@
 """Endpoint requests after mrc_ctl_ep_batch_send_wait: connectionless EV probes addressed by
-source, destination and EV (SRV6 and STEV), the responder's service time taken off the RTT,
-batches that time out; port status: a NIC down retires its plane's EVs at once and tells the
-peers (PORT_STATUS_UPDATE), and its EVs come back through probes."""
+source, destination and EV (SRV6, SRV6 with a reduced SRH, STEV and UDP), the responder's
+service time taken off the RTT, batches that time out; port status: a NIC down retires its
+plane's EVs at once and tells the peers (PORT_STATUS_UPDATE), and its EVs come back through
+probes."""
 
 from __future__ import annotations
 
 from typing import Any
 
 import pytest
+from scapy.layers.inet6 import IPv6, IPv6ExtHdrSegmentRouting
+from scapy.layers.l2 import Ether
 
 from host.transport import wire
 from host.transport.api import Context
@@ -185,7 +188,8 @@ def test_port_status_updates_are_sent_again_until_answered(fabric: Fabric) -> No
     b.receive_frame(plane, frame, due + 1e-6)
     assert all(s.state is EvState.ASSUMED_BAD for s in qb.ev_table.slots if s.plane == 1)
     [(plane, response)] = [
-        (p, f) for p, f in b.frames_to_send(due + 2e-6)
+        (p, f)
+        for p, f in b.frames_to_send(due + 2e-6)
         if isinstance(wire.parse(f), wire.EndpointPacket)
     ]
     a.receive_frame(plane, response, due + 3e-6)
@@ -194,3 +198,54 @@ def test_port_status_updates_are_sent_again_until_answered(fabric: Fabric) -> No
     rounds = [f for _, f in a.frames_to_send(due + a.config.probe_interval)
               if isinstance(wire.parse(f), wire.EndpointPacket)]  # fmt: skip
     assert rounds == []
+
+
+@pytest.mark.parametrize("dst", ["h2", "h1"], ids=["racks", "rack"])
+def test_ev_probe_with_an_srh(make_net: Any, fabric: Fabric, dst: str) -> None:
+    """An SRV6+SRH EV (carrier << 128 | segment) sends the request to the carrier with the
+    reduced SRH data frames carry; End at the turn takes it on; the response comes back on a
+    plain route (no SRH)."""
+    net = make_net(seed=1)
+    h0, h2 = net.host("h0"), net.host(dst)
+    a, b = fabric.host("h0"), fabric.host(dst)
+    path = fabric.paths("h0", dst)[-1]  # plane 1 (the last spine across racks)
+    ev = int(path.srh_carrier) << 128 | int(path.srh_segment)
+    fmt = EvFormatProfile(EvFormat.SRV6, srh=True)
+    requests = [
+        EpRequest(1, a.nic(1).address, b.nic(1).address, ev, fmt),
+        EpRequest(2, a.nic(1).address, b.nic(1).address, ev, "srv6+srh", port=2),
+    ]
+    batch = h0.ep_batch_send("ev_probe", requests, dscp=46, timeout=1e-3)
+    sent = h0.frames_to_send(net.sim.now)
+    assert [plane for plane, _ in sent] == [1, 1]
+    for _, frame in sent:
+        decoded = Ether(bytes(frame))
+        ip6, sr = decoded[IPv6], decoded[IPv6ExtHdrSegmentRouting]
+        assert ip6.dst == str(path.srh_carrier) and ip6.nh == wire.IPPROTO_ROUTING
+        assert (sr.segleft, sr.lastentry, sr.addresses) == (1, 0, [str(path.srh_segment)])
+        assert int.from_bytes(frame[18:20], "big") == len(frame) - wire.OFF_UDP
+        assert isinstance(wire.parse(frame), wire.EndpointPacket)
+        net.sim.inject("h0", 1, frame)
+    net.run(1.0, stop=batch.complete)
+    responses = h0.ep_batch_end(batch)
+    assert sorted(r.req_id for r in responses) == [1, 2]
+    assert all(r.port == 2 and r.adj_svc_time and r.rtt > 0 for r in responses)
+    assert h2.stats()["ep_requests_answered"] == 2
+    assert net.sim.counters.get("drop_sid_end", 0) == 0
+    stats = h0.stats()
+    assert stats["ep_requests_sent"] == 2
+    assert stats["bytes_sent"] == 2 * (wire.CTRL_FRAME_LEN + wire.SRH_LEN)
+
+
+def test_srh_ev_probe_errors(fabric: Fabric) -> None:
+    ctx = Context("h0", fabric.host("h0").nics)
+    a, b = fabric.host("h0"), fabric.host("h2")
+    path = fabric.paths("h0", "h2")[1]
+    carrier, segment = int(path.srh_carrier), int(path.srh_segment)
+    for ev in (carrier, segment << 128, 1 << 256):  # no segment, no carrier, too wide
+        bad = EpRequest(1, a.nic(1).address, b.nic(1).address, ev, "srv6+srh")
+        with pytest.raises(EndpointError, match="SRV6\\+SRH EV"):
+            ctx.ep_batch_send("ev_probe", [bad])
+    with pytest.raises(EndpointError, match="srv6\\+srh"):
+        ctx.ep_batch_send("ev_probe", [EpRequest(1, a.nic(1).address, b.nic(1).address, 1,
+                                                 "srv6+nope")])  # fmt: skip
