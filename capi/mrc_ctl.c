@@ -168,12 +168,38 @@ static int vendor_cfg_set(const uint8_t *cfg, size_t n)
 	return 0;
 }
 
+/*
+ * EVs cross to the agent as hex strings of the whole mrc_ctl_ev_t (MRC_CTL_EV_MAX_BYTES): the
+ * agent reads as many bytes as the EV's format fills (STEV / UDP: a 32-bit value in network
+ * byte order in the first four; SRV6: 16, a uSID carrier; SRV6+SRH: 32, the carrier then the
+ * SRH's single segment) and answers with 16 or 32 bytes (get_ev), the rest zero.
+ */
 static void put_ev(struct mtb_sb *sb, const struct mrc_ctl_ev *ev)
 {
-	char hex[33];
+	char hex[2 * MRC_CTL_EV_MAX_BYTES + 1];
 
-	mtb_hex_encode(ev->val, 16, hex);
+	mtb_hex_encode(ev->val, MRC_CTL_EV_MAX_BYTES, hex);
 	mtb_sb_printf(sb, "\"%s\",%u", hex, ev->port);
+}
+
+/* The EV of a JSON string starting at or after p: 32 or 64 hex digits into val (zero-filled);
+ * returns where the string's closing quote is (NULL when there is none). */
+static const char *get_ev(const char *p, mrc_ctl_ev_t val)
+{
+	char hex[2 * MRC_CTL_EV_MAX_BYTES + 1];
+	size_t len;
+
+	memset(val, 0, MRC_CTL_EV_MAX_BYTES);
+	while (*p && *p != '"' && *p != ']')
+		p++;
+	if (*p != '"')
+		return NULL;
+	if (sscanf(p + 1, "%64[0-9a-f]", hex) == 1) {
+		len = strlen(hex);
+		if (len == 32 || len == 2 * MRC_CTL_EV_MAX_BYTES)
+			mtb_hex_decode(hex, val, len / 2);
+	}
+	return strchr(p + 1, '"');
 }
 
 static int fmt_call(struct mrc_context *ctx, uint64_t id, struct mrc_ctl_ev_fmt_profile_attr *attr,
@@ -377,15 +403,10 @@ static int ev_call(struct mrc_context *ctx, uint64_t id, struct mrc_ctl_ev_profi
 		n = 0;
 		while (cursor && n < attr->ev_op.entry_count && (item = mtb_json_next(&cursor))) {
 			struct mrc_ctl_ev_op_entry *e = &attr->ev_op.entries[n++];
-			const char *p = item;
-			char hex[40];
+			const char *p;
 
 			memset(e, 0, sizeof(*e));
-			while (*p && *p != '"')
-				p++;
-			if (*p == '"' && sscanf(p + 1, "%32[0-9a-f]", hex) == 1 && strlen(hex) == 32)
-				mtb_hex_decode(hex, e->ev.val, 16);
-			p = strchr(p + 1, '"');
+			p = get_ev(item, e->ev.val);
 			if (p)
 				e->ev.port = (uint8_t)strtoul(p + 2, NULL, 10);
 			e->state = MRC_CTL_EV_UNKNOWN;
@@ -602,8 +623,9 @@ EXPORT struct mrc_cq *mrc_ctl_create_ev_event_cq(struct mrc_context *mrc_ctx, in
 
 /*
  * EV events of profile 0: state changes of the host's EVs to GOOD or ASSUMED_BAD. The EV value
- * is the 32-bit EV in network byte order in the first four bytes of val; port is the plane's
- * (1-based). drop_count is exact (MRC_CTL_OPT_CAP_EV_EVENT_PRECISE_DROP_CNT).
+ * is the EV's mrc_ctl_ev_t as the agent gives it after the numbers (a uSID carrier in 16 bytes,
+ * 32 with an SRH; any other EV 32 bits in network byte order in the first four bytes); port is
+ * the plane's (1-based). drop_count is exact (MRC_CTL_OPT_CAP_EV_EVENT_PRECISE_DROP_CNT).
  */
 EXPORT int mrc_ctl_poll_ev_event(struct mrc_cq *ev_cq, int num_entries,
 				 struct mrc_ctl_ev_event *ev_event)
@@ -647,8 +669,10 @@ EXPORT int mrc_ctl_poll_ev_event(struct mrc_cq *ev_cq, int num_entries,
 		mtb_json_u64s(entry, v, 5);
 		memset(out, 0, stride);
 		out->profile_id = v[0];
-		ev = htobe32((uint32_t)v[1]);
-		memcpy(out->ev.val, &ev, sizeof(ev));
+		if (!get_ev(entry, out->ev.val)) { /* an agent giving the 32-bit value only */
+			ev = htobe32((uint32_t)v[1]);
+			memcpy(out->ev.val, &ev, sizeof(ev));
+		}
 		out->ev.port = (uint8_t)v[2];
 		out->drop_count = (uint32_t)v[3];
 		if (stride == sizeof(*ev_event))
@@ -705,11 +729,11 @@ EXPORT int mrc_ctl_ep_batch_send_wait(struct mrc_context *mrc_ctx, uint8_t req_t
 	mtb_sb_printf(&sb, "{\"cmd\":\"ep_probe\",\"op\":%u,\"tc\":%u,\"timeout\":%u,\"reqs\":[",
 		      (unsigned int)op_type, (unsigned int)req_tc, rsp_timeout);
 	for (int i = 0; i < num_req; i++) {
-		char sgid[33], dgid[33], ev[33];
+		char sgid[33], dgid[33], ev[2 * MRC_CTL_EV_MAX_BYTES + 1];
 
 		mtb_hex_encode(req[i].sgid.raw, 16, sgid);
 		mtb_hex_encode(req[i].dgid.raw, 16, dgid);
-		mtb_hex_encode(req[i].req_ev.val, 16, ev);
+		mtb_hex_encode(req[i].req_ev.val, MRC_CTL_EV_MAX_BYTES, ev);
 		mtb_sb_printf(&sb, "%s[%u,\"%s\",\"%s\",%u,\"%s\",%u,%u]", i ? "," : "",
 			      req[i].req_id, sgid, dgid, (unsigned int)req[i].ev_fmt_mode, ev,
 			      req[i].req_ev.port,

@@ -52,8 +52,16 @@ from host.transport.events import (
     Event,
     EvStateChanged,
 )
-from host.transport.evs import EvFormat, EvState, GeneratedEvProfile
+from host.transport.evs import (
+    EvFormat,
+    EvFormatProfile,
+    EvState,
+    ExplicitEvProfile,
+    GeneratedEvProfile,
+    Srv6EvProfile,
+)
 from topologies import Fabric, Host
+from topologies import Path as TopoPath
 
 log = logging.getLogger("mrc.host.agent.ocp")
 
@@ -240,7 +248,7 @@ class Cq:
     id: int
     cqe: int
     channel: Channel | None
-    entries: deque[list[int]] = field(default_factory=deque)
+    entries: deque[list[Any]] = field(default_factory=deque)  # EV events end with the EV (hex)
     armed: bool = False
     users: int = 0
     overflowed: bool = False
@@ -357,7 +365,8 @@ class OcpProvider:
         self.core_cq = agent.context.create_cq()
         self.port_enabled: dict[int, bool] = {nic.plane + 1: True for nic in agent.host.nics}
         self.counters = {"recv_without_buffer": 0, "cq_overflows": 0, "flushed": 0}
-        self.profiles = ProfileStore(agent.context, agent.now, self._ev_count())
+        self.profiles = ProfileStore(agent.context, agent.now, self._ev_count(), self._peer_paths)
+        self._paths: dict[str, list[TopoPath]] | None = None
         self.cc_profiles = CcProfileStore(
             self._cc, self._fit_cc, agent.context.config.mtu, self._cc_users
         )
@@ -641,6 +650,8 @@ class OcpProvider:
             reply: Reply = handler(request)
         except ProfileError as exc:
             raise OcpError(exc.code, f"{request['cmd']}: {exc}", extra=exc.extra) from None
+        if request.get("op") == "modify":  # EV states may have changed: probes, events, timer
+            self.agent.after_core(self.agent.now())
         return reply
 
     def ep_probe(self, session: Session, request: Mapping[str, Any]) -> Reply | Deferred:
@@ -723,8 +734,10 @@ class OcpProvider:
             raise OcpError(
                 errno.EINVAL, f"ep_probe: request {i}: GIDs and EV must be hex", i
             ) from None
-        if len(src) != 16 or len(dst) != 16 or len(value) != 16:
-            raise OcpError(errno.EINVAL, f"ep_probe: request {i}: GIDs and EV are 16 bytes", i)
+        if len(src) != 16 or len(dst) != 16 or len(value) not in (16, 32):
+            raise OcpError(
+                errno.EINVAL, f"ep_probe: request {i}: GIDs are 16 bytes, the EV 16 or 32", i
+            )
         if not 0 <= req_id < INTERNAL_REQ_IDS.start:
             raise OcpError(
                 errno.EINVAL,
@@ -767,8 +780,13 @@ class OcpProvider:
                 f"ep_probe: request {i}: ev_fmt_mode {fmt}: expected STEV, SRV6 or UDP",
                 i,
             )
+        fmt_profile: EvFormatProfile | EvFormat = mode
         if mode is EvFormat.SRV6:
-            ev = int.from_bytes(value, "big")  # the uSID carrier
+            ev = int.from_bytes(value[:16], "big")  # the uSID carrier
+            segment = int.from_bytes(value[16:], "big")
+            if segment:  # SRV6+SRH: the carrier, then the SRH's single segment
+                ev = ev << 128 | segment
+                fmt_profile = EvFormatProfile(EvFormat.SRV6, srh=True)
         else:
             ev = int.from_bytes(value[:4], "big")  # 32 bits, network order
             if mode is EvFormat.UDP and ev >> 16:
@@ -783,8 +801,8 @@ class OcpProvider:
                     f"ep_probe: request {i}: port_status {status:#x}: {host.name} has ports 1..{len(host.nics)}",
                     i,
                 )
-        return EpRequest(req_id, ipaddress.IPv6Address(src), ipaddress.IPv6Address(dst), ev, mode,
-                         plane + 1, status)  # fmt: skip
+        return EpRequest(req_id, ipaddress.IPv6Address(src), ipaddress.IPv6Address(dst), ev,
+                         fmt_profile, plane + 1, status)  # fmt: skip
 
     def create_ev_cq(self, session: Session, request: Mapping[str, Any]) -> Reply:
         """Controller API: a CQ of EV events (state changes of the host's EVs to GOOD or
@@ -817,9 +835,27 @@ class OcpProvider:
                 if len(cq.entries) >= cq.cqe:
                     cq.dropped += 1
                     continue
-                cq.entries.append([profile_id, event.ev & 0xFFFFFFFF, plane + 1, cq.dropped, bit])
+                cq.entries.append([profile_id, event.ev & 0xFFFFFFFF, plane + 1, cq.dropped, bit,
+                                   self._event_ev(core_id, event.ev)])  # fmt: skip
                 cq.dropped = 0
                 self._notify(cq)
+
+    def _event_ev(self, core_id: object, ev: int) -> str:
+        """An EV event's ``mrc_ctl_ev_t`` in hex (32 bytes): an EV that is a uSID carrier (an
+        explicit SRV6 profile's, ``Srv6EvProfile``'s) in its 16 bytes, with an SRH the
+        carrier and the segment; any other the 32-bit value in the first four bytes."""
+        profile: Any = None
+        if isinstance(core_id, int):
+            with contextlib.suppress(KeyError):
+                profile = self.agent.context.ev_profile(core_id).profile
+        carriers = isinstance(profile, Srv6EvProfile) or (
+            isinstance(profile, ExplicitEvProfile) and profile.carriers
+        )
+        if carriers:
+            raw = ev.to_bytes(32 if profile.fmt.srh else 16, "big")
+        else:
+            raw = (ev & 0xFFFFFFFF).to_bytes(4, "big")
+        return raw.ljust(32, b"\0").hex()
 
     def destroy_cq(self, session: Session, request: Mapping[str, Any]) -> Reply:
         cq = self._cq(session, request)
@@ -831,7 +867,7 @@ class OcpProvider:
     def poll_cq(self, session: Session, request: Mapping[str, Any]) -> Reply:
         cq = self._cq(session, request)
         n = _int(request, "n", 0, MAX_CQE)
-        out: list[list[int]] = []
+        out: list[list[Any]] = []
         while cq.entries and len(out) < n:
             out.append(cq.entries.popleft())
         return {"ok": True, "wc": out}
@@ -1097,6 +1133,13 @@ class OcpProvider:
             return CcProfile(options.cc, dict(options.cc_params))
         return CcProfile("ecn-delay", {})
 
+    def _peer_paths(self) -> dict[str, list[TopoPath]]:
+        """The fabric model's paths from this host to every other host (computed once)."""
+        if self._paths is None:
+            fabric, me = self.agent.fabric, self.agent.host.name
+            self._paths = {h.name: fabric.paths(me, h.name) for h in fabric.hosts if h.name != me}
+        return self._paths
+
     def _ev_count(self) -> int:
         """EVs of the host's EV profile (profile 0): the agent's ``--ev-count``."""
         options = getattr(self.agent, "options", None)
@@ -1125,6 +1168,7 @@ class OcpProvider:
         if qp.ev_profile:
             try:
                 self.profiles.check_usable(qp.ev_profile)
+                self.profiles.check_destination(qp.ev_profile, qp.remote_host)
             except ProfileError as exc:
                 raise OcpError(exc.code, f"modify_qp: {exc}") from None
             ev_profile = self.profiles.core_profile(qp.ev_profile)

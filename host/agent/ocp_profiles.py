@@ -11,15 +11,25 @@ and an application's QP names it at INIT (``MRC_QP_EV_PROFILE_ID``). Id 0 is the
 profile (the agent's generated EVs), which is always ONLINE and cannot be changed.
 
 Numbers are ``mrc_ctl.h``'s (profile states, ``mrc_ctl_ev_fmt_mode`` and ``mrc_ctl_ev_mode``
-bits, EV operations, EV state bits); EVs travel as hex strings of the first 16 bytes of
-``mrc_ctl_ev_t`` (STEV and UDP EVs: a 32-bit value in network byte order in the first four).
+bits, EV operations, EV state bits); EVs travel as hex strings of the bytes of ``mrc_ctl_ev_t``
+(up to its 32; missing bytes are zero). Their layout follows the format: STEV and UDP EVs are a
+32-bit value in network byte order in the first four bytes; an SRV6 EV is 16 bytes (a uSID
+carrier, or a generated EV's number at the end); an SRV6+SRH EV is 32 bytes, the carrier then
+the SRH's single segment. Replies give an EV in its format's bytes: 16 (STEV, UDP, SRV6) or 32
+(SRV6+SRH).
+
+An explicit (EXP) SRV6 or SRV6+SRH profile holds uSID carriers: going ONLINE, each must be a
+path of the fabric model from this host to another host on its port (plane), all to the same
+host (one set per destination), and a QP using the profile must be towards that host.
 docs/ocp-api.md has the rules this module enforces.
 """
 
 from __future__ import annotations
 
 import errno
-from collections.abc import Callable, Mapping
+import ipaddress
+import zlib
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
@@ -36,8 +46,10 @@ from host.transport.evs import (
     EvState,
     ExplicitEvProfile,
     GeneratedEvProfile,
+    carrier_path,
     generate_evs,
 )
+from topologies import Path
 
 PROFILE_INIT, PROFILE_OFFLINE, PROFILE_ONLINE = 0, 1, 2
 STATE_NAMES = ("INIT", "OFFLINE", "ONLINE")
@@ -60,6 +72,7 @@ VENDOR_CFG = 1 << 31
 MAX_PROFILES = 64
 MAX_EVS = 4096
 UNPOPULATED = ("0" * 32, 0)
+EV_MAX_BYTES = 32  #: MRC_CTL_EV_MAX_BYTES: the bytes of an mrc_ctl_ev_t
 
 
 class ProfileError(Exception):
@@ -93,6 +106,7 @@ class CtlEvProfile:
     fields: list[list[int]] | None = None  # [width, init_val, min_val, max_val, mask]
     entries: list[tuple[str, int]] = field(default_factory=list)  # explicit (EV hex, port)
     core: int | None = None
+    dest: str | None = None  #: explicit SRV6, ONLINE: the host its carriers lead to
 
 
 def _int(req: Mapping[str, Any], name: str, high: int = (1 << 64) - 1) -> int:
@@ -112,10 +126,36 @@ def _format(mode: int, widths: list[int] | tuple[int, ...]) -> EvFormatProfile:
     return EvFormatProfile(fmt, tuple(widths), srh=srh)
 
 
-def _ev_value(hex_value: str, fmt: EvFormat) -> int:
-    raw = bytes.fromhex(hex_value)
-    if fmt is EvFormat.SRV6:
-        return int.from_bytes(raw[:16], "big")
+def ev_bytes(fmt: EvFormatProfile) -> int:
+    """The bytes of ``mrc_ctl_ev_t`` an EV of ``fmt`` fills: 32 for SRV6+SRH, else 16."""
+    return EV_MAX_BYTES if fmt.srh else 16
+
+
+def _raw(hex_value: str) -> bytes:
+    """An EV's hex string as the 32 bytes of ``mrc_ctl_ev_t`` (zero-filled)."""
+    try:
+        raw = bytes.fromhex(hex_value)
+    except ValueError:
+        raw = b""
+    else:
+        if len(raw) <= EV_MAX_BYTES:
+            return raw.ljust(EV_MAX_BYTES, b"\0")
+    raise ProfileError(
+        errno.EINVAL, f"EV {hex_value[:16]!r}: expected up to {EV_MAX_BYTES} bytes in hex"
+    )
+
+
+def _ev_hex(hex_value: str, fmt: EvFormatProfile) -> str:
+    """An EV's hex string in the bytes its format fills (:func:`ev_bytes`)."""
+    return _raw(hex_value)[: ev_bytes(fmt)].hex()
+
+
+def _ev_value(hex_value: str, fmt: EvFormatProfile) -> int:
+    """The EV an ``mrc_ctl_ev_t`` holds: STEV / UDP the first four bytes, SRV6 the first 16,
+    SRV6+SRH all 32 (the carrier, then the SRH segment)."""
+    raw = _raw(hex_value)
+    if fmt.mode is EvFormat.SRV6:
+        return int.from_bytes(raw[: ev_bytes(fmt)], "big")
     return int.from_bytes(raw[:4], "big")
 
 
@@ -155,10 +195,15 @@ def _existing_or_new(
 class ProfileStore:
     """The EV format and EV profiles of one host."""
 
-    def __init__(self, context: Context, now: Callable[[], float], default_count: int) -> None:
+    def __init__(
+        self, context: Context, now: Callable[[], float], default_count: int,
+        peers: Callable[[], Mapping[str, Sequence[Path]]] | None = None,
+    ) -> None:  # fmt: skip
         self.context = context
         self.now = now
         self.default_count = default_count
+        #: the fabric model's paths from this host to each other host (explicit SRV6 EVs)
+        self.peers = peers or dict
         self.fmts: dict[int, FmtProfile] = {}
         self.evs: dict[int, CtlEvProfile] = {}
 
@@ -167,6 +212,17 @@ class ProfileStore:
     def check_usable(self, profile_id: int) -> None:
         """Refuse a QP's EV profile id unless it is 0 or an ONLINE profile."""
         _check_usable("EV", self.evs, profile_id)
+
+    def check_destination(self, profile_id: int, remote_host: str) -> None:
+        """Refuse a QP towards ``remote_host`` on an explicit SRV6 profile whose carriers lead
+        to another host."""
+        profile = self.evs.get(profile_id)
+        if profile is not None and profile.dest is not None and profile.dest != remote_host:
+            raise ProfileError(
+                errno.EINVAL,
+                f"EV profile {profile_id}: its SRV6 EVs are paths to {profile.dest}, "
+                f"not to {remote_host} (explicit SRV6 EVs are one set per destination)",
+            )
 
     def core_profile(self, profile_id: int) -> int | None:
         """The core's id of a controller profile (None for profile 0, the QP's own)."""
@@ -437,6 +493,7 @@ class ProfileStore:
             if profile.core is not None:
                 self.context.destroy_ev_profile(profile.core)
                 profile.core = None
+            profile.dest = None
         elif new == PROFILE_INIT and state == PROFILE_OFFLINE:
             profile.mode, profile.fmt_id, profile.count, profile.fields = 0, None, 0, None
             profile.entries = []
@@ -466,20 +523,46 @@ class ProfileStore:
             return GeneratedEvProfile(
                 count=profile.count, fields=fields, fmt=fmt, min_active=profile.min_active
             )
-        if fmt.mode is EvFormat.SRV6:
-            raise ProfileError(
-                errno.EINVAL,
-                f"EV profile {pid}: explicit SRV6 EVs (uSID carriers per destination) are not supported; use GEN, or the STEV / UDP format",
-            )
-        if any(entry == UNPOPULATED for entry in profile.entries):
+        if any(_raw(h) == bytes(EV_MAX_BYTES) and port == 0 for h, port in profile.entries):
             raise ProfileError(
                 errno.EINVAL,
                 f"EV profile {pid}: replace every unpopulated EV (REPLACE_EV) before ONLINE",
             )
-        evs = tuple(
-            (_ev_value(hex_value, fmt.mode), port - 1) for hex_value, port in profile.entries
-        )
+        evs = tuple((_ev_value(hex_value, fmt), port - 1) for hex_value, port in profile.entries)
+        if fmt.mode is EvFormat.SRV6:
+            profile.dest = self._carrier_dest(pid, evs, fmt)
+            return ExplicitEvProfile(evs=evs, fmt=fmt, min_active=profile.min_active, carriers=True)
         return ExplicitEvProfile(evs=evs, fmt=fmt, min_active=profile.min_active)
+
+    def _carrier_dest(self, pid: int, evs: Sequence[tuple[int, int]], fmt: EvFormatProfile) -> str:
+        """The host the explicit SRV6 EVs ``evs`` ((carrier, plane) pairs) lead to: each must
+        be a path of the fabric model from this host on its plane, all to one host."""
+        peers = self.peers()
+        dest: str | None = None
+        for i, (ev, plane) in enumerate(evs):
+            found = next(
+                (host for host, paths in peers.items()
+                 if carrier_path(paths, ev, plane, fmt.srh) is not None),
+                None,
+            )  # fmt: skip
+            if found is None:
+                raise ProfileError(
+                    errno.EINVAL,
+                    f"EV profile {pid}: EV {i} ({_srv6_text(ev, fmt.srh)}) on port {plane + 1}: "
+                    f"no path from this host on that port has it as its "
+                    f"{'carrier and SRH segment' if fmt.srh else 'uSID carrier'}",
+                    {"index": i},
+                )
+            if dest is not None and found != dest:
+                raise ProfileError(
+                    errno.EINVAL,
+                    f"EV profile {pid}: EV {i} is a path to {found}, the EVs before it to "
+                    f"{dest} (explicit SRV6 EVs are one set per destination)",
+                    {"index": i},
+                )
+            dest = found
+        assert dest is not None
+        return dest
 
     def _query_ops(
         self, pid: int, profile: CtlEvProfile, request: Mapping[str, Any], mask: int
@@ -494,7 +577,8 @@ class ProfileStore:
 
     def _ev_array(self, profile: CtlEvProfile) -> list[tuple[str, int]]:
         if profile.mode == MODE_EXP:
-            return list(profile.entries)
+            fmt = self._entry_fmt(profile)
+            return [(_ev_hex(h, fmt), port) for h, port in profile.entries]
         if profile.core is None:
             return []
         fmt = self._fmt_of(profile)
@@ -514,7 +598,7 @@ class ProfileStore:
         for table in core.tables:
             for slot in table.slots:
                 seen.setdefault(slot.ev, slot.plane + 1)
-        width = 16 if fmt.mode is EvFormat.SRV6 else 4
+        width = ev_bytes(fmt) if fmt.mode is EvFormat.SRV6 else 4
         return [
             (ev.to_bytes(width, "big").ljust(16, b"\0").hex(), port) for ev, port in seen.items()
         ]
@@ -557,19 +641,23 @@ class ProfileStore:
                 raise ProfileError(
                     errno.EINVAL, "REPLACE_EV: an explicit (EXP) profile, OFFLINE, in a modify"
                 )
+            fmt = self._entry_fmt(profile)
             for i, (ev, port, new, new_port, _state, flags) in enumerate(parsed):
                 if not 1 <= new_port <= 255:
                     raise ProfileError(
                         errno.EINVAL, f"REPLACE_EV entry {i}: port {new_port}, expected 1-based"
                     )
-                hits = [k for k, e in enumerate(profile.entries) if e == (ev, port)]
+                old = (_ev_hex(ev, fmt), port)
+                hits = [
+                    k for k, (h, p) in enumerate(profile.entries) if (_ev_hex(h, fmt), p) == old
+                ]
                 if not hits:
                     raise ProfileError(
                         errno.ENOENT,
                         f"REPLACE_EV entry {i}: EV {ev[:8]} (port {port}) not in profile {pid}",
                     )
                 for k in hits if flags & OP_F_ALL_COPIES else hits[:1]:
-                    profile.entries[k] = (new, new_port)
+                    profile.entries[k] = (_ev_hex(new, fmt), new_port)
             return {}
         if op in (EV_OP_MODIFY_STATE, EV_OP_QUERY_STATE):
             if profile.core is None:
@@ -580,9 +668,10 @@ class ProfileStore:
             core = self.context.ev_profile(profile.core)
             states = []
             for i, (ev, _port, _new, _new_port, state_bit, _flags) in enumerate(parsed):
-                value = _ev_value(ev, fmt.mode)
+                value = _ev_value(ev, fmt)
+                wire = self._wire(profile, value, fmt)
                 if op == EV_OP_QUERY_STATE:
-                    states.append(STATE_BITS[core.state(value)])
+                    states.append(STATE_BITS[core.state(wire)])
                     continue
                 if not modify:
                     raise ProfileError(errno.EINVAL, "MODIFY_EV_STATE in a query")
@@ -595,28 +684,53 @@ class ProfileStore:
                 try:
                     self.context.set_profile_ev_state(profile.core, value, new_state, self.now())
                 except KeyError:
-                    if not self._ev_in(profile, value, fmt.mode):
+                    if not self._ev_in(profile, value, fmt):
                         raise ProfileError(
                             errno.ENOENT,
                             f"MODIFY_EV_STATE entry {i}: EV {value:#x} not in profile {pid}",
                         ) from None
-                    core.set_state(value, new_state, self.now())  # no QP uses it yet
+                    core.set_state(wire, new_state, self.now())  # no QP uses it yet
             return {"states": states} if op == EV_OP_QUERY_STATE else {}
         raise ProfileError(
             errno.EINVAL,
             f"EV_OP {op!r}: expected REPLACE_EV, MODIFY_EV_STATE, QUERY_EV_STATE or QUERY_EV_ARRAY",
         )
 
-    def _ev_in(self, profile: CtlEvProfile, value: int, fmt: EvFormat) -> bool:
+    def _entry_fmt(self, profile: CtlEvProfile) -> EvFormatProfile:
+        """The format of an explicit profile's entries (its format profile need not be ONLINE
+        while they are replaced): SRV6 with an SRH when its fields pass 128 bits."""
+        fmt = self.fmts.get(profile.fmt_id or -1)
+        if fmt is None or not fmt.mode:
+            return EvFormatProfile(EvFormat.STEV)
+        try:
+            return _format(fmt.mode, fmt.fields or ())
+        except EvProfileError:
+            return EvFormatProfile(FORMATS[fmt.mode])
+
+    @staticmethod
+    def _wire(profile: CtlEvProfile, value: int, fmt: EvFormatProfile) -> int:
+        """The 32-bit form the core knows an EV by: an explicit SRV6 EV (a carrier) by the
+        CRC-32 of its bytes, any other EV by its value."""
+        if profile.mode == MODE_EXP and fmt.mode is EvFormat.SRV6:
+            return zlib.crc32(value.to_bytes(ev_bytes(fmt), "big"))
+        return value
+
+    def _ev_in(self, profile: CtlEvProfile, value: int, fmt: EvFormatProfile) -> bool:
         if profile.mode == MODE_EXP:
             return any(_ev_value(h, fmt) == value for h, _ in profile.entries)
         if profile.core is None:
             return False
         core = self.context.ev_profile(profile.core).profile
-        if fmt is not EvFormat.SRV6 and isinstance(core, GeneratedEvProfile):
+        if fmt.mode is not EvFormat.SRV6 and isinstance(core, GeneratedEvProfile):
             count = core.count or self.default_count
             return value in generate_evs(core.fields, core.fmt, count)
         return False  # SRV6 EVs come from the paths: only the QPs' tables know them
+
+
+def _srv6_text(ev: int, srh: bool) -> str:
+    """An SRV6 EV for messages: the carrier, with an SRH the segment after it."""
+    low = ipaddress.IPv6Address(ev & ((1 << 128) - 1))
+    return f"{ipaddress.IPv6Address(ev >> 128)} + SRH {low}" if srh else str(low)
 
 
 # -- CC profiles ---------------------------------------------------------------------------------

@@ -859,3 +859,119 @@ def test_port_status_update_retires_the_peers_evs(pair: Pair, fabric: Fabric) ->
     req = [[4, gid(a, 1), gid(b, 1), STEV, ev_hex(9), 2, 0b110]]
     reply = answer(pair, ep_batch(h0, req, op=1, timeout=10**6))
     assert reply["ok"] and [r[:2] for r in reply["responses"]] == [[4, 2]], reply
+
+
+def srv6_ev_hex(path: Any, srh: bool) -> str:
+    """An SRV6 EV as the C library sends it (the whole 32-byte mrc_ctl_ev_t): the carrier, with
+    an SRH the carrier then the segment, zeros after."""
+    raw = path.srh_carrier.packed + path.srh_segment.packed if srh else path.carrier.packed
+    return raw.ljust(32, b"\0").hex()
+
+
+def explicit_srv6(side: Side, fmt_id: int, pid: int, entries: list[tuple[str, int]]) -> None:
+    """EV profile ``pid``: EXP on format ``fmt_id``, OFFLINE, every EV replaced."""
+    from host.agent import ocp_profiles as P
+
+    ev = {"op": "modify", "id": pid}
+    side.ok("ev_profile", **ev, state=P.PROFILE_OFFLINE, mode=P.MODE_EXP, fmt_id=fmt_id,
+            count=len(entries), mask=P.EV_M_STATE | P.EV_M_MODE | P.EV_M_FMT_ID | P.EV_M_COUNT)  # fmt: skip
+    for value, port in entries:
+        unpopulated = ["00" * 32, 0, value, port, 0, 0]
+        side.ok("ev_profile", **ev, mask=P.EV_M_EV_OP, ev_op=P.EV_OP_REPLACE, entries=[unpopulated])
+
+
+@pytest.mark.parametrize("srh", [False, True], ids=["srv6", "srv6+srh"])
+def test_explicit_srv6_evs_are_paths(pair: Pair, fabric: Fabric, srh: bool) -> None:
+    from host.agent import ocp_profiles as P
+
+    h0, h1 = pair.h0, pair.h1
+    if os.geteuid() != 0:
+        return
+    fields = [32] + [16] * 6 + ([32] + [16] * 4 if srh else [])  # beyond 128 bits: an SRH
+    h0.ok("ev_fmt_profile", op="modify", id=4, mask=P.FMT_M_MODE | P.FMT_M_STATE | P.FMT_M_OP,
+          mode=P.FMT_SRV6, state=P.PROFILE_OFFLINE, fields_op=P.FIELDS_MODIFY, fields=fields)  # fmt: skip
+    h0.ok("ev_fmt_profile", op="modify", id=4, mask=P.FMT_M_STATE, state=P.PROFILE_ONLINE)
+    to_h1, to_h2 = fabric.paths("h0", "h1"), fabric.paths("h0", "h2")
+    nbytes = 32 if srh else 16
+
+    # not a path from h0 on its port: EINVAL naming the EV
+    wrong_port = (srv6_ev_hex(to_h1[1], srh), to_h1[1].plane + 1)
+    wrong_port = (wrong_port[0], 3 - wrong_port[1])
+    half = (srv6_ev_hex(to_h1[0], not srh), to_h1[0].plane + 1)  # the other format's bytes
+    mixed = (srv6_ev_hex(to_h2[0], srh), to_h2[0].plane + 1)  # a path to another host
+    good = (srv6_ev_hex(to_h1[0], srh), to_h1[0].plane + 1)
+    for pid, bad, words in ((10, wrong_port, "EV 1 "), (11, half, "EV 1 "),
+                            (12, mixed, "EV 1 is a path to h2")):  # fmt: skip
+        explicit_srv6(h0, 4, pid, [good, bad])
+        reply = h0.fails("ev_profile", errno.EINVAL, op="modify", id=pid, mask=P.EV_M_STATE,
+                         state=P.PROFILE_ONLINE)  # fmt: skip
+        assert words in reply["error"] and reply["index"] == 1, reply
+        assert h0.ok("ev_profile", op="query", id=pid, mask=P.EV_M_STATE)["state"] == 1
+
+    # every path to h1: ONLINE, the array gives the EVs' full bytes back
+    entries = [(srv6_ev_hex(p, srh), p.plane + 1) for p in to_h1]
+    explicit_srv6(h0, 4, 8, entries)
+    h0.ok("ev_profile", op="modify", id=8, mask=P.EV_M_STATE | P.EV_M_EVENT_MASK,
+          state=P.PROFILE_ONLINE, event_mask=3)  # fmt: skip
+    array = h0.ok("ev_profile", op="query", id=8, mask=P.EV_M_EV_OP,
+                  ev_op=P.EV_OP_QUERY_ARRAY, entries=[0] * len(entries))["array"]  # fmt: skip
+    assert array == [[h[: 2 * nbytes], port] for h, port in entries]
+
+    # a QP towards another host than the carriers lead to: EINVAL naming the profile
+    qc, _, _ = make_qp(h0)
+    h0.ok("modify_qp", qpn=qc, state=INIT, ev_profile=8, cc_profile=0)
+    h2_gid = fabric.host("h2").nic(0).address.packed.hex()
+    reply = h0.fails("modify_qp", errno.EINVAL, qpn=qc, state=RTR, dgid=h2_gid, dest_qpn=300)
+    assert "EV profile 8" in reply["error"] and "h1" in reply["error"], reply
+    h0.ok("destroy_qp", qpn=qc)
+
+    # a QP towards h1 moves data on exactly those paths
+    evq = h0.ok("create_ev_cq", cqe=64)["cq"]
+    qa, scq, _ = make_qp(h0)
+    qb, _, _ = make_qp(h1)
+    h0.ok("modify_qp", qpn=qa, state=INIT, ev_profile=8, cc_profile=0)
+    h1.ok("modify_qp", qpn=qb, state=INIT, ev_profile=0, cc_profile=0)
+    h0.ok("modify_qp", qpn=qa, state=RTR, dgid=h1.gid(), dest_qpn=qb)
+    h1.ok("modify_qp", qpn=qb, state=RTR, dgid=h0.gid(), dest_qpn=qa)
+    h0.ok("modify_qp", qpn=qa, state=RTS)
+    h1.ok("modify_qp", qpn=qb, state=RTS)
+    slots = h0.agent.context.qp(qa).ev_table.slots
+    assert [s.path for s in slots] == to_h1
+    for slot in slots:
+        assert slot.dst == (slot.path.srh_carrier if srh else slot.path.carrier)
+        assert slot.srh == (slot.path.srh_segment if srh else None)
+        assert slot.label == slot.path.label
+    src, dst = h0.buffer(65536), h1.buffer(65536)
+    ctypes.memmove(src, os.urandom(65536), 65536)
+    mr, remote = h0.reg(src), h1.reg(dst)
+    h0.ok("post_send", qpn=qa, wrs=[write_wr(1, mr, remote, 65536)])
+    pair.run(3.0)
+    assert h0.poll(scq)[0][1] == ocp.WC_SUCCESS
+    assert bytes(dst) == bytes(src)
+
+    # EV states by the EV's bytes; an event gives them back in full
+    one = [entries[1][0], entries[1][1], "", 0, P.STATE_BITS[ocp_evstate("unknown")], 0]
+    h0.ok("ev_profile", op="modify", id=8, mask=P.EV_M_EV_OP, ev_op=P.EV_OP_MODIFY_STATE,
+          entries=[one])  # fmt: skip
+    pair.run(1.0)  # probed, GOOD on the reply
+    states = h0.ok("ev_profile", op="query", id=8, mask=P.EV_M_EV_OP,
+                   ev_op=P.EV_OP_QUERY_STATE, entries=[one])["states"]  # fmt: skip
+    assert states == [P.STATE_BITS[ocp_evstate("good")]]
+    events = [e for e in h0.poll(evq) if e[0] == 8]
+    assert events and all(e[5] == entries[1][0] and e[2] == entries[1][1] for e in events)
+    assert events[-1][4] == P.STATE_BITS[ocp_evstate("good")]
+
+
+def test_ev_probe_with_an_srh(pair: Pair, fabric: Fabric) -> None:
+    h0 = pair.h0
+    a, b = fabric.host("h0"), fabric.host("h1")
+    path = next(p for p in fabric.paths("h0", "h1") if p.plane == 1)
+    reqs = [
+        [3, gid(a, 1), gid(b, 1), SRV6, srv6_ev_hex(path, True), 2],
+        [4, gid(a, 1), gid(b, 1), SRV6, srv6_ev_hex(path, False), 2],  # the segment zero: no SRH
+    ]
+    reply = answer(pair, ep_batch(h0, reqs, tc=46, timeout=10**6))
+    assert reply["ok"], reply
+    assert sorted(r[0] for r in reply["responses"]) == [3, 4]
+    assert pair.h1.agent.context.stats()["ep_requests_answered"] == 2
+    assert pair.sim.counters.get("drop_sid_end", 0) == 0
