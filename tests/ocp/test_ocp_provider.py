@@ -155,10 +155,13 @@ def make_qp(side: Side, **caps: Any) -> tuple[int, int, int]:
     return qpn, scq, rcq
 
 
-def connect(a: Side, qa: int, b: Side, qb: int, **rts: Any) -> None:
-    """Both QPs RESET -> INIT -> RTR -> RTS towards each other."""
-    for side, qpn in ((a, qa), (b, qb)):
-        side.ok("modify_qp", qpn=qpn, state=INIT, ev_profile=0, cc_profile=0)
+def connect(
+    a: Side, qa: int, b: Side, qb: int, *, ev_profile: int = 0, cc_profile: int = 0, **rts: Any
+) -> None:
+    """Both QPs RESET -> INIT -> RTR -> RTS towards each other (``a``'s with the EV and CC
+    profiles given, ``b``'s with the host's own)."""
+    a.ok("modify_qp", qpn=qa, state=INIT, ev_profile=ev_profile, cc_profile=cc_profile)
+    b.ok("modify_qp", qpn=qb, state=INIT, ev_profile=0, cc_profile=0)
     a.ok("modify_qp", qpn=qa, state=RTR, dgid=b.gid(), dest_qpn=qb)
     b.ok("modify_qp", qpn=qb, state=RTR, dgid=a.gid(), dest_qpn=qa)
     a.ok("modify_qp", qpn=qa, state=RTS, **rts)
@@ -590,12 +593,7 @@ def test_ev_profiles_after_mrc_ctl(pair: Pair) -> None:
 
     # a QP on profile 7 carries data with its STEV EVs
     qb, _, _ = make_qp(h1)
-    h0.ok("modify_qp", qpn=qa, state=INIT, ev_profile=7, cc_profile=0)
-    h1.ok("modify_qp", qpn=qb, state=INIT, ev_profile=0, cc_profile=0)
-    h0.ok("modify_qp", qpn=qa, state=RTR, dgid=h1.gid(), dest_qpn=qb)
-    h1.ok("modify_qp", qpn=qb, state=RTR, dgid=h0.gid(), dest_qpn=qa)
-    h0.ok("modify_qp", qpn=qa, state=RTS)
-    h1.ok("modify_qp", qpn=qb, state=RTS)
+    connect(h0, qa, h1, qb, ev_profile=7, cc_profile=0)
     core_evs = {info.ev for info in h0.agent.context.qp(qa).ev_table.evs()}
     assert core_evs == {0x1234_0000 | n for n in range(1, 17)}
     src, dst = h0.buffer(65536), h1.buffer(65536)
@@ -653,12 +651,7 @@ def test_srv6_format_beyond_128_bits_sends_with_an_srh(pair: Pair) -> None:
     h0.ok("ev_profile", **ev, mask=P.EV_M_STATE, state=P.PROFILE_ONLINE)
     qa, scq, _ = make_qp(h0)
     qb, _, _ = make_qp(h1)
-    h0.ok("modify_qp", qpn=qa, state=INIT, ev_profile=8, cc_profile=0)
-    h1.ok("modify_qp", qpn=qb, state=INIT, ev_profile=0, cc_profile=0)
-    h0.ok("modify_qp", qpn=qa, state=RTR, dgid=h1.gid(), dest_qpn=qb)
-    h1.ok("modify_qp", qpn=qb, state=RTR, dgid=h0.gid(), dest_qpn=qa)
-    h0.ok("modify_qp", qpn=qa, state=RTS)
-    h1.ok("modify_qp", qpn=qb, state=RTS)
+    connect(h0, qa, h1, qb, ev_profile=8, cc_profile=0)
     slots = h0.agent.context.qp(qa).ev_table.slots
     assert len(slots) == 8
     assert all(s.srh == s.path.srh_segment and s.dst == s.path.srh_carrier for s in slots)
@@ -929,12 +922,7 @@ def test_explicit_srv6_evs_are_paths(pair: Pair, fabric: Fabric, srh: bool) -> N
     evq = h0.ok("create_ev_cq", cqe=64)["cq"]
     qa, scq, _ = make_qp(h0)
     qb, _, _ = make_qp(h1)
-    h0.ok("modify_qp", qpn=qa, state=INIT, ev_profile=8, cc_profile=0)
-    h1.ok("modify_qp", qpn=qb, state=INIT, ev_profile=0, cc_profile=0)
-    h0.ok("modify_qp", qpn=qa, state=RTR, dgid=h1.gid(), dest_qpn=qb)
-    h1.ok("modify_qp", qpn=qb, state=RTR, dgid=h0.gid(), dest_qpn=qa)
-    h0.ok("modify_qp", qpn=qa, state=RTS)
-    h1.ok("modify_qp", qpn=qb, state=RTS)
+    connect(h0, qa, h1, qb, ev_profile=8, cc_profile=0)
     slots = h0.agent.context.qp(qa).ev_table.slots
     assert [s.path for s in slots] == to_h1
     for slot in slots:
