@@ -124,7 +124,9 @@ class Topology:
         frame = self.link_mtu + 14
         rate = self.link_rate_mbps * 1e6
         links = BASE_RTT_LINKS
-        return links * (frame + CONTROL_FRAME_BYTES) * 8 / rate + 2 * links * self.link_delay_us / 1e6
+        return (
+            links * (frame + CONTROL_FRAME_BYTES) * 8 / rate + 2 * links * self.link_delay_us / 1e6
+        )
 
     @property
     def frame_time(self) -> float:

@@ -75,9 +75,7 @@ class RegionTable:
         self._by_rkey: dict[int, MemoryRegion] = {}
         self.by_rkey = self._by_rkey  #: read-only view for the receiver's hot path
 
-    def register(
-        self, addr: int, length: int, buffer: RegionBuffer | None = None
-    ) -> MemoryRegion:
+    def register(self, addr: int, length: int, buffer: RegionBuffer | None = None) -> MemoryRegion:
         """Register ``length`` bytes at ``addr`` (backed by ``buffer`` or a new zeroed one)."""
         if not 0 <= addr < 1 << 64:
             raise RegionError(f"region address {addr:#x}: expected a 64-bit unsigned value")

@@ -115,7 +115,11 @@ def test_explicit_stev_profile(make_net: Any) -> None:
     net = make_net(seed=1)
     profile = ExplicitEvProfile(((0x11, 0), (0x22, 1), (0x33, 1)), fmt=STEV)
     flow = net.connect("h0", "h2", ev_profile=profile)
-    assert [(s.ev, s.plane) for s in flow.sender.ev_table.slots] == [(0x11, 0), (0x22, 1), (0x33, 1)]
+    assert [(s.ev, s.plane) for s in flow.sender.ev_table.slots] == [
+        (0x11, 0),
+        (0x22, 1),
+        (0x33, 1),
+    ]
     with pytest.raises(EvProfileError, match="on plane 5"):
         net.connect("h0", "h2", ev_profile=ExplicitEvProfile(((1, 5),), fmt=STEV))
     with pytest.raises(EvProfileError, match="16-bit value"):

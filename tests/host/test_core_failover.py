@@ -38,7 +38,9 @@ def test_failed_path_is_retired_at_first_loss_and_probed_back(make_net: Any) -> 
     retired = [e for e in changes if e.new == "assumed_bad"]
     # exactly the 32 EVs of p0-s0, all at the moment of the first loss, nothing else
     assert {e.path for e in retired} == {"p0-s0"} and len(retired) == 32
-    assert retired[0].reason in ("sack", "late", "rto") and {e.reason for e in retired[1:]} == {"path"}
+    assert retired[0].reason in ("sack", "late", "rto") and {e.reason for e in retired[1:]} == {
+        "path"
+    }
     assert len({e.time for e in retired}) == 1 and 0.010 <= retired[0].time < 0.060
     stats = net.hosts["h0"].stats()
     assert stats["rtos"] == 0  # SACK found the losses; no timeout was needed
