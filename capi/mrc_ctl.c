@@ -71,7 +71,9 @@ static int ctl_query_device(struct ibv_context *context, struct mrc_ctl_device_a
 	attr->ev.ev_free_count = 64 * 4096;
 	attr->ev.ev_max_count_profile = 4096;
 	attr->ev.ev_count_align = 1;
-	attr->ev.ev_max_width = 32;
+	/* the widest EV of any format: SRV6 with an SRH (a carrier and a segment, 256 bits);
+	 * STEV EVs are at most 32 bits, UDP 16, plain SRV6 128 (checked per format) */
+	attr->ev.ev_max_width = MRC_CTL_EV_MAX_BYTES * 8;
 	attr->ev.ev_fmt_mode_mask = MRC_CTL_EV_FMT_MODE_STEV | MRC_CTL_EV_FMT_MODE_SRV6 |
 				    MRC_CTL_EV_FMT_MODE_UDP;
 	attr->ev.ev_mode_mask = MRC_CTL_EV_MODE_AUTO | MRC_CTL_EV_MODE_EXP | MRC_CTL_EV_MODE_GEN;
