@@ -55,6 +55,7 @@ from host.transport.cc import CcProfile
 from host.transport.cc import create as cc_create
 from host.transport.cc.fabric import fabric_cc_profile
 from host.transport.config import StackConfig
+from host.transport.endpoint import SpineRoutes
 from host.transport.events import (
     Completion,
     Event,
@@ -191,6 +192,12 @@ class Agent:
             self.host.nics,
             config=self.config,
             seed=options.seed if options.seed is not None else self.host.index + 1,
+            routes=SpineRoutes.from_paths(
+                path
+                for peer in self.fabric.hosts
+                if peer.name != self.host.name
+                for path in self.fabric.paths(self.host.name, peer.name)
+            ),
         )
         self.cq = self.context.create_cq()
         self.qps: dict[tuple[str, str], Any] = {}

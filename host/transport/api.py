@@ -24,7 +24,7 @@ from typing import Any, Protocol, TypeVar
 from host.transport import wire
 from host.transport.cc import DEFAULT_CC, CcProfile
 from host.transport.config import StackConfig
-from host.transport.endpoint import Endpoint, EpBatch, EpRequest
+from host.transport.endpoint import Endpoint, EpBatch, EpRequest, SpineRoutes
 from host.transport.events import Completion, Event
 from host.transport.evs import (
     EvProfile,
@@ -115,7 +115,11 @@ class Context:
         nics: Sequence[NicLike],
         config: StackConfig | None = None,
         seed: int = 0,
+        routes: SpineRoutes | None = None,
     ) -> None:
+        """``routes``: this host's SRV6 paths between racks (:meth:`SpineRoutes.from_paths` of
+        the fabric model's paths to every other host), so that responses to SRV6 endpoint
+        requests go back through the requests' spines; without it they go to the plain address."""
         self.host = host
         self.config = config or StackConfig()
         self.nics = {nic.plane: nic for nic in nics}
@@ -139,7 +143,7 @@ class Context:
         self._timer = (float("inf"), float("inf"))
         self._endpoint = Endpoint(
             host, self.nics, self._shared, lambda: iter(self._qps.values()),
-            self.config.hop_limit, self.config.probe_interval,
+            self.config.hop_limit, self.config.probe_interval, routes,
         )  # fmt: skip
         self._turn = 0  # the QP that sends first from a budget (frames_to_send)
 

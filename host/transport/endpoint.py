@@ -24,7 +24,7 @@ the ports the mask says are down and probes them again when a later update says 
 from __future__ import annotations
 
 import ipaddress
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -35,6 +35,7 @@ from host.transport.qp_state import NS, Shared
 
 if TYPE_CHECKING:
     from host.transport.qp import QueuePair
+    from topologies import Path
 
 OPS = {"ev_probe": wire.EP_OP_EV_PROBE, "port_status_update": wire.EP_OP_PORT_STATUS}
 OP_NAMES = {v: k for k, v in OPS.items()}
@@ -49,6 +50,31 @@ PORT_STATUS_ROUNDS = 8
 
 class EndpointError(ValueError):
     """A request that cannot be sent (names the request and the field)."""
+
+
+@dataclass(frozen=True)
+class SpineRoutes:
+    """What a host knows of its SRV6 paths between racks, so that an SRV6 request's response
+    comes back through the spine the request went through (the path probed, both ways) instead
+    of wherever the responder's leaf hashes a plain address: the spine of each carrier this
+    host sends to (the plain carrier and the SRH split's outer one), and this host's carrier to
+    each other host's NIC through each spine. Built from the fabric model's paths
+    (:meth:`from_paths`); a context without it answers to the plain address."""
+
+    spine_of: dict[bytes, int] = field(default_factory=dict)  #: carrier -> spine
+    via: dict[tuple[bytes, int], bytes] = field(default_factory=dict)  #: (NIC, spine) -> carrier
+
+    @classmethod
+    def from_paths(cls, paths: Iterable[Path]) -> SpineRoutes:
+        """The table of ``paths`` (every path from this host to the others)."""
+        routes = cls()
+        for path in paths:
+            if path.spine is None:
+                continue  # within a rack: one way only
+            routes.spine_of[path.carrier.packed] = path.spine
+            routes.spine_of[path.srh_carrier.packed] = path.spine
+            routes.via[(path.dst_nic.address.packed, path.spine)] = path.carrier.packed
+        return routes
 
 
 @dataclass(frozen=True)
@@ -95,8 +121,10 @@ class Endpoint:
     def __init__(
         self, host: str, nics: dict[int, Any], shared: Shared,
         qps: Callable[[], Iterator[QueuePair]], hop_limit: int, interval: float = 8e-6,
+        routes: SpineRoutes | None = None,
     ) -> None:  # fmt: skip
         self.host = host
+        self.routes = routes or SpineRoutes()
         self.nics = nics
         self._shared = shared
         self._qps = qps
@@ -181,9 +209,11 @@ class Endpoint:
             wire_ev = r.ev
             outer = wire.ev_outer(r.ev, mode.value)
         prefix = self._prefix(plane, dst, dscp, outer, segment)
+        spine = self.routes.spine_of.get(dst, wire.NO_SPINE) if mode is EvFormat.SRV6 else None
         frame = wire.encode_endpoint(
-            prefix, False, op, plane, wire_ev, int(now * NS), r.req_id, r.port_status
-        )
+            prefix, False, op, plane, wire_ev, int(now * NS), r.req_id, r.port_status,
+            spine_hint=wire.NO_SPINE if spine is None else spine,
+        )  # fmt: skip
         return plane, frame
 
     def _prefix(
@@ -213,7 +243,9 @@ class Endpoint:
             self._on_response(pkt, plane, now)
             return
         out = pkt.outer
-        prefix = self._prefix(plane, out.src, wire.DSCP_CONTROL, (out.flow_label, out.udp_sport))
+        # an SRV6 request says which spine it came through: back through the same one
+        back = self.routes.via.get((out.src, pkt.spine_hint), out.src)
+        prefix = self._prefix(plane, back, wire.DSCP_CONTROL, (out.flow_label, out.udp_sport))
         frame = wire.encode_endpoint(
             prefix, True, pkt.op, pkt.plane_hint, pkt.ev, pkt.timestamp, pkt.req_id,
             self.port_mask(),

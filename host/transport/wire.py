@@ -291,6 +291,9 @@ class EndpointPacket:
     req_id: int  #: request id (16 bits), echoed
     port_status: int  #: port status mask of the sender (bit N: port N = plane N - 1 is up)
     service_ns: int  #: response: ns between the request's arrival and the response's departure
+    #: request: the spine of the requester's SRV6 path (NO_SPINE: none or not known), which the
+    #: responder's answer goes back through
+    spine_hint: int = 0xFF
 
 
 Packet = DataPacket | AckPacket | NackPacket | ProbePacket | EndpointPacket
@@ -555,6 +558,7 @@ def encode_endpoint(
     req_id: int,
     port_status: int = 0,
     service_ns: int = 0,
+    spine_hint: int = NO_SPINE,
 ) -> bytearray:
     """An EP_REQUEST (response False) or EP_RESPONSE frame (BTH dest QP 0: connectionless)."""
     frame, at = _control(prefix)
@@ -563,7 +567,7 @@ def encode_endpoint(
         frame, at, _CTRL_UDP_LEN, 0,
         OP_ACKNOWLEDGE, 0, 0xFFFF, 0, 0,
         AETH_ACK << 24,
-        EXT_EP_RESPONSE if response else EXT_EP_REQUEST, flags, plane_hint, NO_SPINE,
+        EXT_EP_RESPONSE if response else EXT_EP_REQUEST, flags, plane_hint, spine_hint & 0xFF,
         ev & 0xFFFFFFFF, timestamp & 0xFFFFFFFF, req_id & 0xFFFF, port_status & 0xFFFFFFFF,
         min(max(service_ns, 0), 0xFFFFFFFF),
     )  # fmt: skip
@@ -681,7 +685,7 @@ def parse(frame: bytes | bytearray | memoryview, max_frame: int = MAX_FRAME) -> 
         req_id, status, service = _EP_BODY.unpack_from(frame, off)
         return EndpointPacket(
             outer, kind == EXT_EP_RESPONSE, flags & 0x0F, flags & 0xF0, plane, ev, ts, req_id,
-            status, service,
+            status, service, spine,
         )  # fmt: skip
     raise BadExtension(f"control extension type {kind}: expected 2 (ACK) .. 7 (EP_RESPONSE)")
 

@@ -14,7 +14,7 @@ from scapy.layers.l2 import Ether
 
 from host.transport import wire
 from host.transport.api import Context
-from host.transport.endpoint import EndpointError, EpRequest
+from host.transport.endpoint import EndpointError, EpRequest, SpineRoutes
 from host.transport.events import EvStateChanged, PortStatusChanged
 from host.transport.evs import EvFormat, EvFormatProfile, EvState, GeneratedEvProfile
 from topologies import Fabric
@@ -249,3 +249,54 @@ def test_srh_ev_probe_errors(fabric: Fabric) -> None:
     with pytest.raises(EndpointError, match="srv6\\+srh"):
         ctx.ep_batch_send("ev_probe", [EpRequest(1, a.nic(1).address, b.nic(1).address, 1,
                                                  "srv6+nope")])  # fmt: skip
+
+
+# -- SRV6 responses back through the request's spine ---------------------------------------------
+
+
+def _routed_host(net: Any, fabric: Fabric, name: str) -> Context:
+    """``name``'s context with its spine routes (as the agent builds it)."""
+    me = fabric.host(name)
+    routes = SpineRoutes.from_paths(
+        p for peer in fabric.hosts if peer.name != name for p in fabric.paths(name, peer.name)
+    )
+    ctx = Context(name, me.nics, config=net.config, seed=me.index + 7, routes=routes)
+    net.sim.attach(ctx)
+    net.hosts[name] = ctx
+    net.cqs[name] = ctx.create_cq()
+    return ctx
+
+
+@pytest.mark.parametrize("routed", [True, False], ids=["spine-routes", "plain-address"])
+def test_srv6_probe_answers_come_back_through_the_probed_spine(
+    make_net: Any, fabric: Fabric, routed: bool
+) -> None:
+    """With the link between rack 0's plane-0 leaf and spine 0 failed, probes of the paths
+    through spine 1 (from h0 and h1 to h2 and h3) are all answered when the responses return
+    through spine 1; answered to the plain address, the destination leaf's ECMP hash sends
+    some of them over the failed link."""
+    net = make_net(seed=3)
+    senders = ("h0", "h1")
+    ctxs = {}
+    for name in ("h0", "h1", "h2", "h3"):
+        ctx = _routed_host(net, fabric, name) if routed else net.host(name)
+        ctxs[name] = ctx
+    net.sim.fail_link("t0-p0-r0", "t1-p0-s0", start=0.0)
+    answered = 0
+    for src in senders:
+        requests = [
+            EpRequest(i + 1, fabric.host(src).nic(0).address, p.dst_nic.address, int(p.carrier),
+                      "srv6")
+            for i, p in enumerate(
+                p for dst in ("h2", "h3") for p in fabric.paths(src, dst) if p.label == "p0-s1"
+            )
+        ]  # fmt: skip
+        assert len(requests) == 2
+        batch = ctxs[src].ep_batch_send("ev_probe", requests, timeout=200e-6)
+        net.sim.kick(src)
+        net.run(net.sim.now + 2.0, stop=batch.complete)
+        answered += len(ctxs[src].ep_batch_end(batch))
+    if routed:
+        assert answered == 4
+    else:
+        assert answered < 4  # the hash put an answer on the failed link
