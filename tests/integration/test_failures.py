@@ -141,8 +141,26 @@ def test_srv6_with_an_srh_crosses_every_spine_and_survives_a_link_failure(
         sent = {intf: tx_bytes(intf) - before[intf] for intf in ports}
         for intf, n in sent.items():  # every path (spine) of every plane carried its share
             assert n > size // (4 * len(ports)), (intf, sent)
+        # connectionless probes with the same reduced SRH, one per path, all answered
+        paths = testbed.fabric.paths("h0", "h2")
+        requests = [
+            {"req_id": i + 1, "peer": "h2", "plane": p.plane, "format": "srv6+srh",
+             "ev": str(p.srh_carrier), "segment": str(p.srh_segment)}
+            for i, p in enumerate(paths)
+        ]  # fmt: skip
+        with client(testbed, "h0") as c:
+            probed = c.request("ep-probe", requests=requests, timeout_ns=50_000_000)
+        assert probed["complete"], probed
+        assert sorted(r["req_id"] for r in probed["responses"]) == list(range(1, len(paths) + 1))
         testbed.link_down(*FAILED)
         try:
+            # the failed path's probe goes unanswered (2 s of the emulation), the others not
+            wait_ns = int(2.0 / testbed.fabric.topology.dilation * 1e9)
+            with client(testbed, "h0") as c:
+                probed = c.request("ep-probe", requests=requests, timeout_ns=wait_ns)
+            answered = {paths[r["req_id"] - 1].label for r in probed["responses"]}
+            assert not probed["complete"]
+            assert answered == {p.label for p in paths} - {"p0-s0"}, probed
             transfer(testbed, "h0", "h2", size, seed=66)
             table = states(testbed, "h0", "h2")
             assert table["p0-s0"].get("assumed_bad", 0) > 0
