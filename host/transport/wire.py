@@ -574,13 +574,17 @@ def encode_endpoint(
     return frame
 
 
-#: offset of an EP_RESPONSE's service time in the frame (the sender fills it in on departure)
+#: offset of an EP_RESPONSE's service time in a frame without an SRH (the sender fills it in on
+#: departure)
 EP_SERVICE_AT = OFF_BTH + BTH_LEN + AETH_LEN + _CTRL_HEAD.size + 8
+_U32 = struct.Struct("!I")
 
 
 def set_service_time(frame: bytearray, service_ns: int) -> None:
-    """Write an EP_RESPONSE's service time (ns) into the frame."""
-    struct.pack_into("!I", frame, EP_SERVICE_AT, min(max(int(service_ns), 0), 0xFFFFFFFF))
+    """Write an EP_RESPONSE's service time (ns) into the frame (after its SRH, if it has one:
+    a control frame is CTRL_FRAME_LEN bytes plus its extension headers)."""
+    at = EP_SERVICE_AT + len(frame) - CTRL_FRAME_LEN
+    _U32.pack_into(frame, at, min(max(int(service_ns), 0), 0xFFFFFFFF))
 
 
 # -- parsing -------------------------------------------------------------------------------------

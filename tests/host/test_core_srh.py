@@ -231,3 +231,20 @@ def test_explicit_carriers_must_be_paths_to_the_peer(make_net: Any, fabric: Fabr
     stev = ExplicitEvProfile(((1, 0),), fmt=EvFormatProfile(EvFormat.STEV), carriers=True)
     with pytest.raises(EvProfileError, match="only SRV6 EVs are carriers"):
         net.connect("h0", "h2", ev_profile=stev)
+
+
+def test_endpoint_frame_with_an_srh_keeps_its_fields() -> None:
+    """An endpoint frame whose prefix holds an SRH: every field, the service time written on
+    departure included, lands after the SRH and parses back."""
+    mac = bytes(6)
+    src, dst, segment = bytes(15) + b"\x01", bytes(15) + b"\x02", bytes(15) + b"\x03"
+    prefix = wire.frame_prefix(
+        src_mac=mac, dst_mac=mac, src=src, dst=dst, dscp=48, ecn=0, ev=0x1234, srh=segment
+    )
+    frame = wire.encode_endpoint(prefix, True, wire.EP_OP_EV_PROBE, 1, 0x1234, 77, 9, 0b110)
+    wire.set_service_time(frame, 4321)
+    pkt = wire.parse(frame)
+    assert isinstance(pkt, wire.EndpointPacket)
+    assert (pkt.response, pkt.ev, pkt.timestamp, pkt.req_id, pkt.port_status, pkt.service_ns) == (
+        True, 0x1234, 77, 9, 0b110, 4321,
+    )  # fmt: skip
