@@ -130,6 +130,11 @@ class Endpoint:
         self._qps = qps
         self._hop_limit = hop_limit
         self._by_address = {_packed(nic.address): plane for plane, nic in nics.items()}
+        #: per plane: the NIC's address, its MAC and its gateway's (what every prefix starts with)
+        self._nic_bytes = {
+            plane: (_packed(nic.address), wire.mac_bytes(nic.mac), wire.mac_bytes(nic.gateway_mac))
+            for plane, nic in nics.items()
+        }
         self.ports_up: set[int] = set(nics)
         #: (req_id) -> (batch or None for the context's own updates, request, sent)
         self._waiting: dict[int, tuple[EpBatch | None, int, float]] = {}
@@ -185,22 +190,21 @@ class Endpoint:
                 f"request {r.req_id}: port {r.port} is not sgid's (port {plane + 1})"
             )
         segment: bytes | None = None
-        if mode is EvFormat.SRV6 and fmt.srh:
-            if not 0 <= r.ev < 1 << 256 or not r.ev >> 128 or not r.ev & ((1 << 128) - 1):
+        if mode is EvFormat.SRV6:
+            # the carrier, with an SRH followed by the segment; the low 32 bits are the wire EV
+            if fmt.srh and (
+                not 0 <= r.ev < 1 << 256 or not r.ev >> 128 or not r.ev & ((1 << 128) - 1)
+            ):
                 raise EndpointError(
                     f"request {r.req_id}: an SRV6+SRH EV is a 128-bit carrier and a 128-bit "
                     "SRH segment (carrier << 128 | segment, neither zero)"
                 )
-            raw = r.ev.to_bytes(32, "big")
-            dst, segment = raw[:16], raw[16:]
-            wire_ev = r.ev & 0xFFFFFFFF
-            outer = wire.ev_outer(wire_ev, wire.EV_MODE_STEV)
-        elif mode is EvFormat.SRV6:
-            if not 0 <= r.ev < 1 << 128:
+            if not fmt.srh and not 0 <= r.ev < 1 << 128:
                 raise EndpointError(f"request {r.req_id}: an SRV6 EV is a 128-bit carrier")
-            dst = r.ev.to_bytes(16, "big")
+            raw = r.ev.to_bytes(32 if fmt.srh else 16, "big")
+            dst, segment = raw[:16], (raw[16:] or None)
             wire_ev = r.ev & 0xFFFFFFFF
-            outer = wire.ev_outer(wire_ev, wire.EV_MODE_STEV)
+            outer = wire.ev_outer(wire_ev, wire.EV_MODE_SRV6)
         else:
             dst = _packed(r.dgid)
             top = 32 if mode is EvFormat.STEV else 16
@@ -222,11 +226,10 @@ class Endpoint:
     ) -> bytes:  # fmt: skip
         """The frame prefix from ``plane``'s NIC to ``dst``, with a reduced SRH holding the
         segment ``srh`` when given (as a data frame on an SRV6+SRH EV has)."""
-        nic = self.nics[plane]
+        src, src_mac, gateway_mac = self._nic_bytes[plane]
         return wire.frame_prefix(
-            src_mac=wire.mac_bytes(nic.mac), dst_mac=wire.mac_bytes(nic.gateway_mac),
-            src=_packed(nic.address), dst=dst, dscp=dscp, ecn=wire.ECN_NOT_ECT, ev=0,
-            hop_limit=self._hop_limit, outer=outer, srh=srh,
+            src_mac=src_mac, dst_mac=gateway_mac, src=src, dst=dst, dscp=dscp,
+            ecn=wire.ECN_NOT_ECT, ev=0, hop_limit=self._hop_limit, outer=outer, srh=srh,
         )  # fmt: skip
 
     def _count_sent(self, *frames: bytes | bytearray) -> None:

@@ -137,11 +137,9 @@ class QueuePair(Sender, Receiver, LossRecovery, PathChoice):
         srh = profile.profile.fmt.srh
         for path in self.paths:
             spine = 0xFF if path.spine is None else path.spine
-            reply = (
-                self._prefix(path, wire.DSCP_CONTROL, wire.ECN_NOT_ECT, 0, path.srh_carrier,
-                             srh=path.srh_segment)
-                if srh
-                else self._prefix(path, wire.DSCP_CONTROL, wire.ECN_NOT_ECT, 0)
+            reply = self._prefix(
+                path, wire.DSCP_CONTROL, wire.ECN_NOT_ECT, 0,
+                dst=path.srh_carrier if srh else None, srh=path.srh_segment if srh else None,
             )  # fmt: skip
             entry = (path.plane, reply)
             self._reply.setdefault((path.plane, spine), entry)

@@ -394,10 +394,8 @@ def _ecmp_member(frame: bytearray, members: int) -> int:
     flow = int.from_bytes(frame[15:18], "big") & 0xFFFFF
     src = int.from_bytes(frame[22:38], "big")
     dst = int.from_bytes(frame[38:54], "big")
-    nh, off = frame[20], 54
-    if nh == wire.IPPROTO_ROUTING and len(frame) >= off + 8:
-        nh, off = frame[off], off + 8 + frame[off + 1] * 8
-    sport = int.from_bytes(frame[off : off + 2], "big") if nh == wire.IPPROTO_UDP else 0
+    udp = _udp_offset(frame)
+    sport = int.from_bytes(frame[udp : udp + 2], "big") if udp >= 0 else 0
     return member_index(src, dst, flow, sport, members)
 
 
