@@ -13,7 +13,7 @@ Reported per size: MB/s of the C example and of the agent, each as a share of th
 between the two hosts (one link per plane, every plane), and the round trip of the
 ping-pong in emulated and real-fabric time.
 
-    sudo .venv/bin/python benchmarks/ocp_sweep.py [--rate 20] [--max 64M] [--volume 4M]
+    sudo .venv/bin/python benchmarks/ocp_sweep.py [--rate 20] [--max 64MiB] [--volume 4MiB]
         [--target model|bmv2] [--headers DIR] [--out result.json]
 """
 
@@ -32,6 +32,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from experiments.scenario import parse_size  # noqa: E402
 from experiments.testbed import Testbed  # noqa: E402
 from host.agent.control_client import ControlClient  # noqa: E402
 from topologies import load_topology  # noqa: E402
@@ -44,16 +45,14 @@ PINGPONG = re.compile(r"ping-pong (\d+) round trips, ([\d.]+) us per round trip"
 MIN_SIZE = 4096
 
 
-def parse_size(text: str) -> int:
-    """``64M``, ``4K``, ``4096`` -> bytes."""
-    units = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
-    value = text.strip().upper().removesuffix("IB").removesuffix("B")
+def size_arg(text: str) -> int:
+    """A size on the command line, as scenario files write them (``64MiB``, ``4096``)."""
     try:
-        if value and value[-1] in units:
-            return int(float(value[:-1]) * units[value[-1]])
-        return int(value)
+        return parse_size(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"size {text!r}: expected bytes such as 4K, 64M") from None
+        raise argparse.ArgumentTypeError(
+            f"size {text!r}: expected bytes such as 4096, 4KiB, 64MiB"
+        ) from None
 
 
 def sizes(largest: int) -> list[int]:
@@ -152,9 +151,9 @@ def run_agent(tb: Testbed, largest: int, volume: int, timeout: float) -> dict[in
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rate", type=float, default=20.0, help="link rate, Mb/s (default 20)")
-    parser.add_argument("--max", type=parse_size, default=64 << 20, help="largest size (64M)")
+    parser.add_argument("--max", type=size_arg, default=64 << 20, help="largest size (64MiB)")
     parser.add_argument(
-        "--volume", type=parse_size, default=4 << 20, help="bytes per size, at least one message"
+        "--volume", type=size_arg, default=4 << 20, help="bytes per size, at least one message"
     )
     parser.add_argument("--iters", type=int, default=100, help="ping-pong round trips (100)")
     parser.add_argument("--target", choices=("model", "bmv2"), default="model")
