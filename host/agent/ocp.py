@@ -37,7 +37,7 @@ from typing import Any, Protocol
 
 from host.agent.control import Deferred
 from host.agent.ocp_mem import AppMemory, MemoryAccessError, read_memory
-from host.agent.ocp_profiles import CcProfileStore, ProfileError, ProfileStore
+from host.agent.ocp_profiles import CcProfileStore, ProfileError, ProfileStore, ev_value
 from host.agent.ocp_server import OcpConnection, OcpServer, Reply
 from host.transport import wire
 from host.transport.api import Context
@@ -780,19 +780,13 @@ class OcpProvider:
                 f"ep_probe: request {i}: ev_fmt_mode {fmt}: expected STEV, SRV6 or UDP",
                 i,
             )
-        fmt_profile: EvFormatProfile | EvFormat = mode
-        if mode is EvFormat.SRV6:
-            ev = int.from_bytes(value[:16], "big")  # the uSID carrier
-            segment = int.from_bytes(value[16:], "big")
-            if segment:  # SRV6+SRH: the carrier, then the SRH's single segment
-                ev = ev << 128 | segment
-                fmt_profile = EvFormatProfile(EvFormat.SRV6, srh=True)
-        else:
-            ev = int.from_bytes(value[:4], "big")  # 32 bits, network order
-            if mode is EvFormat.UDP and ev >> 16:
-                raise OcpError(
-                    errno.EINVAL, f"ep_probe: request {i}: a UDP EV is a 16-bit source port", i
-                )
+        # SRV6 with a segment after the carrier is SRV6+SRH; the EV as mrc_ctl_ev_t holds it
+        fmt_profile = EvFormatProfile(mode, srh=mode is EvFormat.SRV6 and any(value[16:]))
+        ev = ev_value(value.hex(), fmt_profile)
+        if mode is EvFormat.UDP and ev >> 16:
+            raise OcpError(
+                errno.EINVAL, f"ep_probe: request {i}: a UDP EV is a 16-bit source port", i
+            )
         if op == EP_OP_PORT_STATUS_UPDATE:
             ports = sum(1 << (nic.plane + 1) for nic in host.nics)
             if not 0 <= status < 1 << 32 or status & ~ports:

@@ -150,7 +150,7 @@ def _ev_hex(hex_value: str, fmt: EvFormatProfile) -> str:
     return _raw(hex_value)[: ev_bytes(fmt)].hex()
 
 
-def _ev_value(hex_value: str, fmt: EvFormatProfile) -> int:
+def ev_value(hex_value: str, fmt: EvFormatProfile) -> int:
     """The EV an ``mrc_ctl_ev_t`` holds: STEV / UDP the first four bytes, SRV6 the first 16,
     SRV6+SRH all 32 (the carrier, then the SRH segment)."""
     raw = _raw(hex_value)
@@ -528,7 +528,7 @@ class ProfileStore:
                 errno.EINVAL,
                 f"EV profile {pid}: replace every unpopulated EV (REPLACE_EV) before ONLINE",
             )
-        evs = tuple((_ev_value(hex_value, fmt), port - 1) for hex_value, port in profile.entries)
+        evs = tuple((ev_value(hex_value, fmt), port - 1) for hex_value, port in profile.entries)
         if fmt.mode is EvFormat.SRV6:
             profile.dest = self._carrier_dest(pid, evs, fmt)
             return ExplicitEvProfile(evs=evs, fmt=fmt, min_active=profile.min_active, carriers=True)
@@ -668,7 +668,7 @@ class ProfileStore:
             core = self.context.ev_profile(profile.core)
             states = []
             for i, (ev, _port, _new, _new_port, state_bit, _flags) in enumerate(parsed):
-                value = _ev_value(ev, fmt)
+                value = ev_value(ev, fmt)
                 wire = self._wire(profile, value, fmt)
                 if op == EV_OP_QUERY_STATE:
                     states.append(STATE_BITS[core.state(wire)])
@@ -717,7 +717,7 @@ class ProfileStore:
 
     def _ev_in(self, profile: CtlEvProfile, value: int, fmt: EvFormatProfile) -> bool:
         if profile.mode == MODE_EXP:
-            return any(_ev_value(h, fmt) == value for h, _ in profile.entries)
+            return any(ev_value(h, fmt) == value for h, _ in profile.entries)
         if profile.core is None:
             return False
         core = self.context.ev_profile(profile.core).profile
