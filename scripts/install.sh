@@ -99,7 +99,10 @@ if [ -f "$mrc_h/mrc.h" ]; then
     say "lib_mrc.so and the emulated verbs device in build/capi"
 else
     make -s -C "$here/capi" verbs >/dev/null || die "building the emulated verbs device failed (see the messages above)"
-    say "lib_mrc.so skipped (no mrc.h in $mrc_h: set MRC_H_PATH to the OCP MRC API headers)"
+    say "lib_mrc.so skipped: no mrc.h in $mrc_h."
+    say "  The OCP MRC API headers (mrc.h, mrc_ctl.h and their version headers) are published in"
+    say "  the repository opencomputeproject/OCP-Multipath-Reliable-Connection; put a copy beside"
+    say "  this checkout as ../shared/ocp-mrc, or run: MRC_H_PATH=DIR ./testbed install"
 fi
 
 if [ "$with_bmv2" = 1 ]; then

@@ -19,7 +19,10 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 MRC_H_PATH = Path(os.environ.get("MRC_H_PATH", str(ROOT.parent / "shared" / "ocp-mrc")))
 HAVE_HEADERS = (MRC_H_PATH / "mrc.h").is_file()
-NO_HEADERS = f"no OCP MRC API headers at {MRC_H_PATH} (set MRC_H_PATH)"
+NO_HEADERS = (
+    f"no OCP MRC API headers at {MRC_H_PATH}: they are published in"
+    " opencomputeproject/OCP-Multipath-Reliable-Connection; set MRC_H_PATH to a copy"
+)
 HAVE_VERBS_DEV = Path("/usr/include/infiniband/verbs.h").is_file()
 
 pytestmark = pytest.mark.skipif(
