@@ -12,7 +12,7 @@ from host.transport.cc import CcProfile
 from host.transport.cc.fabric import fabric_cc_profile
 from host.transport.config import StackConfig
 from host.transport.events import Event
-from host.transport.simnet import SimNet
+from sim.network import SimNet
 from topologies import Fabric, load_topology
 from topologies.config import shipped_topology
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from host.transport import wire
-from host.transport.simnet import SimNet
+from sim.network import SimNet
 
 
 def data_frame(path: Any, dscp: int = wire.DSCP_TRIMMABLE, payload: int = 4096) -> bytearray:

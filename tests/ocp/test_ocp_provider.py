@@ -22,7 +22,7 @@ from host.agent.ocp import OcpProvider
 from host.transport.api import Context
 from host.transport.config import StackConfig
 from host.transport.events import WriteCompleted
-from host.transport.simnet import SimNet
+from sim.network import SimNet
 from topologies import Fabric, Host, load_topology
 from topologies.config import shipped_topology
 
