@@ -1,8 +1,13 @@
-"""Suite-wide rules: where BMv2 is required (CI with the toolchain), a BMv2 test may not skip.
+"""Suite-wide rules and fixtures.
+
+Where BMv2 is required (CI with the toolchain), a BMv2 test may not skip.
 
 ``MRC_REQUIRE_BMV2=1`` (set by ``.ci/run`` once it has installed p4c and BMv2) turns the skip
 of any test marked ``bmv2`` into a failure that carries the skip reason, so a missing tool or a
 broken launcher cannot hide behind a skip.
+
+``fabric`` is the shipped small fabric (:func:`support.fabric.small_fabric`); the helpers the
+suites share are in the ``support`` package beside this file.
 """
 
 from __future__ import annotations
@@ -12,6 +17,9 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from support.fabric import small_fabric
+
+from topologies import Fabric
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -28,3 +36,10 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[Any]) -> 
         report.longrepr = (
             f"BMv2 is required here (MRC_REQUIRE_BMV2=1) but the test skipped: {reason}"
         )
+
+
+@pytest.fixture(scope="session")
+def fabric() -> Fabric:
+    """The shipped small fabric: 2 planes x 2 racks x 2 spines, hosts h0..h3 (a module may
+    define a ``fabric`` of its own)."""
+    return small_fabric()

@@ -4,6 +4,10 @@ The layout is the one the switch parses (docs/wire-format.md owns the fields ins
 extensions): Ethernet / IPv6 (traffic class DSCP<<2 | ECN) / [SRH] / UDP 4791 (checksum 0) /
 BTH (12) / RETH (16) / [ImmDt (4)] / MRC data extension (24) / payload. A trimmed packet is the
 same packet built with an empty payload and DSCP 12: lengths then follow by construction.
+
+The case table builds frames from the fabric model (:func:`ipv6_frame` with :func:`mrc_udp`);
+tests that need no fabric take :func:`mrc_frame`: the same builders with a host's and a
+switch's MAC and a source address fixed.
 """
 
 from __future__ import annotations
@@ -36,6 +40,11 @@ MRC_DATA_EXT_LEN = 24
 #: A recognisable MRC data extension (type 1 = data); the switch must keep it byte for byte.
 MRC_DATA_EXT = bytes([1]) + bytes(range(0xA1, 0xA1 + MRC_DATA_EXT_LEN - 1))
 Address = ipaddress.IPv6Address | str
+
+#: Addresses of :func:`mrc_frame`: a host sends to a switch from a NIC of rack 0, plane 0.
+HOST_MAC = "02:aa:00:00:00:01"
+SWITCH_MAC = "02:bb:00:00:00:01"
+SRC = "fcbb:bb00:1c00::"
 
 
 def bth(opcode: int, dest_qp: int = 0x000123, psn: int = 0x000456, ack_req: bool = True) -> bytes:
@@ -137,6 +146,34 @@ def truncated_ipv6_frame(src_mac: str, dst_mac: str, header_bytes: int = 20) -> 
 def payload_bytes(length: int) -> bytes:
     """A recognisable payload of ``length`` bytes."""
     return bytes((i * 7 + 3) & 0xFF for i in range(length))
+
+
+def mrc_frame(
+    dst: Address,
+    *,
+    dscp: int = DSCP_TRIMMABLE,
+    ecn: int = ECN_NOT_ECT,
+    hop_limit: int = 64,
+    segments: Sequence[Address] | None = None,
+    segments_left: int | None = None,
+    opcode: int | None = OPCODE_WRITE_ONLY,
+    payload: bytes = b"\xab" * 200,
+    dma_length: int | None = None,
+    dport: int = ROCEV2_PORT,
+    src_mac: str = HOST_MAC,
+    dst_mac: str = SWITCH_MAC,
+) -> bytes:
+    """A frame from :data:`HOST_MAC` to :data:`SWITCH_MAC`, :data:`SRC` to ``dst``: an MRC
+    packet of ``opcode`` (see :func:`mrc_transport`) to UDP ``dport``, or with ``opcode`` None
+    plain UDP carrying ``payload``; segments left defaults to the last segment's index."""
+    if segments is not None and segments_left is None:
+        segments_left = len(segments) - 1
+    body = payload if opcode is None else mrc_transport(opcode, payload, dma_length=dma_length)
+    upper = UDP(sport=0xC123, dport=dport, chksum=0) / Raw(body)
+    return ipv6_frame(
+        src_mac=src_mac, dst_mac=dst_mac, src=SRC, dst=dst, upper=upper, dscp=dscp, ecn=ecn,
+        hop_limit=hop_limit, segments=segments, segments_left=segments_left,
+    )  # fmt: skip
 
 
 def describe(frame: bytes | None) -> str:

@@ -5,24 +5,20 @@ picks (``hash mod n`` in BMv2's member-handle order)."""
 from __future__ import annotations
 
 import ipaddress
-import socket
 import struct
-from collections.abc import Iterator
 
 import pytest
+from dataplane.packets import SRC, mrc_frame
 from hypothesis import given
 from hypothesis import strategies as st
 from p4.v1 import p4runtime_pb2 as p4r
-from sm_packets import SRC, mrc_frame
+from support.switch import InProcessSwitch
 
 from controller.client import P4RuntimeError, SwitchClient
 from controller.p4info import P4Info
 from switchmodel.ecmp import SELECTOR_BYTES, ecmp_hash, member_index, selector_input
 from switchmodel.pipeline import Forward, ingress
-from switchmodel.runtime import TargetSlot
-from switchmodel.server import P4RuntimeServicer, serve
 
-DEVICE = 3
 INFO = P4Info.load()
 ECMP = "MrcIngress.ipv6_ecmp"
 LPM = "MrcIngress.ipv6_lpm"
@@ -79,36 +75,6 @@ def test_bad_selector_values_are_named() -> None:
 # -- over P4Runtime --------------------------------------------------------------------------
 
 
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
-class Switch:
-    """An in-process P4Runtime server over a TargetSlot."""
-
-    def __init__(self) -> None:
-        self.slot = TargetSlot()
-        self.address = f"127.0.0.1:{free_port()}"
-        self.server = serve(P4RuntimeServicer(self.slot, DEVICE), self.address)
-
-
-@pytest.fixture
-def switch() -> Iterator[Switch]:
-    sw = Switch()
-    yield sw
-    sw.server.stop(grace=0).wait()
-
-
-@pytest.fixture
-def client(switch: Switch) -> Iterator[SwitchClient]:
-    c = SwitchClient(switch.address, DEVICE, election_id=10, p4info=INFO).connect()
-    c.set_pipeline(INFO)
-    yield c
-    c.close()
-
-
 def member(member_id: int, port: int) -> p4r.ActionProfileMember:
     return INFO.profile_member(
         PROFILE,
@@ -131,7 +97,7 @@ def flow_frame(flow: int, sport: int, dst: str = NIC) -> bytes:
     return bytes(frame)
 
 
-def port_of(switch: Switch, frame: bytes) -> int:
+def port_of(switch: InProcessSwitch, frame: bytes) -> int:
     state = switch.slot.state
     assert state is not None
     verdict = ingress(frame, 1, state)
@@ -205,7 +171,9 @@ def test_refusals_name_the_member_or_group(client: SwitchClient) -> None:
     assert client.read_profile(PROFILE) == ([], [])
 
 
-def test_flows_take_the_member_the_hash_picks(switch: Switch, client: SwitchClient) -> None:
+def test_flows_take_the_member_the_hash_picks(
+    switch: InProcessSwitch, client: SwitchClient
+) -> None:
     client.insert([member(3, 3), member(4, 4), member(5, 5)])
     client.insert([INFO.profile_group(PROFILE, 1, [3, 4, 5])])
     client.insert([route(1)])
@@ -227,7 +195,7 @@ def test_flows_take_the_member_the_hash_picks(switch: Switch, client: SwitchClie
 
 
 def test_members_are_picked_in_handle_order_as_in_bmv2(
-    switch: Switch, client: SwitchClient
+    switch: InProcessSwitch, client: SwitchClient
 ) -> None:
     """BMv2 gives a new member the smallest free handle and orders a group by handle: member 40,
     created after member 20 was deleted, takes handle 1 and comes before member 30."""
@@ -241,7 +209,7 @@ def test_members_are_picked_in_handle_order_as_in_bmv2(
         assert port_of(switch, flow_frame(flow, sport)) == expected_port([1, 4, 3], flow, sport)
 
 
-def test_ecmp_entries_come_before_lpm_routes(switch: Switch, client: SwitchClient) -> None:
+def test_ecmp_entries_come_before_lpm_routes(switch: InProcessSwitch, client: SwitchClient) -> None:
     """ipv6_ecmp is looked up first; what it does not hold goes to ipv6_lpm as before."""
     lpm = INFO.table_entry(LPM, {DST: "fcbb:bb00:c00::/40"}, HOP, {"port": 7, "smac": 1, "dmac": 2})
     client.insert([lpm, member(3, 3)])

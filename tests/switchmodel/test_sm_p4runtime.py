@@ -11,6 +11,7 @@ from pathlib import Path
 
 import grpc
 import pytest
+from dataplane.packets import mrc_frame
 from google.protobuf import text_format
 from google.rpc import code_pb2, status_pb2
 from hypothesis import HealthCheck, given, settings
@@ -18,7 +19,6 @@ from hypothesis import strategies as st
 from p4.config.v1 import p4info_pb2 as p4i
 from p4.v1 import p4runtime_pb2 as p4r
 from p4.v1 import p4runtime_pb2_grpc as p4r_grpc
-from sm_packets import mrc_frame
 
 from controller.client import P4RuntimeError, SwitchClient
 from controller.p4info import P4Info, default_p4info_path

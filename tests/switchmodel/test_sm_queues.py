@@ -4,7 +4,8 @@ of the depth it reports (trimming instead of dropping). Time is simulated: no cl
 from __future__ import annotations
 
 import pytest
-from sm_packets import mrc_frame, small_fabric
+from dataplane.packets import mrc_frame
+from support.fabric import small_fabric
 
 from switchmodel.pipeline import Forward, count_drop, egress, ingress
 from switchmodel.queues import PortQueue

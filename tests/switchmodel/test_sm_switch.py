@@ -11,11 +11,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from dataplane.packets import mrc_frame
 from scapy.layers.inet6 import IPv6
 from scapy.layers.l2 import Ether
 from scapy.utils import rdpcap
 from sm_netns import HostPort, VethLab, netns_unavailable
-from sm_packets import mrc_frame
+from support.switch import free_port
 
 from controller.client import SwitchClient
 from controller.p4info import P4Info
@@ -31,14 +32,6 @@ INFO = P4Info.load()
 DST = "fcbb:bb00:1c02::"
 OUT_SMAC = "02:00:00:00:00:21"
 OUT_DMAC = "02:00:00:00:00:22"
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 @dataclass
@@ -131,7 +124,7 @@ def route(client: SwitchClient, trim: int | None = None) -> None:
 def test_no_pipeline_drops_then_forwards_with_pcap(make_rig, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     pcaps = tmp_path / "pcap"
     rig = make_rig("fw", pcap_dir=pcaps, mtu=1000)
-    frame = mrc_frame(DST, hlim=9)
+    frame = mrc_frame(DST, hop_limit=9)
     rig.inbound.send(frame)
     # the capture shows when the switch has read the frame (it flushes every second)
     captured = pcaps / f"{rig.switch.ports[1]}_in.pcap"
@@ -142,7 +135,7 @@ def test_no_pipeline_drops_then_forwards_with_pcap(make_rig, tmp_path: Path) -> 
     rig.inbound.send(frame)
     got = rig.outbound.recv(5.0)
     assert got is not None
-    assert got == mrc_frame(DST, hlim=8, smac=OUT_SMAC, dmac=OUT_DMAC)
+    assert got == mrc_frame(DST, hop_limit=8, src_mac=OUT_SMAC, dst_mac=OUT_DMAC)
     assert rig.client.read_counter("MrcIngress.port_in")[1] == (1, len(frame))
     assert rig.client.read_counter("MrcEgress.port_out")[2] == (1, len(frame))
     oversize = mrc_frame(DST, payload=bytes(1000))  # an IPv6 packet beyond --mtu 1000
