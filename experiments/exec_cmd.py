@@ -21,7 +21,7 @@ import sys
 from pathlib import Path
 
 from host.agent.ocp import ocp_socket_path
-from topologies.state import StateError, TestbedState, default_path
+from targets.state import StateError, TestbedState, default_path
 
 ROOT = Path(__file__).resolve().parent.parent
 CAPI_BUILD = ROOT / "build" / "capi"

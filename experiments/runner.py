@@ -8,8 +8,8 @@ fault is undone (links up, switches started) before the next phase.
 
 Classes and functions:
 
-- :class:`Phase` -- one transport's run; :class:`MrcFlows` drives MRC agents over their control
-  sockets, :class:`experiments.kernel.KernelFlows` runs kernel TCP / MPTCP baselines;
+- :class:`Phase` -- one transport's run, through the flows of its transport
+  (:mod:`experiments.flows`); :class:`FaultLedger` -- the testbed as its faults act on it;
 - :func:`run_scenario` -- the whole run into a results folder (see :mod:`experiments.results`);
 - :func:`register` -- the ``run`` and ``report`` subcommands.
 """
@@ -21,33 +21,17 @@ import contextlib
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from experiments.metrics import Completion, FaultMark, Progress, TransportResult, flow_name
+from experiments.faults import EvFault, Step
+from experiments.flows import flows_for
+from experiments.metrics import FaultMark, TransportResult
 from experiments.results import EV_STATES, render, write_raw
-from experiments.scenario import Fault, Scenario, Transport, load_scenario
+from experiments.scenario import Scenario, Transport, load_scenario
 from experiments.testbed import Testbed
-
-WINDOW = 2  # messages in flight per flow
-PLACED = "core.payload_bytes_placed"  # agent statistic: payload bytes written into regions
-
-
-def numbers(stats: Any, prefix: str = "") -> dict[str, float]:
-    """Flatten the numeric fields of an agent's stats (``retransmits.rto``...)."""
-    out: dict[str, float] = {}
-    if isinstance(stats, dict):
-        for key, value in stats.items():
-            name = f"{prefix}{key}"
-            if isinstance(value, bool):
-                continue
-            if isinstance(value, (int, float)):
-                out[name] = float(value)
-            elif isinstance(value, dict) and key != "rtt":
-                out.update(numbers(value, name + "."))
-    return out
 
 
 class SwitchCounters:
@@ -106,6 +90,79 @@ def _delta(
     return out
 
 
+class FaultLedger:
+    """The testbed as the faults of a phase act on it (:class:`experiments.faults.FaultTarget`).
+
+    Every action is carried out on the testbed, recorded in the phase's result, and remembered
+    until it is reversed, so that :meth:`restore` can leave the fabric to the next phase as it
+    found it. Switches are marked when their action began (EVs fail over from then on); a
+    plane's spines are killed at the same time, as a plane fails at once.
+    """
+
+    def __init__(self, phase: Phase) -> None:
+        self.phase = phase
+        self.down_links: set[tuple[str, str]] = set()
+        self.killed: set[str] = set()
+
+    def link_down(self, a: str, b: str) -> None:
+        self.phase.testbed.link_down(a, b)
+        self.down_links.add((a, b))
+        self.phase.mark("down", f"{a} <-> {b}")
+
+    def link_up(self, a: str, b: str) -> None:
+        self.phase.testbed.link_up(a, b)
+        self.down_links.discard((a, b))
+        self.phase.mark("up", f"{a} <-> {b}")
+
+    def kill_switches(self, names: Sequence[str]) -> None:
+        t = self.phase.now()
+        threads = [
+            threading.Thread(target=self.phase.testbed.kill_switch, args=(name,), daemon=True)
+            for name in names
+        ]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        self.killed.update(names)
+        for name in names:
+            self.phase.mark("kill", name, t)
+
+    def start_switches(self, names: Sequence[str]) -> None:
+        t = self.phase.now()
+        for name in names:
+            if name in self.killed:
+                self.phase.testbed.start_switch(name)
+                self.killed.discard(name)
+            self.phase.mark("start", name, t)
+
+    def set_ev_state(self, fault: EvFault, state: str) -> None:
+        """The operator's EV state through the agent's control interface (``set-ev``) on the
+        QP of the phase's transport; nothing for the kernel's transports."""
+        from host.agent.control_client import ControlClient
+
+        transport = self.phase.transport
+        if transport.is_kernel:
+            return
+        with ControlClient(self.phase.testbed.control_path(fault.host), timeout=10.0) as c:
+            c.request("set-ev", peer=fault.peer, policy=transport.kind, state=state, **fault.which)
+        self.phase.mark("deny" if state == "DENIED" else "allow", fault.target)
+
+    def restore(self) -> None:
+        """Bring every failed link up and start every killed switch.
+
+        A phase whose flows finish before the scenario's own ``up``/``start`` leaves the fabric
+        to the next phase as it found it; the action is recorded at the time it happens so
+        ``faults.csv`` still shows when the link or switch came back.
+        """
+        for a, b in list(self.down_links):
+            self.link_up(a, b)
+        for name in list(self.killed):
+            self.phase.testbed.start_switch(name)
+            self.killed.discard(name)
+            self.phase.mark("start", name)
+
+
 class Phase:
     """One transport's run on a running testbed."""
 
@@ -127,8 +184,7 @@ class Phase:
         self.t0 = 0.0
         self.stop = threading.Event()
         self.lock = threading.Lock()
-        self.down_links: set[tuple[str, str]] = set()
-        self.killed: set[str] = set()
+        self.ledger = FaultLedger(self)
         self.errors: list[str] = []
 
     def now(self) -> float:
@@ -137,100 +193,37 @@ class Phase:
 
     # -- faults ------------------------------------------------------------------------------
 
-    def apply(self, action: str, fault: Fault) -> None:
-        """Carry out one fault action and record it."""
-        tb = self.testbed
-        if fault.link is not None:
-            a, b = fault.link
-            if action == "down":
-                tb.link_down(a, b)
-                self.down_links.add((a, b))
-            else:
-                tb.link_up(a, b)
-                self.down_links.discard((a, b))
-        elif fault.switches:  # a whole plane's spines: one mark per switch
-            t = self.now()
-            if action == "kill":  # at the same time: a plane fails at once
-                threads = [
-                    threading.Thread(target=tb.kill_switch, args=(name,), daemon=True)
-                    for name in fault.switches
-                ]
-                for thread in threads:
-                    thread.start()
-                for thread in threads:
-                    thread.join()
-                self.killed.update(fault.switches)
-            for name in fault.switches:
-                if action != "kill" and name in self.killed:
-                    tb.start_switch(name)
-                    self.killed.discard(name)
-                with self.lock:  # marked when the action began: EVs fail over from then on
-                    self.result.faults.append(FaultMark(t, action, name))
-            return
-        elif fault.switch is not None:
-            if action == "kill":
-                tb.kill_switch(fault.switch)
-                self.killed.add(fault.switch)
-            else:
-                tb.start_switch(fault.switch)
-                self.killed.discard(fault.switch)
-        elif action in ("deny", "allow"):
-            if self.transport.is_kernel:
-                return  # operator EV states are the MRC agents'
-            self._set_ev(fault, "DENIED" if action == "deny" else "UNKNOWN")
-        self._mark(action, fault.target)
-
-    def _set_ev(self, fault: Fault, state: str) -> None:
-        """The operator's EV state through the agent's control interface (set-ev) on the QP of
-        this phase's transport."""
-        from host.agent.control_client import ControlClient
-
-        assert fault.host is not None
-        which: dict[str, object] = (
-            {"path": fault.path} if fault.path is not None else {"ev": fault.ev}
-        )
-        with ControlClient(self.testbed.control_path(fault.host), timeout=10.0) as c:
-            c.request("set-ev", peer=fault.peer, policy=self.transport.kind, state=state, **which)
+    def apply(self, step: Step) -> None:
+        """Carry out one fault step (its actions are recorded in the result)."""
+        step.run(self.ledger)
 
     def _faults(self) -> None:
-        for t, action, fault in self.scenario.timeline():
-            if self.stop.wait(max(0.0, t - self.now())):
+        for step in self.scenario.timeline():
+            if self.stop.wait(max(0.0, step.t - self.now())):
                 return
             try:
-                self.apply(action, fault)
+                self.apply(step)
             except Exception as exc:
-                self.errors.append(f"fault {action} {fault.target} at {t:g} s: {exc}")
+                self.errors.append(
+                    f"fault {step.action} {step.fault.target} at {step.t:g} s: {exc}"
+                )
 
     def undo_faults(self) -> None:
-        """Bring every failed link up and start every killed switch.
+        """Bring every failed link up and start every killed switch (see
+        :meth:`FaultLedger.restore`)."""
+        self.ledger.restore()
 
-        A phase whose flows finish before the scenario's own ``up``/``start`` leaves the fabric
-        to the next phase as it found it; the action is recorded at the time it happens so
-        ``faults.csv`` still shows when the link or switch came back.
-        """
-        for a, b in list(self.down_links):
-            self.testbed.link_up(a, b)
-            self._mark("up", f"{a} <-> {b}")
-        self.down_links.clear()
-        for name in list(self.killed):
-            self.testbed.start_switch(name)
-            self._mark("start", name)
-        self.killed.clear()
-
-    def _mark(self, action: str, target: str) -> None:
+    def mark(self, action: str, target: str, t: float | None = None) -> None:
+        """Record a fault action at ``t`` (default: now)."""
         with self.lock:
-            self.result.faults.append(FaultMark(self.now(), action, target))
+            self.result.faults.append(FaultMark(self.now() if t is None else t, action, target))
 
     # -- the run -----------------------------------------------------------------------------
 
     def run(self) -> TransportResult:
         """Run the transport's flows with the scenario's faults; returns the records."""
-        from experiments.kernel import KernelFlows
-
         counters = SwitchCounters(self.testbed)
-        flows: MrcFlows | KernelFlows = (
-            KernelFlows(self) if self.transport.is_kernel else MrcFlows(self)
-        )
+        flows = flows_for(self)
         flows.prepare()
         before = counters.read()
         planes_before = self.plane_bytes()
@@ -295,232 +288,6 @@ class Phase:
             "bad": evs.get("ASSUMED_BAD", 0),
             "evs": sum(evs.get(s, 0) for s in EV_STATES),
         }
-
-
-class MrcFlows:
-    """The workload's flows as MRC transfers through the agents' control sockets."""
-
-    def __init__(self, phase: Phase) -> None:
-        self.phase = phase
-        self.testbed = phase.testbed
-        self.regions: dict[int, dict[str, Any]] = {}
-        self.done: set[int] = set()
-        self.flows = phase.scenario.flows()
-        self.receivers = sorted({d for _, _, d in self.flows})
-        self.senders = sorted({s for _, s, _ in self.flows})
-        self.peers: dict[str, list[str]] = {}
-        for _, src, dst in self.flows:
-            if dst not in self.peers.setdefault(src, []):
-                self.peers[src].append(dst)
-        self.stats_before: dict[str, dict[str, float]] = {}
-
-    def client(self, host: str, timeout: float = 10.0) -> Any:
-        from host.agent.control_client import ControlClient
-
-        return ControlClient(self.testbed.control_path(host), timeout=timeout)
-
-    def prepare(self) -> None:
-        """Restart the agents (a clean slate), set trimming, register the receive regions."""
-        self.testbed.restart_agents()
-        scenario = self.phase.scenario
-        self.testbed.set_trimming(
-            self.phase.transport.trimming, scenario.trim_threshold, scenario.ecn_threshold
-        )
-        cc = self.phase.transport.cc
-        if cc is not None:
-            for host in self.testbed.fabric.hosts:
-                with self.client(host.name) as c:
-                    c.request("cc-profile", **cc.as_dict())
-        if self.phase.transport.ev_format != "srv6":
-            for host in self.testbed.fabric.hosts:
-                with self.client(host.name) as c:
-                    c.request("ev-format", format=self.phase.transport.ev_format)
-        for i, (w, _src, dst) in enumerate(self.flows):
-            size = self.phase.scenario.workloads[w].total_bytes
-            with self.client(dst) as c:
-                self.regions[i] = c.register(f"flow{i}", size)
-        for host in self.testbed.fabric.hosts:
-            with self.client(host.name) as c:
-                self.stats_before[host.name] = numbers(c.stats().get("stats", {}))
-
-    def threads(self) -> list[threading.Thread]:
-        """One thread per flow."""
-        return [
-            threading.Thread(target=self._flow, args=(i,), daemon=True, name=f"flow{i}")
-            for i in range(len(self.flows))
-        ]
-
-    def _flow(self, i: int) -> None:
-        phase = self.phase
-        w_index, src, dst = self.flows[i]
-        workload = phase.scenario.workloads[w_index]
-        name = flow_name(src, dst)
-        region = self.regions[i]
-        if phase.stop.wait(max(0.0, workload.start_s - phase.now())):
-            return
-        count = -(-workload.total_bytes // workload.message_bytes)
-        posted: list[tuple[int, int, float, int]] = []  # message, transfer id, start, size
-        nxt = 0
-        try:
-            with self.client(src) as c:
-                while (nxt < count or posted) and not phase.stop.is_set():
-                    while nxt < count and len(posted) < WINDOW:
-                        offset = nxt * workload.message_bytes
-                        size = min(workload.message_bytes, workload.total_bytes - offset)
-                        reply = c.transfer(
-                            dst,
-                            int(region["addr"]) + offset,
-                            int(region["rkey"]),
-                            size,
-                            policy=phase.transport.kind,
-                            message_size=size,
-                            seed=i + 1,
-                        )
-                        posted.append((nxt, int(reply["transfer"]), phase.now(), size))
-                        nxt += 1
-                    message, tid, start, size = posted[0]
-                    left = phase.scenario.duration_s - phase.now()
-                    if left <= 0:
-                        break
-                    reply = c.wait([tid], timeout=min(left, 1.0))
-                    if reply.get("complete"):
-                        posted.pop(0)
-                        with phase.lock:
-                            phase.result.completions.append(
-                                Completion(name, message, size, start, phase.now())
-                            )
-        except Exception as exc:
-            phase.errors.append(f"flow {name}: {exc}")
-        with phase.lock:
-            for message, _tid, start, size in posted:
-                phase.result.completions.append(Completion(name, message, size, start, None))
-            for message in range(nxt, count):
-                size = min(
-                    workload.message_bytes, workload.total_bytes - message * workload.message_bytes
-                )
-                phase.result.completions.append(Completion(name, message, size, phase.now(), None))
-        if not posted and nxt >= count:
-            self.done.add(i)
-
-    def sample(self) -> None:
-        """Delivered bytes at every receiver and EV states at every sender."""
-        phase = self.phase
-        for host in self.receivers:
-            asked = phase.now()
-            try:
-                with self.client(host, timeout=2.0) as c:
-                    stats = numbers(c.stats().get("stats", {}))
-            except Exception:
-                continue
-            t = (asked + phase.now()) / 2  # the agent answered somewhere in between
-            placed = stats.get(PLACED, 0.0) - self.stats_before.get(host, {}).get(PLACED, 0.0)
-            with phase.lock:
-                phase.result.progress.append(Progress(t, f"rx:{host}", int(placed)))
-        counts = dict.fromkeys(EV_STATES, 0)
-        policy = phase.transport.kind
-        asked = phase.now()
-        for src, peers in self.peers.items():
-            try:
-                with self.client(src, timeout=2.0) as c:
-                    for dst in peers:
-                        reply = c.request("paths", peer=dst, policy=policy)
-                        table = reply["paths"][dst]["paths"]
-                        for entry in table.values():
-                            for state, n in entry.get("states", {}).items():
-                                if state.upper() in counts:
-                                    counts[state.upper()] += int(n)
-            except Exception:
-                continue
-        t = (asked + phase.now()) / 2
-        with phase.lock:
-            phase.result.ev_states.append({"t": t, **{k: float(v) for k, v in counts.items()}})
-
-    def finished(self) -> bool:
-        """True when every flow completed."""
-        return len(self.done) == len(self.flows)
-
-    def finish(self) -> None:
-        """Collect the agents' statistics of this phase."""
-        rtts: list[float] = []
-        for host in self.testbed.fabric.hosts:
-            try:
-                with self.client(host.name) as c:
-                    raw = c.stats().get("stats", {})
-            except Exception:
-                continue
-            for tr in (raw.get("core", {}) if isinstance(raw, dict) else {}).get(
-                "ev_transitions", []
-            ):
-                if isinstance(tr, dict) and "time" in tr:
-                    self.phase.result.ev_transitions.append(
-                        {
-                            "t": round(float(tr["time"]) - self.phase.t0, 6),
-                            "host": host.name,
-                            **{
-                                k: tr.get(k, "")
-                                for k in (
-                                    "qpn",
-                                    "ev",
-                                    "path",
-                                    "old",
-                                    "new",
-                                    "reason",
-                                    "profile",
-                                    "plane",
-                                )  # fmt: skip
-                            },
-                        }
-                    )
-            now = numbers(raw)
-            base = self.stats_before.get(host.name, {})
-            stats = {k: v - base.get(k, 0.0) for k, v in now.items()}
-            stats["rtos"] = stats.get("core.rtos", 0.0)
-            stats["nacks"] = stats.get("core.nacks_received", 0.0)
-            stats["trims_seen"] = stats.get("core.trims_seen", 0.0)
-            core = raw.get("core", {}) if isinstance(raw, dict) else {}
-            rtt = core.get("rtt", {}) if isinstance(core, dict) else {}
-            if isinstance(rtt, dict) and rtt.get("count") and rtt.get("min"):
-                rtts.append(float(rtt["min"]))
-                stats["rtt_min_s"] = float(rtt["min"])
-                stats["rtt_p50_s"] = float(rtt.get("p50", 0.0))
-            self.phase.result.hosts[host.name] = stats
-        self.phase.result.base_rtt_s = min(rtts) if rtts else None
-        self._check_bytes()
-
-    def _check_bytes(self) -> None:
-        """Every completed message's bytes, checked at its receiver against what was sent."""
-        phase = self.phase
-        message_bytes = {
-            flow_name(src, dst): phase.scenario.workloads[w].message_bytes
-            for w, src, dst in self.flows
-        }
-        index = {flow_name(src, dst): i for i, (_w, src, dst) in enumerate(self.flows)}
-        checked = corrupt = 0
-        for done in [c for c in phase.result.completions if c.end is not None]:
-            i = index[done.flow]
-            dst = self.flows[i][2]
-            try:
-                with self.client(dst) as c:
-                    reply = c.verify(
-                        f"flow{i}",
-                        offset=done.message * message_bytes[done.flow],
-                        size=done.size,
-                        seed=i + 1,
-                    )
-            except Exception as exc:
-                phase.errors.append(f"flow {done.flow}: checking message {done.message}: {exc}")
-                continue
-            checked += 1
-            if not reply.get("match"):
-                corrupt += 1
-                phase.errors.append(
-                    f"flow {done.flow}: message {done.message} arrived with other bytes than sent"
-                )
-        phase.result.checked = checked
-        phase.result.corrupt = corrupt
-
-    def cleanup(self) -> None:
-        """Nothing to undo: the next phase restarts the agents."""
 
 
 def run_scenario(
@@ -723,4 +490,4 @@ def cmd_demo(args: argparse.Namespace) -> int:
     )
 
 
-__all__ = ["MrcFlows", "Phase", "SwitchCounters", "register", "run_scenario", "run_shipped"]
+__all__ = ["FaultLedger", "Phase", "SwitchCounters", "register", "run_scenario", "run_shipped"]

@@ -27,11 +27,26 @@ from __future__ import annotations
 import math
 import random
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from experiments.faults import (
+    FAULT_KINDS,
+    EvAllow,
+    EvDeny,
+    Fault,
+    LinkDown,
+    LinkFlap,
+    LinkUp,
+    NicDown,
+    NicUp,
+    PlaneDown,
+    PlaneUp,
+    Step,
+    SwitchReboot,
+)
 from host.transport.cc import CcProfile, CcProfileError
 from topologies import Fabric, Link, Topology, TopologyError, load_topology
 from topologies.config import FieldError, read_yaml_file, shipped_topology
@@ -41,10 +56,6 @@ WORKLOAD_KINDS = ("permutation", "incast", "all-to-all")
 MRC_TRANSPORTS = ("mrc", "single-path", "ecmp", "spray-no-failover", "no-trim-nack")
 KERNEL_TRANSPORTS = ("tcp", "mptcp")
 TRANSPORTS = MRC_TRANSPORTS + KERNEL_TRANSPORTS
-FAULT_KINDS = (
-    "link_down", "link_up", "link_flap", "switch_reboot", "nic_down", "nic_up", "plane_down",
-    "plane_up", "ev_deny", "ev_allow",
-)  # fmt: skip
 EV_FORMATS = ("srv6", "srv6+srh", "stev", "udp")
 
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]i?B|B)?\s*$", re.IGNORECASE)
@@ -83,6 +94,11 @@ class Workload:
         """The (source, destination) pairs of this workload, in a stable order."""
         return list(self.pairs)
 
+    def message_sizes(self) -> list[int]:
+        """The size of every message of one flow (``message_bytes``; the last one the rest)."""
+        size, total = self.message_bytes, self.total_bytes
+        return [min(size, total - k * size) for k in range(-(-total // size))]
+
 
 @dataclass(frozen=True)
 class Transport:
@@ -98,71 +114,6 @@ class Transport:
     def is_kernel(self) -> bool:
         """True for the kernel TCP / MPTCP baselines."""
         return self.kind in KERNEL_TRANSPORTS
-
-
-@dataclass(frozen=True)
-class Fault:
-    """One fault. ``link`` names the two nodes of a cable; ``switch`` a switch.
-
-    ``link_down``/``link_up`` at ``at_s``; ``switch_reboot`` kills the switch at ``at_s`` and
-    starts it again ``down_s`` later (``mrc-ctl watch`` re-installs its tables); ``link_flap``
-    takes the link down ``rate_per_min`` times a minute from ``at_s`` to ``until_s``, each time
-    for ``down_s``. ``nic_down``/``nic_up``: the link of ``host``'s NIC on ``plane`` (``link``
-    is filled in); ``plane_down``/``plane_up``: every spine of ``plane`` killed / started
-    (``switches``); ``ev_deny``/``ev_allow``: the operator sets the EVs of path ``path`` (or EV
-    ``ev``) of ``host``'s QP towards ``peer`` DENIED / UNKNOWN (probed back to GOOD).
-    """
-
-    kind: str
-    at_s: float
-    link: tuple[str, str] | None = None
-    switch: str | None = None
-    down_s: float = 0.0
-    until_s: float = 0.0
-    rate_per_min: float = 0.0
-    switches: tuple[str, ...] = ()  # plane_down / plane_up
-    host: str | None = None  # nic_*, ev_*
-    plane: int | None = None  # nic_*, plane_*
-    peer: str | None = None  # ev_*
-    path: str | None = None  # ev_*: a path label (p0-s1, or p0-ecmp for STEV / UDP EVs)
-    ev: int | None = None  # ev_*: one EV
-
-    def events(self) -> list[tuple[float, str]]:
-        """The primitive actions of this fault: (time, "down" | "up" | "kill" | "start" |
-        "deny" | "allow")."""
-        if self.kind in ("link_down", "nic_down"):
-            return [(self.at_s, "down")]
-        if self.kind in ("link_up", "nic_up"):
-            return [(self.at_s, "up")]
-        if self.kind == "plane_down":
-            return [(self.at_s, "kill")]
-        if self.kind == "plane_up":
-            return [(self.at_s, "start")]
-        if self.kind == "ev_deny":
-            return [(self.at_s, "deny")]
-        if self.kind == "ev_allow":
-            return [(self.at_s, "allow")]
-        if self.kind == "switch_reboot":
-            return [(self.at_s, "kill"), (self.at_s + self.down_s, "start")]
-        period = 60.0 / self.rate_per_min
-        out: list[tuple[float, str]] = []
-        t = self.at_s
-        while t < self.until_s - 1e-9:
-            out += [(t, "down"), (t + self.down_s, "up")]
-            t += period
-        return out
-
-    @property
-    def target(self) -> str:
-        """A readable name of what the fault hits."""
-        if self.link is not None:
-            return f"{self.link[0]} <-> {self.link[1]}"
-        if self.switches:
-            return ", ".join(self.switches)
-        if self.kind in ("ev_deny", "ev_allow"):
-            what = self.path if self.path is not None else f"{self.ev:#x}"
-            return f"{self.host} -> {self.peer} {what}"
-        return self.switch or "?"
 
 
 @dataclass(frozen=True)
@@ -191,10 +142,9 @@ class Scenario:
         """Every flow of every workload as (workload index, source, destination)."""
         return [(i, s, d) for i, w in enumerate(self.workloads) for s, d in w.flows()]
 
-    def timeline(self) -> list[tuple[float, str, Fault]]:
-        """All fault actions of the scenario in time order."""
-        actions = [(t, what, f) for f in self.faults for t, what in f.events()]
-        return sorted(actions, key=lambda a: a[0])
+    def timeline(self) -> list[Step]:
+        """Every fault's steps, in time order."""
+        return sorted((s for f in self.faults for s in f.steps()), key=lambda s: s.t)
 
 
 def permutation(
@@ -338,10 +288,6 @@ _WORKLOAD = (
     "seed",
 )
 _TRANSPORT = ("name", "transport", "trimming", "cc", "ev_format")
-_FAULT = (
-    "kind", "at_s", "link", "switch", "down_s", "until_s", "rate_per_min", "host", "plane",
-    "peer", "path", "ev",
-)  # fmt: skip
 
 
 def _topology(p: _Parser, data: Mapping[str, Any], base: Path) -> Topology:
@@ -456,102 +402,135 @@ def _transport(
     return Transport(name, kind, trimming, cc, ev_format)
 
 
-def _fault(p: _Parser, i: int, value: object, fabric: Fabric, duration: float) -> Fault:
-    f = f"faults[{i}]"
-    d = p.mapping(f, value, _FAULT)
-    kind = p.choice(f"{f}.kind", d.get("kind"), FAULT_KINDS)
-    at = p.number(f"{f}.at_s", d.get("at_s"))
-    if at > duration:
-        raise p.fail(f"{f}.at_s", at, f"a time within duration_s ({duration:g} s)")
-    link: tuple[str, str] | None = None
-    switch: str | None = None
-    down = until = rate = 0.0
-    own = {"kind", "at_s"}
-    if kind.startswith(("nic_", "plane_", "ev_")):
-        return _new_fault(p, f, d, kind, at, fabric, own)
-    if kind == "switch_reboot":
-        name = p.string(f"{f}.switch", d.get("switch"))
-        try:
-            fabric.switch(name)
-        except KeyError as exc:
-            raise p.fail(f"{f}.switch", name, f"a switch of the fabric ({exc.args[0]})") from None
-        switch = name
-        down = p.number(f"{f}.down_s", d.get("down_s", 1.0))
-        if "link" in d:
-            raise p.fail(f"{f}.link", d["link"], "no such field for switch_reboot")
-    else:
-        raw = d.get("link")
-        if not (isinstance(raw, list) and len(raw) == 2 and all(isinstance(x, str) for x in raw)):
-            raise p.fail(
-                f"{f}.link", raw, "the two node names of a link, e.g. [t0-p0-r0, t1-p0-s0]"
-            )
-        if _find_link(fabric, raw[0], raw[1]) is None:
-            raise p.fail(f"{f}.link", raw, "two nodes joined by a link of the fabric")
-        link = (raw[0], raw[1])
-        if "switch" in d:
-            raise p.fail(f"{f}.switch", d["switch"], f"no such field for {kind}")
-        if kind == "link_flap":
-            rate = p.number(f"{f}.rate_per_min", d.get("rate_per_min"), 0.0, strict=True)
-            down = p.number(f"{f}.down_s", d.get("down_s", 1.0), 0.0, strict=True)
-            until = p.number(f"{f}.until_s", d.get("until_s", duration))
-            if until <= at:
-                raise p.fail(f"{f}.until_s", until, f"a time after at_s ({at:g})")
-            if down >= 60.0 / rate:
-                raise p.fail(
-                    f"{f}.down_s",
-                    down,
-                    f"less than the flap period 60/rate_per_min ({60.0 / rate:g} s)",
-                )
-    return Fault(kind, at, link, switch, down, until, rate)
+_FaultArgs = tuple[_Parser, str, Mapping[str, Any], float, Fabric, float]
 
 
-_NEW_FIELDS = {
-    "nic": {"host", "plane"},
-    "plane": {"plane"},
-    "ev": {"host", "peer", "path", "ev"},
-}
+def _link_of(p: _Parser, f: str, d: Mapping[str, Any], fabric: Fabric) -> tuple[str, str]:
+    raw = d.get("link")
+    if not (isinstance(raw, list) and len(raw) == 2 and all(isinstance(x, str) for x in raw)):
+        raise p.fail(f"{f}.link", raw, "the two node names of a link, e.g. [t0-p0-r0, t1-p0-s0]")
+    if _find_link(fabric, raw[0], raw[1]) is None:
+        raise p.fail(f"{f}.link", raw, "two nodes joined by a link of the fabric")
+    return (raw[0], raw[1])
 
 
-def _new_fault(
-    p: _Parser, f: str, d: Mapping[str, Any], kind: str, at: float, fabric: Fabric,
-    own: set[str],
-) -> Fault:  # fmt: skip
-    """The NIC, plane and EV faults (every field they do not take is refused by name)."""
-    group = kind.split("_")[0]
-    allowed = own | _NEW_FIELDS[group]
-    for name in d:
-        if name not in allowed:
-            raise p.fail(f"{f}.{name}", d[name], f"no such field for {kind}")
+def _plane_of(p: _Parser, f: str, d: Mapping[str, Any], fabric: Fabric) -> int:
     planes = fabric.topology.planes
-    if group in ("nic", "plane"):
-        plane = p.integer(f"{f}.plane", d.get("plane"), 0)
-        if plane >= planes:
-            raise p.fail(f"{f}.plane", plane, f"a plane of the fabric (0..{planes - 1})")
-        if group == "plane":
-            spines = tuple(
-                fabric.t1_name(plane, s) for s in range(fabric.topology.spines_per_plane)
-            )
-            return Fault(kind, at, switches=spines, plane=plane)
+    plane = p.integer(f"{f}.plane", d.get("plane"), 0)
+    if plane >= planes:
+        raise p.fail(f"{f}.plane", plane, f"a plane of the fabric (0..{planes - 1})")
+    return plane
+
+
+def _link_fault(make: Callable[[float, tuple[str, str]], Fault]) -> Callable[[_FaultArgs], Fault]:
+    def build(a: _FaultArgs) -> Fault:
+        p, f, d, at, fabric, _ = a
+        return make(at, _link_of(p, f, d, fabric))
+
+    return build
+
+
+def _flap(a: _FaultArgs) -> Fault:
+    p, f, d, at, fabric, duration = a
+    link = _link_of(p, f, d, fabric)
+    rate = p.number(f"{f}.rate_per_min", d.get("rate_per_min"), 0.0, strict=True)
+    down = p.number(f"{f}.down_s", d.get("down_s", 1.0), 0.0, strict=True)
+    until = p.number(f"{f}.until_s", d.get("until_s", duration))
+    if until <= at:
+        raise p.fail(f"{f}.until_s", until, f"a time after at_s ({at:g})")
+    if down >= 60.0 / rate:
+        raise p.fail(
+            f"{f}.down_s", down, f"less than the flap period 60/rate_per_min ({60.0 / rate:g} s)"
+        )
+    return LinkFlap(at, link, rate, down, until)
+
+
+def _reboot(a: _FaultArgs) -> Fault:
+    p, f, d, at, fabric, _ = a
+    name = p.string(f"{f}.switch", d.get("switch"))
+    try:
+        fabric.switch(name)
+    except KeyError as exc:
+        raise p.fail(f"{f}.switch", name, f"a switch of the fabric ({exc.args[0]})") from None
+    return SwitchReboot(at, (name,), p.number(f"{f}.down_s", d.get("down_s", 1.0)))
+
+
+def _nic_fault(
+    make: Callable[[float, tuple[str, str], str, int], Fault],
+) -> Callable[[_FaultArgs], Fault]:
+    def build(a: _FaultArgs) -> Fault:
+        p, f, d, at, fabric, _ = a
+        plane = _plane_of(p, f, d, fabric)
         host = p.host(f"{f}.host", d.get("host"), fabric)
-        nic = fabric.host(host).nic(plane)
-        return Fault(kind, at, link=(host, nic.switch), host=host, plane=plane)
-    host = p.host(f"{f}.host", d.get("host"), fabric)
-    peer = p.host(f"{f}.peer", d.get("peer"), fabric)
-    if peer == host:
-        raise p.fail(f"{f}.peer", peer, f"another host than {host}")
-    path = d.get("path")
-    ev = d.get("ev")
-    if (path is None) == (ev is None):
-        raise p.fail(f"{f}.path", path, "exactly one of path (a label such as p0-s1) and ev")
-    if path is not None:
+        return make(at, (host, fabric.host(host).nic(plane).switch), host, plane)
+
+    return build
+
+
+def _plane_fault(
+    make: Callable[[float, tuple[str, ...], int], Fault],
+) -> Callable[[_FaultArgs], Fault]:
+    def build(a: _FaultArgs) -> Fault:
+        p, f, d, at, fabric, _ = a
+        plane = _plane_of(p, f, d, fabric)
+        spines = range(fabric.topology.spines_per_plane)
+        return make(at, tuple(fabric.t1_name(plane, s) for s in spines), plane)
+
+    return build
+
+
+def _ev_fault(make: type[EvDeny] | type[EvAllow]) -> Callable[[_FaultArgs], Fault]:
+    def build(a: _FaultArgs) -> Fault:
+        p, f, d, at, fabric, _ = a
+        host = p.host(f"{f}.host", d.get("host"), fabric)
+        peer = p.host(f"{f}.peer", d.get("peer"), fabric)
+        if peer == host:
+            raise p.fail(f"{f}.peer", peer, f"another host than {host}")
+        path, ev = d.get("path"), d.get("ev")
+        if (path is None) == (ev is None):
+            raise p.fail(f"{f}.path", path, "exactly one of path (a label such as p0-s1) and ev")
+        if ev is not None:
+            return make(at, host, peer, ev=p.integer(f"{f}.ev", ev, 0))
         path = p.string(f"{f}.path", path)
         labels = {x.label for x in fabric.paths(host, peer)}
-        labels |= {f"p{x}-ecmp" for x in range(planes)}
+        labels |= {f"p{x}-ecmp" for x in range(fabric.topology.planes)}
         if path not in labels:
             raise p.fail(f"{f}.path", path, f"a path label of {host} -> {peer} "
                          f"({', '.join(sorted(labels))})")  # fmt: skip
-        return Fault(kind, at, host=host, peer=peer, path=path)
-    return Fault(kind, at, host=host, peer=peer, ev=p.integer(f"{f}.ev", ev, 0))
+        return make(at, host, peer, path=path)
+
+    return build
+
+
+#: per fault kind: the fields it takes besides ``kind`` and ``at_s``, and its builder
+_FAULTS: dict[str, tuple[tuple[str, ...], Callable[[_FaultArgs], Fault]]] = {
+    "link_down": (("link",), _link_fault(LinkDown)),
+    "link_up": (("link",), _link_fault(LinkUp)),
+    "link_flap": (("link", "rate_per_min", "down_s", "until_s"), _flap),
+    "switch_reboot": (("switch", "down_s"), _reboot),
+    "nic_down": (("host", "plane"), _nic_fault(NicDown)),
+    "nic_up": (("host", "plane"), _nic_fault(NicUp)),
+    "plane_down": (("plane",), _plane_fault(PlaneDown)),
+    "plane_up": (("plane",), _plane_fault(PlaneUp)),
+    "ev_deny": (("host", "peer", "path", "ev"), _ev_fault(EvDeny)),
+    "ev_allow": (("host", "peer", "path", "ev"), _ev_fault(EvAllow)),
+}
+_FAULT = ("kind", "at_s", *sorted({name for fields, _ in _FAULTS.values() for name in fields}))
+
+
+def _fault(p: _Parser, i: int, value: object, fabric: Fabric, duration: float) -> Fault:
+    """One fault as its kind's class; a field the kind does not take is refused by name."""
+    f = f"faults[{i}]"
+    d = p.mapping(f, value, _FAULT)
+    kind = p.choice(f"{f}.kind", d.get("kind"), FAULT_KINDS)
+    fields, build = _FAULTS[kind]
+    for name in d:
+        if name not in ("kind", "at_s", *fields):
+            raise p.fail(f"{f}.{name}", d[name], f"no such field for {kind}")
+    at = p.number(f"{f}.at_s", d.get("at_s"))
+    if at > duration:
+        raise p.fail(f"{f}.at_s", at, f"a time within duration_s ({duration:g} s)")
+    return build((p, f, d, at, fabric, duration))
 
 
 def parse_scenario(data: object, source: str = "<memory>", base: Path | None = None) -> Scenario:

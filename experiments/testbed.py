@@ -6,7 +6,7 @@
    process reads the same fabric;
 2. build the Mininet network (:mod:`experiments.fabricnet`) and start one switch process per
    switch, waiting until each serves P4Runtime;
-3. write the state file (:mod:`topologies.state`), then install every switch's tables with
+3. write the state file (:mod:`targets.state`), then install every switch's tables with
    ``mrc-ctl push`` and start ``mrc-ctl watch`` (which re-installs a switch that lost its tables,
    e.g. after a reboot);
 4. start ``mrc-host`` in each host's namespace with its control socket in the run directory.
@@ -34,9 +34,9 @@ from typing import IO, Any
 
 import yaml
 
+from targets.state import HostState, StateError, SwitchState, TestbedState, default_path
 from topologies import Fabric, Topology, load_topology
 from topologies.config import shipped_topology
-from topologies.state import HostState, StateError, SwitchState, TestbedState, default_path
 
 AGENT_READY_TIMEOUT = 30.0
 TRIM_NEVER = (1 << 19) - 1  # a trim threshold no queue reaches: the switch drops instead
@@ -48,7 +48,7 @@ class TestbedError(RuntimeError):
 
 
 def _startup_errors() -> tuple[type[Exception], ...]:
-    from topologies.switchproc import SwitchConfigError, SwitchStartError
+    from targets.process import SwitchConfigError, SwitchStartError
 
     errors: tuple[type[Exception], ...] = (TestbedError, SwitchStartError, SwitchConfigError)
     try:  # Mininet may be missing where only 'report' or 'topo' is used

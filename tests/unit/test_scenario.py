@@ -40,8 +40,8 @@ def test_shipped_scenarios_load(name: str) -> None:
     hosts = {h.name for h in scenario.fabric.hosts}
     for _, src, dst in scenario.flows():
         assert src in hosts and dst in hosts and src != dst
-    for t, _, _ in scenario.timeline():
-        assert 0 <= t <= scenario.duration_s + 10
+    for step in scenario.timeline():
+        assert 0 <= step.t <= scenario.duration_s + 10
 
 
 def test_permutation_crosses_racks_on_small_fabric() -> None:
@@ -101,7 +101,7 @@ def test_flap_expands_to_down_up_pairs() -> None:
         }
     ]
     timeline = parse_scenario(data).timeline()
-    assert [(t, a) for t, a, _ in timeline] == [
+    assert [(s.t, s.action) for s in timeline] == [
         (1.0, "down"),
         (2.0, "up"),
         (4.0, "down"),
@@ -112,7 +112,7 @@ def test_flap_expands_to_down_up_pairs() -> None:
 def test_reboot_expands_to_kill_then_start() -> None:
     data = base()
     data["faults"] = [{"kind": "switch_reboot", "at_s": 2, "down_s": 1.5, "switch": "t1-p1-s0"}]
-    assert [(t, a) for t, a, _ in parse_scenario(data).timeline()] == [
+    assert [(s.t, s.action) for s in parse_scenario(data).timeline()] == [
         (2.0, "kill"),
         (3.5, "start"),
     ]

@@ -119,8 +119,8 @@ def test_phase_carries_out_nic_and_plane_faults() -> None:
     ]))  # fmt: skip
     tb = FakeTestbed()
     phase = Phase(tb, s, s.transports[0])  # type: ignore[arg-type]
-    for _, action, fault in s.timeline():
-        phase.apply(action, fault)
+    for step in s.timeline():
+        phase.apply(step)
     assert tb.calls == [
         ("kill", "t1-p1-s0"), ("kill", "t1-p1-s1"), ("start", "t1-p1-s0"), ("start", "t1-p1-s1"),
         ("down", "h0", "t0-p0-r0"),

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from experiments.kernel import host_commands, undo_commands
+from experiments.flows.kernel import host_commands, undo_commands
 from experiments.testbed import write_topology
 from topologies import Fabric, load_topology
 from topologies.config import shipped_topology
@@ -21,7 +21,7 @@ def fabric() -> Fabric:
 
 
 def test_choose_target() -> None:
-    from experiments.fabricnet import TargetUnavailable, choose_target
+    from targets.factory import TargetUnavailable, choose_target
 
     has_bmv2 = bool(shutil.which("simple_switch_grpc") and shutil.which("simple_switch_CLI"))
     assert choose_target("auto") == ("bmv2" if has_bmv2 else "model")

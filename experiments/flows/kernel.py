@@ -1,4 +1,4 @@
-"""Kernel baselines over the fabric: TCP on one SRv6 path, MPTCP with one subflow per plane.
+"""Kernel flows: TCP on one SRv6 path and MPTCP with one subflow per plane, as baselines.
 
 The hosts' NICs normally have IPv6 off (the MRC agent owns them). For a kernel phase,
 :class:`KernelFlows` gives each NIC its fabric address and, towards every other host and plane,
@@ -27,8 +27,8 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from experiments.flows.base import Flows, PhaseView
 from experiments.metrics import Completion, Progress, flow_name
-from experiments.phaseview import PhaseView
 
 BASE_PORT = 45000
 SRH_ROOM = 80  # bytes left for the inserted SRH (two segments) and slack
@@ -111,14 +111,12 @@ def _netstat(node: Any) -> dict[str, float]:
     return out
 
 
-class KernelFlows:
+class KernelFlows(Flows):
     """The workload as kernel TCP or MPTCP connections over SRv6 routes."""
 
     def __init__(self, phase: PhaseView) -> None:
-        self.phase = phase
-        self.testbed = phase.testbed
+        super().__init__(phase)
         self.fabric = phase.testbed.fabric
-        self.flows = phase.scenario.flows()
         self.proto = phase.transport.kind  # "tcp" or "mptcp"
         self.dir = self.testbed.run_dir / f"kernel-{phase.transport.name}"
         self.processes: list[subprocess.Popen[bytes]] = []
@@ -178,7 +176,7 @@ class KernelFlows:
             rx_out = open(self.dir / f"rx{i}.jsonl", "wb")  # noqa: SIM115 -- owned by the child
             self.processes.append(
                 self.node(dst).popen(
-                    [py, "-m", "experiments.kernel_flow", "serve", "--bind", "::", *common],
+                    [py, "-m", "experiments.flows.kernel_flow", "serve", "--bind", "::", *common],
                     stdout=rx_out,
                     stderr=subprocess.DEVNULL,
                 )
@@ -186,7 +184,7 @@ class KernelFlows:
             tx_out = open(self.dir / f"tx{i}.jsonl", "wb")  # noqa: SIM115
             self.processes.append(
                 self.node(src).popen(
-                    [py, "-m", "experiments.kernel_flow", "send", "--dst", address, *common],
+                    [py, "-m", "experiments.flows.kernel_flow", "send", "--dst", address, *common],
                     stdout=tx_out,
                     stderr=subprocess.DEVNULL,
                 )
@@ -226,16 +224,12 @@ class KernelFlows:
         phase = self.phase
         for i, (w_index, src, dst) in enumerate(self.flows):
             workload = phase.scenario.workloads[w_index]
-            count = -(-workload.total_bytes // workload.message_bytes)
             done: dict[int, dict[str, Any]] = {
                 int(r["message"]): r
                 for r in _read_lines(self.dir / f"tx{i}.jsonl")
                 if "message" in r
             }
-            for k in range(count):
-                size = min(
-                    workload.message_bytes, workload.total_bytes - k * workload.message_bytes
-                )
+            for k, size in enumerate(workload.message_sizes()):
                 rec = done.get(k)
                 phase.result.completions.append(
                     Completion(

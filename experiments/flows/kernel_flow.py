@@ -1,11 +1,11 @@
 """A small TCP / MPTCP sender and receiver for the kernel baselines (runs in a host namespace).
 
-``python -m experiments.kernel_flow serve --bind ADDR --port P --total N --message M``
+``python -m experiments.flows.kernel_flow serve --bind ADDR --port P --total N --message M``
 accepts one connection, reads ``N`` bytes, answers one byte per complete message and prints
 JSON lines ``{"t": MONOTONIC, "bytes": RECEIVED}`` every ``--interval`` seconds and at the end.
 
-``python -m experiments.kernel_flow send --dst ADDR --port P --total N --message M`` connects,
-writes the messages back to back and prints ``{"message": K, "start": T0, "end": T1}`` when the
+``python -m experiments.flows.kernel_flow send --dst ADDR --port P --total N --message M``
+connects, writes the messages back to back and prints ``{"message": K, "start": T0, "end": T1}`` when the
 receiver acknowledges message ``K``. ``--proto mptcp`` opens ``IPPROTO_MPTCP`` sockets (the
 kernel's path manager adds one subflow per announced plane address).
 """
@@ -113,7 +113,7 @@ def send(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Entry point (``python -m experiments.kernel_flow``)."""
+    """Entry point (``python -m experiments.flows.kernel_flow``)."""
     parser = argparse.ArgumentParser(prog="kernel_flow", description=__doc__)
     sub = parser.add_subparsers(dest="role", required=True)
     for role in ("serve", "send"):
