@@ -1,5 +1,7 @@
-"""The ``target`` fixtures: every data-plane test runs once per target (BMv2, switchmodel).
+"""The ``target`` fixtures: every data-plane test runs once per target.
 
+- ``pipeline``: switchmodel's pipeline called in this process (``targets_pipeline``), over an
+  in-process P4Runtime server: runs everywhere, no root, no namespace;
 - ``bmv2``: p4c + simple_switch_grpc on veth pairs in namespace ``dpb<id>`` (skips with the
   reason when p4c/BMv2 are not on PATH or when not root);
 - ``model``: ``ModelTarget`` from ``tests/dataplane/targets_model.py``, written by the
@@ -20,9 +22,9 @@ import pytest
 from .cases import PORTS, shaped_ports
 from .target import DataplaneTarget, TargetUnavailable
 
-TARGETS = ("bmv2", "model")
+TARGETS = ("pipeline", "bmv2", "model")
 #: the fixture parameters: BMv2's are marked ``bmv2`` (they may not skip in CI)
-TARGET_PARAMS = [pytest.param("bmv2", marks=pytest.mark.bmv2), "model"]
+TARGET_PARAMS = ["pipeline", pytest.param("bmv2", marks=pytest.mark.bmv2), "model"]
 MODEL_MODULE = Path(__file__).with_name("targets_model.py")
 
 
@@ -30,6 +32,10 @@ def make_target(
     kind: str, workdir: Path, port_rates: Mapping[int, int] | None = None
 ) -> DataplaneTarget:
     """A target of ``kind``, not started; skips the test when the kind cannot exist here."""
+    if kind == "pipeline":
+        from .targets_pipeline import PipelineTarget
+
+        return PipelineTarget(PORTS, workdir, port_rates)
     if kind == "bmv2":
         from .targets_bmv2 import Bmv2Target
 

@@ -1,8 +1,9 @@
 """The interface of a data-plane target: one switch running the mrc_switch pipeline.
 
 The shared case list (``cases.py``) runs against every implementation of
-:class:`DataplaneTarget`: BMv2 (``targets_bmv2.Bmv2Target``) and switchmodel
-(``targets_model.ModelTarget``, written by the switchmodel part). A target is constructed with
+:class:`DataplaneTarget`: switchmodel's pipeline in this process
+(``targets_pipeline.PipelineTarget``, no root needed), BMv2 (``targets_bmv2.Bmv2Target``) and
+mrc-switch on veth pairs (``targets_model.ModelTarget``). A target is constructed with
 the data-plane port numbers the cases use and a working directory for its logs::
 
     target = ModelTarget(ports=[1, 2, 3, 4], workdir=tmp_path)
@@ -15,8 +16,6 @@ the data-plane port numbers the cases use and a working directory for its logs::
 
 Entries are ``p4r.TableEntry`` messages built with :attr:`DataplaneTarget.p4info` (the P4Info
 the target was given: p4c's for BMv2, the committed one for switchmodel), so ids always match.
-``targets_model.py`` must define ``ModelTarget`` with this constructor; it imports this module
-relatively (``from .target import DataplaneTarget``).
 
 ``port_rates`` (port -> bit/s) shapes egress ports from the start, so that a burst queues up
 and priority shows in the order frames leave (``test_priority.py``). A target that cannot
@@ -45,7 +44,7 @@ class TargetUnavailable(RuntimeError):
 class DataplaneTarget(abc.ABC):
     """One switch under test, driven packet by packet."""
 
-    #: short name used in test ids ("bmv2", "model")
+    #: short name used in test ids ("pipeline", "bmv2", "model")
     name = "target"
     #: why this target cannot shape an egress port to ``port_rates`` (None: it can)
     cannot_shape: str | None = "the target does not implement port_rates"

@@ -13,11 +13,13 @@ from __future__ import annotations
 import os
 import subprocess
 
+from support.switch import free_port
+
 from controller.bmv2 import Bmv2Switch, committed_pipeline, missing_tools, port_queue_commands
 from controller.p4info import P4Info
 
 from .target import TargetUnavailable
-from .targets_p4rt import DEVICE_ID, P4RuntimeTarget, free_tcp_port
+from .targets_p4rt import DEVICE_ID, P4RuntimeTarget
 
 PROMPT = b"RuntimeCmd: "
 
@@ -106,7 +108,7 @@ class Bmv2Target(P4RuntimeTarget[Bmv2Switch]):
             self.switch_intf,
             device_id=DEVICE_ID,
             grpc_addr=grpc_addr,
-            thrift_port=free_tcp_port(),
+            thrift_port=free_port(),
             log_dir=self.workdir,
             log_level="debug",
         )

@@ -21,18 +21,18 @@ default-entry reads)::
 from __future__ import annotations
 
 import abc
-import socket
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
 from p4.v1 import p4runtime_pb2 as p4r
+from support.switch import free_port
 
 from controller.client import SwitchClient
 from controller.p4info import P4Info
-from topologies.switchproc import SwitchProcess
+from targets.lab import NetnsLab, PacketPort, netns_available
+from targets.process import SwitchProcess
 
-from .netns import NetnsLab, PacketPort, netns_available
 from .target import DataplaneTarget, TargetUnavailable, instance_tag
 
 DEVICE_ID = 1
@@ -41,57 +41,24 @@ START_TIMEOUT = 30.0
 S = TypeVar("S", bound=SwitchProcess)
 
 
-def free_tcp_port() -> int:
-    """A TCP port of 127.0.0.1 that nothing listens on right now."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-class P4RuntimeTarget(DataplaneTarget, Generic[S]):
-    """One switch process with a veth pair per data-plane port, driven over P4Runtime."""
+class P4RuntimeDriven(DataplaneTarget):
+    """What a target driven over P4Runtime does the same way whatever carries its frames: the
+    :class:`controller.client.SwitchClient` session, installs that replace the previous one
+    (defaults restored), registers and counters. A subclass sets :attr:`_info` and calls
+    :meth:`connect` from its :meth:`start` and :meth:`disconnect` from its :meth:`stop`."""
 
     #: how messages name the target ("BMv2", "switchmodel")
     label = "P4Runtime"
-    #: first letters of the namespace and interface names, unique to the target
-    prefix = "p4rt"
 
     def __init__(
         self, ports: Sequence[int], workdir: Path, port_rates: Mapping[int, int] | None = None
     ) -> None:
         super().__init__(ports, workdir, port_rates)
-        tag = instance_tag()
-        self.netns = f"{self.prefix}{tag}"
-        self.switch_name = f"{self.prefix}-switch"
-        self.switch_intf = {p: f"{self.prefix}{tag}s{p}" for p in self.ports}
-        self.test_intf = {p: f"{self.prefix}{tag}t{p}" for p in self.ports}
-        self._lab = NetnsLab()
-        self._switch: S | None = None
+        self.switch_name = f"{self.name}-switch"
         self._client: SwitchClient | None = None
         self._info: P4Info | None = None
-        self._device_config = b""  # set_pipeline's device config (BMv2: p4c's JSON)
-        self._sockets: dict[int, PacketPort] = {}
         self._installed: list[Any] = []
         self._defaults_changed: dict[int, Any] = {}  # table id -> the default entry it had
-
-    # -- what a target provides ------------------------------------------------------------
-
-    def unavailable(self) -> str | None:
-        """Why the target cannot run here (None when it can); checked first by :meth:`start`."""
-        why = netns_available()
-        return f"{self.label} target {why}" if why else None
-
-    @abc.abstractmethod
-    def make_switch(self, grpc_addr: str) -> S:
-        """The switch process (not started) serving P4Runtime on ``grpc_addr`` with device id
-        :data:`DEVICE_ID` and :attr:`switch_intf` as its ports. Sets :attr:`_info` (and
-        :attr:`_device_config` if the target needs one) unless already set. May raise
-        :class:`TargetUnavailable`."""
-
-    def configure(self, switch: S) -> None:  # noqa: B027 -- optional hook
-        """Configure the switch once it serves P4Runtime, before the pipeline (default: none)."""
-
-    # -- DataplaneTarget -------------------------------------------------------------------
 
     @property
     def p4info(self) -> P4Info:
@@ -99,28 +66,22 @@ class P4RuntimeTarget(DataplaneTarget, Generic[S]):
             raise RuntimeError(f"{self.label} target not started")
         return self._info
 
-    def start(self) -> None:
-        why = self.unavailable()
-        if why:
-            raise TargetUnavailable(why)
-        try:
-            self._lab.add_netns(self.netns)
-            for port in self.ports:
-                self._lab.add_veth(self.switch_intf[port], self.test_intf[port], b_netns=self.netns)
-                self._sockets[port] = PacketPort(self.test_intf[port], self.netns)
-            grpc_addr = f"127.0.0.1:{free_tcp_port()}"
-            self._switch = self.make_switch(grpc_addr)
-            self._switch.start()
-            self._switch.wait_ready(timeout=START_TIMEOUT)
-            self.configure(self._switch)
-            self._client = SwitchClient(
-                grpc_addr, device_id=DEVICE_ID, name=self.switch_name, p4info=self.p4info
-            )
-            self._client.connect()
-            self._client.set_pipeline(self.p4info, device_config=self._device_config)
-        except BaseException:
-            self.stop()
-            raise
+    def connect(self, grpc_addr: str, device_config: bytes = b"") -> None:
+        """Become the primary controller of the switch at ``grpc_addr`` and set the pipeline
+        (:attr:`p4info`, and ``device_config`` if the switch needs one)."""
+        self._client = SwitchClient(
+            grpc_addr, device_id=DEVICE_ID, name=self.switch_name, p4info=self.p4info
+        )
+        self._client.connect()
+        self._client.set_pipeline(self.p4info, device_config=device_config)
+
+    def disconnect(self) -> None:
+        """Close the session (safe to call twice)."""
+        if self._client is not None:
+            self._client.close()
+            self._client = None
+        self._installed = []
+        self._defaults_changed = {}
 
     def _require(self) -> SwitchClient:
         if self._client is None:
@@ -153,6 +114,71 @@ class P4RuntimeTarget(DataplaneTarget, Generic[S]):
             return p4r.TableEntry(table_id=table_id, is_default_action=True)
         return current
 
+    def set_register(self, name: str, index: int, value: int) -> None:
+        self._require().write_register(name, index, value)
+
+    def counters(self, name: str) -> dict[int, tuple[int, int]]:
+        return self._require().read_counter(name)
+
+
+class P4RuntimeTarget(P4RuntimeDriven, Generic[S]):
+    """One switch process with a veth pair per data-plane port, driven over P4Runtime."""
+
+    #: first letters of the namespace and interface names, unique to the target
+    prefix = "p4rt"
+
+    def __init__(
+        self, ports: Sequence[int], workdir: Path, port_rates: Mapping[int, int] | None = None
+    ) -> None:
+        super().__init__(ports, workdir, port_rates)
+        tag = instance_tag()
+        self.netns = f"{self.prefix}{tag}"
+        self.switch_name = f"{self.prefix}-switch"
+        self.switch_intf = {p: f"{self.prefix}{tag}s{p}" for p in self.ports}
+        self.test_intf = {p: f"{self.prefix}{tag}t{p}" for p in self.ports}
+        self._lab = NetnsLab()
+        self._switch: S | None = None
+        self._device_config = b""  # set_pipeline's device config (BMv2: p4c's JSON)
+        self._sockets: dict[int, PacketPort] = {}
+
+    # -- what a target provides ------------------------------------------------------------
+
+    def unavailable(self) -> str | None:
+        """Why the target cannot run here (None when it can); checked first by :meth:`start`."""
+        why = netns_available()
+        return f"{self.label} target {why}" if why else None
+
+    @abc.abstractmethod
+    def make_switch(self, grpc_addr: str) -> S:
+        """The switch process (not started) serving P4Runtime on ``grpc_addr`` with device id
+        :data:`DEVICE_ID` and :attr:`switch_intf` as its ports. Sets :attr:`_info` (and
+        :attr:`_device_config` if the target needs one) unless already set. May raise
+        :class:`TargetUnavailable`."""
+
+    def configure(self, switch: S) -> None:  # noqa: B027 -- optional hook
+        """Configure the switch once it serves P4Runtime, before the pipeline (default: none)."""
+
+    # -- DataplaneTarget -------------------------------------------------------------------
+
+    def start(self) -> None:
+        why = self.unavailable()
+        if why:
+            raise TargetUnavailable(why)
+        try:
+            self._lab.add_netns(self.netns)
+            for port in self.ports:
+                self._lab.add_veth(self.switch_intf[port], self.test_intf[port], b_netns=self.netns)
+                self._sockets[port] = PacketPort(self.test_intf[port], self.netns)
+            grpc_addr = f"127.0.0.1:{free_port()}"
+            self._switch = self.make_switch(grpc_addr)
+            self._switch.start()
+            self._switch.wait_ready(timeout=START_TIMEOUT)
+            self.configure(self._switch)
+            self.connect(grpc_addr, self._device_config)
+        except BaseException:
+            self.stop()
+            raise
+
     def send(self, port: int, frame: bytes) -> None:
         self._sockets[port].send(frame)
 
@@ -163,16 +189,8 @@ class P4RuntimeTarget(DataplaneTarget, Generic[S]):
         for sock in self._sockets.values():
             sock.drain()
 
-    def set_register(self, name: str, index: int, value: int) -> None:
-        self._require().write_register(name, index, value)
-
-    def counters(self, name: str) -> dict[int, tuple[int, int]]:
-        return self._require().read_counter(name)
-
     def stop(self) -> None:
-        if self._client is not None:
-            self._client.close()
-            self._client = None
+        self.disconnect()
         if self._switch is not None:
             self._switch.stop()
             self._switch = None

@@ -30,12 +30,12 @@ import pytest
 from scapy.layers.inet6 import IPv6
 from scapy.layers.l2 import Ether
 
+from targets.lab import NetnsLab, PacketPort, netns_available, run
 from topologies import Path, Switch
 from topologies import usid as usidlib
 
 from . import packets as pk
 from .cases import case_by_name, fabric
-from .netns import NetnsLab, PacketPort, netns_available, run
 
 pytestmark = pytest.mark.netns
 
