@@ -13,10 +13,11 @@ ids and readable values into P4Runtime bytes, and back:
   (``table_entry(..., group_id=N)``);
 - :meth:`P4Info.decode` / :meth:`P4Info.describe` (and :meth:`P4Info.decode_member`,
   :meth:`P4Info.decode_group`): the reverse, for ``show``, ``diff`` and error messages;
-- :meth:`P4Info.missing`: the tables and actions of the contract (:data:`CONTRACT`) that a P4Info
-  lacks, so a wrong P4Info is reported by name before anything is written.
+- :meth:`P4Info.missing`: what keeps a P4Info from being the program of the contract
+  (:func:`p4src.contract.p4info_problems`), so a wrong P4Info is reported by name before anything
+  is written.
 
-Name lookups use p4runtime-shell's P4Info index (``p4runtime_sh.context.Context``); byte strings
+Names resolve in full (``MrcIngress.ipv6_lpm``) or by any unambiguous dotted suffix; byte strings
 are sent in canonical form (no leading zero bytes), as the P4Runtime specification asks.
 """
 
@@ -29,33 +30,15 @@ from pathlib import Path
 from typing import Any
 
 from google.protobuf import text_format
-from p4.config.v1 import p4info_pb2 as p4i
-from p4.v1 import p4runtime_pb2 as p4r
-from p4runtime_sh.context import Context, P4Type
+
+from p4src import contract
+from p4src.proto import p4i, p4r
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
 #: A readable value for a match field or action parameter: an integer, raw bytes, or text
 #: (IPv6 address, ``addr/len`` prefix for LPM, MAC address, decimal or ``0x`` hex number).
 Value = int | bytes | str | ipaddress.IPv6Address | ipaddress.IPv6Network
-
-#: The tables of the P4 contract and the actions the controller uses in each.
-CONTRACT: Mapping[str, tuple[str, ...]] = {
-    "MrcIngress.my_sid": ("MrcIngress.usid_un", "MrcIngress.srv6_end"),
-    "MrcIngress.ipv6_lpm": ("MrcIngress.set_next_hop", "MrcIngress.drop_no_route"),
-    "MrcIngress.port_qos": ("MrcIngress.set_port_qos",),
-    "MrcIngress.ipv6_ecmp": ("MrcIngress.set_next_hop",),
-}
-#: The action profiles of the P4 contract (with a selector: ECMP groups).
-CONTRACT_PROFILES: tuple[str, ...] = ("MrcIngress.ecmp_selector",)
-#: The counters of the P4 contract.
-CONTRACT_COUNTERS: tuple[str, ...] = (
-    "MrcIngress.port_in",
-    "MrcEgress.port_out",
-    "MrcIngress.trimmed",
-    "MrcIngress.ecn_marked",
-    "MrcIngress.drops",
-)
 
 
 def default_p4info_path() -> Path:
@@ -196,19 +179,47 @@ def _split_prefix(value: Value, bitwidth: int, what: str) -> tuple[int, int]:
     return address, prefix_len
 
 
+def _refuse_unknown(
+    given: Mapping[str, Value], declared: Sequence[str], owner: str, kind: str = "parameter"
+) -> None:
+    """P4InfoError naming the first of ``given`` that ``owner`` does not declare."""
+    unknown = sorted(set(given) - set(declared))
+    if unknown:
+        raise P4InfoError(
+            f"{owner} has no {kind} '{unknown[0]}' ({kind}s: {', '.join(declared) or 'none'})"
+        )
+
+
 class P4Info:
     """One pipeline's P4Info, indexed by name (immutable once loaded)."""
 
     def __init__(self, proto: Any, source: str = "<memory>") -> None:
         self.proto: Any = proto  # p4i.P4Info
         self.source = source
-        self._context = Context()
-        self._context.set_p4info(proto)
-        self._registers: dict[str, Any] = {}
-        for register in proto.registers:
-            name = register.preamble.name
-            self._registers[name] = register
-            self._registers.setdefault(name.split(".")[-1], register)
+        # kind -> name (full, or an unambiguous dotted suffix) -> object
+        self._names: dict[str, dict[str, Any]] = {}
+        self._by_id: dict[int, str] = {}
+        for kind, objects in (
+            ("table", proto.tables),
+            ("action", proto.actions),
+            ("counter", proto.counters),
+            ("register", proto.registers),
+            ("action profile", proto.action_profiles),
+        ):
+            names: dict[str, Any] = {}
+            ambiguous: set[str] = set()
+            for obj in objects:
+                parts = obj.preamble.name.split(".")
+                for at in range(1, len(parts)):
+                    suffix = ".".join(parts[at:])
+                    if suffix in names:
+                        ambiguous.add(suffix)
+                    names[suffix] = obj
+                self._by_id[obj.preamble.id] = obj.preamble.name
+            for suffix in ambiguous:
+                del names[suffix]
+            names.update((obj.preamble.name, obj) for obj in objects)
+            self._names[kind] = names
 
     # -- loading -----------------------------------------------------------------------------
 
@@ -237,41 +248,36 @@ class P4Info:
 
     # -- lookups -----------------------------------------------------------------------------
 
-    def _obj(self, kind: Any, name: str) -> Any:
-        obj = self._context.get_obj(kind, name)
+    def _obj(self, kind: str, name: str) -> Any:
+        names = self._names[kind]
+        obj = names.get(name)
         if obj is None:
-            known = sorted(n for n, _ in self._context.get_objs(kind))
+            known = sorted({o.preamble.name for o in names.values()})
             raise P4InfoError(
-                f"{self.source}: no {kind.pretty_name} '{name}' in the P4Info "
+                f"{self.source}: no {kind} '{name}' in the P4Info "
                 f"(it has: {', '.join(known) or 'none'})"
             )
         return obj
 
     def table(self, name: str) -> Any:
         """The ``p4i.Table`` called ``name`` (full name or unambiguous suffix)."""
-        return self._obj(P4Type.table, name)
+        return self._obj("table", name)
 
     def action(self, name: str) -> Any:
         """The ``p4i.Action`` called ``name``."""
-        return self._obj(P4Type.action, name)
+        return self._obj("action", name)
 
     def counter(self, name: str) -> Any:
         """The ``p4i.Counter`` called ``name``."""
-        return self._obj(P4Type.counter, name)
+        return self._obj("counter", name)
 
     def register(self, name: str) -> Any:
-        """The ``p4i.Register`` called ``name`` (full name or last component)."""
-        try:
-            return self._registers[name]
-        except KeyError:
-            raise P4InfoError(
-                f"{self.source}: no register '{name}' in the P4Info "
-                f"(it has: {', '.join(r.preamble.name for r in self.proto.registers) or 'none'})"
-            ) from None
+        """The ``p4i.Register`` called ``name``."""
+        return self._obj("register", name)
 
     def action_profile(self, name: str) -> Any:
         """The ``p4i.ActionProfile`` called ``name``."""
-        return self._obj(P4Type.action_profile, name)
+        return self._obj("action profile", name)
 
     def action_profile_id(self, name: str) -> int:
         """Id of action profile ``name``."""
@@ -295,43 +301,16 @@ class P4Info:
 
     def name_of(self, obj_id: int) -> str:
         """Full name of the P4Info object with id ``obj_id`` (``#id`` when unknown)."""
-        try:
-            return str(self._context.get_name_from_id(obj_id))
-        except KeyError:
-            for register in self.proto.registers:
-                if register.preamble.id == obj_id:
-                    return str(register.preamble.name)
-            return f"#{obj_id}"
+        return self._by_id.get(obj_id, f"#{obj_id}")
 
     def table_names(self) -> list[str]:
         """Full names of all tables."""
         return [t.preamble.name for t in self.proto.tables]
 
-    def missing(
-        self,
-        tables: Mapping[str, tuple[str, ...]] = CONTRACT,
-        counters: tuple[str, ...] = CONTRACT_COUNTERS,
-    ) -> list[str]:
-        """What the contract needs and this P4Info lacks, each as a readable phrase."""
-        lacking: list[str] = []
-        table_names = {t.preamble.name: t for t in self.proto.tables}
-        action_ids = {a.preamble.name: a.preamble.id for a in self.proto.actions}
-        for table, actions in tables.items():
-            entry = table_names.get(table)
-            if entry is None:
-                lacking.append(f"table {table}")
-                continue
-            refs = {ref.id for ref in entry.action_refs}
-            for action in actions:
-                if action not in action_ids:
-                    lacking.append(f"action {action}")
-                elif action_ids[action] not in refs:
-                    lacking.append(f"action {action} in table {table}")
-        counter_names = {c.preamble.name for c in self.proto.counters}
-        lacking.extend(f"counter {c}" for c in counters if c not in counter_names)
-        profile_names = {p.preamble.name for p in self.proto.action_profiles}
-        lacking.extend(f"action profile {p}" for p in CONTRACT_PROFILES if p not in profile_names)
-        return lacking
+    def missing(self) -> list[str]:
+        """What keeps this P4Info from being the contract's program, each as a readable phrase
+        (``table MrcIngress.my_sid``: :func:`p4src.contract.p4info_problems`)."""
+        return contract.p4info_problems(self.proto)
 
     # -- building entries --------------------------------------------------------------------
 
@@ -339,13 +318,7 @@ class P4Info:
         info = self.action(action)
         msg = p4r.Action()
         msg.action_id = info.preamble.id
-        declared = {p.name: p for p in info.params}
-        unknown = sorted(set(params) - set(declared))
-        if unknown:
-            raise P4InfoError(
-                f"action {info.preamble.name} has no parameter '{unknown[0]}' "
-                f"(parameters: {', '.join(declared) or 'none'})"
-            )
+        _refuse_unknown(params, [p.name for p in info.params], f"action {info.preamble.name}")
         for p in info.params:
             if p.name not in params:
                 raise P4InfoError(f"action {info.preamble.name}: parameter '{p.name}' is missing")
@@ -376,13 +349,8 @@ class P4Info:
         info = self.table(table)
         entry = p4r.TableEntry()
         entry.table_id = info.preamble.id
-        fields = {mf.name: mf for mf in info.match_fields}
-        unknown = sorted(set(match) - set(fields))
-        if unknown:
-            raise P4InfoError(
-                f"table {info.preamble.name} has no match field '{unknown[0]}' "
-                f"(fields: {', '.join(fields)})"
-            )
+        fields = [mf.name for mf in info.match_fields]
+        _refuse_unknown(match, fields, f"table {info.preamble.name}", "match field")
         for mf in info.match_fields:
             if mf.name not in match:
                 continue  # a missing field is a wildcard (ternary/LPM/optional)

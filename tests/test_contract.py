@@ -16,9 +16,9 @@ from typing import Any
 
 import pytest
 from google.protobuf import text_format
-from p4.config.v1 import p4info_pb2 as p4i
 
 from p4src import contract
+from p4src.proto import p4i
 
 P4SRC = Path(contract.__file__).resolve().parent
 CONST = re.compile(r"^\s*const\s+\S+\s+(\w+)\s*=\s*(\w+)\s*;", re.MULTILINE)
@@ -50,6 +50,7 @@ def test_every_constant_of_the_program_is_the_contracts() -> None:
 
 
 def test_the_committed_p4info_is_the_contracts_program(info: Any) -> None:
+    assert info.pkg_info.arch == "v1model"
     assert contract.p4info_problems(info) == []
     actions = {a.preamble.id: a.preamble.name for a in info.actions}
     assert {a.name for a in contract.ACTIONS} == set(actions.values())

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
-from controller.p4info import CONTRACT, P4Info, P4InfoError, canonical, encode_value
+from controller.p4info import P4Info, P4InfoError, canonical, encode_value
+from p4src import contract
 
 
 @pytest.fixture(scope="module")
@@ -14,66 +17,77 @@ def info() -> P4Info:
 
 def test_contract_is_complete_and_names_resolve_by_suffix(info: P4Info) -> None:
     assert info.missing() == []
-    for table in CONTRACT:
-        assert info.table_id(table) == info.table_id(table.split(".")[-1])
-    assert info.name_of(info.action_id("set_next_hop")) == "MrcIngress.set_next_hop"
-    assert info.name_of(info.counter_id("drops")) == "MrcIngress.drops"
-    assert info.name_of(info.register_id("port_qdepth")).endswith("port_qdepth")
-    with pytest.raises(P4InfoError, match="no table 'ipv4_lpm'.*MrcIngress.ipv6_lpm"):
+    for table in contract.TABLES:
+        assert info.table_id(table.name) == info.table_id(table.name.split(".")[-1])
+    for action in contract.ACTIONS:
+        assert info.name_of(info.action_id(action.name.split(".")[-1])) == action.name
+    for counter in contract.COUNTERS:
+        assert info.name_of(info.counter_id(counter.name.split(".")[-1])) == counter.name
+    for register in contract.REGISTERS:
+        assert info.name_of(info.register_id(register.name)) == register.name
+    profile = contract.ECMP_SELECTOR
+    assert info.name_of(info.action_profile_id(profile.split(".")[-1])) == profile
+    with pytest.raises(P4InfoError, match=f"no table 'ipv4_lpm'.*{contract.IPV6_LPM}"):
         info.table_id("ipv4_lpm")
 
 
 def test_missing_names_each_lacking_table_action_and_counter(info: P4Info) -> None:
     proto = type(info.proto)()
     proto.CopyFrom(info.proto)
-    kept = [t for t in proto.tables if t.preamble.name != "MrcIngress.my_sid"]
+    kept = [t for t in proto.tables if t.preamble.name != contract.MY_SID]
     del proto.tables[:]
     proto.tables.extend(kept)
-    kept_counters = [c for c in proto.counters if c.preamble.name != "MrcIngress.trimmed"]
+    kept_counters = [c for c in proto.counters if c.preamble.name != contract.TRIMMED]
     del proto.counters[:]
     proto.counters.extend(kept_counters)
-    assert P4Info(proto).missing() == ["table MrcIngress.my_sid", "counter MrcIngress.trimmed"]
+    assert P4Info(proto).missing() == [f"table {contract.MY_SID}", f"counter {contract.TRIMMED}"]
 
 
 def test_entries_round_trip_through_readable_text(info: P4Info) -> None:
+    hop = contract.NextHopParams(2, "02:04:00:00:00:02", "02:0C:01:00:00:00")
     entry = info.table_entry(
-        "ipv6_lpm",
-        {"hdr.ipv6.dst_addr": "fcbb:bb00:c01::/48"},
-        "set_next_hop",
-        {"port": 2, "smac": "02:04:00:00:00:02", "dmac": "02:0C:01:00:00:00"},
+        contract.IPV6_LPM,
+        {contract.DST_ADDR: "fcbb:bb00:c01::/48"},
+        contract.SET_NEXT_HOP,
+        contract.params_of(hop),
     )
     lpm = entry.match[0].lpm
     assert (lpm.prefix_len, lpm.value[:6]) == (48, bytes.fromhex("fcbbbb000c01"))
     assert entry.action.action.params[0].value == b"\x02"  # canonical: no leading zero byte
     decoded = info.decode(entry)
-    assert decoded.match == {"hdr.ipv6.dst_addr": "fcbb:bb00:c01::/48"}
-    assert decoded.params == {"port": "2", "smac": "02:04:00:00:00:02", "dmac": "02:0c:01:00:00:00"}
+    assert decoded.match == {contract.DST_ADDR: "fcbb:bb00:c01::/48"}
+    assert decoded.params == contract.params_of(hop._replace(port="2", dmac=hop.dmac.lower()))
     assert info.describe(entry).startswith(
-        "MrcIngress.ipv6_lpm [hdr.ipv6.dst_addr=fcbb:bb00:c01::/48]"
+        f"{contract.IPV6_LPM} [{contract.DST_ADDR}=fcbb:bb00:c01::/48]"
     )
-    default = info.decode(info.default_entry("ipv6_lpm", "drop_no_route"))
-    assert default.is_default and default.action == "MrcIngress.drop_no_route"
+    default = info.decode(info.default_entry(contract.IPV6_LPM, contract.DROP_NO_ROUTE))
+    assert default.is_default and default.action == contract.DROP_NO_ROUTE
+
+
+HOP = contract.params_of(contract.NextHopParams(1, 0, 0))
+DST = contract.DST_ADDR
 
 
 @pytest.mark.parametrize(
     ("match", "params", "message"),
     [
-        ({"hdr.ipv6.dst_addr": "fcbb:bb00:c01::1/48"}, None, "bits set beyond its /48"),
-        ({"hdr.ipv6.dst_addr": "fcbb::/129"}, None, "prefix length 129"),
-        ({"hdr.ipv6.src_addr": "fcbb::/48"}, None, "no match field 'hdr.ipv6.src_addr'"),
-        ({"hdr.ipv6.dst_addr": "not-an-address/48"}, None, "not a valid value"),
-        ({}, {"port": 1, "smac": "02:00:00:00:00:01"}, "parameter 'dmac' is missing"),
-        ({}, {"port": 1, "smac": "02:00:00:00:01", "dmac": "0"}, r"set_next_hop\(smac\)"),
-        ({}, {"port": 1, "smac": 0, "dmac": 0, "vlan": 3}, "no parameter 'vlan'"),
+        ({DST: "fcbb:bb00:c01::1/48"}, None, "bits set beyond its /48"),
+        ({DST: "fcbb::/129"}, None, "prefix length 129"),
+        ({"hdr.vlan.vid": "fcbb::/48"}, None, "no match field 'hdr.vlan.vid'"),
+        ({DST: "not-an-address/48"}, None, "not a valid value"),
+        ({}, dict(list(HOP.items())[:2]), f"parameter '{list(HOP)[2]}' is missing"),
+        (
+            {},
+            {**HOP, list(HOP)[1]: "02:00:00:00:01"},
+            re.escape(f"{contract.SET_NEXT_HOP}({list(HOP)[1]})"),
+        ),
+        ({}, {**HOP, "vlan": 3}, "no parameter 'vlan'"),
     ],
 )
 def test_bad_values_are_named(info: P4Info, match: dict, params: dict | None, message: str) -> None:  # type: ignore[type-arg]
     with pytest.raises(P4InfoError, match=message):
         info.table_entry(
-            "ipv6_lpm",
-            match,
-            "set_next_hop",
-            params if params is not None else {"port": 1, "smac": 0, "dmac": 0},
+            contract.IPV6_LPM, match, contract.SET_NEXT_HOP, params if params is not None else HOP
         )
 
 
