@@ -43,11 +43,11 @@ import time
 from pathlib import Path
 from typing import Any
 
-from controller.bmv2 import missing_tools
-from experiments.fabricnet import choose_target
 from experiments.runner import Phase, run_scenario
 from experiments.scenario import parse_scenario
 from experiments.testbed import Testbed
+from targets.bmv2 import missing_tools
+from targets.factory import choose_target
 
 LINK = ["t0-p0-r0", "t1-p0-s0"]
 HZ = os.sysconf("SC_CLK_TCK")
@@ -95,16 +95,10 @@ class CpuMeter:
             except Exception:  # the testbed is being rebuilt
                 continue
 
+    KINDS = {"switch": "switches", "agent": "agents", "watch": "watch"}
+
     def pids(self) -> dict[int, str]:
-        out = {
-            sw.process.pid: "switches"
-            for sw in self.testbed.net.switches.values()
-            if sw.process.pid
-        }
-        out.update({p.pid: "agents" for p in self.testbed.agents.values()})
-        if self.testbed.watch is not None:
-            out[self.testbed.watch.pid] = "watch"
-        return out
+        return {p.pid: self.KINDS[p.kind] for p in self.testbed.processes()}
 
     def read(self) -> None:
         with self.lock:

@@ -27,7 +27,7 @@ class TestbedCLI(CLI):
 
     def __init__(self, testbed: Any) -> None:
         self.testbed = testbed
-        super().__init__(testbed.net.net)
+        super().__init__(testbed.mininet)
 
     def _client(self, host: str) -> Any:
         from host.agent.control_client import ControlClient

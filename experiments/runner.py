@@ -17,15 +17,15 @@ Classes and functions:
 from __future__ import annotations
 
 import argparse
-import contextlib
 import sys
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from controller.counters import SwitchCounters
 from experiments.faults import EvFault, Step
 from experiments.flows import flows_for
 from experiments.metrics import FaultMark, TransportResult
@@ -34,49 +34,23 @@ from experiments.scenario import Scenario, Transport, load_scenario
 from experiments.testbed import Testbed
 
 
-class SwitchCounters:
-    """Reads trims, ECN marks and drops of every switch over P4Runtime (read-only)."""
-
-    def __init__(self, testbed: Testbed) -> None:
-        self.testbed = testbed
-
-    def read(self) -> dict[str, dict[str, int]]:
-        """switch -> trimmed / ecn_marked / drops totals, and ``rx/PORT`` / ``tx/PORT`` bytes of
-        every port (switches that do not answer: absent)."""
-        from controller.client import SwitchClient
-        from controller.p4info import P4Info, default_p4info_path
-
-        info = P4Info.load(path=default_p4info_path())
-        out: dict[str, dict[str, int]] = {}
-        for name, sw in self.testbed.net.switches.items():
-            client = SwitchClient(
-                sw.grpc_addr,
-                device_id=sw.model.device_id,
-                election_id=1,
-                timeout=2.0,
-                name=name,
-                p4info=info,
-            )
-            try:
-                client.connect()
-                row = {}
-                for key, counter in (
-                    ("trimmed", "MrcIngress.trimmed"),
-                    ("ecn_marked", "MrcIngress.ecn_marked"),
-                    ("drops", "MrcIngress.drops"),
-                ):
-                    row[key] = sum(p for p, _ in client.read_counter(counter).values())
-                for key, counter in (("rx", "MrcIngress.port_in"), ("tx", "MrcEgress.port_out")):
-                    for port, (_, nbytes) in client.read_counter(counter).items():
-                        if nbytes:
-                            row[f"{key}/{port}"] = nbytes
-                out[name] = row
-            except Exception:  # a switch being rebooted has no counters to give
-                continue
-            finally:
-                with contextlib.suppress(Exception):
-                    client.close()
-        return out
+def counter_rows(counters: Mapping[str, SwitchCounters]) -> dict[str, dict[str, int]]:
+    """switch -> trimmed / ecn_marked / drops totals, and ``rx/PORT`` / ``tx/PORT`` bytes of
+    every port that carried any."""
+    out: dict[str, dict[str, int]] = {}
+    for name, c in counters.items():
+        row = {
+            "trimmed": sum(p.trimmed for p in c.ports),
+            "ecn_marked": sum(p.ecn_marked for p in c.ports),
+            "drops": sum(c.drops.values()),
+        }
+        for key in ("rx", "tx"):
+            for p in c.ports:
+                nbytes = p.rx_bytes if key == "rx" else p.tx_bytes
+                if nbytes:
+                    row[f"{key}/{p.port}"] = nbytes
+        out[name] = row
+    return out
 
 
 def _delta(
@@ -222,10 +196,9 @@ class Phase:
 
     def run(self) -> TransportResult:
         """Run the transport's flows with the scenario's faults; returns the records."""
-        counters = SwitchCounters(self.testbed)
         flows = flows_for(self)
         flows.prepare()
-        before = counters.read()
+        before = counter_rows(self.testbed.control.counters())
         planes_before = self.plane_bytes()
         self.t0 = time.monotonic()
         threads = [threading.Thread(target=self._faults, daemon=True, name="faults")]
@@ -249,7 +222,7 @@ class Phase:
             flows.finish()
             self.undo_faults()
         self.result.duration = min(self.scenario.duration_s, max(self.now(), interval))
-        counted = _delta(counters.read(), before)
+        counted = _delta(counter_rows(self.testbed.control.counters()), before)
         self.result.switches = {
             sw: {k: v for k, v in row.items() if "/" not in k} for sw, row in counted.items()
         }
@@ -264,12 +237,8 @@ class Phase:
     def plane_bytes(self) -> dict[str, int]:
         """Bytes sent by every host NIC so far, per plane (from the interface counters)."""
         out: dict[str, int] = {}
-        for host in self.testbed.fabric.hosts:
-            node = self.testbed.net.hosts[host.name]
-            for nic in host.nics:
-                text = node.cmd(f"cat /sys/class/net/{nic.intf}/statistics/tx_bytes").strip()
-                if text.isdigit():
-                    out[str(nic.plane)] = out.get(str(nic.plane), 0) + int(text)
+        for nic in self.testbed.nic_counters():
+            out[str(nic.plane)] = out.get(str(nic.plane), 0) + nic.tx_bytes
         return out
 
     def live(self) -> dict[str, float]:
@@ -490,4 +459,4 @@ def cmd_demo(args: argparse.Namespace) -> int:
     )
 
 
-__all__ = ["FaultLedger", "Phase", "SwitchCounters", "register", "run_scenario", "run_shipped"]
+__all__ = ["FaultLedger", "Phase", "counter_rows", "register", "run_scenario", "run_shipped"]

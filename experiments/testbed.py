@@ -6,9 +6,9 @@
    process reads the same fabric;
 2. build the Mininet network (:mod:`experiments.fabricnet`) and start one switch process per
    switch, waiting until each serves P4Runtime;
-3. write the state file (:mod:`targets.state`), then install every switch's tables with
-   ``mrc-ctl push`` and start ``mrc-ctl watch`` (which re-installs a switch that lost its tables,
-   e.g. after a reboot);
+3. write the state file (:mod:`targets.state`), then install every switch's tables in-process
+   (:mod:`experiments.control`, as ``mrc-ctl push`` does) and start ``mrc-ctl watch`` (which
+   re-installs a switch that lost its tables, e.g. after a reboot);
 4. start ``mrc-host`` in each host's namespace with its control socket in the run directory.
 
 :func:`teardown` is ``mrc-testbed down``: it stops a running ``up`` (SIGTERM), then removes
@@ -29,14 +29,23 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 import yaml
 
+from controller.push import PushReport, SwitchAddress
+from experiments.control import ControlError, FabricControl
 from targets.state import HostState, StateError, SwitchState, TestbedState, default_path
 from topologies import Fabric, Topology, load_topology
 from topologies.config import shipped_topology
+
+if TYPE_CHECKING:
+    from mininet.net import Mininet
+
+    from experiments.fabricnet import FabricHost, FabricNet
+    from targets.process import SwitchProcess
 
 AGENT_READY_TIMEOUT = 30.0
 TRIM_NEVER = (1 << 19) - 1  # a trim threshold no queue reaches: the switch drops instead
@@ -52,7 +61,7 @@ def _startup_errors() -> tuple[type[Exception], ...]:
 
     errors: tuple[type[Exception], ...] = (TestbedError, SwitchStartError, SwitchConfigError)
     try:  # Mininet may be missing where only 'report' or 'topo' is used
-        from experiments.fabricnet import TargetUnavailable
+        from targets.factory import TargetUnavailable
     except ImportError:
         return errors
     return (*errors, TargetUnavailable)
@@ -90,8 +99,64 @@ def require_root(what: str) -> None:
 STARTUP_ERRORS: tuple[type[Exception], ...] = _startup_errors()
 
 
+@dataclass(frozen=True)
+class SwitchHandle:
+    """One switch of the running fabric: where it serves P4Runtime and its process."""
+
+    name: str
+    address: SwitchAddress
+    process: SwitchProcess
+
+
+class HostHandle:
+    """One host of the running fabric: commands and processes in its network namespace."""
+
+    def __init__(self, name: str, node: FabricHost) -> None:
+        self.name = name
+        self._node = node
+
+    def cmd(self, command: str) -> str:
+        """Run a shell command in the host and return its output."""
+        return str(self._node.cmd(command))
+
+    def popen(self, argv: list[str], **kwargs: Any) -> subprocess.Popen[bytes]:
+        """Start ``argv`` in the host (``subprocess.Popen`` keyword arguments)."""
+        process: subprocess.Popen[bytes] = self._node.popen(argv, **kwargs)
+        return process
+
+    @property
+    def pid(self) -> int:
+        """The pid of the host's shell (its namespaces)."""
+        return int(self._node.pid)
+
+
+@dataclass(frozen=True)
+class NicCounters:
+    """What one host NIC has sent so far (its interface counters)."""
+
+    host: str
+    plane: int
+    intf: str
+    tx_bytes: int
+
+
+@dataclass(frozen=True)
+class ProcessInfo:
+    """A process of the testbed: ``kind`` is ``switch``, ``agent`` or ``watch``."""
+
+    kind: str
+    name: str
+    pid: int
+
+
 class Testbed:
-    """One running fabric with its controller watch and host agents."""
+    """One running fabric with its controller watch and host agents.
+
+    Its face: :meth:`switch` / :meth:`switches` (:class:`SwitchHandle`), :meth:`host`
+    (:class:`HostHandle`), :meth:`nic_counters`, :meth:`processes`, :attr:`control` (tables,
+    QoS and counters over P4Runtime, :class:`experiments.control.FabricControl`) and the fault
+    primitives. The Mininet network itself is reached only through :attr:`network`.
+    """
 
     def __init__(
         self,
@@ -103,7 +168,7 @@ class Testbed:
         watch: bool = True,
         agent_args: Iterable[str] = (),
     ) -> None:
-        from experiments.fabricnet import choose_target
+        from targets.factory import choose_target
 
         self.topology = topology
         self.fabric = Fabric(topology)
@@ -114,13 +179,74 @@ class Testbed:
         self.with_agents = agents
         self.with_watch = watch
         self.agent_args = list(agent_args)
-        self.net: Any = None  # experiments.fabricnet.FabricNet once built
+        self._net: FabricNet | None = None
+        self.control = FabricControl(
+            self.fabric,
+            self.target,
+            self.state_path,
+            lambda: [s.address for s in self.switches()],
+        )
         self.watch: subprocess.Popen[bytes] | None = None
         self.agents: dict[str, subprocess.Popen[bytes]] = {}
         self._logs: list[IO[bytes]] = []
         self.state: TestbedState | None = None
         self.trimming = True
         self.qos_changed = False
+
+    # -- the running fabric ------------------------------------------------------------------
+
+    @property
+    def network(self) -> FabricNet:
+        """The Mininet network of the fabric (raises :class:`TestbedError` before ``up``)."""
+        if self._net is None:
+            raise TestbedError("the testbed is not up")
+        return self._net
+
+    @property
+    def mininet(self) -> Mininet:
+        """Mininet's own network object (for its CLI)."""
+        return self.network.net
+
+    def switches(self) -> list[SwitchHandle]:
+        """Every switch, in the fabric's order (none before ``up``)."""
+        if self._net is None:
+            return []
+        return [
+            SwitchHandle(name, SwitchAddress(name, sw.grpc_addr, sw.model.device_id), sw.process)
+            for name, sw in self._net.switches.items()
+        ]
+
+    def switch(self, name: str) -> SwitchHandle:
+        """Switch ``name`` (KeyError when the fabric has none of that name)."""
+        for handle in self.switches():
+            if handle.name == name:
+                return handle
+        raise KeyError(f"no switch {name} in the running fabric")
+
+    def host(self, name: str) -> HostHandle:
+        """Host ``name``."""
+        return HostHandle(name, self.network.hosts[name])
+
+    def nic_counters(self) -> list[NicCounters]:
+        """Bytes sent so far by every host NIC (NICs without a readable counter are left out)."""
+        out = []
+        for host in self.fabric.hosts:
+            node = self.host(host.name)
+            for nic in host.nics:
+                text = node.cmd(f"cat /sys/class/net/{nic.intf}/statistics/tx_bytes").strip()
+                if text.isdigit():
+                    out.append(NicCounters(host.name, nic.plane, nic.intf, int(text)))
+        return out
+
+    def processes(self) -> list[ProcessInfo]:
+        """The switch processes, the agents and the watch that run now."""
+        out = [
+            ProcessInfo("switch", s.name, s.process.pid) for s in self.switches() if s.process.pid
+        ]
+        out += [ProcessInfo("agent", name, p.pid) for name, p in self.agents.items()]
+        if self.watch is not None:
+            out.append(ProcessInfo("watch", "mrc-ctl watch", self.watch.pid))
+        return out
 
     # -- paths -------------------------------------------------------------------------------
 
@@ -177,21 +303,20 @@ class Testbed:
         self.log_dir.mkdir(parents=True, exist_ok=True)
         write_topology(self.topology, self.topology_file)
         say(f"{self.fabric.summary()} (target: {self.target})")
-        self.net = FabricNet(self.fabric, NetOptions(target=self.target, run_dir=self.run_dir))
+        self._net = net = FabricNet(
+            self.fabric, NetOptions(target=self.target, run_dir=self.run_dir)
+        )
         started = time.monotonic()
-        self.net.build()
-        if not self.net.delay_applied:
+        net.build()
+        if not net.delay_applied:
             say("link delay: this kernel has no netem; links carry no added delay")
         self._save_state()
-        self.net.start()
-        say(
-            f"switches: {len(self.net.switches)} serving P4Runtime "
-            f"({time.monotonic() - started:.1f} s)"
-        )
+        net.start()
+        say(f"switches: {len(net.switches)} serving P4Runtime ({time.monotonic() - started:.1f} s)")
         self._save_state()
         started = time.monotonic()
         self.push()
-        say(f"tables: {len(self.net.switches)} switches, {time.monotonic() - started:.1f} s")
+        say(f"tables: {len(net.switches)} switches, {time.monotonic() - started:.1f} s")
         if self.with_watch:
             self.start_watch()
         if self.with_agents:
@@ -199,11 +324,16 @@ class Testbed:
             say(f"agents: {len(self.agents)} hosts ready")
         self._save_state()
 
-    def push(self) -> None:
-        """Install every switch's tables (``mrc-ctl push``)."""
-        self._ctl(["push"], "install the tables")
+    def push(self) -> list[PushReport]:
+        """Install every switch's tables (as ``mrc-ctl push``, in-process)."""
+        try:
+            return self.control.push()
+        except ControlError as exc:
+            raise TestbedError(f"could not install the tables: {exc}") from None
 
-    def _ctl(self, args: list[str], what: str, timeout: float = 120.0) -> str:
+    def ctl(self, *args: str, timeout: float = 120.0) -> str:
+        """Run an ``mrc-ctl`` command against this testbed and return its output (for the
+        operator's commands, e.g. the CLI's ``counters``)."""
         done = subprocess.run(
             [tool("mrc-ctl"), *args],
             env=self.env(),
@@ -215,14 +345,10 @@ class Testbed:
         if done.returncode != 0:
             detail = (done.stderr or done.stdout).strip().splitlines()
             raise TestbedError(
-                f"mrc-ctl {' '.join(args)} could not {what}: "
+                f"mrc-ctl {' '.join(args)}: "
                 f"{detail[-1] if detail else f'exit status {done.returncode}'}"
             )
         return done.stdout
-
-    def ctl(self, *args: str, timeout: float = 120.0) -> str:
-        """Run an ``mrc-ctl`` command against this testbed and return its output."""
-        return self._ctl(list(args), " ".join(args), timeout)
 
     def start_watch(self) -> None:
         """Start ``mrc-ctl watch`` (re-installs the tables of a switch that lost them)."""
@@ -240,8 +366,7 @@ class Testbed:
         """Start ``mrc-host`` in every host's namespace and wait for their control sockets."""
         from host.agent.control_client import ControlClient, ControlError
 
-        assert self.net is not None
-        for name, node in self.net.hosts.items():
+        for name in self.network.hosts:
             sock = self.control_path(name)
             with contextlib.suppress(FileNotFoundError):
                 sock.unlink()
@@ -256,7 +381,7 @@ class Testbed:
                 str(sock),
                 *self.agent_args,
             ]
-            self.agents[name] = node.popen(
+            self.agents[name] = self.host(name).popen(
                 argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=self.env()
             )
         deadline = time.monotonic() + AGENT_READY_TIMEOUT
@@ -298,22 +423,17 @@ class Testbed:
     ) -> None:
         """Set the trim and (fixed) ECN thresholds (packets) of a switch, or of one port of it;
         None leaves that one as it is."""
-        args = ["set-qos", switch]
-        if trim is not None:
-            args += ["--trim", str(trim)]
-        if ecn is not None:
-            args += ["--ecn", str(ecn), "--ecn-mode", "threshold"]
-        if port is not None:
-            args += ["--port", str(port)]
-        self._ctl(args, "set the QoS thresholds")
+        try:
+            self.control.set_qos(switch, trim, ecn, port)
+        except ControlError as exc:
+            raise TestbedError(f"could not set the QoS thresholds: {exc}") from None
 
     def reset_qos(self) -> None:
         """Back to the controller's default thresholds on every switch (trimming on)."""
-        from controller.qos import overrides_path
-
-        with contextlib.suppress(FileNotFoundError):
-            overrides_path(self.state_path).unlink()
-        self.push()
+        try:
+            self.control.reset_qos()
+        except ControlError as exc:
+            raise TestbedError(f"could not reset the QoS thresholds: {exc}") from None
         self.trimming = True
         self.qos_changed = False
 
@@ -328,8 +448,8 @@ class Testbed:
         self.reset_qos()
         if not on or trim is not None or ecn is not None:
             t = TRIM_NEVER if not on else trim
-            for name in self.net.switches:
-                self.set_qos(name, t, ecn)
+            for sw in self.switches():
+                self.set_qos(sw.name, t, ecn)
             self.qos_changed = True
         self.trimming = on
 
@@ -339,20 +459,20 @@ class Testbed:
         return log
 
     def _save_state(self) -> None:
-        net = self.net
-        switches: dict[str, SwitchState] = {}
+        switches = {
+            sw.name: SwitchState(
+                grpc=sw.address.address,
+                device_id=sw.address.device_id,
+                pid=sw.process.pid or 0,
+                log=str(sw.process.log_path),
+            )
+            for sw in self.switches()
+        }
         processes: list[dict[str, Any]] = [
             {"name": "mrc-testbed", "pid": os.getpid(), "match": _cmdline(os.getpid())}
         ]
-        if net is not None:
-            for name, sw in net.switches.items():
-                switches[name] = SwitchState(
-                    grpc=sw.grpc_addr,
-                    device_id=sw.model.device_id,
-                    pid=sw.process.pid or 0,
-                    log=str(sw.process.log_path),
-                )
-            for name, pid in net.node_pids().items():
+        if self._net is not None:
+            for name, pid in self._net.node_pids().items():
                 processes.append({"name": f"node {name}", "pid": pid, "match": f"mininet:{name}"})
         if self.watch is not None:
             processes.append({"name": "mrc-ctl watch", "pid": self.watch.pid, "match": "mrc-ctl"})
@@ -378,19 +498,19 @@ class Testbed:
 
     def link_down(self, a: str, b: str) -> None:
         """Fail the cable between nodes ``a`` and ``b``."""
-        self.net.link_down(a, b)
+        self.network.link_down(a, b)
 
     def link_up(self, a: str, b: str) -> None:
         """Repair the cable between nodes ``a`` and ``b``."""
-        self.net.link_up(a, b)
+        self.network.link_up(a, b)
 
     def kill_switch(self, name: str) -> None:
         """Stop switch ``name`` (first half of a reboot)."""
-        self.net.kill_switch(name)
+        self.network.kill_switch(name)
 
     def start_switch(self, name: str) -> None:
         """Start switch ``name`` again; ``mrc-ctl watch`` re-installs its tables."""
-        self.net.start_switch(name)
+        self.network.start_switch(name)
         self._save_state()
 
     # -- down --------------------------------------------------------------------------------
@@ -401,10 +521,10 @@ class Testbed:
             _stop(process)
         self.agents.clear()
         self.watch = None
-        if self.net is not None:
+        if self._net is not None:
             with contextlib.suppress(Exception):
-                self.net.stop()
-            self.net = None
+                self._net.stop()
+            self._net = None
         for log in self._logs:
             log.close()
         self._logs.clear()
@@ -654,4 +774,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     down.set_defaults(func=cmd_down)
 
 
-__all__ = ["Testbed", "TestbedError", "register", "sweep", "teardown", "tool", "write_topology"]
+__all__ = [
+    "HostHandle",
+    "NicCounters",
+    "ProcessInfo",
+    "SwitchHandle",
+    "Testbed",
+    "TestbedError",
+    "register",
+    "sweep",
+    "teardown",
+    "tool",
+    "write_topology",
+]

@@ -29,12 +29,14 @@ from typing import Any
 
 from experiments.flows.base import Flows, PhaseView
 from experiments.metrics import Completion, Progress, flow_name
+from experiments.testbed import HostHandle
+from topologies import Fabric
 
 BASE_PORT = 45000
 SRH_ROOM = 80  # bytes left for the inserted SRH (two segments) and slack
 
 
-def host_commands(fabric: Any, host: str, mptcp: bool) -> list[str]:
+def host_commands(fabric: Fabric, host: str, mptcp: bool) -> list[str]:
     """The shell commands that put ``host``'s kernel on the fabric (see the module docstring)."""
     h = fabric.host(host)
     mtu = fabric.topology.link_mtu - SRH_ROOM
@@ -74,7 +76,7 @@ def host_commands(fabric: Any, host: str, mptcp: bool) -> list[str]:
     return cmds
 
 
-def undo_commands(fabric: Any, host: str) -> list[str]:
+def undo_commands(fabric: Fabric, host: str) -> list[str]:
     """Take the kernel off the NICs again."""
     cmds = ["ip mptcp endpoint flush"]
     for nic in fabric.host(host).nics:
@@ -96,7 +98,7 @@ def _read_lines(path: Path) -> list[dict[str, Any]]:
     return out
 
 
-def _netstat(node: Any) -> dict[str, float]:
+def _netstat(node: HostHandle) -> dict[str, float]:
     """TCP retransmission timeouts and retransmitted segments of a namespace."""
     out: dict[str, float] = {}
     text = node.cmd("cat /proc/net/netstat /proc/net/snmp")
@@ -123,8 +125,8 @@ class KernelFlows(Flows):
         self.netstat_before: dict[str, dict[str, float]] = {}
         self.started = False
 
-    def node(self, host: str) -> Any:
-        return self.testbed.net.hosts[host]
+    def node(self, host: str) -> HostHandle:
+        return self.testbed.host(host)
 
     def prepare(self) -> None:
         """Stop the agents, give the kernel the NICs, set the SRv6 routes."""

@@ -32,7 +32,7 @@ def core_stats(testbed: Any, host: str) -> dict[str, Any]:
 
 
 def plane_tx_bytes(testbed: Any, host: str) -> dict[int, int]:
-    node = testbed.net.hosts[host]
+    node = testbed.host(host)
     return {
         nic.plane: int(node.cmd(f"cat /sys/class/net/{nic.intf}/statistics/tx_bytes"))
         for nic in testbed.fabric.host(host).nics
@@ -131,10 +131,12 @@ def test_incast_trims_and_nacks_without_rto(testbed: Any) -> None:
 
 
 def check_incast(testbed: Any, receiver: str, senders: list[str], size: int) -> None:
-    from experiments.runner import SwitchCounters
+    from experiments.runner import counter_rows
 
-    counters = SwitchCounters(testbed)
-    trims_before = sum(c["trimmed"] for c in counters.read().values())
+    def trimmed() -> int:
+        return sum(c["trimmed"] for c in counter_rows(testbed.control.counters()).values())
+
+    trims_before = trimmed()
     before = {h: core_stats(testbed, h) for h in senders}
     handles = [
         start_transfer(testbed, s, receiver, size, seed=20 + i, region=f"incast{i}")
@@ -154,7 +156,7 @@ def check_incast(testbed: Any, receiver: str, senders: list[str], size: int) -> 
     with client(testbed, receiver) as rx:
         for i in range(len(senders)):
             assert rx.verify(f"incast{i}", size=size, seed=20 + i)["match"]
-    trims = sum(c["trimmed"] for c in counters.read().values()) - trims_before
+    trims = trimmed() - trims_before
     after = {h: core_stats(testbed, h) for h in senders}
     nacks = sum(after[h]["nacks_received"] - before[h]["nacks_received"] for h in senders)
     rtos = sum(after[h]["rtos"] - before[h]["rtos"] for h in senders)
@@ -189,7 +191,7 @@ def test_switch_reboot_is_restored_by_watch(testbed: Any, wait: Wait) -> None:
         wait(in_sync, 30, f"mrc-ctl watch to re-install the tables of {spine}")
         assert finish_transfer(handle, transfer)["complete"]
     finally:
-        if not testbed.net.switches[spine].process.alive:
+        if not testbed.switch(spine).process.alive:
             testbed.start_switch(spine)
     with client(testbed, dst) as rx:
         assert rx.verify("reboot", size=size, seed=31)["match"]

@@ -78,8 +78,8 @@ def test_scenario_writes_a_complete_results_folder(testbed: Any, tmp_path: Path)
     # The fabric is back to normal afterwards: every agent answers, every switch is in sync.
     from host.agent.control_client import ControlClient
 
-    assert all(sw.process.alive for sw in testbed.net.switches.values())
-    assert "in sync" in testbed.ctl("diff", "t1-p1-s1")
+    assert all(sw.process.alive for sw in testbed.switches())
+    assert testbed.control.in_sync("t1-p1-s1")
 
     for host in testbed.fabric.hosts:
         with ControlClient(testbed.control_path(host.name)) as c:
