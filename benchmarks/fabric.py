@@ -43,8 +43,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from experiments.runner import Phase, run_scenario
-from experiments.scenario import parse_scenario
+from experiments.runner import Phase, PhaseObserver, run_scenario
+from experiments.scenario import Scenario, parse_scenario
 from experiments.testbed import Testbed
 from targets.bmv2 import missing_tools
 from targets.factory import choose_target
@@ -122,6 +122,28 @@ class CpuMeter:
         """Share of the machine's CPU time (all cores, every process) busy since reset."""
         busy, total = machine_ticks()
         return (busy - self.machine[0]) / max(total - self.machine[1], 1)
+
+
+class MeteredPhases(PhaseObserver):
+    """CPU use of the testbed's processes over each phase (``marks``, by transport name)."""
+
+    def __init__(self, cpu: CpuMeter) -> None:
+        self.cpu = cpu
+        self.marks: dict[str, dict[str, float]] = {}
+        self.began = 0.0
+
+    def started(self, phase: Phase) -> None:
+        self.cpu.reset()
+        self.began = time.monotonic()
+
+    def finished(self, phase: Phase) -> None:
+        self.cpu.read()
+        took = max(time.monotonic() - self.began, 1e-9)
+        self.marks[phase.transport.name] = {
+            "cores": self.cpu.used / took,
+            "machine_busy": self.cpu.machine_busy(),
+            **dict(self.cpu.by_kind),
+        }
 
 
 def scenario(
@@ -297,21 +319,12 @@ def measure(
     quiet = lambda _line: None  # noqa: E731 -- the runner's chatter is not wanted here
     testbed.up()
     cpu = CpuMeter(testbed)
-    marks: dict[str, dict[str, float]] = {}
-    original = Phase.run
+    metered = MeteredPhases(cpu)
+    marks = metered.marks
 
-    def run_metered(self: Phase) -> Any:
-        cpu.reset()
-        started = time.monotonic()
-        result = original(self)
-        cpu.read()
-        took = max(time.monotonic() - started, 1e-9)
-        marks[self.transport.name] = {
-            "cores": cpu.used / took,
-            "machine_busy": cpu.machine_busy(),
-            **dict(cpu.by_kind),
-        }
-        return result
+    def run(scenario: Scenario, name: str) -> dict[str, dict[str, Any]]:
+        return run_scenario(scenario, out / name, testbed=testbed, progress=False, show=quiet,
+                            observers=[metered])  # fmt: skip
 
     def rebuild(topology: Any) -> Testbed:
         nonlocal testbed
@@ -321,7 +334,6 @@ def measure(
         testbed.up()
         return testbed
 
-    Phase.run = run_metered  # type: ignore[method-assign]
     try:
         cpu.reset()
         time.sleep(5.0)
@@ -332,8 +344,7 @@ def measure(
         if "permutation" in only:
             perm = scenario("permutation", rate, size, ["mrc", "single-path", "mptcp"], 30)
             marks.clear()
-            m1 = run_scenario(perm, out / "permutation", testbed=testbed, progress=False,
-                              show=quiet)  # fmt: skip
+            m1 = run(perm, "permutation")
             figures["permutation"] = permutation_figures(m1, marks, perm.topology.frame_time)
 
         if "failure" in only:
@@ -348,7 +359,7 @@ def measure(
                 # 10 Mb/s (100 ms would be 7)
                 sample_interval_s=0.05,
             )
-            m2 = run_scenario(fail, out / "failure", testbed=testbed, progress=False, show=quiet)
+            m2 = run(fail, "failure")
             figures["failure"] = {}
             for k, v in m2.items():
                 rec = v["recovery"][0] if v["recovery"] else {}
@@ -380,8 +391,7 @@ def measure(
                 )  # fmt: skip
                 rebuild(wide.topology)
                 marks.clear()
-                m4 = run_scenario(wide, out / f"default-{wide_rate:g}", testbed=testbed,
-                                  progress=False, show=quiet)  # fmt: skip
+                m4 = run(wide, f"default-{wide_rate:g}")
                 figures.setdefault("default", {}).update(
                     permutation_figures(m4, marks, wide.topology.frame_time)
                 )
@@ -395,8 +405,7 @@ def measure(
             ):
                 inc = incast_scenario(topo, rate, senders, total)
                 rebuild(inc.topology)
-                m3 = run_scenario(inc, out / f"incast-{senders}", testbed=testbed,
-                                  progress=False, show=quiet)  # fmt: skip
+                m3 = run(inc, f"incast-{senders}")
                 figures["incast"][label] = {
                     k: {
                         "bottleneck_utilisation": v["goodput_fraction"],
@@ -410,7 +419,6 @@ def measure(
                     for k, v in m3.items()
                 }
     finally:
-        Phase.run = original  # type: ignore[method-assign]
         cpu.stop.set()
         testbed.down()
     return figures

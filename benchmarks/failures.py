@@ -39,56 +39,61 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from experiments.runner import run_scenario  # noqa: E402
-from experiments.scenario import parse_scenario, shipped_scenario  # noqa: E402
+from experiments.scenario import Scenario, load_scenario, shipped_scenario  # noqa: E402
 
 MEASUREMENTS = ("spraying", "plane", "incident")
 TARGET_RTTS = 10.0
 
 
-def shipped(name: str, **changes: Any) -> dict[str, Any]:
-    """A shipped scenario's data with some top-level fields changed."""
-    data = yaml.safe_load(shipped_scenario(name).read_text())
-    data.update(changes)
-    return data
-
-
-def spraying(rate: float) -> dict[str, Any]:
-    """SRv6 and STEV spraying through one link failure, the link left down."""
-    data = shipped("spraying", link_rate_mbps=rate, link_delay_us=0, sample_interval_s=0.05)
-    data["faults"] = [f for f in data["faults"] if f["kind"] == "link_down"]
-    # the same source routes with the reduced SRH (the spine performs End): as SRv6
-    data["transports"].append({"name": "mrc-srh", "transport": "mrc", "ev_format": "srv6+srh"})
-    return data
-
-
-def plane(rate: float) -> dict[str, Any]:
-    """Plane 1's spines killed mid-transfer and left down."""
-    data = shipped("plane", link_rate_mbps=rate, link_delay_us=0, sample_interval_s=0.05)
-    data["faults"] = [f for f in data["faults"] if f["kind"] == "plane_down"]
-    data["workloads"][0]["total_bytes"] = "12MiB"
-    data["duration_s"] = 20
-    return data
-
-
-def incident(rate: float) -> dict[str, Any]:
-    """The incident at ``rate``; long enough for the slower transport to finish, goodput
-    sampled every 0.1 s (the shipped scenario's 0.5 s would be the recovery's resolution)."""
-    return shipped(
-        "incident", link_rate_mbps=rate, link_delay_us=0, duration_s=150, sample_interval_s=0.1
+def shipped(name: str, rate: float, **changes: Any) -> Scenario:
+    """A shipped scenario at link rate ``rate`` without added link delay, sampled every 50 ms,
+    with some more fields changed."""
+    scenario = load_scenario(shipped_scenario(name))
+    return scenario.with_(
+        **{"link_rate_mbps": rate, "link_delay_us": 0, "sample_interval_s": 0.05, **changes}
     )
 
 
-def run(name: str, data: dict[str, Any], target: str, out: Path) -> dict[str, Any]:
-    scenario = parse_scenario(data, source=f"{name} (benchmark)")
+def kept(scenario: Scenario, kind: str) -> list[dict[str, Any]]:
+    """The faults of ``scenario`` of one kind, as the scenario file writes them."""
+    return [f.as_dict() for f in scenario.faults if f.kind == kind]
+
+
+def spraying(rate: float) -> Scenario:
+    """SRv6 and STEV spraying through one link failure, the link left down."""
+    base = load_scenario(shipped_scenario("spraying"))
+    # the same source routes with the reduced SRH (the spine performs End): as SRv6
+    srh = {"name": "mrc-srh", "transport": "mrc", "ev_format": "srv6+srh"}
+    return shipped(
+        "spraying",
+        rate,
+        faults=kept(base, "link_down"),
+        transports=[*base.raw["transports"], srh],
+    )
+
+
+def plane(rate: float) -> Scenario:
+    """Plane 1's spines killed mid-transfer and left down."""
+    base = load_scenario(shipped_scenario("plane"))
+    workload = {**base.raw["workloads"][0], "total_bytes": "12MiB"}
+    return shipped(
+        "plane", rate, faults=kept(base, "plane_down"), workloads=[workload], duration_s=20
+    )
+
+
+def incident(rate: float) -> Scenario:
+    """The incident at ``rate``; long enough for the slower transport to finish, goodput
+    sampled every 0.1 s (the shipped scenario's 0.5 s would be the recovery's resolution)."""
+    return shipped("incident", rate, duration_s=150, sample_interval_s=0.1)
+
+
+def run(name: str, scenario: Scenario, target: str, out: Path) -> dict[str, Any]:
     print(f"== {name}: {scenario.topology.name} fabric at {scenario.topology.link_rate_mbps:g} "
           f"Mb/s, dilation {scenario.topology.dilation:g}", flush=True)  # fmt: skip
-    metrics = run_scenario(scenario, out / name, target, state_path=out / "state.json")
-    return metrics
+    return run_scenario(scenario, out / name, target, state_path=out / "state.json")
 
 
 def first_recovery(m: dict[str, Any]) -> dict[str, Any]:

@@ -137,6 +137,20 @@ class FaultLedger:
             self.phase.mark("start", name)
 
 
+class PhaseObserver:
+    """Hooks around every phase of a run: the progress bar is one, a benchmark adds its own
+    (:func:`run_scenario`'s ``observers``). Each does nothing unless overridden."""
+
+    def started(self, phase: Phase) -> None:
+        """Before the phase prepares its flows."""
+
+    def sampled(self, phase: Phase) -> None:
+        """After each sample of the flows' progress."""
+
+    def finished(self, phase: Phase) -> None:
+        """After the phase recorded everything and cleaned up (``phase.result`` is final)."""
+
+
 class Phase:
     """One transport's run on a running testbed."""
 
@@ -145,12 +159,12 @@ class Phase:
         testbed: Testbed,
         scenario: Scenario,
         transport: Transport,
-        on_sample: Callable[[Phase], None] | None = None,
+        observers: Sequence[PhaseObserver] = (),
     ) -> None:
         self.testbed = testbed
         self.scenario = scenario
         self.transport = transport
-        self.on_sample = on_sample
+        self.observers = tuple(observers)
         flows = [(s, d) for _, s, d in scenario.flows()]
         self.result = TransportResult(
             name=transport.name, kind=transport.kind, duration=scenario.duration_s, flows=flows
@@ -196,6 +210,8 @@ class Phase:
 
     def run(self) -> TransportResult:
         """Run the transport's flows with the scenario's faults; returns the records."""
+        for observer in self.observers:
+            observer.started(self)
         flows = flows_for(self)
         flows.prepare()
         before = counter_rows(self.testbed.control.counters())
@@ -209,8 +225,8 @@ class Phase:
         try:
             while self.now() < self.scenario.duration_s:
                 flows.sample()
-                if self.on_sample is not None:
-                    self.on_sample(self)
+                for observer in self.observers:
+                    observer.sampled(self)
                 if flows.finished():
                     break
                 time.sleep(max(0.0, interval - (self.now() % interval)))
@@ -232,6 +248,8 @@ class Phase:
         after = self.plane_bytes()
         self.result.planes = {p: after.get(p, 0) - planes_before.get(p, 0) for p in after}
         flows.cleanup()
+        for observer in self.observers:
+            observer.finished(self)
         return self.result
 
     def plane_bytes(self) -> dict[str, int]:
@@ -268,10 +286,15 @@ def run_scenario(
     show: Callable[[str], None] = print,
     progress: bool = True,
     testbed: Testbed | None = None,
+    observers: Sequence[PhaseObserver] = (),
 ) -> dict[str, dict[str, Any]]:
-    """Run every transport of ``scenario`` and write the results folder ``out``."""
+    """Run every transport of ``scenario`` and write the results folder ``out``; each phase
+    tells ``observers`` (and the progress bar) when it starts, samples and ends."""
     own = testbed is None
-    tb = testbed or Testbed(scenario.topology, target, state_path=state_path)
+    tb = testbed or Testbed(
+        scenario.topology, target, state_path=state_path,
+        agent_args=("--stack-profile", scenario.stack_profile),
+    )  # fmt: skip
     results: list[TransportResult] = []
     errors: list[str] = []
     try:
@@ -281,8 +304,7 @@ def run_scenario(
         bar = _ProgressBar(scenario, enabled=progress)
         with bar:
             for transport in scenario.transports:
-                phase = Phase(tb, scenario, transport, on_sample=bar.update)
-                bar.start(transport)
+                phase = Phase(tb, scenario, transport, observers=[bar, *observers])
                 results.append(phase.run())
                 errors += [f"{transport.name}: {e}" for e in phase.errors]
         tb.reset_qos()
@@ -329,7 +351,7 @@ def print_summary(
     make_console().print(table)
 
 
-class _ProgressBar:
+class _ProgressBar(PhaseObserver):
     """A rich progress bar over the scenario's phases (or nothing when disabled)."""
 
     def __init__(self, scenario: Scenario, enabled: bool) -> None:
@@ -359,12 +381,12 @@ class _ProgressBar:
         if self.bar is not None:
             self.bar.stop()
 
-    def start(self, transport: Transport) -> None:
+    def started(self, phase: Phase) -> None:
         if self.transport:
             self.done += self.scenario.duration_s
-        self.transport = transport.name
+        self.transport = phase.transport.name
 
-    def update(self, phase: Phase) -> None:
+    def sampled(self, phase: Phase) -> None:
         if self.bar is None:
             return
         live = phase.live()
@@ -459,4 +481,12 @@ def cmd_demo(args: argparse.Namespace) -> int:
     )
 
 
-__all__ = ["FaultLedger", "Phase", "counter_rows", "register", "run_scenario", "run_shipped"]
+__all__ = [
+    "FaultLedger",
+    "Phase",
+    "PhaseObserver",
+    "counter_rows",
+    "register",
+    "run_scenario",
+    "run_shipped",
+]

@@ -132,6 +132,12 @@ class Scenario:
     ecn_threshold: int | None = None  # packets; None: the controller's default
     source: str = "<memory>"
     raw: Mapping[str, Any] = field(default_factory=dict, compare=False, hash=False)
+    base: Path = field(default=Path("."), compare=False)  # where a topology file is looked for
+
+    def with_(self, **changes: Any) -> Scenario:
+        """A copy with some fields of the scenario file changed (``link_rate_mbps=5``,
+        ``faults=[f.as_dict() for f in ...]``), validated like a loaded file."""
+        return parse_scenario({**self.raw, **changes}, self.source, self.base)
 
     @property
     def fabric(self) -> Fabric:
@@ -541,7 +547,8 @@ def parse_scenario(data: object, source: str = "<memory>", base: Path | None = N
     description = d.get("description", "")
     if not isinstance(description, str):
         raise p.fail("description", description, "a string")
-    topo = _topology(p, d, base or Path("."))
+    base = base or Path(".")
+    topo = _topology(p, d, base)
     fabric = Fabric(topo)
     duration = p.number("duration_s", d.get("duration_s"), 0.0, strict=True)
     interval = p.number("sample_interval_s", d.get("sample_interval_s", 0.25), 0.05)
@@ -592,6 +599,7 @@ def parse_scenario(data: object, source: str = "<memory>", base: Path | None = N
         thresholds[1],
         source,
         dict(d),
+        base,
     )
 
 
