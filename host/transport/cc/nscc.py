@@ -44,6 +44,16 @@ REFERENCE_BDP = 100e9 / 8 * 12e-6
 REFERENCE_RTT = 12e-6
 FAST_INCREASE_DELAY = 1e-6  # seconds: queueing delay counted as none for fast increase
 DELAY_ALPHA = 0.0125  # the reference's EWMA weight of the delay average
+#: the causes of window changes, counted in bytes as the reference prints them per flow
+CHANGE_CAUSES = (
+    "fair_inc",
+    "prop_inc",
+    "fast_inc",
+    "eta_inc",
+    "multi_dec",
+    "quick_dec",
+    "nack_dec",
+)
 
 #: the fields of struct mrc_ctl_cc_nscc_cfg (mrc_ctl.h) and their units
 NSCC_FIELDS: Mapping[str, str] = {
@@ -150,6 +160,11 @@ class Nscc(CongestionControl):
         self._bytes_ignored = 0.0
         self.quick_adapts = 0
         self.decreases = 0
+        #: bytes of window change by cause (:data:`CHANGE_CAUSES`), counted as the reference
+        #: counts them: fair and proportional increases divided by the window at adjustment
+        self.changes = dict.fromkeys(CHANGE_CAUSES, 0.0)
+        self._pending_fair = 0.0
+        self._pending_prop = 0.0
 
     def _derive(self) -> None:
         """The parameters that follow from the base RTT (given or learnt) and max_cwnd."""
@@ -206,6 +221,7 @@ class Nscc(CongestionControl):
         """A NACK: quick adapt is triggered, and the NACKed bytes leave the window."""
         self.inflight = max(0.0, self.inflight - nbytes)
         self._bytes_ignored += nbytes
+        self.changes["nack_dec"] += nbytes
         # the reference takes a NACK as a delay sample of one network RTT above base
         self._update_delay(self.base_rtt, ecn=True)
         self._trigger_qa = True
@@ -249,6 +265,7 @@ class Nscc(CongestionControl):
         target = self.target_delay
         if not ecn and delay >= target:
             self._inc_bytes += self.fi * nbytes
+            self._pending_fair += self.fi * nbytes
         elif not ecn:
             self._proportional_increase(nbytes, delay)
         elif delay >= target:
@@ -264,12 +281,14 @@ class Nscc(CongestionControl):
             self._fi_count += nbytes
             if self._fi_count > self.cwnd or self._increasing:
                 self.cwnd += nbytes * self.fi_scale
+                self.changes["fast_inc"] += nbytes * self.fi_scale
                 self._increasing = True
                 return
         else:
             self._fi_count = 0.0
         self._increasing = False
         self._inc_bytes += self.alpha * nbytes * (self.target_delay - delay)
+        self._pending_prop += self.alpha * nbytes * (self.target_delay - delay)
 
     def _multiplicative_decrease(self, now: float) -> None:
         self._increasing = False
@@ -277,14 +296,20 @@ class Nscc(CongestionControl):
         avg = self.avg_delay
         if avg > self.target_delay and now - self._last_decrease > self.base_rtt:
             factor = max(1.0 - self.gamma * (avg - self.target_delay) / avg, self.md_floor)
+            before = self.cwnd
             self.cwnd = max(self.min_cwnd, self.cwnd * factor)
+            self.changes["multi_dec"] += before - self.cwnd
             self._last_decrease = now
             self.decreases += 1
 
     def _fulfill(self, now: float) -> None:
         self.cwnd += self._inc_bytes / self.cwnd
+        self.changes["fair_inc"] += self._pending_fair / self.cwnd
+        self.changes["prop_inc"] += self._pending_prop / self.cwnd
+        self._pending_fair = self._pending_prop = 0.0
         if now - self._last_eta >= self.adjust_period:
             self.cwnd += self.eta
+            self.changes["eta_inc"] += self.eta
             self._last_eta = now
         self._last_adjust = now
         self._inc_bytes = 0.0
@@ -303,7 +328,9 @@ class Nscc(CongestionControl):
                 and (self._trigger_qa or loss or delay > self.qa_threshold)
                 and self._achieved_bytes < self.max_cwnd / (1 << self.qa_gate)
             ):
+                before = self.cwnd
                 self.cwnd = max(self._achieved_bytes, self.min_cwnd)
+                self.changes["quick_dec"] += before - self.cwnd
                 self._bytes_to_ignore = self.inflight
                 self._bytes_ignored = 0.0
                 self._trigger_qa = False
