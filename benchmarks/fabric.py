@@ -323,8 +323,10 @@ def measure(
     marks = metered.marks
 
     def run(scenario: Scenario, name: str) -> dict[str, dict[str, Any]]:
-        return run_scenario(scenario, out / name, testbed=testbed, progress=False, show=quiet,
-                            observers=[metered])  # fmt: skip
+        """Run ``scenario`` metered; its metrics as metrics.json holds them."""
+        metrics = run_scenario(scenario, out / name, testbed=testbed, progress=False,
+                               show=quiet, observers=[metered])  # fmt: skip
+        return {k: v.as_json() for k, v in metrics.items()}
 
     def rebuild(topology: Any) -> Testbed:
         nonlocal testbed

@@ -93,7 +93,8 @@ def incident(rate: float) -> Scenario:
 def run(name: str, scenario: Scenario, target: str, out: Path) -> dict[str, Any]:
     print(f"== {name}: {scenario.topology.name} fabric at {scenario.topology.link_rate_mbps:g} "
           f"Mb/s, dilation {scenario.topology.dilation:g}", flush=True)  # fmt: skip
-    return run_scenario(scenario, out / name, target, state_path=out / "state.json")
+    metrics = run_scenario(scenario, out / name, target, state_path=out / "state.json")
+    return {k: v.as_json() for k, v in metrics.items()}
 
 
 def first_recovery(m: dict[str, Any]) -> dict[str, Any]:

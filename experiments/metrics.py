@@ -9,14 +9,16 @@ Everything here is a pure function of recorded data (the results folder's CSV/JS
   use all of them);
 - :func:`goodput_series` -- delivered payload per time bin from cumulative progress samples;
 - :func:`recovery` -- time from a fault until the goodput is back to 90% of what survives;
-- :func:`summarise` -- the per-transport figures of ``metrics.json`` and the summary table.
+- :func:`summarise` -- the per-transport figures (:class:`TransportMetrics`, with a
+  :class:`Recovery` per fault) of ``metrics.json`` and the summary table.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
+from typing import Any
 
 from topologies import Fabric, Tier
 
@@ -307,7 +309,61 @@ def detection(
 # -- the summary ---------------------------------------------------------------------------------
 
 
-def summarise(fabric: Fabric, result: TransportResult, interval: float) -> dict[str, object]:
+@dataclass(frozen=True)
+class Recovery:
+    """How one fault (a link down, a switch killed) was recovered from."""
+
+    t: float
+    fault: str  # "down a <-> b", "kill t1-p0-s0"
+    flows_active: bool  # the flows still ran after the fault
+    recovery_s: float | None  # goodput back to RECOVERY_LEVEL of what survives
+    recovery_real_s: float | None
+    recovery_rtts: float | None
+    ev_failover_p50_s: float | None  # fault to a QP's first EV on a failed path ASSUMED_BAD
+    ev_failover_p50_real_s: float | None
+    ev_failover_max_s: float | None
+    ev_failover_p50_rtts: float | None
+    ev_failover_qps: int
+
+
+@dataclass(frozen=True)
+class TransportMetrics:
+    """The figures of one transport: one entry of ``metrics.json``'s ``transports`` (same
+    keys as the fields, :meth:`as_json`) and one row of the summary table."""
+
+    transport: str
+    flows: int
+    complete: bool
+    delivered_bytes: int
+    goodput_bps: float
+    capacity_bps: float
+    goodput_fraction: float
+    message_completion_p50_s: float | None
+    message_completion_p99_s: float | None
+    flow_completion_s: dict[str, float]
+    flow_completion_p50_s: float | None
+    flow_completion_max_s: float | None
+    rtos: float
+    messages_checked: int | None
+    messages_corrupt: int
+    ev_retirements: int
+    nacks: float
+    host_totals: dict[str, float]
+    switch_totals: dict[str, int]
+    base_rtt_s: float
+    base_rtt_real_s: float | None
+    dilation: float
+    nominal_rate_gbps: float
+    agent_min_rtt_s: float | None
+    recovery: tuple[Recovery, ...]
+    planes_bytes: dict[str, int]
+
+    def as_json(self) -> dict[str, Any]:
+        """The ``metrics.json`` entry."""
+        return {**asdict(self), "recovery": [asdict(r) for r in self.recovery]}
+
+
+def summarise(fabric: Fabric, result: TransportResult, interval: float) -> TransportMetrics:
     """The figures of one transport for metrics.json and the summary table."""
     series = goodput_series(result.progress, result.duration, interval)
     capacity = capacity_series(fabric, result.flows, result.faults, result.duration, interval)
@@ -351,19 +407,19 @@ def summarise(fabric: Fabric, result: TransportResult, interval: float) -> dict[
             rtts = took / rtt if took is not None and rtt else None
             median, worst, qps = detection(fabric, result.ev_transitions, mark)
             recoveries.append(
-                {
-                    "t": mark.t,
-                    "fault": f"{mark.action} {mark.target}",
-                    "flows_active": active,
-                    "recovery_s": took,
-                    "recovery_real_s": real_time(fabric, took),
-                    "recovery_rtts": rtts,
-                    "ev_failover_p50_s": median,
-                    "ev_failover_p50_real_s": real_time(fabric, median),
-                    "ev_failover_max_s": worst,
-                    "ev_failover_p50_rtts": median / rtt if median is not None and rtt else None,
-                    "ev_failover_qps": qps,
-                }
+                Recovery(
+                    t=mark.t,
+                    fault=f"{mark.action} {mark.target}",
+                    flows_active=active,
+                    recovery_s=took,
+                    recovery_real_s=real_time(fabric, took),
+                    recovery_rtts=rtts,
+                    ev_failover_p50_s=median,
+                    ev_failover_p50_real_s=real_time(fabric, median),
+                    ev_failover_max_s=worst,
+                    ev_failover_p50_rtts=median / rtt if median is not None and rtt else None,
+                    ev_failover_qps=qps,
+                )
             )
     totals: dict[str, float] = {}
     for stats in result.hosts.values():
@@ -373,34 +429,34 @@ def summarise(fabric: Fabric, result: TransportResult, interval: float) -> dict[
         k: sum(sw.get(k, 0) for sw in result.switches.values())
         for k in ("trimmed", "ecn_marked", "drops")
     }
-    return {
-        "transport": result.kind,
-        "flows": len(result.flows),
-        "complete": complete,
-        "delivered_bytes": delivered,
-        "goodput_bps": delivered * 8 / max(end - first, 1e-9),
-        "capacity_bps": capacity_bps(fabric, result.flows),
-        "goodput_fraction": delivered * 8 / cap_integral if cap_integral else 0.0,
-        "message_completion_p50_s": percentile(latencies, 0.5),
-        "message_completion_p99_s": percentile(latencies, 0.99),
-        "flow_completion_s": flows_done,
-        "flow_completion_p50_s": percentile(list(flows_done.values()), 0.5),
-        "flow_completion_max_s": max(flows_done.values()) if flows_done else None,
-        "rtos": totals.get("rtos", 0.0),
-        "messages_checked": result.checked,
-        "messages_corrupt": result.corrupt,
-        "ev_retirements": sum(1 for tr in result.ev_transitions if tr.get("new") == "assumed_bad"),
-        "nacks": totals.get("nacks", 0.0),
-        "host_totals": totals,
-        "switch_totals": switch_totals,
-        "base_rtt_s": base_rtt,
-        "base_rtt_real_s": real_time(fabric, base_rtt),
-        "dilation": fabric.topology.dilation,
-        "nominal_rate_gbps": fabric.topology.nominal_rate_gbps,
-        "agent_min_rtt_s": result.base_rtt_s,
-        "recovery": recoveries,
-        "planes_bytes": dict(result.planes),
-    }
+    return TransportMetrics(
+        transport=result.kind,
+        flows=len(result.flows),
+        complete=complete,
+        delivered_bytes=delivered,
+        goodput_bps=delivered * 8 / max(end - first, 1e-9),
+        capacity_bps=capacity_bps(fabric, result.flows),
+        goodput_fraction=delivered * 8 / cap_integral if cap_integral else 0.0,
+        message_completion_p50_s=percentile(latencies, 0.5),
+        message_completion_p99_s=percentile(latencies, 0.99),
+        flow_completion_s=flows_done,
+        flow_completion_p50_s=percentile(list(flows_done.values()), 0.5),
+        flow_completion_max_s=max(flows_done.values()) if flows_done else None,
+        rtos=totals.get("rtos", 0.0),
+        messages_checked=result.checked,
+        messages_corrupt=result.corrupt,
+        ev_retirements=sum(1 for tr in result.ev_transitions if tr.get("new") == "assumed_bad"),
+        nacks=totals.get("nacks", 0.0),
+        host_totals=totals,
+        switch_totals=switch_totals,
+        base_rtt_s=base_rtt,
+        base_rtt_real_s=real_time(fabric, base_rtt),
+        dilation=fabric.topology.dilation,
+        nominal_rate_gbps=fabric.topology.nominal_rate_gbps,
+        agent_min_rtt_s=result.base_rtt_s,
+        recovery=tuple(recoveries),
+        planes_bytes=dict(result.planes),
+    )
 
 
 def real_time(fabric: Fabric, seconds: float | None) -> float | None:
@@ -409,7 +465,7 @@ def real_time(fabric: Fabric, seconds: float | None) -> float | None:
     return None if seconds is None else seconds / fabric.topology.dilation
 
 
-def format_real(seconds: float | None, nominal_rate_gbps: object) -> str:
+def format_real(seconds: float | None, nominal_rate_gbps: float) -> str:
     """``4.1 us at 100 Gb/s``: a real-fabric time in the unit that reads best."""
     if seconds is None:
         return "-"
@@ -419,7 +475,7 @@ def format_real(seconds: float | None, nominal_rate_gbps: object) -> str:
             break
     else:
         text = f"{seconds:.3g} s"
-    return f"{text} at {float(nominal_rate_gbps):g} Gb/s"  # type: ignore[arg-type]
+    return f"{text} at {nominal_rate_gbps:g} Gb/s"
 
 
 def format_seconds(value: float | None) -> str:
@@ -429,52 +485,44 @@ def format_seconds(value: float | None) -> str:
     return f"{value * 1000:.0f} ms" if value < 1 else f"{value:.1f} s"
 
 
-def summary_rows(metrics: Mapping[str, Mapping[str, object]]) -> list[list[str]]:
+def summary_rows(metrics: Mapping[str, TransportMetrics]) -> list[list[str]]:
     """Rows of the summary table: transport, goodput/capacity, completion, RTOs, recovery."""
     rows = []
     for name, m in metrics.items():
-        rec = m.get("recovery") or []
         rec_text = ev_text = "-"
-        if isinstance(rec, list) and rec:
-            first = rec[0]
-            took = first.get("recovery_s")
-            nominal = m.get("nominal_rate_gbps")
+        if m.recovery:
+            first = m.recovery[0]
+            took = first.recovery_s
             rec_text = "never" if took is None else format_seconds(took)
-            real = first.get("recovery_real_s")
-            if took is not None and real is not None and nominal:
-                rec_text += f" = {format_real(real, nominal)}"
-            if not first.get("flows_active", True):
+            if took is not None and first.recovery_real_s is not None:
+                rec_text += f" = {format_real(first.recovery_real_s, m.nominal_rate_gbps)}"
+            if not first.flows_active:
                 rec_text = "done before"
-            failover = first.get("ev_failover_p50_s")
+            failover = first.ev_failover_p50_s
             if failover is not None:
-                rtts = first.get("ev_failover_p50_rtts")
+                rtts = first.ev_failover_p50_rtts
                 ev_text = f"{failover * 1000:.1f} ms"
-                real = first.get("ev_failover_p50_real_s")
-                if real is not None and nominal:
-                    ev_text += f" = {format_real(real, nominal)}"
+                if first.ev_failover_p50_real_s is not None:
+                    ev_text += (
+                        f" = {format_real(first.ev_failover_p50_real_s, m.nominal_rate_gbps)}"
+                    )
                 ev_text += f" ({rtts:.1f} RTT)" if rtts else ""
-        p50 = m.get("flow_completion_p50_s")
-        worst = m.get("flow_completion_max_s")
+        p50 = format_seconds(m.flow_completion_p50_s)
+        worst = format_seconds(m.flow_completion_max_s) if m.complete else "incomplete"
         rows.append(
             [
                 name,
-                f"{float(m.get('goodput_fraction', 0.0)):.2f}",  # type: ignore[arg-type]
-                f"{float(m.get('goodput_bps', 0.0)) / 1e6:.1f} Mb/s",  # type: ignore[arg-type]
-                f"{format_seconds(p50)} / {format_seconds(worst)}"  # type: ignore[arg-type]
-                if m.get("complete")
-                else f"{format_seconds(p50)} / incomplete",  # type: ignore[arg-type]
-                f"{int(float(m.get('rtos', 0)))}",  # type: ignore[arg-type]
-                f"{int(float(m.get('nacks', 0)))}",  # type: ignore[arg-type]
-                str(_get(m.get("switch_totals"), "trimmed")),
+                f"{m.goodput_fraction:.2f}",
+                f"{m.goodput_bps / 1e6:.1f} Mb/s",
+                f"{p50} / {worst}",
+                f"{int(m.rtos)}",
+                f"{int(m.nacks)}",
+                str(m.switch_totals.get("trimmed", 0)),
                 rec_text,
                 ev_text,
             ]
         )
     return rows
-
-
-def _get(mapping: object, key: str) -> object:
-    return mapping.get(key, 0) if isinstance(mapping, Mapping) else 0
 
 
 SUMMARY_COLUMNS = [

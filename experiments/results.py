@@ -17,7 +17,7 @@ A run writes its raw records; :func:`render` (the end of ``mrc-testbed run`` and
     hosts/TRANSPORT.json per-host agent statistics (deltas over the transport's run)
     --- derived ---
     goodput.csv          transport, time_s, goodput_mbps, capacity_mbps
-    metrics.json         per-transport figures (see experiments.metrics.summarise)
+    metrics.json         per-transport figures (experiments.metrics.TransportMetrics)
     summary.md           the summary table
     goodput.png, completion_cdf.png, ev_states.png, switches.png, fabric.png
 """
@@ -37,6 +37,7 @@ from experiments.metrics import (
     Completion,
     FaultMark,
     Progress,
+    TransportMetrics,
     TransportResult,
     capacity_series,
     goodput_series,
@@ -237,10 +238,10 @@ def load_raw(out: Path) -> tuple[Fabric, float, list[TransportResult]]:
     return Fabric(topology), float(run.get("interval_s", 0.25)), list(results.values())
 
 
-def render(out: Path, plots: bool = True) -> dict[str, dict[str, Any]]:
+def render(out: Path, plots: bool = True) -> dict[str, TransportMetrics]:
     """Derive goodput.csv, metrics.json, summary.md and the plots from a results folder."""
     fabric, interval, results = load_raw(out)
-    metrics: dict[str, dict[str, Any]] = {}
+    metrics: dict[str, TransportMetrics] = {}
     rows = []
     for r in results:
         metrics[r.name] = summarise(fabric, r, interval)
@@ -253,7 +254,12 @@ def render(out: Path, plots: bool = True) -> dict[str, dict[str, Any]]:
     _write_csv(out / "goodput.csv", ["transport", "time_s", "goodput_mbps", "capacity_mbps"], rows)
     (out / "metrics.json").write_text(
         json.dumps(
-            {"fabric": fabric.summary(), "interval_s": interval, "transports": metrics}, indent=2
+            {
+                "fabric": fabric.summary(),
+                "interval_s": interval,
+                "transports": {name: m.as_json() for name, m in metrics.items()},
+            },
+            indent=2,
         )
         + "\n"
     )

@@ -28,7 +28,7 @@ from typing import Any
 from controller.counters import SwitchCounters
 from experiments.faults import EvFault, Step
 from experiments.flows import flows_for
-from experiments.metrics import FaultMark, TransportResult
+from experiments.metrics import FaultMark, TransportMetrics, TransportResult
 from experiments.results import EV_STATES, render, write_raw
 from experiments.scenario import Scenario, Transport, load_scenario
 from experiments.testbed import Testbed
@@ -287,7 +287,7 @@ def run_scenario(
     progress: bool = True,
     testbed: Testbed | None = None,
     observers: Sequence[PhaseObserver] = (),
-) -> dict[str, dict[str, Any]]:
+) -> dict[str, TransportMetrics]:
     """Run every transport of ``scenario`` and write the results folder ``out``; each phase
     tells ``observers`` (and the progress bar) when it starts, samples and ends."""
     own = testbed is None
@@ -333,7 +333,7 @@ def describe(scenario: Scenario) -> str:
 
 
 def print_summary(
-    out: Path, metrics: dict[str, dict[str, Any]], show: Callable[[str], None]
+    out: Path, metrics: Mapping[str, TransportMetrics], show: Callable[[str], None]
 ) -> None:
     """The results folder and the summary table."""
     from rich.table import Table

@@ -54,7 +54,7 @@ def test_scenario_writes_a_complete_results_folder(testbed: Any, tmp_path: Path)
     ):
         assert (tmp_path / name).stat().st_size > 0, name
     saved = json.loads((tmp_path / "metrics.json").read_text())["transports"]
-    assert saved == json.loads(json.dumps(metrics))
+    assert saved == json.loads(json.dumps({k: m.as_json() for k, m in metrics.items()}))
     for name in ("mrc", "tcp", "mptcp"):
         m = saved[name]
         assert m["complete"], (name, lines)

@@ -170,16 +170,18 @@ def test_results_folder_round_trip(tmp_path: Path, fabric: Fabric) -> None:
     assert saved["mrc"]["goodput_fraction"] > saved["single-path"]["goodput_fraction"]
     assert saved["mrc"]["switch_totals"]["trimmed"] == 12
     assert saved["mrc"]["rtos"] == 1 and saved["mrc"]["nacks"] == 12
-    first = metrics["mrc"]["recovery"][0]
-    assert first["fault"] == "down t0-p0-r0 <-> t1-p0-s0"
+    first = metrics["mrc"].recovery[0]
+    assert first.fault == "down t0-p0-r0 <-> t1-p0-s0"
     # Only the EVs of paths through the failed link count (p1-s1 does not cross it).
-    assert first["ev_failover_qps"] == 2
-    assert first["ev_failover_max_s"] == pytest.approx(0.010)
-    assert first["ev_failover_p50_rtts"] == pytest.approx(0.4)
+    assert first.ev_failover_qps == 2
+    assert first.ev_failover_max_s == pytest.approx(0.010)
+    assert first.ev_failover_p50_rtts == pytest.approx(0.4)
+    # metrics.json holds the record's fields under the same names.
+    assert saved == json.loads(json.dumps({k: m.as_json() for k, m in metrics.items()}))
     summary = (tmp_path / "summary.md").read_text()
     assert "| mrc |" in summary and "| single-path |" in summary
     # Re-rendering gives the same figures.
-    assert render(tmp_path, plots=False) == json.loads(json.dumps(metrics))
+    assert render(tmp_path, plots=False) == metrics
 
 
 def test_not_a_results_folder(tmp_path: Path) -> None:
