@@ -6,6 +6,10 @@ every test of a module (the ``testbed`` fixture runs each test once per target);
 leaves it healthy (links up, switches running). Its state file lives in a temporary directory,
 so a testbed a user runs is never touched; the node names are the fabric's, so the tests skip
 when a fabric with those names already exists.
+
+The helpers the tests share talk to the agents of a running testbed over their control
+sockets: :func:`agent` (a control client), :func:`core_stats`, :func:`path_states` and
+:func:`all_good` (EV states per path), :func:`transfer` (a WRITE that must arrive intact).
 """
 
 from __future__ import annotations
@@ -14,14 +18,18 @@ import os
 import shutil
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
+from support.fabric import SMALL_TOPOLOGY, small_fabric
 
-from topologies import Fabric, load_topology
-from topologies.config import shipped_topology
+from topologies import load_topology
 
 LINK_RATE_MBPS = 20
+#: :func:`wait_for`'s signature, as the ``wait`` fixture gives it
+Wait = Callable[[Callable[[], bool], float, str], None]
 #: the switch targets every integration test runs on; BMv2's may not skip in CI
 TARGET_PARAMS = [pytest.param("model"), pytest.param("bmv2", marks=pytest.mark.bmv2)]
 
@@ -29,7 +37,7 @@ TARGET_PARAMS = [pytest.param("model"), pytest.param("bmv2", marks=pytest.mark.b
 def target_skip_reason(target: str) -> str | None:
     """Why ``target`` cannot run here, or None."""
     if target == "bmv2":
-        from controller.bmv2 import missing_tools
+        from targets.bmv2 import missing_tools
 
         missing = missing_tools()
         if missing:
@@ -47,7 +55,7 @@ def skip_reason() -> str | None:
         import mininet.net  # noqa: F401
     except ImportError:
         return "integration tests need the mininet Python package"
-    fabric = Fabric(load_topology(shipped_topology("small")))
+    fabric = small_fabric()
     taken = [
         p.intf
         for sw in fabric.switches
@@ -96,7 +104,7 @@ def testbed(
         pytest.skip(reason)
     from experiments.testbed import Testbed
 
-    topology = load_topology(shipped_topology("small")).with_(
+    topology = load_topology(SMALL_TOPOLOGY).with_(
         link={"rate_mbps": LINK_RATE_MBPS, "delay_us": 0}
     )
     state = tmp_path_factory.mktemp("testbed") / "state.json"
@@ -106,3 +114,47 @@ def testbed(
         yield tb
     finally:
         tb.down()
+
+
+# -- the agents of a running testbed ---------------------------------------------------------
+
+
+@contextmanager
+def agent(testbed: Any, host: str, timeout: float = 120.0) -> Iterator[Any]:
+    """A :class:`host.agent.control_client.ControlClient` of ``host``'s agent."""
+    from host.agent.control_client import ControlClient
+
+    with ControlClient(testbed.control_path(host), timeout=timeout) as client:
+        yield client
+
+
+def core_stats(testbed: Any, host: str) -> dict[str, Any]:
+    """The transport core's statistics of ``host``."""
+    with agent(testbed, host) as client:
+        stats: dict[str, Any] = client.stats()["stats"]["core"]
+        return stats
+
+
+def path_states(testbed: Any, src: str, dst: str, policy: str = "mrc") -> dict[str, dict[str, int]]:
+    """Path label -> EV state -> how many EVs of ``src``'s QP of ``policy`` to ``dst``."""
+    with agent(testbed, src) as client:
+        table = client.paths(dst, policy)["paths"][dst]["paths"]
+    return {label: dict(entry["states"]) for label, entry in table.items()}
+
+
+def all_good(testbed: Any, src: str, dst: str) -> Callable[[], bool]:
+    """A condition for ``wait``: every EV of every path ``src`` -> ``dst`` is GOOD."""
+    return lambda: all(set(s) == {"good"} for s in path_states(testbed, src, dst).values())
+
+
+def transfer(testbed: Any, src: str, dst: str, size: int, seed: int, policy: str = "mrc") -> None:
+    """A WRITE of ``size`` bytes into region ``r<seed>`` of ``dst``; it must arrive intact."""
+    region = f"r{seed}"
+    with agent(testbed, dst) as rx:
+        mr = rx.register(region, size)
+    with agent(testbed, src) as tx:
+        reply = tx.transfer(dst, mr["addr"], mr["rkey"], size, seed=seed, policy=policy)
+        done = tx.wait([reply["transfer"]], timeout=120)
+    assert done["complete"] and not done["failed"], done
+    with agent(testbed, dst) as rx:
+        assert rx.verify(region, seed=seed)["match"]

@@ -10,17 +10,16 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from support.fabric import small_fabric
 
 from experiments.testbed import node_names, teardown, tool
-from topologies import Fabric, load_topology
-from topologies import state as statelib
-from topologies.config import shipped_topology
-from topologies.state import StateError
+from targets import state as statelib
+from targets.state import StateError
 
 from .conftest import TARGET_PARAMS, target_skip_reason
 
 pytestmark = [pytest.mark.mininet, pytest.mark.slow]
-FABRIC = Fabric(load_topology(shipped_topology("small")))
+FABRIC = small_fabric()
 
 
 @pytest.fixture
@@ -57,6 +56,11 @@ def leftovers(recorded: list[int]) -> list[str]:
 def start_up(
     state: Path, target: str = "model"
 ) -> tuple[subprocess.Popen[bytes], statelib.TestbedState]:
+    """``mrc-testbed up`` on ``target`` in the background, once its state file lists every
+    host (skips when the target cannot run here)."""
+    reason = target_skip_reason(target)
+    if reason:
+        pytest.skip(reason)
     env = {**os.environ, "MRC_TESTBED_STATE": str(state)}
     log = open(state.with_name("up.log"), "wb")  # noqa: SIM115 -- closed by the child's exit
     up = subprocess.Popen(
@@ -82,6 +86,21 @@ def start_up(
     return up, loaded
 
 
+def down(state: Path) -> subprocess.CompletedProcess[str]:
+    """``mrc-testbed down`` of the testbed recorded in ``state``; it must succeed."""
+    env = {**os.environ, "MRC_TESTBED_STATE": str(state)}
+    done = subprocess.run(
+        [tool("mrc-testbed"), "down"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    return done
+
+
 def recorded_pids(state: statelib.TestbedState) -> list[int]:
     pids = [sw.pid for sw in state.switches.values()] + [h.pid for h in state.hosts.values()]
     return pids + [int(p["pid"]) for p in state.processes]
@@ -89,20 +108,8 @@ def recorded_pids(state: statelib.TestbedState) -> list[int]:
 
 @pytest.mark.parametrize("target", TARGET_PARAMS)
 def test_down_stops_a_running_testbed(state_file: Path, target: str) -> None:
-    reason = target_skip_reason(target)
-    if reason:
-        pytest.skip(reason)
     up, state = start_up(state_file, target)
-    env = {**os.environ, "MRC_TESTBED_STATE": str(state_file)}
-    done = subprocess.run(
-        [tool("mrc-testbed"), "down"],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr
+    down(state_file)
     assert up.wait(30) == 0
     assert leftovers(recorded_pids(state)) == []
     assert not state_file.exists()
@@ -110,23 +117,11 @@ def test_down_stops_a_running_testbed(state_file: Path, target: str) -> None:
 
 @pytest.mark.parametrize("target", TARGET_PARAMS)
 def test_down_cleans_up_after_a_crash(state_file: Path, target: str) -> None:
-    reason = target_skip_reason(target)
-    if reason:
-        pytest.skip(reason)
     up, state = start_up(state_file, target)
     up.send_signal(signal.SIGKILL)  # the up process dies without cleaning anything
     up.wait(10)
     assert leftovers(recorded_pids(state)), "a crashed testbed should leave something behind"
-    env = {**os.environ, "MRC_TESTBED_STATE": str(state_file)}
-    done = subprocess.run(
-        [tool("mrc-testbed"), "down"],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr
+    done = down(state_file)
     assert "leftovers removed" in done.stdout
     assert leftovers(recorded_pids(state)) == []
     assert not state_file.exists()

@@ -7,28 +7,14 @@ found it. Waits are bounded (they fail naming what did not happen), never timed 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 
+from .conftest import Wait, agent, core_stats, path_states
+
 pytestmark = [pytest.mark.mininet, pytest.mark.slow]
-Wait = Callable[[Callable[[], bool], float, str], None]
-
-
-@contextmanager
-def client(testbed: Any, host: str, timeout: float = 10.0) -> Iterator[Any]:
-    from host.agent.control_client import ControlClient
-
-    with ControlClient(testbed.control_path(host), timeout=timeout) as c:
-        yield c
-
-
-def core_stats(testbed: Any, host: str) -> dict[str, Any]:
-    with client(testbed, host) as c:
-        stats: dict[str, Any] = c.stats()["stats"]["core"]
-        return stats
 
 
 def plane_tx_bytes(testbed: Any, host: str) -> dict[int, int]:
@@ -39,21 +25,22 @@ def plane_tx_bytes(testbed: Any, host: str) -> dict[int, int]:
     }
 
 
-def path_states(testbed: Any, src: str, dst: str) -> dict[str, dict[str, int]]:
-    with client(testbed, src) as c:
-        table = c.paths(dst)["paths"][dst]["paths"]
-    return {label: dict(entry["states"]) for label, entry in table.items()}
-
-
 def start_transfer(
     testbed: Any, src: str, dst: str, size: int, seed: int, region: str
 ) -> tuple[Any, int]:
-    with client(testbed, dst) as rx:
+    with agent(testbed, dst) as rx:
         mr = rx.register(region, size)
-    c = client(testbed, src, timeout=120.0)
+    c = agent(testbed, src)
     tx = c.__enter__()
     reply = tx.transfer(dst, mr["addr"], mr["rkey"], size, seed=seed)
     return (c, tx), int(reply["transfer"])
+
+
+def placed_an_eighth(testbed: Any, dst: str, size: int) -> Callable[[], bool]:
+    """A condition for ``wait``: ``dst`` has placed an eighth of ``size`` more bytes than now
+    (call it before the transfer starts)."""
+    placed0 = core_stats(testbed, dst)["payload_bytes_placed"]
+    return lambda: core_stats(testbed, dst)["payload_bytes_placed"] > placed0 + size // 8
 
 
 def finish_transfer(handle: Any, transfer: int, timeout: float = 90.0) -> dict[str, Any]:
@@ -73,7 +60,7 @@ def test_transfer_between_racks_arrives_intact_on_every_plane(testbed: Any) -> N
     size = 2 << 20
     handle, transfer = start_transfer(testbed, src, dst, size, seed=7, region="intact")
     assert finish_transfer(handle, transfer)["complete"]
-    with client(testbed, dst) as rx:
+    with agent(testbed, dst) as rx:
         assert rx.verify("intact", size=size, seed=7)["match"]
     after = plane_tx_bytes(testbed, src)
     for plane in range(fabric.topology.planes):
@@ -85,14 +72,10 @@ def test_link_failure_mid_transfer(testbed: Any, wait: Wait) -> None:
     src, dst = "h1", "h3"
     link = ("t0-p0-r0", "t1-p0-s0")  # h1 sits in rack 0: its p0-s0 paths cross this link
     size = 6 << 20
-    placed0 = core_stats(testbed, dst)["payload_bytes_placed"]
+    going = placed_an_eighth(testbed, dst, size)
     handle, transfer = start_transfer(testbed, src, dst, size, seed=11, region="failover")
     try:
-        wait(
-            lambda: core_stats(testbed, dst)["payload_bytes_placed"] > placed0 + size // 8,
-            30,
-            "the transfer to get going",
-        )
+        wait(going, 30, "the transfer to get going")
         testbed.link_down(*link)
         wait(
             lambda: path_states(testbed, src, dst)["p0-s0"].get("assumed_bad", 0) > 0,
@@ -107,7 +90,7 @@ def test_link_failure_mid_transfer(testbed: Any, wait: Wait) -> None:
         assert states["p1-s0"].get("good", 0) > 0
     finally:
         testbed.link_up(*link)
-    with client(testbed, dst) as rx:
+    with agent(testbed, dst) as rx:
         assert rx.verify("failover", size=size, seed=11)["match"]
     wait(
         lambda: path_states(testbed, src, dst)["p0-s0"].get("assumed_bad", 0) == 0,
@@ -153,7 +136,7 @@ def check_incast(testbed: Any, receiver: str, senders: list[str], size: int) -> 
     for thread in threads:
         thread.join()
     assert all(r.get("complete") for r in replies), replies
-    with client(testbed, receiver) as rx:
+    with agent(testbed, receiver) as rx:
         for i in range(len(senders)):
             assert rx.verify(f"incast{i}", size=size, seed=20 + i)["match"]
     trims = trimmed() - trims_before
@@ -169,14 +152,10 @@ def test_switch_reboot_is_restored_by_watch(testbed: Any, wait: Wait) -> None:
     src, dst = "h2", "h0"
     spine = "t1-p1-s0"
     size = 6 << 20
-    placed0 = core_stats(testbed, dst)["payload_bytes_placed"]
+    going = placed_an_eighth(testbed, dst, size)
     handle, transfer = start_transfer(testbed, src, dst, size, seed=31, region="reboot")
     try:
-        wait(
-            lambda: core_stats(testbed, dst)["payload_bytes_placed"] > placed0 + size // 8,
-            30,
-            "the transfer to get going",
-        )
+        wait(going, 30, "the transfer to get going")
         testbed.kill_switch(spine)
         testbed.start_switch(spine)
 
@@ -193,5 +172,5 @@ def test_switch_reboot_is_restored_by_watch(testbed: Any, wait: Wait) -> None:
     finally:
         if not testbed.switch(spine).process.alive:
             testbed.start_switch(spine)
-    with client(testbed, dst) as rx:
+    with agent(testbed, dst) as rx:
         assert rx.verify("reboot", size=size, seed=31)["match"]

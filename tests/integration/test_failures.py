@@ -9,48 +9,14 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from typing import Any
 
 import pytest
 
+from .conftest import Wait, agent, all_good, core_stats, path_states, transfer
+
 pytestmark = [pytest.mark.mininet, pytest.mark.slow]
-Wait = Callable[[Callable[[], bool], float, str], None]
 FAILED = ("t0-p0-r0", "t1-p0-s0")  # rack 0's plane-0 uplink to spine 0
-
-
-@contextmanager
-def client(testbed: Any, host: str, timeout: float = 120.0) -> Iterator[Any]:
-    from host.agent.control_client import ControlClient
-
-    with ControlClient(testbed.control_path(host), timeout=timeout) as c:
-        yield c
-
-
-def core(testbed: Any, host: str) -> dict[str, Any]:
-    with client(testbed, host) as c:
-        stats: dict[str, Any] = c.stats()["stats"]["core"]
-        return stats
-
-
-def states(testbed: Any, src: str, dst: str, policy: str = "mrc") -> dict[str, dict[str, int]]:
-    with client(testbed, src) as c:
-        table = c.paths(dst, policy)["paths"][dst]["paths"]
-    return {label: dict(entry["states"]) for label, entry in table.items()}
-
-
-def transfer(testbed: Any, src: str, dst: str, size: int, seed: int, policy: str = "mrc") -> None:
-    """A WRITE of ``size`` bytes that must arrive intact."""
-    region = f"r{seed}"
-    with client(testbed, dst) as rx:
-        mr = rx.register(region, size)
-    with client(testbed, src) as tx:
-        reply = tx.transfer(dst, mr["addr"], mr["rkey"], size, seed=seed, policy=policy)
-        done = tx.wait([reply["transfer"]], timeout=120)
-    assert done["complete"] and not done["failed"], done
-    with client(testbed, dst) as rx:
-        assert rx.verify(region, seed=seed)["match"]
 
 
 def tx_bytes(intf: str) -> int:
@@ -63,12 +29,8 @@ def uplinks(testbed: Any, leaf: str) -> list[str]:
     return [p.intf for p in testbed.fabric.uplinks(leaf)]
 
 
-def all_good(testbed: Any, src: str, dst: str) -> Callable[[], bool]:
-    return lambda: all(set(s) == {"good"} for s in states(testbed, src, dst).values())
-
-
 def test_a_shared_profile_keeps_the_other_qp_off_a_failed_path(testbed: Any, wait: Wait) -> None:
-    with client(testbed, "h0") as c:
+    with agent(testbed, "h0") as c:
         profiles = c.request("ev-profiles")["profiles"]
     shared = [p for p in profiles.values() if p["qps"] == ["h2/mrc", "h2/no-trim-nack"]]
     assert len(shared) == 1
@@ -76,12 +38,12 @@ def test_a_shared_profile_keeps_the_other_qp_off_a_failed_path(testbed: Any, wai
     try:
         # the no-trim-nack QP finds the failure (it loses packets on p0-s0)...
         transfer(testbed, "h0", "h2", 2 << 20, seed=51, policy="no-trim-nack")
-        assert states(testbed, "h0", "h2", "no-trim-nack")["p0-s0"].get("assumed_bad")
+        assert path_states(testbed, "h0", "h2", "no-trim-nack")["p0-s0"].get("assumed_bad")
         # ...and the mrc QP, which has never sent a packet, already avoids it
-        assert states(testbed, "h0", "h2", "mrc")["p0-s0"].get("assumed_bad")
-        before = core(testbed, "h0")
+        assert path_states(testbed, "h0", "h2", "mrc")["p0-s0"].get("assumed_bad")
+        before = core_stats(testbed, "h0")
         transfer(testbed, "h0", "h2", 2 << 20, seed=52, policy="mrc")
-        after = core(testbed, "h0")
+        after = core_stats(testbed, "h0")
         assert after["retransmits"] == before["retransmits"]  # nothing sent into the failure
         assert after["rtos"] == before["rtos"]
     finally:
@@ -94,7 +56,7 @@ def test_stev_spraying_uses_every_uplink_and_survives_a_link_failure(
 ) -> None:
     hosts = [h.name for h in testbed.fabric.hosts]
     for host in hosts:
-        with client(testbed, host) as c:
+        with agent(testbed, host) as c:
             assert c.ev_format("stev")["format"] == "stev"
     try:
         leaves = [f"t0-p{p}-r0" for p in range(testbed.fabric.topology.planes)]
@@ -105,12 +67,12 @@ def test_stev_spraying_uses_every_uplink_and_survives_a_link_failure(
         sent = {intf: tx_bytes(intf) - before[intf] for intf in ports}
         for intf, n in sent.items():  # ECMP put a real share on every uplink
             assert n > size // (4 * len(ports)), (intf, sent)
-        assert {s for table in states(testbed, "h0", "h2").values() for s in table} == {"good"}
+        assert {s for table in path_states(testbed, "h0", "h2").values() for s in table} == {"good"}
         # a link failure: only the EVs the hash put on it are retired, one by one
         testbed.link_down(*FAILED)
         try:
             transfer(testbed, "h0", "h2", size, seed=62)
-            table = states(testbed, "h0", "h2")
+            table = path_states(testbed, "h0", "h2")
             assert table["p0-ecmp"].get("assumed_bad", 0) > 0
             assert table["p0-ecmp"].get("good", 0) > 0  # the other spine's EVs
             assert set(table["p1-ecmp"]) == {"good"}
@@ -119,7 +81,7 @@ def test_stev_spraying_uses_every_uplink_and_survives_a_link_failure(
         wait(all_good(testbed, "h0", "h2"), 60, "probes to reinstate the retired EVs")
     finally:
         for host in hosts:
-            with client(testbed, host) as c:
+            with agent(testbed, host) as c:
                 c.ev_format("srv6")
 
 
@@ -130,7 +92,7 @@ def test_srv6_with_an_srh_crosses_every_spine_and_survives_a_link_failure(
     over every spine, and a failed link retires its path's EVs only."""
     hosts = [h.name for h in testbed.fabric.hosts]
     for host in hosts:
-        with client(testbed, host) as c:
+        with agent(testbed, host) as c:
             assert c.ev_format("srv6+srh")["format"] == "srv6+srh"
     try:
         leaves = [f"t0-p{p}-r0" for p in range(testbed.fabric.topology.planes)]
@@ -148,7 +110,7 @@ def test_srv6_with_an_srh_crosses_every_spine_and_survives_a_link_failure(
              "ev": str(p.srh_carrier), "segment": str(p.srh_segment)}
             for i, p in enumerate(paths)
         ]  # fmt: skip
-        with client(testbed, "h0") as c:
+        with agent(testbed, "h0") as c:
             probed = c.request("ep-probe", requests=requests, timeout_ns=50_000_000)
         assert probed["complete"], probed
         assert sorted(r["req_id"] for r in probed["responses"]) == list(range(1, len(paths) + 1))
@@ -156,13 +118,13 @@ def test_srv6_with_an_srh_crosses_every_spine_and_survives_a_link_failure(
         try:
             # the failed path's probe goes unanswered (2 s of the emulation), the others not
             wait_ns = int(2.0 / testbed.fabric.topology.dilation * 1e9)
-            with client(testbed, "h0") as c:
+            with agent(testbed, "h0") as c:
                 probed = c.request("ep-probe", requests=requests, timeout_ns=wait_ns)
             answered = {paths[r["req_id"] - 1].label for r in probed["responses"]}
             assert not probed["complete"]
             assert answered == {p.label for p in paths} - {"p0-s0"}, probed
             transfer(testbed, "h0", "h2", size, seed=66)
-            table = states(testbed, "h0", "h2")
+            table = path_states(testbed, "h0", "h2")
             assert table["p0-s0"].get("assumed_bad", 0) > 0
             others = {s for label, t in table.items() if label != "p0-s0" for s in t}
             assert others == {"good"}, table
@@ -171,41 +133,41 @@ def test_srv6_with_an_srh_crosses_every_spine_and_survives_a_link_failure(
         wait(all_good(testbed, "h0", "h2"), 60, "probes to reinstate p0-s0")
     finally:
         for host in hosts:
-            with client(testbed, host) as c:
+            with agent(testbed, host) as c:
                 c.ev_format("srv6")
 
 
 def test_nic_down_retires_its_plane_without_a_timeout(testbed: Any, wait: Wait) -> None:
     transfer(testbed, "h0", "h2", 1 << 16, seed=70)  # h0 tells the peers it talks to
-    with client(testbed, "h0") as c:
+    with agent(testbed, "h0") as c:
         since = c.ev_events()["last"]
-    rtos = core(testbed, "h0")["rtos"]
+    rtos = core_stats(testbed, "h0")["rtos"]
     testbed.link_down("h0", "t0-p0-r0")
     try:
         wait(
             lambda: all(
                 set(s) == {"assumed_bad"}
-                for label, s in states(testbed, "h0", "h2").items()
+                for label, s in path_states(testbed, "h0", "h2").items()
                 if label.startswith("p0")
             ),
             10,
             "h0's plane-0 EVs to be retired by the port status",
         )
-        with client(testbed, "h0") as c:
+        with agent(testbed, "h0") as c:
             reasons = {e["reason"] for e in c.ev_events(since)["events"]}
         assert "port_down" in reasons and not reasons & {"rto", "sack", "late"}
         # the peer was told: h2 stops sending to h0's plane-0 NIC
         wait(
             lambda: all(
                 s.get("assumed_bad")
-                for label, s in states(testbed, "h2", "h0").items()
+                for label, s in path_states(testbed, "h2", "h0").items()
                 if label.startswith("p0")
             ),
             10,
             "h2 to retire its EVs towards h0's plane 0",
         )
         transfer(testbed, "h0", "h2", 1 << 20, seed=71)
-        assert core(testbed, "h0")["rtos"] == rtos
+        assert core_stats(testbed, "h0")["rtos"] == rtos
     finally:
         testbed.link_up("h0", "t0-p0-r0")
     wait(all_good(testbed, "h0", "h2"), 60, "h0's plane 0 to come back through probes")
@@ -223,7 +185,7 @@ def test_an_ev_denied_from_the_command_line_carries_nothing(testbed: Any, wait: 
 
     cli("--path", "p1-s1", "DENIED")
     try:
-        assert states(testbed, "h0", "h2")["p1-s1"] == {"denied": 32}
+        assert path_states(testbed, "h0", "h2")["p1-s1"] == {"denied": 32}
         up = uplinks(testbed, "t0-p1-r0")
         before = {intf: tx_bytes(intf) for intf in up}
         size = 2 << 20

@@ -11,6 +11,8 @@ import pytest
 from experiments.runner import run_scenario
 from experiments.scenario import parse_scenario
 
+from .conftest import agent
+
 pytestmark = [pytest.mark.mininet, pytest.mark.slow]
 
 
@@ -76,11 +78,9 @@ def test_scenario_writes_a_complete_results_folder(testbed: Any, tmp_path: Path)
         busy = [p for p, n in sent.items() if n > (6 << 20) // 4]
         assert len(busy) == planes_used, (name, sent)
     # The fabric is back to normal afterwards: every agent answers, every switch is in sync.
-    from host.agent.control_client import ControlClient
-
     assert all(sw.process.alive for sw in testbed.switches())
     assert testbed.control.in_sync("t1-p1-s1")
 
     for host in testbed.fabric.hosts:
-        with ControlClient(testbed.control_path(host.name)) as c:
+        with agent(testbed, host.name) as c:
             assert c.info()["ok"]
