@@ -2,7 +2,7 @@
 
 The contract's counters are indirect PACKETS_AND_BYTES arrays: ``MrcIngress.port_in`` (by
 ingress port), ``MrcEgress.port_out``, ``MrcIngress.trimmed`` and ``MrcIngress.ecn_marked`` (by
-egress port), and ``MrcIngress.drops`` (by drop reason, see :data:`DROP_REASONS`).
+egress port), and ``MrcIngress.drops`` (by drop reason, :class:`p4src.contract.DropReason`).
 :func:`read_counters` reads them all from one switch into a :class:`SwitchCounters`.
 """
 
@@ -12,24 +12,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from controller.client import SwitchClient
-
-PORT_IN = "MrcIngress.port_in"
-PORT_OUT = "MrcEgress.port_out"
-TRIMMED = "MrcIngress.trimmed"
-ECN_MARKED = "MrcIngress.ecn_marked"
-DROPS = "MrcIngress.drops"
-
-#: Index of ``MrcIngress.drops`` -> reason, as the P4 contract numbers them.
-DROP_REASONS: dict[int, str] = {
-    1: "NOT_IPV6",
-    2: "PARSE_ERROR",
-    3: "SRH_INVALID",
-    4: "HOP_LIMIT",
-    5: "NO_ROUTE",
-    6: "SID_END",
-    7: "QUEUE_FULL",
-    8: "OVERSIZE",
-}
+from p4src.contract import DROPS, ECN_MARKED, PORT_IN, PORT_OUT, TRIMMED, DropReason
 
 Cells = dict[int, tuple[int, int]]  # index -> (packets, bytes)
 
@@ -65,7 +48,10 @@ class SwitchCounters:
 
 def drop_reason_name(index: int) -> str:
     """Name of a drop reason index (``reason 9`` for an unknown one)."""
-    return DROP_REASONS.get(index, f"reason {index}")
+    try:
+        return DropReason(index).name
+    except ValueError:
+        return f"reason {index}"
 
 
 def read_counters(client: SwitchClient, ports: Iterable[int] = ()) -> SwitchCounters:

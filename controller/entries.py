@@ -14,7 +14,7 @@ Every entry follows from the topology (names, ports, uSIDs, MACs all come from
 - ECMP, on a T0: one member of ``MrcIngress.ecmp_selector`` per uplink (member id = the uplink's
   port number, ``set_next_hop`` to the spine), one group (id :data:`UPLINKS_GROUP`) holding
   them all, and in ``MrcIngress.ipv6_ecmp`` each NIC of another rack of its plane's ``/48`` ->
-  that group: the switch hashes each flow onto one uplink (:mod:`switchmodel.ecmp`);
+  that group: the switch hashes each flow onto one uplink (:func:`p4src.contract.member_index`);
 - ``MrcIngress.port_qos``: every port -> ``set_port_qos(trim_threshold, ecn_threshold,
   ecn_max_threshold, ecn_slope)`` (:meth:`controller.qos.PortQos.action_params`) from
   the queue depth, or from the overrides (:mod:`controller.qos`).
@@ -33,25 +33,27 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from p4.v1 import p4runtime_pb2 as p4r
-
 from controller.p4info import DecodedEntry, DecodedGroup, DecodedMember, P4Info
 from controller.qos import PortQos, QosOverrides, default_qos
-from topologies import Fabric, Switch, Tier
+from p4src.contract import (
+    DROP_NO_ROUTE,
+    DST_ADDR,
+    ECMP_SELECTOR,
+    EGRESS_SPEC,
+    IPV6_ECMP,
+    IPV6_LPM,
+    MY_SID,
+    PORT_QOS,
+    SET_NEXT_HOP,
+    SET_PORT_QOS,
+    SRV6_END,
+    USID_UN,
+    NextHopParams,
+    params_of,
+)
+from p4src.proto import p4r
+from topologies import Fabric, Port, Switch, Tier
 from topologies import usid as usidlib
-
-MY_SID = "MrcIngress.my_sid"
-IPV6_LPM = "MrcIngress.ipv6_lpm"
-IPV6_ECMP = "MrcIngress.ipv6_ecmp"
-ECMP_SELECTOR = "MrcIngress.ecmp_selector"
-PORT_QOS = "MrcIngress.port_qos"
-USID_UN = "MrcIngress.usid_un"
-SRV6_END = "MrcIngress.srv6_end"
-SET_NEXT_HOP = "MrcIngress.set_next_hop"
-DROP_NO_ROUTE = "MrcIngress.drop_no_route"
-SET_PORT_QOS = "MrcIngress.set_port_qos"
-DST_ADDR = "hdr.ipv6.dst_addr"
-EGRESS_SPEC = "standard_metadata.egress_spec"
 
 #: The tables the controller owns: entries found there that are not intended are deleted.
 MANAGED_TABLES: tuple[str, ...] = (MY_SID, IPV6_LPM, IPV6_ECMP, PORT_QOS)
@@ -302,6 +304,11 @@ class SwitchTables:
         return [e for e in self.entries if e.table == table]
 
 
+def next_hop(port: Port) -> dict[str, object]:
+    """``set_next_hop`` parameters that send a packet out of ``port`` to its peer."""
+    return params_of(NextHopParams(port.number, port.mac, port.peer_mac))
+
+
 def sid_entries(switch: Switch) -> list[Entry]:
     """The switch's own SIDs: uN ``/48`` -> usid_un, End ``/128`` -> srv6_end."""
     return [
@@ -327,7 +334,7 @@ def lpm_entries(fabric: Fabric, switch: Switch) -> list[Entry]:
                 IPV6_LPM,
                 {DST_ADDR: prefix},
                 SET_NEXT_HOP,
-                {"port": port.number, "smac": port.mac, "dmac": port.peer_mac},
+                next_hop(port),
             )
         )
     if switch.tier is Tier.T1:
@@ -338,7 +345,7 @@ def lpm_entries(fabric: Fabric, switch: Switch) -> list[Entry]:
                     IPV6_LPM,
                     {DST_ADDR: usidlib.prefix(fabric.block, nic.usid)},
                     SET_NEXT_HOP,
-                    {"port": port.number, "smac": port.mac, "dmac": port.peer_mac},
+                    next_hop(port),
                 )
             )
     return found
@@ -357,7 +364,7 @@ def ecmp_entries(fabric: Fabric, switch: Switch) -> list[Entry]:
             ECMP_SELECTOR,
             port.number,
             SET_NEXT_HOP,
-            {"port": port.number, "smac": port.mac, "dmac": port.peer_mac},
+            next_hop(port),
         )
         for port in uplinks
     ]

@@ -33,10 +33,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import MappingProxyType
+from typing import Any
 
+from p4src.contract import QDEPTH_MAX, PortQosParams, params_of
 from topologies import Topology
 
-THRESHOLD_MAX = (1 << 19) - 1  # bit<19> action parameters
 ALL_PORTS = "*"
 OVERRIDES_FILE = "qos-overrides.json"
 
@@ -72,8 +73,8 @@ class PortQos:
         for name, value in (("trim", self.trim), ("ecn", self.ecn), ("ecn_max", self.ecn_max)):
             if isinstance(value, bool) or not isinstance(value, int):
                 raise QosError(f"{name} threshold {value!r}: expected an integer (packets)")
-            if not 0 <= value <= THRESHOLD_MAX:
-                raise QosError(f"{name} threshold {value}: expected 0..{THRESHOLD_MAX} packets")
+            if not 0 <= value <= QDEPTH_MAX:
+                raise QosError(f"{name} threshold {value}: expected 0..{QDEPTH_MAX} packets")
         if self.trim_mode not in TRIM_MODES:
             raise QosError(f"trim_mode {self.trim_mode!r}: expected one of {', '.join(TRIM_MODES)}")
         if self.ecn_mode not in ECN_MODES:
@@ -87,7 +88,7 @@ class PortQos:
                 f"ecn_max {self.ecn_max}: expected more than the ECN threshold {self.ecn} (red)"
             )
 
-    def action_params(self, queue_depth: int, last_hop: bool = False) -> dict[str, int]:
+    def action_params(self, queue_depth: int, last_hop: bool = False) -> dict[str, Any]:
         """The ``set_port_qos`` parameters for a port whose data queue holds ``queue_depth``;
         ``last_hop``: the port faces a host (packets trimmed there carry DSCP 13)."""
         trim = queue_depth if self.trim_mode == "full" else self.trim
@@ -96,13 +97,9 @@ class PortQos:
         else:
             ecn_max = self.ecn_max
             slope = min(SLOPE_MAX, round(SLOPE_ONE * self.ecn_pmax / (self.ecn_max - self.ecn)))
-        return {
-            "trim_threshold": min(trim, THRESHOLD_MAX),
-            "ecn_threshold": self.ecn,
-            "ecn_max_threshold": ecn_max,
-            "ecn_slope": slope,
-            "last_hop": int(last_hop),
-        }
+        return params_of(
+            PortQosParams(min(trim, QDEPTH_MAX), self.ecn, ecn_max, slope, int(last_hop))
+        )
 
     def with_(self, **changes: object) -> PortQos:
         """A copy with some fields changed (checked again)."""

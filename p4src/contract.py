@@ -71,6 +71,7 @@ PORT_ARRIVALS = "port_arrivals"
 PORT_BITS = 9  #: ``port_t``: bit<9> port numbers
 PORT_COUNT = 1 << PORT_BITS  #: counters and registers indexed by port have this many cells
 QDEPTH_BITS = 19  #: ``qdepth_t``, as ``standard_metadata.deq_qdepth``
+DROP_REASON_SLOTS = 16  #: the size of ``MrcIngress.drops`` (indexed by :class:`DropReason`)
 
 
 class MatchKind(enum.IntEnum):
@@ -202,7 +203,7 @@ COUNTERS: tuple[Counter, ...] = (
     Counter(PORT_IN, PORT_COUNT),
     Counter(TRIMMED, PORT_COUNT),
     Counter(ECN_MARKED, PORT_COUNT),
-    Counter(DROPS, 16),
+    Counter(DROPS, DROP_REASON_SLOTS),
     Counter(PORT_OUT, PORT_COUNT),
 )
 REGISTERS: tuple[Register, ...] = (
@@ -460,9 +461,15 @@ def p4info_problems(info: Any) -> list[str]:
             problems.append(f"action {spec.name}")
             continue
         got = [(p.name, p.bitwidth) for p in found.params]
-        want = [(p.name, p.bitwidth) for p in spec.params]
-        if got != want:
-            problems.append(f"action {spec.name} with parameters {want} (it has {got})")
+        for at, param in enumerate(spec.params):
+            have = got[at] if at < len(got) else None
+            if have != (param.name, param.bitwidth):
+                problems.append(
+                    f"action {spec.name} parameter '{param.name}' of bit<{param.bitwidth}> "
+                    f"in place {at + 1} (it has {'none' if have is None else have})"
+                )
+        if len(got) > len(spec.params):
+            problems.append(f"action {spec.name} without parameters {got[len(spec.params) :]}")
     tables = _by_name(info.tables)
     for tspec in TABLES:
         found = tables.get(tspec.name)

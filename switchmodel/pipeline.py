@@ -14,7 +14,7 @@ parser   Ethernet; IPv6 if ether type 0x86DD; SRH if next header 43 (routing typ
          PARSE_ERROR. The parser is total: any byte string gives a verdict, never an exception.
 ingress  count port_in; parser error -> drop; no IPv6 -> NOT_IPV6; hop limit <= 1 -> HOP_LIMIT,
          else decrement; my_sid (uN shift or End; End without a segment left -> SID_END);
-         ipv6_ecmp (a group's member picked by BMv2's hash, :mod:`switchmodel.ecmp`), on a
+         ipv6_ecmp (a group's member picked by BMv2's hash, :func:`p4src.contract.ecmp_hash`), on a
          miss ipv6_lpm (set_next_hop or drop_no_route -> NO_ROUTE); priority (control DSCP high);
          depth of the egress port's data queue = port_qdepth + port_arrivals; port_qos -> trim
          (DSCP 10 MRC data, depth >= trim threshold) or ECN CE (ECT: depth >= ECN maximum
@@ -35,42 +35,42 @@ import random
 import struct
 from typing import NamedTuple
 
-from switchmodel.ecmp import ecmp_hash
-from switchmodel.tables import NO_QOS, DropReason, EcmpGroup, NextHop, PipelineState, SidAction
+from p4src.contract import (
+    BTH_BYTES,
+    ETHERNET_BYTES,
+    ETHERTYPE_IPV6,
+    IMMDT_BYTES,
+    IP_PROTO_ROUTING,
+    IP_PROTO_UDP,
+    IPV6_BYTES,
+    MRC_DATA_BYTES,
+    QDEPTH_MAX,
+    RETH_BYTES,
+    ROCEV2_UDP_PORT,
+    SRH_FIXED_BYTES,
+    SRH_MAX_SEGMENTS,
+    SRH_ROUTING_TYPE,
+    SRH_SEGMENT_BYTES,
+    UDP_BYTES,
+    DropReason,
+    Dscp,
+    Ecn,
+    Opcode,
+    Priority,
+    ecmp_hash,
+)
+from switchmodel.tables import NO_QOS, EcmpGroup, NextHop, PipelineState, SidAction
 
-ETHERTYPE_IPV6 = 0x86DD
-NH_ROUTING = 43
-NH_UDP = 17
-ROUTING_TYPE_SRH = 4
-SRH_MAX_SEGMENTS = 4
-ROCEV2_PORT = 4791
-OPCODE_WRITE_ONLY = 0x0A
-OPCODE_WRITE_ONLY_IMM = 0x0B
-
-DSCP_ORDINARY = 0
-DSCP_TRIMMABLE = 10
-DSCP_TRIMMED = 12
-DSCP_TRIMMED_LAST_HOP = 13  # trimmed at a host-facing port (set_port_qos last_hop)
-DSCP_CONTROL = 48
-ECN_NOT_ECT = 0
-ECN_ECT1 = 1
-ECN_ECT0 = 2
-ECN_CE = 3
-
-PRIORITY_LOW = 0
-PRIORITY_HIGH = 1
-
-ETH_LEN = 14
-IPV6_LEN = 40
-SRH_FIXED_LEN = 8
-SEGMENT_LEN = 16
-UDP_LEN = 8
-BTH_LEN = 12
-RETH_LEN = 16
-IMMDT_LEN = 4
-MRC_DATA_LEN = 24
-
-QDEPTH_MASK = (1 << 19) - 1  # port_qdepth is bit<19>
+# code points bound once as plain integers for the per-packet path
+_WRITE_ONLY = int(Opcode.WRITE_ONLY)
+_WRITE_ONLY_IMM = int(Opcode.WRITE_ONLY_IMM)
+_TRIMMABLE = int(Dscp.TRIMMABLE)
+_TRIMMED = int(Dscp.TRIMMED)
+_TRIMMED_LAST_HOP = int(Dscp.TRIMMED_LAST_HOP)
+_CONTROL = int(Dscp.CONTROL)
+_CE = int(Ecn.CE)
+PRIORITY_LOW = int(Priority.LOW)
+PRIORITY_HIGH = int(Priority.HIGH)
 _dice = random.Random()  # RED's draws, as BMv2's random(): not for security
 
 
@@ -126,49 +126,49 @@ def ingress(frame: bytes | bytearray | memoryview, in_port: int, state: Pipeline
         c.bytes[in_port] += n
 
     # -- parser ----------------------------------------------------------------------------
-    if n < ETH_LEN:
+    if n < ETHERNET_BYTES:
         return _drop(state, _PARSE_ERROR, n)
     if (frame[12] << 8 | frame[13]) != ETHERTYPE_IPV6:
         return _drop(state, _NOT_IPV6, n)
-    if n < ETH_LEN + IPV6_LEN:
+    if n < ETHERNET_BYTES + IPV6_BYTES:
         return _drop(state, _PARSE_ERROR, n)
-    vtf, _plen, next_hdr, hop_limit, hi, lo = _IPV6.unpack_from(frame, ETH_LEN)
+    vtf, _plen, next_hdr, hop_limit, hi, lo = _IPV6.unpack_from(frame, ETHERNET_BYTES)
     dst = hi << 64 | lo
-    off = ETH_LEN + IPV6_LEN
+    off = ETHERNET_BYTES + IPV6_BYTES
     srh_off = -1
     segments_left = 0
-    if next_hdr == NH_ROUTING:
-        if n < off + SRH_FIXED_LEN:
+    if next_hdr == IP_PROTO_ROUTING:
+        if n < off + SRH_FIXED_BYTES:
             return _drop(state, _PARSE_ERROR, n)
         next_hdr, ext_len, rtype, segments_left, last_entry, _f, _t = _SRH_FIXED.unpack_from(
             frame, off
         )
         if (
-            rtype != ROUTING_TYPE_SRH
+            rtype != SRH_ROUTING_TYPE
             or last_entry >= SRH_MAX_SEGMENTS
             or ext_len != 2 * (last_entry + 1)
             or segments_left > last_entry + 1  # last_entry + 1: a reduced SRH (RFC 8754)
         ):
             return _drop(state, _SRH_INVALID, n)
         srh_off = off
-        off += SRH_FIXED_LEN + SEGMENT_LEN * (last_entry + 1)
+        off += SRH_FIXED_BYTES + SRH_SEGMENT_BYTES * (last_entry + 1)
         if n < off:
             return _drop(state, _PARSE_ERROR, n)
     udp_off = -1
     headers_end = -1  # end of the MRC data extension when the packet is MRC data
-    if next_hdr == NH_UDP:
-        if n < off + UDP_LEN:
+    if next_hdr == IP_PROTO_UDP:
+        if n < off + UDP_BYTES:
             return _drop(state, _PARSE_ERROR, n)
         udp_off = off
-        if (frame[off + 2] << 8 | frame[off + 3]) == ROCEV2_PORT:
-            bth = off + UDP_LEN
-            if n < bth + BTH_LEN:
+        if (frame[off + 2] << 8 | frame[off + 3]) == ROCEV2_UDP_PORT:
+            bth = off + UDP_BYTES
+            if n < bth + BTH_BYTES:
                 return _drop(state, _PARSE_ERROR, n)
             opcode = frame[bth]
-            if opcode in (OPCODE_WRITE_ONLY, OPCODE_WRITE_ONLY_IMM):
-                end = bth + BTH_LEN + RETH_LEN + MRC_DATA_LEN
-                if opcode == OPCODE_WRITE_ONLY_IMM:
-                    end += IMMDT_LEN
+            if opcode in (_WRITE_ONLY, _WRITE_ONLY_IMM):
+                end = bth + BTH_BYTES + RETH_BYTES + MRC_DATA_BYTES
+                if opcode == _WRITE_ONLY_IMM:
+                    end += IMMDT_BYTES
                 if n < end:
                     return _drop(state, _PARSE_ERROR, n)
                 headers_end = end
@@ -192,7 +192,7 @@ def ingress(frame: bytes | bytearray | memoryview, in_port: int, state: Pipeline
             new_dst = (dst >> 96 << 96) | ((dst << 16) & _LOW96)  # usid_shift()
         elif srh_off >= 0 and segments_left > 0:  # End behaviour
             segments_left -= 1
-            seg = srh_off + SRH_FIXED_LEN + SEGMENT_LEN * segments_left
+            seg = srh_off + SRH_FIXED_BYTES + SRH_SEGMENT_BYTES * segments_left
             shi, slo = _ADDR.unpack_from(frame, seg)
             new_dst = shi << 64 | slo
             end_done = True
@@ -203,7 +203,7 @@ def ingress(frame: bytes | bytearray | memoryview, in_port: int, state: Pipeline
     if state.ipv6_ecmp._probes:
         group: EcmpGroup | None = state.ipv6_ecmp.lookup(new_dst)
         if group is not None and group.hops:  # an empty group is a miss
-            src = int.from_bytes(frame[ETH_LEN + 8 : ETH_LEN + 24], "big")
+            src = int.from_bytes(frame[ETHERNET_BYTES + 8 : ETHERNET_BYTES + 24], "big")
             sport = (frame[udp_off] << 8 | frame[udp_off + 1]) if udp_off >= 0 else 0
             hops = group.hops
             hop = hops[ecmp_hash(src, new_dst, vtf & 0xFFFFF, sport) % len(hops)]
@@ -229,44 +229,44 @@ def ingress(frame: bytes | bytearray | memoryview, in_port: int, state: Pipeline
         qos = _NO_QOS
         priority = PRIORITY_LOW
     else:
-        priority = PRIORITY_HIGH if dscp == DSCP_CONTROL else PRIORITY_LOW
+        priority = PRIORITY_HIGH if dscp == _CONTROL else PRIORITY_LOW
         qos = state.port_qos.entries.get(port, state.port_qos_default)
     in_range = hit and port < len(state.port_arrivals)
     arrivals = state.port_arrivals[port] if in_range else 0
     if qos is not _NO_QOS:
-        depth = (state.port_qdepth[port] + arrivals) & QDEPTH_MASK if in_range else 0
-        if headers_end >= 0 and dscp == DSCP_TRIMMABLE and depth >= qos.trim_threshold:
+        depth = (state.port_qdepth[port] + arrivals) & QDEPTH_MAX if in_range else 0
+        if headers_end >= 0 and dscp == _TRIMMABLE and depth >= qos.trim_threshold:
             trim = True
-            tc = (DSCP_TRIMMED_LAST_HOP if qos.last_hop else DSCP_TRIMMED) << 2 | ecn
+            tc = (_TRIMMED_LAST_HOP if qos.last_hop else _TRIMMED) << 2 | ecn
             priority = PRIORITY_HIGH
             counters.trimmed.count(port, n)
         # ECT(1) or ECT(0): every one from ecn_max_threshold on; below it, RED-like with
         # probability (depth - ecn_threshold) * ecn_slope / 65536, as the program's random()
         elif (
-            0 < ecn < ECN_CE
+            0 < ecn < _CE
             and depth >= qos.ecn_threshold
             and (
                 depth >= qos.ecn_max_threshold
                 or _dice.getrandbits(16) < (depth - qos.ecn_threshold) * qos.ecn_slope
             )
         ):
-            tc = tc | ECN_CE
+            tc = tc | _CE
             counters.ecn_marked.count(port, n)
-    if in_range and priority == PRIORITY_LOW and arrivals != QDEPTH_MASK:
+    if in_range and priority == PRIORITY_LOW and arrivals != QDEPTH_MAX:
         state.port_arrivals[port] = arrivals + 1
 
     # -- deparser --------------------------------------------------------------------------
     out = bytearray(frame[:headers_end]) if trim else bytearray(frame)
     out[0:12] = hop.macs
     if tc != tc_in:
-        _U32.pack_into(out, ETH_LEN, (vtf & 0xF00FFFFF) | (tc << 20))
+        _U32.pack_into(out, ETHERNET_BYTES, (vtf & 0xF00FFFFF) | (tc << 20))
     out[21] = hop_limit
     if new_dst != dst:
         _ADDR.pack_into(out, 38, new_dst >> 64, new_dst & _LOW64)
     if end_done:
         out[srh_off + 3] = segments_left
     if trim:
-        _U16.pack_into(out, 18, headers_end - ETH_LEN - IPV6_LEN)
+        _U16.pack_into(out, 18, headers_end - ETHERNET_BYTES - IPV6_BYTES)
         _U16.pack_into(out, udp_off + 4, headers_end - udp_off)
     return Forward(port, priority, out)
 
@@ -290,7 +290,7 @@ def egress(state: PipelineState, port: int, priority: int, deq_qdepth: int, leng
     """
     if 0 <= port < len(state.port_qdepth):
         if priority == PRIORITY_LOW:
-            state.port_qdepth[port] = deq_qdepth & QDEPTH_MASK
+            state.port_qdepth[port] = deq_qdepth & QDEPTH_MAX
             state.port_arrivals[port] = 0
         out = state.counters.port_out
         out.packets[port] += 1

@@ -21,23 +21,21 @@ import enum
 from dataclasses import dataclass, field
 from typing import Generic, NamedTuple, TypeVar
 
+from p4src.contract import (
+    DROP_REASON_SLOTS,
+    DROPS,
+    ECN_MARKED,
+    PORT_ARRIVALS,
+    PORT_COUNT,
+    PORT_IN,
+    PORT_OUT,
+    PORT_QDEPTH,
+    QDEPTH_BITS,
+    TRIMMED,
+    PortQosParams,
+)
+
 V = TypeVar("V")
-
-PORT_COUNT = 512  # bit<9> ports: counters and the register are indexed by port
-DROP_REASONS = 16  # size of MrcIngress.drops
-
-
-class DropReason(enum.IntEnum):
-    """Index of ``MrcIngress.drops``: why a packet was dropped."""
-
-    NOT_IPV6 = 1
-    PARSE_ERROR = 2
-    SRH_INVALID = 3
-    HOP_LIMIT = 4
-    NO_ROUTE = 5
-    SID_END = 6
-    QUEUE_FULL = 7  # counted by the target's queue
-    OVERSIZE = 8  # counted by the target: frame larger than the port MTU
 
 
 class SidAction(enum.IntEnum):
@@ -57,20 +55,19 @@ class NextHop(NamedTuple):
     macs: bytes  # dmac + smac: the first 12 bytes of the rewritten Ethernet header
 
 
-def next_hop(port: int, smac: bytes, dmac: bytes) -> NextHop:
-    """The action data of ``set_next_hop(port, smac, dmac)``."""
+def next_hop(port: int, smac: bytes | int, dmac: bytes | int) -> NextHop:
+    """The action data of ``set_next_hop(port, smac, dmac)`` (MACs as 6 bytes or integers)."""
+    if isinstance(smac, int):
+        smac = smac.to_bytes(6, "big")
+    if isinstance(dmac, int):
+        dmac = dmac.to_bytes(6, "big")
     return NextHop(port, smac, dmac, dmac + smac)
 
 
-class PortQos(NamedTuple):
-    """Action data of ``MrcIngress.set_port_qos`` (thresholds in packets; ``ecn_slope``: RED's
-    marking probability per packet of depth above ``ecn_threshold``, in 1/65536)."""
+class PortQos(PortQosParams):
+    """Action data of ``MrcIngress.set_port_qos`` (:class:`p4src.contract.PortQosParams`)."""
 
-    trim_threshold: int
-    ecn_threshold: int
-    ecn_max_threshold: int
-    ecn_slope: int
-    last_hop: int = 0  #: 1: the port faces a host (trimmed packets get DSCP 13)
+    __slots__ = ()
 
     @classmethod
     def fixed(cls, trim_threshold: int, ecn_threshold: int, last_hop: int = 0) -> PortQos:
@@ -92,7 +89,7 @@ class EcmpGroup:
 # ``drop_no_route`` as ipv6_lpm action data: a next hop no packet can leave by.
 DROP_NO_ROUTE = NextHop(-1, b"", b"", b"")
 # ``NoAction`` as port_qos action data: thresholds no bit<19> queue depth ever reaches.
-NO_QOS = PortQos(1 << 19, 1 << 19, 1 << 19, 0)
+NO_QOS = PortQos(1 << QDEPTH_BITS, 1 << QDEPTH_BITS, 1 << QDEPTH_BITS, 0)
 
 
 class LpmTable(Generic[V]):
@@ -186,17 +183,17 @@ class Counters:
     port_in: CounterArray = field(default_factory=lambda: CounterArray(PORT_COUNT))
     trimmed: CounterArray = field(default_factory=lambda: CounterArray(PORT_COUNT))
     ecn_marked: CounterArray = field(default_factory=lambda: CounterArray(PORT_COUNT))
-    drops: CounterArray = field(default_factory=lambda: CounterArray(DROP_REASONS))
+    drops: CounterArray = field(default_factory=lambda: CounterArray(DROP_REASON_SLOTS))
     port_out: CounterArray = field(default_factory=lambda: CounterArray(PORT_COUNT))
 
     def by_name(self) -> dict[str, CounterArray]:
         """The counters under their P4Info names."""
         return {
-            "MrcIngress.port_in": self.port_in,
-            "MrcIngress.trimmed": self.trimmed,
-            "MrcIngress.ecn_marked": self.ecn_marked,
-            "MrcIngress.drops": self.drops,
-            "MrcEgress.port_out": self.port_out,
+            PORT_IN: self.port_in,
+            TRIMMED: self.trimmed,
+            ECN_MARKED: self.ecn_marked,
+            DROPS: self.drops,
+            PORT_OUT: self.port_out,
         }
 
 
@@ -217,8 +214,8 @@ class PipelineState:
 
     def register(self, name: str) -> list[int]:
         """The register array called ``name`` (``port_qdepth`` or ``port_arrivals``)."""
-        if name == "port_qdepth":
+        if name == PORT_QDEPTH:
             return self.port_qdepth
-        if name == "port_arrivals":
+        if name == PORT_ARRIVALS:
             return self.port_arrivals
         raise KeyError(f"no register {name!r}")

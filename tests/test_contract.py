@@ -93,7 +93,9 @@ def test_a_wrong_p4info_is_named(info: Any) -> None:
     problems = contract.p4info_problems(proto)
     assert f"table {contract.MY_SID}" in problems
     assert f"counter {contract.DROPS} of size 16 (it has 8)" in problems
-    assert any(p.startswith(f"action {contract.SET_NEXT_HOP} with parameters") for p in problems)
+    assert f"action {contract.SET_NEXT_HOP} parameter 'port' of bit<9> in place 1" in " ".join(
+        problems
+    )
     assert len(problems) == 3
 
 

@@ -17,18 +17,9 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from controller.entries import (
-    DROP_NO_ROUTE,
-    ECMP_SELECTOR,
     GROUP,
-    IPV6_ECMP,
-    IPV6_LPM,
     MEMBER,
-    MY_SID,
-    PORT_QOS,
-    SET_NEXT_HOP,
-    SRV6_END,
     UPLINKS_GROUP,
-    USID_UN,
     Entry,
     SwitchTables,
     diff,
@@ -37,6 +28,17 @@ from controller.entries import (
 )
 from controller.p4info import P4Info
 from controller.qos import PortQos, QosError, QosOverrides, default_qos, threshold_qos, uet_qos
+from p4src.contract import (
+    DROP_NO_ROUTE,
+    ECMP_SELECTOR,
+    IPV6_ECMP,
+    IPV6_LPM,
+    MY_SID,
+    PORT_QOS,
+    SET_NEXT_HOP,
+    SRV6_END,
+    USID_UN,
+)
 from topologies import Fabric, Tier, load_topology
 from topologies import usid as usidlib
 from topologies.config import shipped_topology

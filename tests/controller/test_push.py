@@ -14,20 +14,11 @@ from google.protobuf import text_format
 from controller import cli
 from controller.client import P4RuntimeError, SwitchClient, SwitchUnreachable
 from controller.counters import read_counters
-from controller.entries import (
-    ECMP_SELECTOR,
-    GROUP,
-    IPV6_ECMP,
-    IPV6_LPM,
-    MEMBER,
-    MY_SID,
-    PORT_QOS,
-    Entry,
-    fabric_tables,
-)
+from controller.entries import GROUP, MEMBER, Entry, fabric_tables
 from controller.p4info import P4Info, default_p4info_path
 from controller.push import PushOptions, SwitchAddress, push_fabric, read_installed
 from controller.qos import QosOverrides
+from p4src.contract import ECMP_SELECTOR, IPV6_ECMP, IPV6_LPM, MY_SID, PORT_QOS
 
 pytestmark = requires_model
 

@@ -3,7 +3,7 @@
 Each :class:`EcmpCase` line says which switch of the small fabric the target plays (with the
 controller's tables for it: :func:`controller.entries.switch_tables`), where the frames come in,
 their destination and the flows (flow label, UDP source port) they belong to. The port every
-frame must leave by is computed once, in Python, by :func:`switchmodel.ecmp.member_index` over
+frame must leave by is computed once, in Python, by :func:`p4src.contract.member_index` over
 the group's members in creation order (BMv2's member-handle order), and each frame is compared
 byte for byte: so BMv2 and switchmodel are held to the same hash, and to each other. Spreading
 cases also require every uplink to carry some of the flows.
@@ -18,17 +18,8 @@ from typing import Any
 
 import pytest
 
-from controller.entries import (
-    ECMP_SELECTOR,
-    GROUP,
-    MEMBER,
-    SET_NEXT_HOP,
-    TABLE_ENTRY,
-    UPLINKS_GROUP,
-    Entry,
-    switch_tables,
-)
-from switchmodel.ecmp import member_index
+from controller.entries import GROUP, MEMBER, TABLE_ENTRY, UPLINKS_GROUP, Entry, switch_tables
+from p4src.contract import ECMP_SELECTOR, SET_NEXT_HOP, member_index
 from topologies import Switch
 
 from . import packets as pk

@@ -11,12 +11,12 @@ import pytest
 from dataplane.packets import SRC, mrc_frame
 from hypothesis import given
 from hypothesis import strategies as st
-from p4.v1 import p4runtime_pb2 as p4r
 from support.switch import InProcessSwitch
 
 from controller.client import P4RuntimeError, SwitchClient
 from controller.p4info import P4Info
-from switchmodel.ecmp import SELECTOR_BYTES, ecmp_hash, member_index, selector_input
+from p4src.contract import SELECTOR_BYTES, ecmp_hash, member_index, selector_input
+from p4src.proto import p4r
 from switchmodel.pipeline import Forward, ingress
 
 INFO = P4Info.load()

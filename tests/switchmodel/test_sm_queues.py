@@ -7,9 +7,10 @@ import pytest
 from dataplane.packets import mrc_frame
 from support.fabric import small_fabric
 
+from p4src.contract import DropReason
 from switchmodel.pipeline import Forward, count_drop, egress, ingress
 from switchmodel.queues import PortQueue
-from switchmodel.tables import DropReason, PipelineState, PortQos, next_hop
+from switchmodel.tables import PipelineState, PortQos, next_hop
 
 FABRIC = small_fabric()
 DST = FABRIC.host("h0").nic(0).address
