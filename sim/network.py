@@ -1,23 +1,33 @@
-"""An in-memory fabric for deterministic tests: links, trimming switches, faults, host timers.
+"""The simulated network: links, switches and faults between host contexts, in virtual time.
 
 The network is built from a :class:`topologies.Fabric`: every link of the fabric becomes two
 directed ports with a rate, a propagation delay and a bounded two-class queue (control and
 trimmed packets first). Switches forward by the packet's uSID carrier exactly as the P4 program
-does: a switch whose uSID is active shifts the carrier (:func:`topologies.usid.shift`), or, when
-the carrier is exhausted there and an SRH has segments left, performs End (the next segment
-becomes the destination), then the new active uSID selects the port towards that node. A packet addressed to a host NIC's plain
-address (STEV and UDP EVs) is spread by a leaf over its uplinks with the switches' ECMP hash
-(:func:`switchmodel.ecmp.member_index`: CRC-32 over source, destination, flow label and UDP
-source port, members in spine order) and routed down by the spine, as the controller's
-``ipv6_ecmp`` entries make the P4 program do. Above a port's trim threshold an MRC data
-packet with DSCP 10 is cut to its headers, re-marked DSCP 12 and queued at high priority;
-above the ECN threshold ECT packets get CE; a full queue drops. A host NIC's queue (the
-sender's own link) marks ECN but never trims or drops.
+does: a switch whose uSID is active shifts the carrier (uN), or, when the carrier is exhausted
+there and an SRH has segments left, performs End (the next segment becomes the destination),
+then the new active uSID selects the port towards that node. A packet addressed to a host
+NIC's plain address (STEV and UDP EVs) is spread by a leaf over its uplinks with the switches'
+ECMP hash (:func:`p4src.contract.member_index`: CRC-32 over source, destination, flow label and
+UDP source port, members in spine order) and routed down by the spine, as the controller's
+``ipv6_ecmp`` entries make the P4 program do. Only MRC data packets marked trimmable (DSCP 10)
+are trimmed: cut to their headers, re-marked DSCP 12 (13 at the receiver's own leaf) and queued
+at high priority; only ECT packets are ECN-marked.
 
-Faults (all seeded): per-link loss, duplication and reordering (random extra delay), and links
-that fail (drop everything) between two times. A discrete-event loop delivers frames to the
-hosts' :class:`host.transport.api.Context` objects and runs their timers, so a test is a pure function
-of its seed.
+Two queue disciplines (:class:`sim.queues.QueuePolicy`):
+
+- ``threshold``, the P4 program's and the emulated switches': trim above a queue depth, ECN
+  above another, both decided at enqueue, a full queue drops; a host NIC's queue marks ECN but
+  never trims or drops. ``SimNet(fabric, trim_threshold=, ecn_threshold=, queue_depth=)``.
+- ``red``, UET's reference simulator's, in real units: byte-bounded queues of one BDP, RED ECN
+  decided at dequeue, trim only at a full queue, a switch latency, host NICs that hand the
+  transport one frame slot at a time (the EV is chosen when the NIC can send, as a NIC's
+  transmit scheduler does). ``SimNet.build(SimFabric(...))`` (:mod:`sim.fabric`).
+
+Faults (all seeded): per-link loss, duplication and reordering (random extra delay), links that
+fail (drop everything) between two times, degraded links (a share of their rate), and failures
+of a switch, a plane or a host NIC (every link of it). A discrete-event loop delivers frames
+to the hosts' :class:`host.transport.api.Context` objects and runs their timers, so a run is a
+pure function of its seed.
 
 Usage::
 
@@ -31,18 +41,29 @@ from __future__ import annotations
 
 import collections
 import heapq
-import ipaddress
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from host.transport import wire
 from host.transport.api import Context
-from switchmodel.ecmp import member_index
+from p4src.contract import member_index
+from sim.queues import PortQueue, QueuePolicy
 from topologies import Fabric
-from topologies import usid as usidlib
+from topologies.usid import BLOCK_BITS, USID_BITS
+
+if TYPE_CHECKING:
+    from sim.fabric import SimFabric
 
 HOST_QUEUE = 1 << 16  # packets a host NIC may queue (the sender's window is the real bound)
+NIC_SLOTS = 2  # red discipline: data frames a host NIC holds (the one on the wire and the next)
+
+_ARG_BITS = 128 - BLOCK_BITS - USID_BITS  # carrier bits after the active uSID
+_ARG_MASK = (1 << _ARG_BITS) - 1
+_USID_MASK = (1 << USID_BITS) - 1
+_BLOCK_MASK = ((1 << BLOCK_BITS) - 1) << (128 - BLOCK_BITS)
+_HIGH_DSCP = frozenset((wire.DSCP_CONTROL, wire.DSCP_TRIMMED, wire.DSCP_TRIMMED_LAST_HOP))
 
 
 @dataclass
@@ -63,28 +84,39 @@ class LinkFaults:
 class _Port:
     """One direction of a link: a shaped, bounded, two-class egress queue."""
 
-    __slots__ = ("node", "number", "peer", "peer_port", "rate", "delay", "depth", "trim_at",
-                 "ecn_at", "high", "low", "busy", "faults", "name", "current")  # fmt: skip
+    __slots__ = ("node", "number", "peer", "peer_port", "byte_time", "delay", "depth", "trim_at",
+                 "ecn_at", "high", "low", "busy", "faults", "name", "current", "red", "low_bytes",
+                 "high_bytes", "host", "to_host", "counters", "tx", "rate", "current_low")  # fmt: skip
 
     def __init__(
         self, node: str, number: int, peer: str, peer_port: int, rate: float, delay: float,
         depth: int, trim_at: int | None, ecn_at: int | None, faults: LinkFaults,
+        red: PortQueue | None, host: bool, to_host: bool,
     ) -> None:  # fmt: skip
         self.node = node
         self.number = number
         self.peer = peer
         self.peer_port = peer_port
         self.rate = rate
+        self.byte_time = 8 / rate
         self.delay = delay
         self.depth = depth
         self.trim_at = trim_at
         self.ecn_at = ecn_at
+        self.red = red  # the red discipline's bounds (None: threshold discipline)
         self.high: collections.deque[bytearray] = collections.deque()
         self.low: collections.deque[bytearray] = collections.deque()
+        self.low_bytes = 0  # red: data bytes queued, the frame on the wire included
+        self.high_bytes = 0
         self.busy = False
         self.current: bytearray | None = None  # the frame being serialised
+        self.current_low = False  # ...taken from the data queue
         self.faults = faults
+        self.host = host  # a host NIC (the sender's own link)
+        self.to_host = to_host  # a switch port facing a host (the last hop)
         self.name = f"{node}-eth{number}" if number else node
+        self.counters: collections.Counter[str] = collections.Counter()
+        self.tx = 0
 
 
 class SimNet:
@@ -101,6 +133,8 @@ class SimNet:
         queue_depth: int | None = None,
         rate_mbps: float | None = None,
         delay_us: float | None = None,
+        queues: PortQueue | None = None,
+        switch_latency_us: float = 0.0,
     ) -> None:
         topo = fabric.topology
         self.fabric = fabric
@@ -111,6 +145,7 @@ class SimNet:
         depth = queue_depth or topo.queue_depth
         rate = (rate_mbps or topo.link_rate_mbps) * 1e6
         delay = (delay_us if delay_us is not None else topo.link_delay_us) * 1e-6
+        switch_latency = switch_latency_us * 1e-6
         #: the fabric's topology with this network's link rate and delay
         self.topology = topo.with_(
             link={"rate_mbps": rate / 1e6, "delay_us": delay * 1e6,
@@ -118,55 +153,83 @@ class SimNet:
         )  # fmt: skip
         #: the time dilation of contexts on this network: nominal rate / its links' rate
         self.dilation = self.topology.dilation
+        #: the red discipline's port bounds (None: the threshold discipline)
+        self.queues = queues
         trim_at = (trim_threshold if trim_threshold is not None else depth // 2) if trim else None
         ecn_at = ecn_threshold if ecn_threshold is not None else max(1, depth // 4)
+        if queues is not None:
+            trim_at = None if not queues.trim else 0
         self._block = int(fabric.block.network_address) >> 96
-        self._hosts_of_fabric = frozenset(h.name for h in fabric.hosts)
+        hosts = frozenset(h.name for h in fabric.hosts)
+        self._hosts_of_fabric = hosts
         self._hosts: dict[str, Context] = {}
         self._host_timer: dict[str, float | None] = {}
+        self._host_ports: dict[str, list[_Port]] = collections.defaultdict(list)
         self._ports: dict[tuple[str, int], _Port] = {}
-        self._routes: dict[str, dict[int, int]] = {}  # switch -> active uSID -> port
+        self._routes: dict[str, dict[int, _Port]] = {}  # switch -> active uSID -> port
         self._usid: dict[str, int] = {}
         self._faults: dict[frozenset[str], LinkFaults] = {}
         self.counters: collections.Counter[str] = collections.Counter()
-        self.port_counters: dict[str, collections.Counter[str]] = collections.defaultdict(
-            collections.Counter
-        )
         for link in fabric.links:
             faults = self._faults.setdefault(frozenset((link.a, link.b)), LinkFaults())
             a_host = link.a_port == 0
             # a host NIC is port "plane" of the host node (0 means plane 0 here)
             a_key = link.plane if a_host else link.a_port
-            self._ports[(link.a, a_key)] = _Port(
-                link.a, a_key, link.b, link.b_port, rate, delay,
-                HOST_QUEUE if a_host else depth, None if a_host else trim_at, ecn_at, faults,
+            # a frame reaching a switch waits the switch latency before its egress queue
+            a_delay = delay + (switch_latency if link.b not in hosts else 0.0)
+            b_delay = delay + (switch_latency if link.a not in hosts else 0.0)
+            port_a = _Port(
+                link.a, a_key, link.b, link.b_port, rate, a_delay,
+                HOST_QUEUE if a_host else depth, None if a_host else trim_at,
+                (None if queues is not None else ecn_at) if a_host else ecn_at, faults,
+                None if a_host else queues, a_host, False,
             )  # fmt: skip
+            self._ports[(link.a, a_key)] = port_a
+            if a_host:
+                self._host_ports[link.a].append(port_a)
             b_peer_port = link.plane if a_host else link.a_port
             self._ports[(link.b, link.b_port)] = _Port(
-                link.b, link.b_port, link.a, b_peer_port, rate, delay, depth, trim_at, ecn_at,
-                faults,
+                link.b, link.b_port, link.a, b_peer_port, rate, b_delay, depth, trim_at, ecn_at,
+                faults, queues, False, a_host,
             )  # fmt: skip
         for sw in fabric.switches:
             self._usid[sw.name] = sw.usid
-            table: dict[int, int] = {}
+            table: dict[int, _Port] = {}
             for port in sw.ports:
                 if fabric.node_kind(port.peer) == "switch":
-                    table[fabric.switch(port.peer).usid] = port.number
+                    usid = fabric.switch(port.peer).usid
                 else:
-                    table[fabric.host(port.peer).nic(sw.plane).usid] = port.number
+                    usid = fabric.host(port.peer).nic(sw.plane).usid
+                table[usid] = self._ports[(sw.name, port.number)]
             self._routes[sw.name] = table
         # ECMP (docs/p4-pipeline.md): a leaf hashes a NIC of its plane in another rack over its
         # uplinks; a spine routes every NIC of its plane down to the NIC's leaf
-        self._ecmp: dict[str, tuple[frozenset[int], tuple[int, ...]]] = {}
+        self._ecmp: dict[str, tuple[frozenset[int], tuple[_Port, ...]]] = {}
         for sw in fabric.switches:
-            uplinks = tuple(p.number for p in fabric.uplinks(sw))
+            uplinks = tuple(self._ports[(sw.name, p.number)] for p in fabric.uplinks(sw))
             nics = fabric.plane_nics(sw.plane)
             if uplinks:
                 remote = frozenset(n.usid for n in nics if n.switch != sw.name)
                 self._ecmp[sw.name] = (remote, uplinks)
             else:
                 for nic in nics:
-                    self._routes[sw.name].setdefault(nic.usid, sw.port_to(nic.switch).number)
+                    self._routes[sw.name].setdefault(
+                        nic.usid, self._ports[(sw.name, sw.port_to(nic.switch).number)]
+                    )
+
+    @classmethod
+    def build(cls, spec: SimFabric, *, seed: int = 0) -> SimNet:
+        """The network of a :class:`sim.fabric.SimFabric`: real units, its queue policy and
+        switch latency."""
+        policy: QueuePolicy = spec.queues
+        queues = None if policy.discipline == "threshold" else spec.port_queue()
+        return cls(
+            Fabric(spec.topology()),
+            seed=seed,
+            trim=policy.trim,
+            queues=queues,
+            switch_latency_us=spec.switch_latency_us,
+        )
 
     # -- set-up ----------------------------------------------------------------------------------
 
@@ -175,6 +238,18 @@ class SimNet:
         self.fabric.host(ctx.host)  # validates the name
         self._hosts[ctx.host] = ctx
         self._host_timer[ctx.host] = None
+
+    @property
+    def port_counters(self) -> dict[str, collections.Counter[str]]:
+        """Counters per port name: ``tx``, ``trimmed``, ``ecn_marked``, ``queue_full``."""
+        out: dict[str, collections.Counter[str]] = collections.defaultdict(collections.Counter)
+        for port in self._ports.values():
+            counters = collections.Counter(port.counters)
+            if port.tx:
+                counters["tx"] = port.tx
+            if counters:
+                out[port.name] = counters
+        return out
 
     def faults(self, a: str, b: str) -> LinkFaults:
         """The faults of the link between nodes ``a`` and ``b`` (to modify in place)."""
@@ -194,9 +269,50 @@ class SimNet:
                 reorder_delay,
             )
 
+    # -- faults a scenario applies (times in seconds of simulated time) -------------------------
+
     def fail_link(self, a: str, b: str, start: float, end: float = float("inf")) -> None:
         """The link between ``a`` and ``b`` drops everything from ``start`` until ``end``."""
         self.faults(a, b).down.append((start, end))
+
+    def flap_link(self, a: str, b: str, start: float, down: float, up: float, count: int) -> None:
+        """The link goes down for ``down`` seconds then up for ``up``, ``count`` times."""
+        for n in range(count):
+            begin = start + n * (down + up)
+            self.fail_link(a, b, begin, begin + down)
+
+    def _fail_links(self, links: Iterable[tuple[str, str]], start: float, end: float) -> int:
+        count = 0
+        for a, b in links:
+            self.fail_link(a, b, start, end)
+            count += 1
+        return count
+
+    def fail_switch(self, name: str, start: float, end: float = float("inf")) -> int:
+        """Every link of switch ``name`` is down from ``start`` to ``end`` (a reboot: its
+        tables are the controller's and come back with it); returns the links failed."""
+        sw = self.fabric.switch(name)
+        return self._fail_links(((name, p.peer) for p in sw.ports), start, end)
+
+    def fail_plane(self, plane: int, start: float, end: float = float("inf")) -> int:
+        """Every link of ``plane`` is down from ``start`` to ``end``; returns the links failed."""
+        links = ((lk.a, lk.b) for lk in self.fabric.links if lk.plane == plane)
+        return self._fail_links(links, start, end)
+
+    def fail_nic(self, host: str, plane: int, start: float, end: float = float("inf")) -> None:
+        """Host ``host``'s NIC on ``plane`` (its link to its leaf) is down from ``start``."""
+        nic = self.fabric.host(host).nic(plane)
+        self.fail_link(host, nic.switch, start, end)
+
+    def degrade_link(self, a: str, b: str, share: float) -> None:
+        """The link between ``a`` and ``b`` runs at ``share`` of its rate, both directions (the
+        reference's ``-failed``: a link that still carries traffic, slowly)."""
+        if not 0 < share <= 1:
+            raise ValueError(f"link share {share}: expected 0 < share <= 1")
+        self.faults(a, b)  # validates the link
+        for port in self._ports.values():
+            if {port.node, port.peer} == {a, b}:
+                port.byte_time = 8 / (port.rate * share)
 
     # -- event loop ------------------------------------------------------------------------------
 
@@ -216,32 +332,48 @@ class SimNet:
         """Let a host send what it can now (call after posting work)."""
         self._push(self.now, _PUMP, host)
 
+    def kick_at(self, host: str, when: float) -> None:
+        """Let a host send at simulated time ``when`` (work posted for a later start)."""
+        self._push(max(when, self.now), _PUMP, host)
+
+    @property
+    def events(self) -> int:
+        """Events processed so far (the simulator's unit of work)."""
+        return self._processed
+
+    _processed = 0
+
     def run(self, until: float, stop: Callable[[], bool] | None = None,
-            max_events: int = 50_000_000) -> float:  # fmt: skip
+            max_events: int = 500_000_000) -> float:  # fmt: skip
         """Process events up to time ``until`` or until ``stop()`` is true; returns the time."""
         heap = self._heap
+        pop = heapq.heappop
+        arrive, tx_done, pump = self._arrive, self._tx_done, self._pump
         count = 0
-        while heap and heap[0][0] <= until:
-            when, _, kind, a, b = heapq.heappop(heap)
-            self.now = when
-            if kind == _ARRIVE:
-                self._arrive(a, b)  # type: ignore[arg-type]
-            elif kind == _TXDONE:
-                self._tx_done(a)  # type: ignore[arg-type]
-            elif kind == _TIMER:
-                host = a
-                if self._host_timer.get(host) == b:  # type: ignore[call-overload]
-                    self._host_timer[host] = None  # type: ignore[index]
-                    ctx = self._hosts[host]  # type: ignore[index]
-                    ctx.handle_timer(when)
-                    self._pump(host)  # type: ignore[arg-type]
-            else:
-                self._pump(a)  # type: ignore[arg-type]
-            count += 1
-            if count >= max_events:
-                raise RuntimeError(f"simnet: {max_events} events without reaching t={until}")
-            if stop is not None and stop():
-                return self.now
+        try:
+            while heap and heap[0][0] <= until:
+                when, _, kind, a, b = pop(heap)
+                self.now = when
+                if kind == _TXDONE:
+                    tx_done(a)  # type: ignore[arg-type]
+                elif kind == _ARRIVE:
+                    arrive(a, b)  # type: ignore[arg-type]
+                elif kind == _TIMER:
+                    host = a
+                    if self._host_timer.get(host) == b:  # type: ignore[call-overload]
+                        self._host_timer[host] = None  # type: ignore[index]
+                        ctx = self._hosts[host]  # type: ignore[index]
+                        ctx.handle_timer(when)
+                        pump(host)  # type: ignore[arg-type]
+                else:
+                    pump(a)  # type: ignore[arg-type]
+                count += 1
+                if count >= max_events:
+                    raise RuntimeError(f"simnet: {max_events} events without reaching t={until}")
+                if stop is not None and stop():
+                    return self.now
+        finally:
+            self._processed += count
         if until != float("inf"):
             self.now = max(self.now, until)
         return self.now
@@ -249,10 +381,20 @@ class SimNet:
     def _pump(self, host: str) -> None:
         ctx = self._hosts[host]
         now = self.now
-        for plane, frame in ctx.frames_to_send(now):
-            if not isinstance(frame, bytearray):
-                frame = bytearray(frame)
-            self._enqueue(self._ports[(host, plane)], frame)
+        ports = self._ports
+        if self.queues is None:
+            for plane, frame in ctx.frames_to_send(now):
+                if not isinstance(frame, bytearray):
+                    frame = bytearray(frame)
+                self._enqueue(ports[(host, plane)], frame)
+        else:
+            # a NIC takes a data frame when it has a free slot: the EV is chosen then
+            budget = {p.number: max(0, NIC_SLOTS - len(p.low) - p.busy)
+                      for p in self._host_ports[host]}  # fmt: skip
+            for plane, frame in ctx.frames_to_send(now, budget):
+                if not isinstance(frame, bytearray):
+                    frame = bytearray(frame)
+                self._enqueue(ports[(host, plane)], frame)
         t = ctx.next_timer()
         if t is not None:
             t = max(t, now)
@@ -262,62 +404,149 @@ class SimNet:
 
     # -- links and queues ------------------------------------------------------------------------
 
+    def _trim(self, port: _Port, frame: bytearray, ecn: int) -> bool:
+        """Cut an MRC data frame to its headers and re-mark it trimmed (False: not one)."""
+        cut = _mrc_data_header_len(frame)
+        if not cut:
+            return False
+        del frame[cut:]
+        # a port that faces a host trims at the last hop (docs/p4-pipeline.md)
+        code = wire.DSCP_TRIMMED_LAST_HOP if port.to_host else wire.DSCP_TRIMMED
+        tc = (code << 2) | ecn
+        frame[14] = (frame[14] & 0xF0) | (tc >> 4)
+        frame[15] = (frame[15] & 0x0F) | ((tc & 0x0F) << 4)
+        frame[18:20] = (cut - 54).to_bytes(2, "big")
+        udp = _udp_offset(frame)
+        frame[udp + 4 : udp + 6] = (cut - udp).to_bytes(2, "big")
+        port.counters["trimmed"] += 1
+        self.counters["trimmed"] += 1
+        return True
+
     def _enqueue(self, port: _Port, frame: bytearray) -> None:
-        counters = self.port_counters[port.name]
+        if port.red is not None:
+            self._enqueue_red(port, port.red, frame)
+            return
         depth = len(port.high) + len(port.low) + port.busy
         tc = ((frame[14] & 0x0F) << 4) | (frame[15] >> 4) if len(frame) >= 54 else 0
         dscp, ecn = tc >> 2, tc & 3
-        high = dscp in (wire.DSCP_CONTROL, wire.DSCP_TRIMMED, wire.DSCP_TRIMMED_LAST_HOP)
+        high = dscp in _HIGH_DSCP
         if port.trim_at is not None and dscp == wire.DSCP_TRIMMABLE and depth >= port.trim_at:
-            cut = _mrc_data_header_len(frame)
-            if cut:
-                del frame[cut:]
-                # a port that faces a host trims at the last hop (docs/p4-pipeline.md)
-                code = (
-                    wire.DSCP_TRIMMED_LAST_HOP
-                    if port.peer in self._hosts_of_fabric
-                    else (wire.DSCP_TRIMMED)
-                )
-                tc = (code << 2) | ecn
-                frame[14] = (frame[14] & 0xF0) | (tc >> 4)
-                frame[15] = (frame[15] & 0x0F) | ((tc & 0x0F) << 4)
-                frame[18:20] = (cut - 54).to_bytes(2, "big")
-                udp = _udp_offset(frame)
-                frame[udp + 4 : udp + 6] = (cut - udp).to_bytes(2, "big")
-                high = True
-                counters["trimmed"] += 1
-                self.counters["trimmed"] += 1
+            high = self._trim(port, frame, ecn) or high
         if (len(port.high) if high else depth) >= port.depth:
-            counters["queue_full"] += 1
+            port.counters["queue_full"] += 1
             self.counters["drop_queue_full"] += 1
             return
         if port.ecn_at is not None and ecn in (1, 2) and depth >= port.ecn_at:
             frame[15] |= 0x30  # ECN bits of the traffic class -> CE
-            counters["ecn_marked"] += 1
+            port.counters["ecn_marked"] += 1
             self.counters["ecn_marked"] += 1
-        (port.high if high else port.low).append(frame)
+        if high:
+            port.high.append(frame)
+            port.high_bytes += len(frame)
+        else:
+            port.low.append(frame)
         if not port.busy:
             self._start(port)
 
+    def _enqueue_red(self, port: _Port, bounds: PortQueue, frame: bytearray) -> None:
+        """The reference's composite queue: trim only at a full data queue (the arriving packet
+        or the newest queued one, a coin flip), headers and control at high priority."""
+        size = len(frame)
+        dscp = (((frame[14] & 0x0F) << 4) | (frame[15] >> 4)) >> 2 if size >= 54 else 0
+        if dscp not in _HIGH_DSCP:
+            if port.low_bytes + size <= bounds.size_bytes or self._rng.random() < 0.5:
+                if port.low_bytes + size > bounds.size_bytes:
+                    # make room: the newest queued data packet loses its payload
+                    if len(port.low) and bounds.trim:
+                        booted = port.low.pop()
+                        port.low_bytes -= len(booted)
+                        if self._trim(port, booted, booted[15] >> 4 & 3):
+                            self._enqueue_high(port, bounds, booted)
+                        else:
+                            self._drop_full(port)
+                    elif len(port.low):
+                        port.low_bytes -= len(port.low.pop())
+                        self._drop_full(port)
+                port.low.append(frame)
+                port.low_bytes += size
+                if not port.busy:
+                    self._start(port)
+                return
+            if not (bounds.trim and dscp == wire.DSCP_TRIMMABLE and self._trim(
+                    port, frame, frame[15] >> 4 & 3)):  # fmt: skip
+                self._drop_full(port)
+                return
+        self._enqueue_high(port, bounds, frame)
+
+    def _enqueue_high(self, port: _Port, bounds: PortQueue, frame: bytearray) -> None:
+        if port.high_bytes + len(frame) > 2 * bounds.size_bytes:
+            self._drop_full(port)
+            return
+        port.high.append(frame)
+        port.high_bytes += len(frame)
+        if not port.busy:
+            self._start(port)
+
+    def _drop_full(self, port: _Port) -> None:
+        port.counters["queue_full"] += 1
+        self.counters["drop_queue_full"] += 1
+
     def _start(self, port: _Port) -> None:
-        frame = (port.high if port.high else port.low).popleft()
+        if port.high:
+            frame = port.high.popleft()
+            port.high_bytes -= len(frame)
+            port.current_low = False
+        else:
+            frame = port.low.popleft()  # red: counted in low_bytes until it has left
+            port.current_low = True
         port.current = frame
         port.busy = True
-        self._push(self.now + len(frame) * 8 / port.rate, _TXDONE, port)
+        self._seq += 1
+        heapq.heappush(
+            self._heap, (self.now + len(frame) * port.byte_time, self._seq, _TXDONE, port, None)
+        )
 
     def _tx_done(self, port: _Port) -> None:
         frame = port.current
         assert frame is not None
         port.current = None
         port.busy = False
-        self.port_counters[port.name]["tx"] += 1
+        port.tx += 1
+        red = port.red
+        if red is not None and port.current_low:
+            # a data packet leaves: RED on the data bytes still queued behind it
+            port.low_bytes -= len(frame)
+            queued = port.low_bytes
+            ecn = frame[15] >> 4 & 3
+            if (
+                queued > red.ecn_low_bytes
+                and ecn
+                and ecn != 3
+                and (
+                    queued > red.ecn_high_bytes
+                    or self._rng.random()
+                    < (queued - red.ecn_low_bytes) / (red.ecn_high_bytes - red.ecn_low_bytes)
+                )
+            ):
+                frame[15] |= 0x30
+                port.counters["ecn_marked"] += 1
+                self.counters["ecn_marked"] += 1
         if port.high or port.low:
             self._start(port)
+        if port.host and self.queues is not None and len(port.low) < NIC_SLOTS:
+            self._push(self.now, _PUMP, port.node)  # the NIC has a free slot
         faults = port.faults
         now = self.now
         if faults.down and faults.is_down(now):
             self.counters["drop_link_down"] += 1
             return
+        if faults.loss or faults.duplicate or faults.reorder:
+            self._deliver_faulty(port, frame, faults)
+            return
+        self._seq += 1
+        heapq.heappush(self._heap, (now + port.delay, self._seq, _ARRIVE, port, frame))
+
+    def _deliver_faulty(self, port: _Port, frame: bytearray, faults: LinkFaults) -> None:
         rng = self._rng
         if faults.loss and rng.random() < faults.loss:
             self.counters["drop_loss"] += 1
@@ -328,15 +557,15 @@ class SimNet:
             if faults.reorder and rng.random() < faults.reorder:
                 extra = rng.random() * faults.reorder_delay
             delivered = frame if copy == 0 else bytearray(frame)
-            self._push(now + port.delay + extra, _ARRIVE, (port.peer, port.peer_port), delivered)
+            self._push(self.now + port.delay + extra, _ARRIVE, port, delivered)
 
     # -- nodes -----------------------------------------------------------------------------------
 
-    def _arrive(self, where: tuple[str, int], frame: bytearray) -> None:
-        node, port_number = where
+    def _arrive(self, port: _Port, frame: bytearray) -> None:
+        node = port.peer
         ctx = self._hosts.get(node)
         if ctx is not None:
-            ctx.receive_frame(port_number, frame, self.now)
+            ctx.receive_frame(port.peer_port, frame, self.now)
             self._pump(node)
             return
         if node in self._routes:
@@ -345,45 +574,48 @@ class SimNet:
             self.counters["drop_no_host"] += 1
 
     def _switch(self, name: str, frame: bytearray) -> None:
-        self.counters["switched"] += 1
+        counters = self.counters
+        counters["switched"] += 1
         if len(frame) < 54 or frame[12:14] != b"\x86\xdd":
-            self.counters["drop_not_ipv6"] += 1
+            counters["drop_not_ipv6"] += 1
             return
         if frame[21] <= 1:
-            self.counters["drop_hop_limit"] += 1
+            counters["drop_hop_limit"] += 1
             return
         frame[21] -= 1
-        addr = ipaddress.IPv6Address(bytes(frame[38:54]))
-        if int(addr) >> 96 != self._block:
-            self.counters["drop_no_route"] += 1
+        addr = int.from_bytes(frame[38:54], "big")
+        if addr >> 96 != self._block:
+            counters["drop_no_route"] += 1
             return
-        if usidlib.active(addr) == self._usid[name]:
-            if not usidlib.exhausted(addr):
-                addr = usidlib.shift(addr)
+        if (addr >> _ARG_BITS) & _USID_MASK == self._usid[name]:
+            if addr & _ARG_MASK:
+                # uN: drop the active uSID, move the rest up, zero-fill
+                addr = (addr & _BLOCK_MASK) | ((addr & _ARG_MASK) << USID_BITS)
             elif frame[20] == wire.IPPROTO_ROUTING and len(frame) >= 62 and frame[57] > 0:
                 # End: segments left -= 1, the segment it now points at is the destination
                 left = frame[57] - 1
                 frame[57] = left
                 at = 62 + 16 * left
                 if frame[58] < left or len(frame) < at + 16:
-                    self.counters["drop_sid_end"] += 1
+                    counters["drop_sid_end"] += 1
                     return
-                addr = ipaddress.IPv6Address(bytes(frame[at : at + 16]))
+                addr = int.from_bytes(frame[at : at + 16], "big")
             else:
-                self.counters["drop_sid_end"] += 1
+                counters["drop_sid_end"] += 1
                 return
-            frame[38:54] = addr.packed
-        active = usidlib.active(addr)
+            frame[38:54] = addr.to_bytes(16, "big")
+        active = (addr >> _ARG_BITS) & _USID_MASK
         ecmp = self._ecmp.get(name)
+        out: _Port | None
         if ecmp is not None and active in ecmp[0]:
-            out: int | None = ecmp[1][_ecmp_member(frame, len(ecmp[1]))]
-            self.counters["ecmp"] += 1
+            out = ecmp[1][_ecmp_member(frame, len(ecmp[1]))]
+            counters["ecmp"] += 1
         else:
             out = self._routes[name].get(active)
         if out is None:
-            self.counters["drop_no_route"] += 1
+            counters["drop_no_route"] += 1
             return
-        self._enqueue(self._ports[(name, out)], frame)
+        self._enqueue(out, frame)
 
 
 _ARRIVE, _TXDONE, _TIMER, _PUMP = range(4)

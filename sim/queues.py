@@ -1,0 +1,100 @@
+"""Switch port queues of the simulated fabric, sized as UET's reference simulator sizes them.
+
+uet-htsim (``main_uec.cpp``, ``compositequeue.cpp``, commit 40ccb05) gives every switch port
+a byte-bounded data queue of one bandwidth-delay product and a high-priority queue for
+headers, ACKs and NACKs:
+
+- the BDP is the fabric's unloaded round trip (every link of the longest path crossed twice
+  plus the serialisation of a data packet and of an ACK on each of them) times the host's link
+  rate, counted in whole data packets (rounded up);
+- the data queue holds ``bdp_factor`` BDPs (1 when trimming) or ``packets`` packets;
+- ECN is RED between ``ecn_low`` and ``ecn_high`` of the BDP (rounded up to packets), decided
+  when a packet *leaves* the queue, on the bytes still queued behind it;
+- a data packet is trimmed only when the queue is full: then either the arriving packet or the
+  one at the head of the queue (a coin flip) loses its payload and joins the high-priority
+  queue, which holds up to twice the data queue's bytes;
+- the high-priority queue is served first.
+
+:class:`QueuePolicy` describes that; :meth:`QueuePolicy.resolve` turns it into byte bounds for
+one fabric (:class:`PortQueue`). ``QueuePolicy(discipline="threshold")`` is the P4 program's
+own discipline (trim and ECN decided at enqueue against packet-count thresholds), the one the
+emulated switches run and :class:`sim.network.SimNet`'s ``trim_threshold`` / ``ecn_threshold``
+options describe.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+from typing import Any
+
+DISCIPLINES = ("red", "threshold")
+#: bytes of an ACK in the reference's round-trip arithmetic (``UecBasePacket::get_ack_size``)
+REFERENCE_ACK_BYTES = 64
+
+
+@dataclass(frozen=True)
+class QueuePolicy:
+    """How every switch port queues (see the module docstring)."""
+
+    packets: int | None = None  #: data queue size in full-size packets (None: ``bdp_factor``)
+    bdp_factor: float = 1.0  #: data queue size in BDPs when ``packets`` is None
+    ecn_low: float = 0.2  #: RED starts marking at this share of the BDP
+    ecn_high: float = 0.8  #: ...and marks every packet above this share
+    trim: bool = True  #: trim at a full queue (False: drop)
+    discipline: str = "red"  #: "red" (the reference's) or "threshold" (the P4 program's)
+
+    def __post_init__(self) -> None:
+        if self.discipline not in DISCIPLINES:
+            raise ValueError(f"queue discipline {self.discipline!r}: expected one of {DISCIPLINES}")
+        if self.packets is not None and self.packets < 1:
+            raise ValueError(f"queue of {self.packets} packets: expected at least 1")
+        if self.bdp_factor <= 0:
+            raise ValueError(f"queue of {self.bdp_factor} BDPs: expected > 0")
+        if not 0 <= self.ecn_low <= self.ecn_high:
+            raise ValueError(
+                f"ECN between {self.ecn_low} and {self.ecn_high}: expected 0 <= low <= high"
+            )
+
+    def with_(self, **changes: Any) -> QueuePolicy:
+        """A copy with some fields changed."""
+        return replace(self, **changes)
+
+    def resolve(self, *, bdp_packets: int, frame_bytes: int) -> PortQueue:
+        """Byte bounds for a fabric whose BDP is ``bdp_packets`` frames of ``frame_bytes``."""
+        size = (
+            self.packets if self.packets is not None else math.ceil(bdp_packets * self.bdp_factor)
+        )
+        low = math.ceil(bdp_packets * self.ecn_low)
+        high = min(size, math.ceil(bdp_packets * self.ecn_high))
+        return PortQueue(
+            size_bytes=size * frame_bytes,
+            ecn_low_bytes=min(low, high) * frame_bytes,
+            ecn_high_bytes=high * frame_bytes,
+            trim=self.trim,
+            packets=size,
+        )
+
+
+@dataclass(frozen=True)
+class PortQueue:
+    """One port's resolved bounds (bytes)."""
+
+    size_bytes: int  #: data queue capacity
+    ecn_low_bytes: int  #: RED's lower threshold
+    ecn_high_bytes: int  #: RED's upper threshold (every packet marked above it)
+    trim: bool  #: trim at a full queue (else drop)
+    packets: int  #: capacity in full-size packets (for reports)
+
+
+def bdp_packets(rtt: float, rate_bps: float, frame_bytes: int) -> int:
+    """The reference's BDP in whole data packets: ``ceil(rtt x rate / 8 / frame)``."""
+    return math.ceil(rtt * rate_bps / 8 / frame_bytes - 1e-9)
+
+
+def unloaded_rtt(*, links: int, hop_latency: float, switch_latency: float, switches: int,
+                 rate_bps: float, frame_bytes: int, ack_bytes: int = REFERENCE_ACK_BYTES) -> float:  # fmt: skip
+    """The reference's ``network_max_unloaded_rtt`` (seconds): ``links`` links one way, each
+    crossed by a data frame and an ACK, and ``switches`` switch latencies each way."""
+    wire = links * (frame_bytes + ack_bytes) * 8 / rate_bps
+    return 2 * (links * hop_latency + switches * switch_latency) + wire

@@ -1,0 +1,207 @@
+"""Flows on the simulated network: one RDMA WRITE per connection, from a start time, measured.
+
+A :class:`Connection` is one flow of a traffic matrix (htsim's ``.cm`` line: source and
+destination host indices, start time, bytes). :func:`run_flows` gives every host a transport
+context on a :class:`sim.network.SimNet`, connects one QP pair per connection, posts the WRITE
+at its start time and runs until every flow completed (or ``until``). Connections that start
+when another finishes (the matrices' triggers) start at that flow's completion.
+
+What comes back (:class:`FlowsResult`) is what the comparison with the reference needs: each
+flow's completion time, the packets, NACKs and retransmissions of its sender, and NSCC's
+window changes by cause (:data:`host.transport.cc.nscc.CHANGE_CAUSES`).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from host.transport.api import CompletionQueue, Context, QueuePair
+from host.transport.cc import CcProfile
+from host.transport.cc.nscc import CHANGE_CAUSES
+from host.transport.config import StackConfig
+from host.transport.events import Completion
+from sim.network import SimNet
+
+REGION = 0x10_0000_0000
+
+
+@dataclass(frozen=True)
+class Connection:
+    """One flow: ``src`` -> ``dst`` (host indices), ``size`` bytes from ``start`` (seconds)."""
+
+    src: int
+    dst: int
+    size: int
+    start: float | None = 0.0  #: None: started by ``trigger``
+    id: int | None = None  #: the matrix's flow id
+    trigger: int | None = None  #: started when this trigger fires
+    send_done_trigger: int | None = None  #: fires this trigger when the flow completes
+
+
+@dataclass
+class FlowResult:
+    """One flow's outcome."""
+
+    connection: Connection
+    started: float | None = None  #: seconds
+    finished: float | None = None  #: seconds (sender's completion)
+    changes: dict[str, float] = field(default_factory=dict)  #: NSCC window changes by cause
+
+    @property
+    def fct(self) -> float | None:
+        """Flow completion time (seconds), None when unfinished."""
+        if self.finished is None or self.started is None:
+            return None
+        return self.finished - self.started
+
+
+@dataclass
+class FlowsResult:
+    """Every flow's outcome and the run's figures."""
+
+    flows: list[FlowResult]
+    end: float  #: simulated seconds at the end of the run
+    events: int  #: events the simulator processed
+    cpu_seconds: float  #: CPU time of the run
+    counters: dict[str, int]  #: the network's counters (trimmed, ecn_marked, drops, ...)
+    packets: int = 0  #: data packets the senders sent, retransmissions included
+    nacks: int = 0  #: NACKs the senders received
+    retransmits: int = 0  #: packets retransmitted (every cause)
+
+    @property
+    def finished(self) -> list[FlowResult]:
+        """The flows that completed."""
+        return [f for f in self.flows if f.finished is not None]
+
+    def summary(self) -> dict[str, Any]:
+        """Totals, JSON-ready: flows, packets, NACKs, retransmissions, changes by cause."""
+        changes = dict.fromkeys(CHANGE_CAUSES, 0.0)
+        for flow in self.flows:
+            for cause, value in flow.changes.items():
+                changes[cause] += value
+        fcts = [f.fct for f in self.finished if f.fct is not None]
+        return {
+            "flows": len(self.flows),
+            "finished": len(fcts),
+            "fct_min_us": min(fcts) * 1e6 if fcts else None,
+            "fct_max_us": max(fcts) * 1e6 if fcts else None,
+            "packets": self.packets,
+            "nacks": self.nacks,
+            "retransmits": self.retransmits,
+            "changes": changes,
+            "events": self.events,
+            "cpu_seconds": self.cpu_seconds,
+            "end_us": self.end * 1e6,
+            "counters": dict(self.counters),
+        }
+
+
+def run_flows(
+    net: SimNet,
+    connections: Sequence[Connection],
+    *,
+    cc: CcProfile | str = "nscc",
+    config: StackConfig | None = None,
+    until: float = 1.0,
+    seed: int = 1,
+) -> FlowsResult:
+    """Run ``connections`` on ``net`` (see the module docstring); times in seconds."""
+    cpu = time.process_time()
+    fabric = net.fabric
+    config = config or StackConfig(mtu=fabric.topology.mtu)
+    if config.dilation != net.dilation:
+        config = config.with_(dilation=net.dilation)
+    names = [h.name for h in fabric.hosts]
+    contexts: dict[str, Context] = {}
+    cqs: dict[str, CompletionQueue] = {}
+
+    def context(index: int) -> Context:
+        name = names[index]
+        if name not in contexts:
+            host = fabric.host(name)
+            ctx = Context(name, host.nics, config=config, seed=seed * 7919 + host.index)
+            net.attach(ctx)
+            contexts[name] = ctx
+            cqs[name] = ctx.create_cq()
+        return contexts[name]
+
+    largest = max((c.size for c in connections), default=0)
+    regions: dict[str, int] = {}
+    flows: list[FlowResult] = []
+    senders: list[tuple[QueuePair, FlowResult]] = []
+    by_trigger: dict[int, list[int]] = {}
+    for n, conn in enumerate(connections):
+        src, dst = context(conn.src), context(conn.dst)
+        if dst.host not in regions:
+            regions[dst.host] = dst.register_region(REGION, max(largest, 1)).rkey
+        qs = src.create_qp(dst.host, fabric.paths(src.host, dst.host), cq=cqs[src.host], cc=cc)
+        qr = dst.create_qp(src.host, fabric.paths(dst.host, src.host), cq=cqs[dst.host], cc=cc)
+        qs.connect(qr.qpn)
+        qr.connect(qs.qpn)
+        flows.append(FlowResult(conn))
+        senders.append((qs, flows[-1]))
+        if conn.trigger is not None:
+            by_trigger.setdefault(conn.trigger, []).append(n)
+    payload = bytes(largest)
+    pending: dict[tuple[str, int], int] = {}  # (host, qpn) -> flow index
+
+    def start(n: int, when: float) -> None:
+        conn = connections[n]
+        qp, flow = senders[n]
+        flow.started = when
+        src, dst = names[conn.src], names[conn.dst]
+        qp.post_write(memoryview(payload)[: conn.size], REGION, regions[dst], wr_id=n + 1)
+        pending[(src, qp.qpn)] = n
+        net.kick_at(src, when)
+
+    timed = sorted(
+        (c.start, n) for n, c in enumerate(connections) if c.start is not None and c.trigger is None
+    )
+    next_start = 0
+    remaining = len(connections)
+    while remaining:
+        horizon = timed[next_start][0] if next_start < len(timed) else until
+        while next_start < len(timed) and timed[next_start][0] <= net.now:
+            start(timed[next_start][1], timed[next_start][0])
+            next_start += 1
+            horizon = timed[next_start][0] if next_start < len(timed) else until
+        if net.now >= until:
+            break
+        done_before = remaining
+
+        def completed() -> bool:
+            return any(len(cq) for cq in cqs.values())
+
+        net.run(min(horizon, until), stop=completed)
+        for host, cq in cqs.items():
+            for completion in cq.poll(1 << 16):
+                n = pending.pop((host, completion.qpn), -1) if _is_send(completion) else -1
+                if n < 0:
+                    continue
+                flows[n].finished = completion.time
+                remaining -= 1
+                fired = connections[n].send_done_trigger
+                for m in by_trigger.pop(fired, []) if fired is not None else []:
+                    start(m, net.now)
+        if remaining == done_before and net.now >= until:
+            break
+    for qp, flow in senders:
+        flow.changes = dict(getattr(qp.cc, "changes", {}))
+    stats = [ctx.stats() for ctx in contexts.values()]
+    return FlowsResult(
+        flows=flows,
+        end=net.now,
+        events=net.events,
+        cpu_seconds=time.process_time() - cpu,
+        counters=dict(net.counters),
+        packets=sum(int(s["data_packets_sent"]) for s in stats),
+        nacks=sum(int(s["nacks_received"]) for s in stats),
+        retransmits=sum(sum(s["retransmits"].values()) for s in stats),
+    )
+
+
+def _is_send(completion: Completion) -> bool:
+    return completion.opcode in ("write", "write_imm")

@@ -1,0 +1,78 @@
+"""The simulated network in real units: determinism, the reference's queue sizing, scale, faults."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from sim.fabric import leaf_spine
+from sim.network import SimNet
+from sim.queues import QueuePolicy
+from sim.workload import Connection, run_flows
+
+
+def _incast(seed: int) -> dict[str, object]:
+    spec = leaf_spine(16)
+    net = SimNet.build(spec, seed=seed)
+    conns = [Connection(i, 15, 300_000) for i in range(4)]
+    result = run_flows(net, conns, cc=spec.nscc_profile(), until=2e-3)
+    return {
+        "fcts": [f.fct for f in result.flows],
+        "changes": [f.changes for f in result.flows],
+        "summary": result.summary() | {"cpu_seconds": None},
+    }
+
+
+def test_one_seed_gives_identical_runs() -> None:
+    first, second = _incast(3), _incast(3)
+    assert first == second
+    assert all(fct is not None for fct in first["fcts"])  # type: ignore[union-attr]
+
+
+def test_queues_are_sized_as_the_reference_sizes_them() -> None:
+    spec = leaf_spine(16)
+    # 4 links one way, 1 us each, data frame and 64-byte ACK serialised on each, at 100 Gb/s
+    frame = spec.frame_bytes
+    rtt = 2 * 4e-6 + 4 * (frame + 64) * 8 / 100e9
+    assert spec.base_rtt() == pytest.approx(rtt)
+    bdp = -(-rtt * 100e9 / 8 // frame)
+    queue = spec.port_queue()
+    assert queue.packets == bdp
+    assert queue.ecn_low_bytes == -(-bdp * 0.2 // 1) * frame
+    assert queue.ecn_high_bytes == -(-bdp * 0.8 // 1) * frame
+    assert spec.with_(queues=QueuePolicy(packets=500)).port_queue().packets == 500
+
+
+def test_a_single_flow_runs_at_line_rate() -> None:
+    spec = leaf_spine(16)
+    net = SimNet.build(spec, seed=1)
+    result = run_flows(net, [Connection(0, 13, 2_000_000)], cc=spec.nscc_profile(), until=1e-3)
+    fct = result.flows[0].fct
+    assert fct is not None
+    ideal = 2_000_000 / spec.mtu * spec.frame_bytes * 8 / 100e9
+    assert ideal < fct < ideal + 2 * spec.base_rtt()
+    assert result.nacks == 0
+
+
+def test_mrc_scale_fabric_builds_fast() -> None:
+    spec = leaf_spine(1024, planes=8, spines_per_plane=32, rate_gbps=800)
+    start = time.process_time()
+    net = SimNet.build(spec)
+    assert time.process_time() - start < 10
+    assert len(net.fabric.hosts) == 1024
+    assert len(net.fabric.paths("h0", "h1023")) == 8 * 32
+
+
+def test_faults_a_scenario_applies() -> None:
+    spec = leaf_spine(16, planes=2)
+    net = SimNet.build(spec)
+    assert net.fail_switch("t1-p0-s0", 1e-6, 2e-6) == 4
+    assert net.fail_plane(1, 0.0) == len([lk for lk in net.fabric.links if lk.plane == 1])
+    net.fail_nic("h0", 0, 0.0, 1e-6)
+    net.flap_link("t0-p0-r0", "t1-p0-s1", 0.0, 1e-6, 1e-6, 3)
+    assert len(net.faults("t0-p0-r0", "t1-p0-s1").down) == 3
+    assert net.faults("t0-p0-r0", "t1-p0-s1").is_down(2.5e-6)
+    net.degrade_link("t0-p0-r0", "t1-p0-s1", 0.1)
+    with pytest.raises(KeyError):
+        net.fail_link("h0", "h1", 0.0)
