@@ -41,12 +41,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         result: int = args.func(args)
         return result
-    except TopologyError as exc:
-        print(f"mrc-testbed: {exc}", file=sys.stderr)
-        return 1
-    except (KeyError, ValueError) as exc:
-        message = exc.args[0] if exc.args else str(exc)
-        print(f"mrc-testbed: {message}", file=sys.stderr)
+    except (TopologyError, KeyError, ValueError) as exc:
+        # a KeyError's text is its repr: the message is its argument
+        plain = isinstance(exc, TopologyError) or not exc.args
+        print(f"mrc-testbed: {exc if plain else exc.args[0]}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print("mrc-testbed: interrupted", file=sys.stderr)

@@ -2,7 +2,9 @@
 
 A fault acts on a :class:`FaultTarget` -- the testbed as a phase drives it, which carries the
 action out, records it (``faults.csv``) and remembers what is still down so that the end of the
-phase can bring it back. ``apply`` does what the fault's name says; ``undo`` reverses it. A
+phase can bring it back. ``apply`` does what the fault's name says; ``undo`` reverses it. Each
+family (links, switches, EVs) says once how it breaks and restores; a kind that restores
+(``link_up``, ``plane_up``, ``ev_allow``) applies by restoring. A
 fault's :meth:`Fault.steps` are its actions in time: most kinds have one (apply at ``at_s``);
 ``switch_reboot`` applies and undoes ``down_s`` later; ``link_flap`` applies and undoes
 ``rate_per_min`` times a minute from ``at_s`` to ``until_s``.
@@ -78,18 +80,33 @@ class Fault(ABC):
     """A fault of a scenario, starting at ``at_s`` seconds into a phase."""
 
     kind: ClassVar[str]
-    #: the action names of apply and undo, as the results record them
-    actions: ClassVar[tuple[str, str]]
+    #: the names of breaking and restoring, as the results record them (``down``, ``up``)
+    names: ClassVar[tuple[str, str]]
+    #: a kind that restores (``link_up``, ``plane_up``, ``ev_allow``): apply restores
+    restores: ClassVar[bool] = False
 
     at_s: float
 
     @abstractmethod
-    def apply(self, target: FaultTarget) -> None:
-        """Do what the fault's name says."""
+    def _break(self, target: FaultTarget) -> None:
+        """Take what the fault hits down."""
 
     @abstractmethod
+    def _restore(self, target: FaultTarget) -> None:
+        """Bring what the fault hits back."""
+
+    def apply(self, target: FaultTarget) -> None:
+        """Do what the fault's name says."""
+        (self._restore if self.restores else self._break)(target)
+
     def undo(self, target: FaultTarget) -> None:
         """Reverse :meth:`apply`."""
+        (self._break if self.restores else self._restore)(target)
+
+    @property
+    def actions(self) -> tuple[str, str]:
+        """The names of :meth:`apply` and :meth:`undo` in the results."""
+        return (self.names[1], self.names[0]) if self.restores else self.names
 
     @property
     @abstractmethod
@@ -119,14 +136,14 @@ class Fault(ABC):
 class LinkFault(Fault):
     """A fault of the cable between the two nodes of ``link``."""
 
-    actions: ClassVar[tuple[str, str]] = ("down", "up")
+    names: ClassVar[tuple[str, str]] = ("down", "up")
 
     link: tuple[str, str]
 
-    def apply(self, target: FaultTarget) -> None:
+    def _break(self, target: FaultTarget) -> None:
         target.link_down(*self.link)
 
-    def undo(self, target: FaultTarget) -> None:
+    def _restore(self, target: FaultTarget) -> None:
         target.link_up(*self.link)
 
     @property
@@ -149,13 +166,7 @@ class LinkUp(LinkFault):
     """``link_up``: the cable is repaired at ``at_s``."""
 
     kind: ClassVar[str] = "link_up"
-    actions: ClassVar[tuple[str, str]] = ("up", "down")
-
-    def apply(self, target: FaultTarget) -> None:
-        target.link_up(*self.link)
-
-    def undo(self, target: FaultTarget) -> None:
-        target.link_down(*self.link)
+    restores: ClassVar[bool] = True
 
 
 @dataclass(frozen=True)
@@ -220,14 +231,14 @@ class NicUp(LinkUp):
 class SwitchFault(Fault):
     """A fault of some switches (``switches``), killed and started at the same time."""
 
-    actions: ClassVar[tuple[str, str]] = ("kill", "start")
+    names: ClassVar[tuple[str, str]] = ("kill", "start")
 
     switches: tuple[str, ...]
 
-    def apply(self, target: FaultTarget) -> None:
+    def _break(self, target: FaultTarget) -> None:
         target.kill_switches(self.switches)
 
-    def undo(self, target: FaultTarget) -> None:
+    def _restore(self, target: FaultTarget) -> None:
         target.start_switches(self.switches)
 
     @property
@@ -273,15 +284,9 @@ class PlaneUp(SwitchFault):
     """``plane_up``: every spine of ``plane`` (``switches``) is started again."""
 
     kind: ClassVar[str] = "plane_up"
-    actions: ClassVar[tuple[str, str]] = ("start", "kill")
+    restores: ClassVar[bool] = True
 
     plane: int
-
-    def apply(self, target: FaultTarget) -> None:
-        target.start_switches(self.switches)
-
-    def undo(self, target: FaultTarget) -> None:
-        target.kill_switches(self.switches)
 
     def _fields(self) -> dict[str, Any]:
         return {"plane": self.plane}
@@ -295,17 +300,17 @@ class EvFault(Fault):
     """The operator's state of the EVs of path ``path`` (or of EV ``ev``) of ``host``'s QP
     towards ``peer``."""
 
-    actions: ClassVar[tuple[str, str]] = ("deny", "allow")
+    names: ClassVar[tuple[str, str]] = ("deny", "allow")
 
     host: str
     peer: str
     path: str | None = None  # a path label (p0-s1, or p0-ecmp for STEV / UDP EVs)
     ev: int | None = None
 
-    def apply(self, target: FaultTarget) -> None:
+    def _break(self, target: FaultTarget) -> None:
         target.set_ev_state(self, "DENIED")
 
-    def undo(self, target: FaultTarget) -> None:
+    def _restore(self, target: FaultTarget) -> None:
         target.set_ev_state(self, "UNKNOWN")
 
     @property
@@ -334,13 +339,7 @@ class EvAllow(EvFault):
     """``ev_allow``: the EVs are set UNKNOWN (probed back to GOOD)."""
 
     kind: ClassVar[str] = "ev_allow"
-    actions: ClassVar[tuple[str, str]] = ("allow", "deny")
-
-    def apply(self, target: FaultTarget) -> None:
-        target.set_ev_state(self, "UNKNOWN")
-
-    def undo(self, target: FaultTarget) -> None:
-        target.set_ev_state(self, "DENIED")
+    restores: ClassVar[bool] = True
 
 
 #: every fault class by its ``kind``

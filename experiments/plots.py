@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import matplotlib
 
@@ -55,6 +56,14 @@ def _fault_markers(ax: plt.Axes, result: TransportResult, label: bool) -> None:
         seen.add(mark.action)
 
 
+def _save(fig: Any, path: Path) -> Path:
+    """Lay the figure out, write it as ``path`` and close it."""
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
 def plot_goodput(
     out: Path, fabric: Fabric, interval: float, results: Sequence[TransportResult]
 ) -> Path:
@@ -81,11 +90,7 @@ def plot_goodput(
     ax.grid(alpha=0.3)
     ax.set_ylim(bottom=0)
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
-    path = out / "goodput.png"
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return _save(fig, out / "goodput.png")
 
 
 def plot_completion_cdf(out: Path, results: Sequence[TransportResult]) -> Path:
@@ -111,11 +116,7 @@ def plot_completion_cdf(out: Path, results: Sequence[TransportResult]) -> Path:
         ax.legend(fontsize=8)
     else:
         ax.text(0.5, 0.5, "no message completed", transform=ax.transAxes, ha="center")
-    path = out / "completion_cdf.png"
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return _save(fig, out / "completion_cdf.png")
 
 
 def plot_ev_states(out: Path, results: Sequence[TransportResult]) -> Path:
@@ -143,11 +144,7 @@ def plot_ev_states(out: Path, results: Sequence[TransportResult]) -> Path:
             transform=axes[0, 0].transAxes,
         )
     axes[-1, 0].set_xlabel("time since start of the run (s)")
-    path = out / "ev_states.png"
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return _save(fig, out / "ev_states.png")
 
 
 def plot_switches(out: Path, results: Sequence[TransportResult]) -> Path:
@@ -168,11 +165,7 @@ def plot_switches(out: Path, results: Sequence[TransportResult]) -> Path:
     axes[-1].set_xticks([j + width * (len(results) - 1) / 2 for j in range(len(switches))])
     axes[-1].set_xticklabels(switches, rotation=45, ha="right", fontsize=8)
     axes[0].set_title("switch counters over each transport's run")
-    path = out / "switches.png"
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return _save(fig, out / "switches.png")
 
 
 def plot_all(

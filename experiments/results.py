@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import csv
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +48,7 @@ from topologies import Fabric, parse_topology
 
 EV_STATES = ("GOOD", "ASSUMED_BAD", "UNKNOWN", "DENIED")
 TRANSITION_FIELDS = ("t", "host", "qpn", "ev", "path", "old", "new", "reason", "profile", "plane")
+SWITCH_COUNTERS = ("trimmed", "ecn_marked", "drops")
 
 
 class ResultsError(ValueError):
@@ -59,6 +60,60 @@ def _write_csv(path: Path, header: Sequence[str], rows: Sequence[Sequence[object
         writer = csv.writer(f)
         writer.writerow(header)
         writer.writerows(rows)
+
+
+def _ports(r: TransportResult) -> list[list[object]]:
+    rows: list[list[object]] = []
+    for sw, counts in sorted(r.ports.items()):
+        numbers = sorted({int(k.split("/", 1)[1]) for k in counts})
+        rows += [[sw, p, counts.get(f"rx/{p}", 0), counts.get(f"tx/{p}", 0)] for p in numbers]
+    return rows
+
+
+def _when(t: float | None) -> str:
+    return "" if t is None else f"{t:.4f}"
+
+
+#: the CSV files of a results folder: name, columns after ``transport``, rows of one transport
+_RAW_TABLES: list[tuple[str, list[str], Callable[[TransportResult], Iterable[list[object]]]]] = [
+    (
+        "progress.csv",
+        ["time_s", "flow", "delivered_bytes"],
+        lambda r: ([_when(p.t), p.flow, p.delivered] for p in r.progress),
+    ),
+    (
+        "completions.csv",
+        ["flow", "message", "size", "start_s", "end_s"],
+        lambda r: (
+            [c.flow, c.message, c.size, _when(c.start), _when(c.end)] for c in r.completions
+        ),
+    ),
+    (
+        "faults.csv",
+        ["time_s", "action", "target"],
+        lambda r: ([_when(m.t), m.action, m.target] for m in r.faults),
+    ),
+    (
+        "ev_states.csv",
+        ["time_s", *EV_STATES],
+        lambda r: (
+            [_when(s.get("t", 0.0)), *(int(s.get(k, 0)) for k in EV_STATES)] for s in r.ev_states
+        ),
+    ),
+    (
+        "switches.csv",
+        ["switch", *SWITCH_COUNTERS],
+        lambda r: (
+            [sw, *(c.get(k, 0) for k in SWITCH_COUNTERS)] for sw, c in sorted(r.switches.items())
+        ),
+    ),
+    ("ports.csv", ["switch", "port", "rx_bytes", "tx_bytes"], _ports),
+    (
+        "ev_transitions.csv",
+        list(TRANSITION_FIELDS),
+        lambda r: ([tr.get(k, "") for k in TRANSITION_FIELDS] for tr in r.ev_transitions),
+    ),
+]
 
 
 def write_raw(
@@ -89,69 +144,10 @@ def write_raw(
         ],
     }
     (out / "run.json").write_text(json.dumps(run, indent=2) + "\n")
-    _write_csv(
-        out / "progress.csv",
-        ["transport", "time_s", "flow", "delivered_bytes"],
-        [[r.name, f"{p.t:.4f}", p.flow, p.delivered] for r in results for p in r.progress],
-    )
-    _write_csv(
-        out / "completions.csv",
-        ["transport", "flow", "message", "size", "start_s", "end_s"],
-        [
-            [
-                r.name,
-                c.flow,
-                c.message,
-                c.size,
-                f"{c.start:.4f}",
-                "" if c.end is None else f"{c.end:.4f}",
-            ]
-            for r in results
-            for c in r.completions
-        ],
-    )
-    _write_csv(
-        out / "faults.csv",
-        ["transport", "time_s", "action", "target"],
-        [[r.name, f"{m.t:.4f}", m.action, m.target] for r in results for m in r.faults],
-    )
-    _write_csv(
-        out / "ev_states.csv",
-        ["transport", "time_s", *EV_STATES],
-        [
-            [r.name, f"{s.get('t', 0.0):.4f}", *(int(s.get(k, 0)) for k in EV_STATES)]
-            for r in results
-            for s in r.ev_states
-        ],
-    )
-    _write_csv(
-        out / "switches.csv",
-        ["transport", "switch", "trimmed", "ecn_marked", "drops"],
-        [
-            [r.name, sw, c.get("trimmed", 0), c.get("ecn_marked", 0), c.get("drops", 0)]
-            for r in results
-            for sw, c in sorted(r.switches.items())
-        ],
-    )
-    port_rows = []
-    for r in results:
-        for sw, counts in sorted(r.ports.items()):
-            numbers = sorted({int(k.split("/", 1)[1]) for k in counts})
-            port_rows += [
-                [r.name, sw, p, counts.get(f"rx/{p}", 0), counts.get(f"tx/{p}", 0)] for p in numbers
-            ]
-    _write_csv(
-        out / "ports.csv", ["transport", "switch", "port", "rx_bytes", "tx_bytes"], port_rows
-    )
-    _write_csv(
-        out / "ev_transitions.csv",
-        ["transport", *TRANSITION_FIELDS],
-        [
-            [r.name, *(tr.get(k, "") for k in TRANSITION_FIELDS)]
-            for r in results
-            for tr in r.ev_transitions
-        ],
-    )
+    for name, header, rows in _RAW_TABLES:
+        _write_csv(
+            out / name, ["transport", *header], [[r.name, *row] for r in results for row in rows(r)]
+        )
     hosts = out / "hosts"
     hosts.mkdir(exist_ok=True)
     for r in results:
@@ -223,7 +219,7 @@ def load_raw(out: Path) -> tuple[Fabric, float, list[TransportResult]]:
             results[row["transport"]].ev_transitions.append(transition)
         for row in _read_csv(out, "switches.csv"):
             results[row["transport"]].switches[row["switch"]] = {
-                k: int(row[k]) for k in ("trimmed", "ecn_marked", "drops")
+                k: int(row[k]) for k in SWITCH_COUNTERS
             }
         for row in _read_csv(out, "ports.csv"):
             counts = results[row["transport"]].ports.setdefault(row["switch"], {})

@@ -30,7 +30,7 @@ from experiments.faults import EvFault, Step
 from experiments.flows import flows_for
 from experiments.metrics import FaultMark, TransportMetrics, TransportResult
 from experiments.results import EV_STATES, render, write_raw
-from experiments.scenario import Scenario, Transport, load_scenario
+from experiments.scenario import Scenario, Transport, load_scenario, shipped_scenario
 from experiments.testbed import Testbed
 
 
@@ -404,16 +404,15 @@ def default_out(scenario: Scenario) -> Path:
     return Path("results") / f"{scenario.name}-{stamp}"
 
 
-def run_shipped(
-    name: str, target: str = "auto", out: Path | None = None, progress: bool = True
+def run_file(
+    path: Path, target: str = "auto", out: Path | None = None, progress: bool = True
 ) -> int:
-    """Run a shipped scenario (``demo``, ``incast``, ``flaps``, ``baselines``); exit status."""
-    from experiments.scenario import shipped_scenario
+    """Run the scenario file ``path`` on a fresh testbed (as root); exit status."""
     from experiments.testbed import STARTUP_ERRORS, require_root
 
-    scenario = load_scenario(shipped_scenario(name))
+    scenario = load_scenario(path)
     try:
-        require_root(f"mrc-testbed {name}")
+        require_root(f"mrc-testbed run {scenario.name}")
         run_scenario(scenario, out or default_out(scenario), target, progress=progress)
     except STARTUP_ERRORS as exc:
         print(f"mrc-testbed: {exc}", file=sys.stderr)
@@ -422,24 +421,11 @@ def run_shipped(
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    """``mrc-testbed run SCENARIO``."""
-    from experiments.scenario import shipped_scenario
-    from experiments.testbed import require_root
-
+    """``mrc-testbed run SCENARIO``: a file, or the name of a shipped scenario."""
     path = Path(args.scenario)
     if not path.exists() and not path.suffix and shipped_scenario(args.scenario).exists():
         path = shipped_scenario(args.scenario)
-    scenario = load_scenario(path)
-    require_root("mrc-testbed run")
-    out = Path(args.out) if args.out else default_out(scenario)
-    from experiments.testbed import STARTUP_ERRORS
-
-    try:
-        run_scenario(scenario, out, args.target, progress=not args.no_progress)
-    except STARTUP_ERRORS as exc:
-        print(f"mrc-testbed: {exc}", file=sys.stderr)
-        return 1
-    return 0
+    return run_file(path, args.target, Path(args.out) if args.out else None, not args.no_progress)
 
 
 def cmd_report(args: argparse.Namespace) -> int:
@@ -454,9 +440,6 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     """Add ``run`` and ``report`` to the ``mrc-testbed`` command line."""
     run = subparsers.add_parser("run", help="run a scenario on a fresh testbed")
     run.add_argument("scenario", help="scenario YAML file or shipped name (demo, incast, ...)")
-    run.add_argument("--out", help="results folder (default: results/NAME-TIMESTAMP)")
-    run.add_argument("--target", default="auto", choices=["auto", "bmv2", "model"])
-    run.add_argument("--no-progress", action="store_true", help="no progress bar")
     run.set_defaults(func=cmd_run)
     report = subparsers.add_parser("report", help="re-render metrics, plots and summary")
     report.add_argument("dir", help="a results folder written by 'mrc-testbed run'")
@@ -465,16 +448,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     demo = subparsers.add_parser(
         "demo", help="run the demo scenario (MRC vs single-path, a link fails and is repaired)"
     )
-    demo.add_argument("--out", help="results folder (default: results/demo-TIMESTAMP)")
-    demo.add_argument("--target", default="auto", choices=["auto", "bmv2", "model"])
-    demo.add_argument("--no-progress", action="store_true", help="no progress bar")
     demo.set_defaults(func=cmd_demo)
+    for parser in (run, demo):
+        parser.add_argument("--out", help="results folder (default: results/NAME-TIMESTAMP)")
+        parser.add_argument("--target", default="auto", choices=["auto", "bmv2", "model"])
+        parser.add_argument("--no-progress", action="store_true", help="no progress bar")
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
     """``mrc-testbed demo``: the shipped demo scenario."""
-    return run_shipped(
-        "demo",
+    return run_file(
+        shipped_scenario("demo"),
         target=args.target,
         out=Path(args.out) if args.out else None,
         progress=not args.no_progress,
@@ -488,5 +472,5 @@ __all__ = [
     "counter_rows",
     "register",
     "run_scenario",
-    "run_shipped",
+    "run_file",
 ]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from rich.console import Console
@@ -39,80 +40,61 @@ def show(fabric: Fabric, console: Console) -> None:
         f"interface MTU {fabric.topology.link_mtu}, "
         f"queue depth {fabric.topology.queue_depth} packets"
     )
-    switches = Table(title="switches")
-    for column in ("switch", "tier", "plane", "device id", "uSID", "uN SID", "End SID"):
-        switches.add_column(column)
-    for sw in fabric.switches:
-        switches.add_row(
-            sw.name,
-            sw.tier.value,
-            str(sw.plane),
-            str(sw.device_id),
-            _usid_text(sw.usid),
-            str(sw.usid_prefix),
-            str(sw.end_sid),
-        )
-    console.print(switches)
+    switch_rows = [
+        [sw.name, sw.tier.value, str(sw.plane), str(sw.device_id), _usid_text(sw.usid),
+         str(sw.usid_prefix), str(sw.end_sid)]
+        for sw in fabric.switches
+    ]  # fmt: skip
+    port_rows = [
+        [sw.name, str(port.number), port.intf, port.mac, port.peer,
+         str(port.peer_port) if port.peer_port else "-", port.peer_mac]
+        for sw in fabric.switches
+        for port in sw.ports
+    ]  # fmt: skip
+    nic_rows = [
+        [host.name, str(host.rack), str(nic.plane), nic.intf, _usid_text(nic.usid),
+         str(nic.address), nic.mac, f"{nic.switch}:{nic.switch_port}"]
+        for host in fabric.hosts
+        for nic in host.nics
+    ]  # fmt: skip
+    link_rows = [
+        [str(link.plane), link.a if not link.a_port else f"{link.a}:{link.a_port}", link.a_intf,
+         f"{link.b}:{link.b_port}", link.b_intf]
+        for link in fabric.links
+    ]  # fmt: skip
+    for title, columns, rows in (
+        ("switches", ("switch", "tier", "plane", "device id", "uSID", "uN SID", "End SID"),
+         switch_rows),
+        ("switch ports", ("switch", "port", "interface", "MAC", "peer", "peer port", "peer MAC"),
+         port_rows),
+        ("host NICs", ("host", "rack", "plane", "interface", "uSID", "address", "MAC", "T0 port"),
+         nic_rows),
+        ("links", ("plane", "a", "a interface", "b", "b interface"), link_rows),
+    ):  # fmt: skip
+        console.print(_table(title, columns, rows))
 
-    ports = Table(title="switch ports")
-    for column in ("switch", "port", "interface", "MAC", "peer", "peer port", "peer MAC"):
-        ports.add_column(column)
-    for sw in fabric.switches:
-        for port in sw.ports:
-            ports.add_row(
-                sw.name,
-                str(port.number),
-                port.intf,
-                port.mac,
-                port.peer,
-                str(port.peer_port) if port.peer_port else "-",
-                port.peer_mac,
-            )
-    console.print(ports)
 
-    hosts = Table(title="host NICs")
-    for column in ("host", "rack", "plane", "interface", "uSID", "address", "MAC", "T0 port"):
-        hosts.add_column(column)
-    for host in fabric.hosts:
-        for nic in host.nics:
-            hosts.add_row(
-                host.name,
-                str(host.rack),
-                str(nic.plane),
-                nic.intf,
-                _usid_text(nic.usid),
-                str(nic.address),
-                nic.mac,
-                f"{nic.switch}:{nic.switch_port}",
-            )
-    console.print(hosts)
-
-    links = Table(title="links")
-    for column in ("plane", "a", "a interface", "b", "b interface"):
-        links.add_column(column)
-    for link in fabric.links:
-        a = link.a if not link.a_port else f"{link.a}:{link.a_port}"
-        links.add_row(str(link.plane), a, link.a_intf, f"{link.b}:{link.b_port}", link.b_intf)
-    console.print(links)
+def _table(title: str, columns: Sequence[str], rows: Iterable[Sequence[str]] = ()) -> Table:
+    """A rich table with these columns and rows."""
+    table = Table(title=title)
+    for column in columns:
+        table.add_column(column)
+    for row in rows:
+        table.add_row(*row)
+    return table
 
 
 def paths(fabric: Fabric, src: str, dst: str, console: Console) -> None:
     """Print every path between two hosts."""
     found = fabric.paths(src, dst)
-    table = Table(title=f"{len(found)} paths {src} -> {dst}")
-    for column in ("path", "plane", "spine", "uSID carrier", "classic segments", "hops"):
-        table.add_column(column)
-    for path in found:
-        hops = " ".join(f"{h.switch}[{h.in_port}>{h.out_port}]" for h in path.hops)
-        table.add_row(
-            path.label,
-            str(path.plane),
-            "-" if path.spine is None else str(path.spine),
-            str(path.carrier),
-            ", ".join(map(str, path.segments)),
-            hops,
-        )
-    console.print(table)
+    rows = [
+        [path.label, str(path.plane), "-" if path.spine is None else str(path.spine),
+         str(path.carrier), ", ".join(map(str, path.segments)),
+         " ".join(f"{h.switch}[{h.in_port}>{h.out_port}]" for h in path.hops)]
+        for path in found
+    ]  # fmt: skip
+    columns = ("path", "plane", "spine", "uSID carrier", "classic segments", "hops")
+    console.print(_table(f"{len(found)} paths {src} -> {dst}", columns, rows))
 
 
 def _build_row(table: Table, label: str, build: ClosBuild, planes: int) -> None:
@@ -131,9 +113,10 @@ def _build_row(table: Table, label: str, build: ClosBuild, planes: int) -> None:
 def scale_report(radix: int, planes: int, console: Console) -> None:
     """Print the multi-plane two-tier build beside the single-plane build of the same bandwidth."""
     report = scale(radix, planes)
-    table = Table(title=f"radix {radix}, {planes} planes: {report.hosts:,} hosts in two tiers")
-    for column in ("build", "radix", "tiers", "hosts", "switches", "links", "optics"):
-        table.add_column(column)
+    table = _table(
+        f"radix {radix}, {planes} planes: {report.hosts:,} hosts in two tiers",
+        ("build", "radix", "tiers", "hosts", "switches", "links", "optics"),
+    )
     _build_row(table, "per plane", report.per_plane, 1)
     _build_row(table, f"{planes} planes", report.per_plane, planes)
     _build_row(table, "single plane", report.single_plane, 1)

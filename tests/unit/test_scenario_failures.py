@@ -3,10 +3,12 @@ transport, the shipped failure scenarios, and how a phase carries the new faults
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import pytest
 
+from experiments.faults import EvAllow, EvFault, LinkFlap, NicDown, PlaneDown, SwitchReboot
 from experiments.metrics import affected_labels
 from experiments.runner import Phase
 from experiments.scenario import ScenarioError, load_scenario, parse_scenario, shipped_scenario
@@ -32,10 +34,10 @@ def test_failure_scenarios_load(name: str) -> None:
 
 def test_incident_is_the_seeds_event() -> None:
     scenario = load_scenario(shipped_scenario("incident"))
-    reboots = [f for f in scenario.faults if f.kind == "switch_reboot"]
+    reboots = [f for f in scenario.faults if isinstance(f, SwitchReboot)]
     assert len(reboots) == 4 and all(f.switch and f.switch.startswith("t1-") for f in reboots)
     assert len({f.at_s for f in reboots}) == 3  # two of them at the same time
-    flaps = [f for f in scenario.faults if f.kind == "link_flap"]
+    flaps = [f for f in scenario.faults if isinstance(f, LinkFlap)]
     assert len(flaps) == 2 and {f.rate_per_min for f in flaps} == {6}
     assert [t.kind for t in scenario.transports] == ["mrc", "mptcp"]
     assert scenario.topology.name == "default"
@@ -52,6 +54,8 @@ def test_nic_plane_and_ev_faults_parse() -> None:
     ]
     s = parse_scenario(base(faults=faults))
     nic_down, nic_up, plane_down, plane_up, deny, allow = s.faults
+    assert isinstance(nic_down, NicDown) and isinstance(plane_down, PlaneDown)
+    assert isinstance(allow, EvAllow)
     assert nic_down.link == ("h1", "t0-p1-r0") and nic_down.events() == [(1, "down")]
     assert nic_up.events() == [(2, "up")]
     assert plane_down.switches == ("t1-p0-s0", "t1-p0-s1") and plane_down.events() == [(3, "kill")]
@@ -141,7 +145,8 @@ def test_plane_scenario_loses_a_plane_and_a_nic() -> None:
     scenario = load_scenario(shipped_scenario("plane"))
     kinds = [f.kind for f in scenario.faults]
     assert kinds == ["plane_down", "plane_up", "nic_down", "nic_up"]
-    assert scenario.faults[0].switches == ("t1-p1-s0", "t1-p1-s1")
+    first = scenario.faults[0]
+    assert isinstance(first, PlaneDown) and first.switches == ("t1-p1-s0", "t1-p1-s1")
 
 
 def test_affected_labels_of_a_plane_and_of_ecmp_evs() -> None:
@@ -149,3 +154,67 @@ def test_affected_labels_of_a_plane_and_of_ecmp_evs() -> None:
     labels = affected_labels(fabric, "t1-p1-s0, t1-p1-s1")
     assert {"p1-s0", "p1-s1", "p1-ecmp"} <= labels and not any(x.startswith("p0") for x in labels)
     assert "p0-ecmp" in affected_labels(fabric, "t0-p0-r0 <-> t1-p0-s0")
+
+
+@pytest.mark.parametrize(
+    "name", ["demo", "incast", "flaps", "baselines", "incident", "spraying", "plane"]
+)
+def test_faults_write_back_what_they_read(name: str) -> None:
+    scenario = load_scenario(shipped_scenario(name))
+    again = scenario.with_(faults=[f.as_dict() for f in scenario.faults])
+    assert again == scenario and again.faults == scenario.faults
+
+
+class Target:
+    """Records what faults ask of it (a FaultTarget)."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[object, ...]] = []
+
+    def link_down(self, a: str, b: str) -> None:
+        self.calls.append(("down", a, b))
+
+    def link_up(self, a: str, b: str) -> None:
+        self.calls.append(("up", a, b))
+
+    def kill_switches(self, names: Sequence[str]) -> None:
+        self.calls.append(("kill", *names))
+
+    def start_switches(self, names: Sequence[str]) -> None:
+        self.calls.append(("start", *names))
+
+    def set_ev_state(self, fault: EvFault, state: str) -> None:
+        self.calls.append((state, fault.host, fault.peer))
+
+
+@pytest.mark.parametrize(
+    ("fault", "applied", "undone"),
+    [
+        ({"kind": "link_down", "link": ["t0-p0-r0", "t1-p0-s0"]}, ("down", "t0-p0-r0", "t1-p0-s0"),
+         ("up", "t0-p0-r0", "t1-p0-s0")),
+        ({"kind": "link_up", "link": ["t0-p0-r0", "t1-p0-s0"]}, ("up", "t0-p0-r0", "t1-p0-s0"),
+         ("down", "t0-p0-r0", "t1-p0-s0")),
+        ({"kind": "nic_down", "host": "h1", "plane": 1}, ("down", "h1", "t0-p1-r0"),
+         ("up", "h1", "t0-p1-r0")),
+        ({"kind": "switch_reboot", "switch": "t1-p0-s1"}, ("kill", "t1-p0-s1"),
+         ("start", "t1-p0-s1")),
+        ({"kind": "plane_down", "plane": 1}, ("kill", "t1-p1-s0", "t1-p1-s1"),
+         ("start", "t1-p1-s0", "t1-p1-s1")),
+        ({"kind": "plane_up", "plane": 1}, ("start", "t1-p1-s0", "t1-p1-s1"),
+         ("kill", "t1-p1-s0", "t1-p1-s1")),
+        ({"kind": "ev_deny", "host": "h0", "peer": "h2", "ev": 3}, ("DENIED", "h0", "h2"),
+         ("UNKNOWN", "h0", "h2")),
+        ({"kind": "ev_allow", "host": "h0", "peer": "h2", "ev": 3}, ("UNKNOWN", "h0", "h2"),
+         ("DENIED", "h0", "h2")),
+    ],
+)  # fmt: skip
+def test_each_fault_kind_applies_and_undoes(
+    fault: dict[str, Any], applied: tuple[str, ...], undone: tuple[str, ...]
+) -> None:
+    (parsed,) = parse_scenario(base(faults=[{"at_s": 1, **fault}])).faults
+    assert type(parsed).kind == fault["kind"]
+    target = Target()
+    parsed.apply(target)
+    parsed.undo(target)
+    assert target.calls == [applied, undone]
+    assert parsed.steps()[0].action == parsed.actions[0]
