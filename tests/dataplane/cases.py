@@ -26,6 +26,7 @@ from typing import Any
 
 from controller.p4info import P4Info
 from host.transport import wire
+from p4src.contract import Dscp, Ecn, Opcode
 from topologies import Fabric, Path, Switch, Tier, load_topology
 from topologies import usid as usidlib
 from topologies.config import shipped_topology
@@ -61,6 +62,10 @@ class Entry:
             self.table, match=self.match, action=self.action, params=self.params
         )
 
+    def build_default(self, info: P4Info) -> Any:
+        """The message that makes this the table's default entry (``match`` is not used)."""
+        return info.default_entry(self.table, self.action, self.params)
+
 
 @dataclass(frozen=True)
 class Case:
@@ -75,6 +80,8 @@ class Case:
     out: tuple[tuple[int, bytes], ...] = ()
     drop: int | None = None
     counters: tuple[tuple[str, int, int], ...] = ()
+    #: default entries the case sets (every other table keeps the program's default)
+    defaults: tuple[Entry, ...] = ()
 
     def expected_counters(self) -> dict[tuple[str, int], int]:
         """(counter, index) -> packet delta, including the implied ones."""
@@ -86,6 +93,14 @@ class Case:
         for name, index, delta in self.counters:
             deltas[(name, index)] = delta
         return deltas
+
+    def install(self, target: Any) -> None:
+        """Make the case's entries and defaults the only ones of ``target`` (a DataplaneTarget)."""
+        info = target.p4info
+        target.install(
+            [entry.build(info) for entry in self.entries],
+            [entry.build_default(info) for entry in self.defaults],
+        )
 
     def __str__(self) -> str:
         return self.name
@@ -204,11 +219,11 @@ def all_cases() -> tuple[Case, ...]:
     tables, frame_in, frame_out = build.tables, build.frame_in, build.frame_out
 
     data = pk.payload_bytes(256)
-    write = pk.mrc_udp(pk.OPCODE_WRITE_ONLY, data)
-    write_trimmed = pk.mrc_udp(pk.OPCODE_WRITE_ONLY, b"", dma_length=len(data))
-    write_imm = pk.mrc_udp(pk.OPCODE_WRITE_ONLY_IMM, data, immediate=0x600D)
+    write = pk.mrc_udp(Opcode.WRITE_ONLY, data)
+    write_trimmed = pk.mrc_udp(Opcode.WRITE_ONLY, b"", dma_length=len(data))
+    write_imm = pk.mrc_udp(Opcode.WRITE_ONLY_IMM, data, immediate=0x600D)
     write_imm_trimmed = pk.mrc_udp(
-        pk.OPCODE_WRITE_ONLY_IMM, b"", immediate=0x600D, dma_length=len(data)
+        Opcode.WRITE_ONLY_IMM, b"", immediate=0x600D, dma_length=len(data)
     )
     ack = pk.ack_udp()
     plain = pk.plain_udp(data)
@@ -226,9 +241,10 @@ def all_cases() -> tuple[Case, ...]:
     spine_tables = tables(spine)
     trim_at_0 = tables(spine, qos(s_out, 0, NEVER))
     ecn_at_0 = tables(spine, qos(s_out, NEVER, 0))
-    dscp = {"dscp": pk.DSCP_TRIMMABLE}
+    dscp = {"dscp": Dscp.TRIMMABLE}
 
     host_srh = _host_srh_cases(build, inter, intra)
+    more = _table_cases(build, inter)
     return (
         # ---- SRv6 uSID forwarding ---------------------------------------------------------
         Case(
@@ -355,7 +371,7 @@ def all_cases() -> tuple[Case, ...]:
             "DSCP 10 WRITE with trim threshold 0: headers kept, payload cut, lengths fixed, DSCP 12",
             spine.name, trim_at_0, s_in, frame_in(spine, s_in, inter.carrier, write, **dscp),
             out=((s_out, frame_out(spine, s_out, shifted, write_trimmed,
-                                   dscp=pk.DSCP_TRIMMED)),),
+                                   dscp=Dscp.TRIMMED)),),
             counters=((TRIMMED, s_out, 1),),
         ),
         Case(
@@ -364,7 +380,7 @@ def all_cases() -> tuple[Case, ...]:
             dst_leaf.name, tables(dst_leaf, qos(l_out, 0, NEVER, last_hop=1)), l_in,
             frame_in(dst_leaf, l_in, shifted, write, **dscp),
             out=((l_out, frame_out(dst_leaf, l_out, at_nic, write_trimmed,
-                                   dscp=pk.DSCP_TRIMMED_LAST_HOP)),),
+                                   dscp=Dscp.TRIMMED_LAST_HOP)),),
             counters=((TRIMMED, l_out, 1),),
         ),
         Case(
@@ -373,7 +389,7 @@ def all_cases() -> tuple[Case, ...]:
             spine.name, trim_at_0, s_in,
             frame_in(spine, s_in, spine.end_sid, write, segments=classic, segments_left=2, **dscp),
             out=((s_out, frame_out(spine, s_out, classic[1], write_trimmed, segments=classic,
-                                   segments_left=1, dscp=pk.DSCP_TRIMMED)),),
+                                   segments_left=1, dscp=Dscp.TRIMMED)),),
             counters=((TRIMMED, s_out, 1),),
         ),
         Case(
@@ -381,7 +397,7 @@ def all_cases() -> tuple[Case, ...]:
             "WRITE with immediate is trimmed after ImmDt + data extension (ImmDt kept)",
             spine.name, trim_at_0, s_in, frame_in(spine, s_in, inter.carrier, write_imm, **dscp),
             out=((s_out, frame_out(spine, s_out, shifted, write_imm_trimmed,
-                                   dscp=pk.DSCP_TRIMMED)),),
+                                   dscp=Dscp.TRIMMED)),),
             counters=((TRIMMED, s_out, 1),),
         ),
         Case(
@@ -403,16 +419,16 @@ def all_cases() -> tuple[Case, ...]:
             "ecn_ce_for_ect0",
             "ECT(0) at ECN threshold 0 leaves marked CE and counted",
             spine.name, ecn_at_0, s_in,
-            frame_in(spine, s_in, inter.carrier, write, ecn=pk.ECN_ECT0, **dscp),
-            out=((s_out, frame_out(spine, s_out, shifted, write, ecn=pk.ECN_CE, **dscp)),),
+            frame_in(spine, s_in, inter.carrier, write, ecn=Ecn.ECT0, **dscp),
+            out=((s_out, frame_out(spine, s_out, shifted, write, ecn=Ecn.CE, **dscp)),),
             counters=((ECN_MARKED, s_out, 1), (TRIMMED, s_out, 0)),
         ),
         Case(
             "no_ecn_for_not_ect",
             "Not-ECT at ECN threshold 0 is left alone",
             spine.name, ecn_at_0, s_in,
-            frame_in(spine, s_in, inter.carrier, plain, ecn=pk.ECN_NOT_ECT),
-            out=((s_out, frame_out(spine, s_out, shifted, plain, ecn=pk.ECN_NOT_ECT)),),
+            frame_in(spine, s_in, inter.carrier, plain, ecn=Ecn.NOT_ECT),
+            out=((s_out, frame_out(spine, s_out, shifted, plain, ecn=Ecn.NOT_ECT)),),
             counters=((ECN_MARKED, s_out, 0),),
         ),
         # ---- control traffic ------------------------------------------------------------------
@@ -420,11 +436,208 @@ def all_cases() -> tuple[Case, ...]:
             "control_never_trimmed",
             "an ACK (DSCP 48) is not trimmed at threshold 0 (its priority: burst cases below)",
             spine.name, trim_at_0, s_in,
-            frame_in(spine, s_in, inter.carrier, ack, dscp=pk.DSCP_CONTROL),
-            out=((s_out, frame_out(spine, s_out, shifted, ack, dscp=pk.DSCP_CONTROL)),),
+            frame_in(spine, s_in, inter.carrier, ack, dscp=Dscp.CONTROL),
+            out=((s_out, frame_out(spine, s_out, shifted, ack, dscp=Dscp.CONTROL)),),
             counters=((TRIMMED, s_out, 0),),
         ),
-    ) + host_srh  # fmt: skip
+    ) + more + host_srh  # fmt: skip
+
+
+def _table_cases(build: Builder, inter: Path) -> tuple[Case, ...]:
+    """At the spine of ``inter``: the corners of the parser and of the tables (End on every
+    segment index, reduced and 4-segment SRHs, longest prefix, explicit drop routes, default
+    entries, NoAction QoS entries, thresholds that leave a packet alone)."""
+    fab = build.fabric
+    spine = fab.switch(inter.hops[1].switch)
+    dst_leaf = fab.switch(inter.hops[2].switch)
+    s_in, s_out = _hop_of(spine, inter)
+    tables, frame_in, frame_out = build.tables, build.frame_in, build.frame_out
+    write = pk.mrc_udp(Opcode.WRITE_ONLY, pk.payload_bytes(256))
+    shifted = usidlib.shift(inter.carrier)
+    own = spine.usid_prefix.network_address  # a carrier exhausted at the spine
+    other_nic = next(n for n in fab.host("h3").nics if n.plane == inter.plane)
+    other_carrier = usidlib.carrier(fab.block, [spine.usid, dst_leaf.usid, other_nic.usid])
+    unrouted = ipaddress.IPv6Address("2001:db8::1")
+    dscp = {"dscp": Dscp.TRIMMABLE}
+    spine_tables = tables(spine)
+    back = spine.port(s_in)
+    to_source = {"port": s_in, "smac": back.mac, "dmac": back.peer_mac}
+    exact = Entry(
+        "MrcIngress.ipv6_lpm",
+        {"hdr.ipv6.dst_addr": ipaddress.IPv6Network((shifted, 128))},
+        "MrcIngress.set_next_hop",
+        to_source,
+    )
+    three = [shifted, spine.end_sid, other_carrier]  # End SID at [1]
+    four = [pk.SRC, other_carrier, shifted, spine.end_sid]  # End SID at [3]
+
+    def untouched(name: str, why: str, upper: Any, dscp: int, ecn: int) -> Case:
+        """A packet that thresholds 0 (trim and ECN) must leave exactly as it came."""
+        return Case(
+            f"untouched_at_thresholds_0_{name}",
+            f"trim and ECN threshold 0: {why}",
+            spine.name,
+            tables(spine, qos(s_out, 0, 0)),
+            s_in,
+            frame_in(spine, s_in, inter.carrier, upper, dscp=dscp, ecn=ecn),
+            out=((s_out, frame_out(spine, s_out, shifted, upper, dscp=dscp, ecn=ecn)),),
+            counters=((TRIMMED, s_out, 0), (ECN_MARKED, s_out, 0)),
+        )
+
+    return (
+        # ---- SRv6 End on every segment index ----------------------------------------------
+        Case(
+            "srh_end_takes_the_last_segment",
+            "End SID with SRH segments left 1 of 3: SL 0, destination = segment_list[0]",
+            spine.name, spine_tables, s_in,
+            frame_in(spine, s_in, spine.end_sid, write, segments=three, segments_left=1),
+            out=((s_out, frame_out(spine, s_out, shifted, write, segments=three,
+                                   segments_left=0)),),
+        ),
+        Case(
+            "srh_four_segments",
+            "an SRH of 4 segments (the parser's stack) with SL 3: End takes segment_list[2]",
+            spine.name, spine_tables, s_in,
+            frame_in(spine, s_in, spine.end_sid, write, segments=four, segments_left=3),
+            out=((s_out, frame_out(spine, s_out, shifted, write, segments=four,
+                                   segments_left=2)),),
+        ),
+        Case(
+            "reduced_srh_at_an_exhausted_carrier",
+            "a reduced SRH (RFC 8754: SL 1, last entry 0) hands its one segment over where the "
+            "carrier ends",
+            spine.name, spine_tables, s_in,
+            frame_in(spine, s_in, own, write, segments=[shifted], segments_left=1),
+            out=((s_out, frame_out(spine, s_out, shifted, write, segments=[shifted],
+                                   segments_left=0)),),
+        ),
+        Case(
+            "srh_routing_type_not_4",
+            "a routing header of type 3 is not an SRH the switch takes (SRH_INVALID)",
+            spine.name, spine_tables, s_in,
+            frame_in(spine, s_in, spine.end_sid, write, segments=three, segments_left=1,
+                     routing_type=3),
+            drop=SRH_INVALID,
+        ),
+        # ---- the parser's corners ---------------------------------------------------------
+        Case(
+            "hop_limit_0",
+            "hop limit 0 on arrival is dropped (HOP_LIMIT)",
+            spine.name, spine_tables, s_in,
+            frame_in(spine, s_in, inter.carrier, write, hop_limit=0),
+            drop=HOP_LIMIT,
+        ),
+        Case(
+            "hop_limit_2_leaves_with_1",
+            "hop limit 2 on arrival is forwarded with 1",
+            spine.name, spine_tables, s_in,
+            frame_in(spine, s_in, inter.carrier, write, hop_limit=2),
+            out=((s_out, frame_out(spine, s_out, shifted, write, hop_limit=1)),),
+        ),
+        Case(
+            "arp_is_not_ipv6",
+            "an ARP frame is dropped (NOT_IPV6)",
+            spine.name, spine_tables, s_in,
+            pk.arp_frame(spine.port(s_in).peer_mac, spine.port(s_in).mac),
+            drop=NOT_IPV6,
+        ),
+        Case(
+            "ipv6_without_udp_forwarded",
+            "IPv6 with no next header (59) is routed like any packet, payload untouched",
+            spine.name, spine_tables, s_in,
+            frame_in(spine, s_in, inter.carrier, b"hello" * 10),
+            out=((s_out, frame_out(spine, s_out, shifted, b"hello" * 10)),),
+        ),
+        Case(
+            "udp_to_another_port_not_parsed_further",
+            "UDP to a port other than 4791 with no payload: no BTH is looked for, forwarded",
+            spine.name, tables(spine, qos(s_out, 0, NEVER)), s_in,
+            frame_in(spine, s_in, inter.carrier, pk.plain_udp(b"", dport=9), **dscp),
+            out=((s_out, frame_out(spine, s_out, shifted, pk.plain_udp(b"", dport=9), **dscp)),),
+            counters=((TRIMMED, s_out, 0),),
+        ),
+        # ---- routes -----------------------------------------------------------------------
+        Case(
+            "longest_prefix_wins",
+            "a /128 route for one NIC's carrier beats the leaf's /48: out of the /128's port",
+            spine.name, tables(spine, exact), s_in,
+            frame_in(spine, s_in, inter.carrier, write),
+            out=((s_in, frame_out(spine, s_in, shifted, write)),),
+        ),
+        Case(
+            "shorter_prefix_for_the_other_addresses",
+            "beside that /128, another NIC behind the same leaf still takes the leaf's /48",
+            spine.name, tables(spine, exact), s_in,
+            frame_in(spine, s_in, other_carrier, write),
+            out=((s_out, frame_out(spine, s_out, usidlib.shift(other_carrier), write)),),
+        ),
+        Case(
+            "explicit_drop_route",
+            "an ipv6_lpm entry with drop_no_route drops what it matches (NO_ROUTE)",
+            spine.name,
+            tables(spine, Entry("MrcIngress.ipv6_lpm",
+                                {"hdr.ipv6.dst_addr": ipaddress.IPv6Network("2001:db8::/32")},
+                                "MrcIngress.drop_no_route")),
+            s_in, frame_in(spine, s_in, unrouted, write),
+            drop=NO_ROUTE,
+        ),
+        # ---- default entries --------------------------------------------------------------
+        Case(
+            "default_route_forwards_without_priority_trim_or_ecn",
+            "ipv6_lpm's default set to set_next_hop: a miss is forwarded there, and the program "
+            "returns before trimming and ECN (thresholds 0 on that port leave it alone)",
+            spine.name, tables(spine, qos(s_in, 0, 0)), s_in,
+            frame_in(spine, s_in, unrouted, write, ecn=Ecn.ECT0, **dscp),
+            out=((s_in, frame_out(spine, s_in, unrouted, write, ecn=Ecn.ECT0, **dscp)),),
+            counters=((TRIMMED, s_in, 0), (ECN_MARKED, s_in, 0)),
+            defaults=(Entry("MrcIngress.ipv6_lpm", {}, "MrcIngress.set_next_hop", to_source),),
+        ),
+        Case(
+            "my_sid_default_end",
+            "my_sid's default set to srv6_end: any destination is an End SID (no SRH: SID_END)",
+            spine.name, spine_tables, s_in, frame_in(spine, s_in, unrouted, write),
+            drop=SID_END,
+            defaults=(Entry("MrcIngress.my_sid", {}, "MrcIngress.srv6_end"),),
+        ),
+        Case(
+            "port_qos_default_for_unlisted_ports",
+            "port_qos's default set to thresholds 0 applies to a port without an entry: trimmed",
+            spine.name, spine_tables, s_in, frame_in(spine, s_in, inter.carrier, write, **dscp),
+            out=((s_out, frame_out(spine, s_out, shifted, pk.mrc_udp(
+                Opcode.WRITE_ONLY, b"", dma_length=256), dscp=Dscp.TRIMMED)),),
+            counters=((TRIMMED, s_out, 1),),
+            defaults=(qos(0, 0, 0),),
+        ),
+        # ---- thresholds that leave a packet alone -------------------------------------------
+        Case(
+            "no_action_qos_entry_never_trims",
+            "a port_qos entry with NoAction: no thresholds on that port, never trimmed",
+            spine.name,
+            tables(spine, Entry("MrcIngress.port_qos", {"standard_metadata.egress_spec": s_out},
+                                "NoAction")),
+            s_in, frame_in(spine, s_in, inter.carrier, write, **dscp),
+            out=((s_out, frame_out(spine, s_out, shifted, write, **dscp)),),
+            counters=((TRIMMED, s_out, 0),),
+        ),
+        Case(
+            "ecn_ce_below_the_trim_threshold",
+            "DSCP 10, ECT(1), depth 0: under trim threshold 1 but at ECN threshold 0: CE, whole",
+            spine.name, tables(spine, qos(s_out, 1, 0)), s_in,
+            frame_in(spine, s_in, inter.carrier, write, ecn=Ecn.ECT1, **dscp),
+            out=((s_out, frame_out(spine, s_out, shifted, write, ecn=Ecn.CE, **dscp)),),
+            counters=((ECN_MARKED, s_out, 1), (TRIMMED, s_out, 0)),
+        ),
+        untouched("ordinary", "an ordinary (DSCP 0) WRITE", write, Dscp.DEFAULT,
+                  Ecn.NOT_ECT),
+        untouched("control", "an ACK (DSCP 48)", pk.ack_udp(), Dscp.CONTROL, Ecn.NOT_ECT),
+        untouched("ack_with_data_dscp", "an ACK with DSCP 10 has no data extension to trim",
+                  pk.ack_udp(), Dscp.TRIMMABLE, Ecn.NOT_ECT),
+        untouched("ce_not_recounted", "a packet already CE is not marked again",
+                  write, Dscp.DEFAULT, Ecn.CE),
+        untouched("already_trimmed", "a trimmed (DSCP 12) packet is not trimmed again",
+                  pk.mrc_udp(Opcode.WRITE_ONLY, b"", dma_length=256), Dscp.TRIMMED,
+                  Ecn.NOT_ECT),
+    )  # fmt: skip
 
 
 def _host_srh_frame(
@@ -569,8 +782,8 @@ def burst_cases() -> tuple[Burst, ...]:
     build = Builder(fab, inter.src_nic.address)
     shifted = usidlib.shift(inter.carrier)
     data = pk.payload_bytes(BURST_PAYLOAD)
-    write = pk.mrc_udp(pk.OPCODE_WRITE_ONLY, data)
-    write_trimmed = pk.mrc_udp(pk.OPCODE_WRITE_ONLY, b"", dma_length=len(data))
+    write = pk.mrc_udp(Opcode.WRITE_ONLY, data)
+    write_trimmed = pk.mrc_udp(Opcode.WRITE_ONLY, b"", dma_length=len(data))
     flow_labels = iter(range(0x1B000, 0x1C000))  # one per frame: tells the frames apart
 
     def through(
@@ -580,7 +793,7 @@ def burst_cases() -> tuple[Burst, ...]:
         out_dscp: int | None = None,
         *,
         after: int = 0,
-        dscp: int = pk.DSCP_ORDINARY,
+        dscp: int = Dscp.DEFAULT,
     ) -> Send:
         """``upper`` in from the source leaf, out (uSID shifted) towards the destination leaf."""
         fl = next(flow_labels)
@@ -609,7 +822,7 @@ def burst_cases() -> tuple[Burst, ...]:
             f"an ACK (DSCP 48) sent right behind {BURST} ordinary packets leaves before the last "
             "of them: control goes in the high-priority queue",
             spine.name, build.tables(spine, qos(s_out, NEVER, NEVER)), s_in, s_out,
-            sends=(*queued(0), through("ack", pk.ack_udp(), dscp=pk.DSCP_CONTROL)),
+            sends=(*queued(0), through("ack", pk.ack_udp(), dscp=Dscp.CONTROL)),
             overtakes=(("ack", last),),
             counters=((TRIMMED, s_out, 0), (ECN_MARKED, s_out, 0)),
         ),
@@ -622,12 +835,12 @@ def burst_cases() -> tuple[Burst, ...]:
             sends=(
                 # alone through the idle port: the depth the port recorded is 0 again
                 through("lone", write),
-                through("early", write, dscp=pk.DSCP_TRIMMABLE, after=1),
+                through("early", write, dscp=Dscp.TRIMMABLE, after=1),
                 *queued(1),
                 # burst frame k (0 = early) saw >= k - 1 queued; once frame k = TRIM_AT + 2
                 # left, the recorded depth is >= TRIM_AT (one frame to spare)
-                through("late", write, write_trimmed, pk.DSCP_TRIMMED,
-                        dscp=pk.DSCP_TRIMMABLE, after=TRIM_AT + 4),
+                through("late", write, write_trimmed, Dscp.TRIMMED,
+                        dscp=Dscp.TRIMMABLE, after=TRIM_AT + 4),
             ),
             overtakes=(("late", last),),
             counters=((TRIMMED, s_out, 1), (ECN_MARKED, s_out, 0)),

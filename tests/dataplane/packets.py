@@ -71,6 +71,7 @@ def ipv6_frame(
     segments: Sequence[Address] | None = None,
     segments_left: int | None = None,
     srh_len: int | None = None,
+    routing_type: int = 4,
 ) -> bytes:
     """Ethernet / IPv6 / [SRH with ``segments`` as segment list 0..n] / ``upper``."""
     packet = Ether(src=src_mac, dst=dst_mac, type=0x86DD) / IPv6(
@@ -78,7 +79,10 @@ def ipv6_frame(
     )
     if segments is not None:
         packet = packet / IPv6ExtHdrSegmentRouting(
-            addresses=[str(s) for s in segments], segleft=segments_left, len=srh_len
+            addresses=[str(s) for s in segments],
+            segleft=segments_left,
+            len=srh_len,
+            type=routing_type,
         )
     packet = packet / (Raw(upper) if isinstance(upper, bytes) else upper)
     return bytes(packet)
@@ -135,6 +139,11 @@ def ipv4_frame(src_mac: str, dst_mac: str) -> bytes:
     return bytes(
         Ether(src=src_mac, dst=dst_mac) / IP(src="192.0.2.1", dst="192.0.2.2") / plain_udp(b"v4")
     )
+
+
+def arp_frame(src_mac: str, dst_mac: str) -> bytes:
+    """Ether type ARP and a 28-byte body of zeros: a frame that is not IPv6."""
+    return bytes(Ether(src=src_mac, dst=dst_mac, type=0x0806)) + bytes(28)
 
 
 def truncated_ipv6_frame(src_mac: str, dst_mac: str, header_bytes: int = 20) -> bytes:

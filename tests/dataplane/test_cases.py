@@ -19,7 +19,7 @@ COUNTER_WAIT = 3.0  # longest wait for the counters to reach the expected values
 
 @pytest.mark.parametrize("case", all_cases(), ids=str)
 def test_case(target: DataplaneTarget, case: Case) -> None:
-    target.install([entry.build(target.p4info) for entry in case.entries])
+    case.install(target)
     target.drain()
     wanted = case.expected_counters()
     before = {name: target.counters(name) for name in sorted({n for n, _ in wanted})}
