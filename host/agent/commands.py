@@ -19,6 +19,7 @@ from host.agent.control import (
     BadRequest,
     Deferred,
     Reply,
+    ep_batch_reply,
     get_float,
     get_int,
     get_int_list,
@@ -37,15 +38,15 @@ from host.agent.data import (
     verify_bytes,
 )
 from host.agent.options import AgentOptions
-from host.transport.api import Context, MemoryRegion
+from host.transport.api import Context, MemoryRegion, operator_state
 from host.transport.cc import CcProfile, CcProfileError
 from host.transport.cc.base import PROFILE_KEYS
 from host.transport.endpoint import EndpointError, EpRequest
+from host.transport.events import EndpointResponse
 from host.transport.evs import (
     SRV6_SRH_NAME,
     EvFormatProfile,
     EvProfileError,
-    EvState,
     format_profile,
 )
 from host.transport.policy import POLICIES
@@ -99,7 +100,6 @@ class AgentView(Protocol):
 
 REGION_ALIGN = 1 << 16  # regions are placed at 64 KiB-aligned virtual addresses
 MAX_REGION = 1 << 31  # bytes: a region is a zeroed bytearray in the agent
-EV_STATES = {"good": EvState.GOOD, "denied": EvState.DENIED, "unknown": EvState.UNKNOWN}
 
 
 class Commands:
@@ -255,7 +255,6 @@ class Commands:
         time, the responder's service time taken off) when all came back or ``timeout_ns``
         (real-fabric ns) passed."""
         reject_unknown(request, {"requests", "dscp", "timeout_ns"})
-        agent = self.agent
         raw = request.get("requests")
         if not isinstance(raw, list) or not raw or not all(isinstance(r, dict) for r in raw):
             raise BadRequest("field 'requests': expected a non-empty list of objects", "requests")
@@ -263,35 +262,26 @@ class Commands:
         dscp = get_int(request, "dscp", default=48, low=0, high=63)
         timeout_ns = get_int(request, "timeout_ns", default=2_000_000, low=1, high=1 << 32)
         assert dscp is not None and timeout_ns is not None
-        now = agent.now()
+
+        def render(responses: list[EndpointResponse], complete: bool) -> Reply:
+            return {
+                "ok": True,
+                "complete": complete,
+                "responses": [
+                    {"req_id": r.req_id, "port": r.port, "rtt": r.rtt_ns,
+                     "adj_svc_time": r.adj_svc_time}
+                    for r in responses
+                ],
+            }  # fmt: skip
+
         try:
-            batch = agent.context.ep_batch_send(
-                "ev_probe", requests, dscp=dscp, timeout=timeout_ns * 1e-9, now=now
-            )
+            return ep_batch_reply(
+                self.agent, "ev_probe", requests, dscp=dscp, timeout=timeout_ns * 1e-9,
+                render=render,
+            )  # fmt: skip
         except EndpointError as exc:
-            raise BadRequest(f"field 'requests': {exc}", "requests") from None
-        agent.after_core(now)
-        deferred = Deferred()
-
-        def check(now: float) -> bool:
-            if deferred.done:
-                return True
-            if batch.complete() or now >= batch.deadline_driver:
-                responses = agent.context.ep_batch_end(batch)
-                deferred.resolve({
-                    "ok": True,
-                    "complete": batch.complete(),
-                    "responses": [
-                        {"req_id": r.req_id, "port": r.port, "rtt": r.rtt_ns,
-                         "adj_svc_time": r.adj_svc_time}
-                        for r in responses
-                    ],
-                })  # fmt: skip
-                return True
-            return False
-
-        agent.add_waiter(check, batch.deadline_driver)
-        return deferred
+            field = "requests" if exc.index is None else f"requests[{exc.index}]"
+            raise BadRequest(f"field '{field}': {exc}", field) from None
 
     def _ep_request(self, i: int, r: Mapping[str, Any]) -> EpRequest:
         agent = self.agent
@@ -342,7 +332,10 @@ class Commands:
                 )
         port = get_int(r, "port", low=1, high=32)
         assert req_id is not None
-        return EpRequest(req_id, sgid, dgid, ev, fmt, port)
+        try:
+            return EpRequest.parse(req_id, sgid, dgid, ev, fmt, port)
+        except EndpointError as exc:
+            raise BadRequest(f"field '{name}': {exc}", name) from None
 
     def stats(self, request: Mapping[str, Any]) -> Reply:
         """All statistics of the agent and the core."""
@@ -569,13 +562,13 @@ class Commands:
         """Operator action: set one EV, or every EV of a path, DENIED, GOOD or UNKNOWN."""
         reject_unknown(request, {"peer", "policy", "state", "ev", "path"})
         peers, policy = self._peer_policy(request, required=True)
-        state_name = require_str(request, "state").lower()
-        if state_name not in EV_STATES:
+        try:
+            state = operator_state(require_str(request, "state").lower())
+        except ValueError:
             raise BadRequest(
                 f"field 'state': expected DENIED, GOOD or UNKNOWN, got {request['state']!r}",
                 "state",
-            )
-        state = EV_STATES[state_name]
+            ) from None
         agent = self.agent
         qp = agent.qps[(peers[0], policy)]
         evs = qp.ev_table.evs()
@@ -600,8 +593,7 @@ class Commands:
                     "path",
                 )
         now = agent.now()
-        for value in chosen:
-            agent.context.set_ev_state(qp.qpn, value, state, now)
+        agent.context.set_ev_states(qp.qpn, chosen, state, now)
         agent.after_core(now)
         return {
             "ok": True,
@@ -661,4 +653,4 @@ def _address(text: str, field: str, expected: str) -> int:
         raise BadRequest(f"field '{field}': expected {expected}", field) from None
 
 
-__all__ = ["Commands", "EV_STATES"]
+__all__ = ["Commands"]

@@ -11,7 +11,9 @@ commands and their fields are listed in docs/host-agent.md; this module is only 
   is one too;
 - :class:`ControlServer` -- the control socket: a :class:`LineServer` whose handler takes the
   request alone;
-- :class:`Deferred` -- a reply a handler gives later (``wait`` answers when transfers finish);
+- :class:`Deferred` -- a reply a handler gives later (``wait`` answers when transfers finish),
+  :func:`deferred_until` and :func:`ep_batch_reply` (an endpoint batch's responses, for both
+  sockets);
 - :class:`BadRequest` and the ``get_*`` helpers -- field validation whose errors name the field.
 
 Requests on one connection are answered in order: while a reply is deferred, the connection's
@@ -30,9 +32,14 @@ import selectors
 import socket
 import stat
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
+
+if TYPE_CHECKING:
+    from host.transport.api import Context
+    from host.transport.endpoint import EpRequest
+    from host.transport.events import EndpointResponse
 
 log = logging.getLogger("mrc.host.agent.control")
 
@@ -88,6 +95,55 @@ class Deferred:
             listener(self._reply)
         else:
             self._listeners.append(listener)
+
+
+class CoreDriver(Protocol):
+    """What a socket's commands use of the agent to run a host operation on its transport."""
+
+    @property
+    def context(self) -> Context: ...
+    def now(self) -> float: ...
+    def after_core(self, now: float) -> None: ...
+    def add_waiter(self, check: Callable[[float], bool], deadline: float | None) -> None: ...
+
+
+def deferred_until(
+    agent: CoreDriver, answer: Callable[[float], Reply | None], deadline: float | None
+) -> Deferred:
+    """A reply that is ``answer(now)`` the first time that is not None, asked as the agent runs
+    (and at ``deadline``)."""
+    reply = Deferred()
+
+    def check(now: float) -> bool:
+        if not reply.done:
+            out = answer(now)
+            if out is None:
+                return False
+            reply.resolve(out)
+        return True
+
+    agent.add_waiter(check, deadline)
+    return reply
+
+
+def ep_batch_reply(
+    agent: CoreDriver, op: str, requests: Sequence[EpRequest], *, dscp: int, timeout: float,
+    render: Callable[[list[EndpointResponse], bool], Reply],
+) -> Deferred:  # fmt: skip
+    """Send a batch of endpoint requests (``Context.ep_batch_send``: EndpointError if the
+    context refuses one) and reply with ``render(responses, complete)`` when every request is
+    answered or ``timeout`` (protocol seconds) passes."""
+    now = agent.now()
+    batch = agent.context.ep_batch_send(op, requests, dscp=dscp, timeout=timeout, now=now)
+    agent.after_core(now)
+
+    def answer(at: float) -> Reply | None:
+        if not batch.complete() and at < batch.deadline_driver:
+            return None
+        responses = agent.context.ep_batch_end(batch)
+        return render(responses, len(responses) >= len(batch.requests))
+
+    return deferred_until(agent, answer, batch.deadline_driver)
 
 
 Handler = Callable[[Mapping[str, Any]], "Reply | Deferred"]

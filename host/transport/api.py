@@ -18,14 +18,14 @@ from __future__ import annotations
 import collections
 import dataclasses
 import random
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any, Protocol, TypeVar
 
 from host.transport import wire
 from host.transport.cc import DEFAULT_CC, CcProfile
 from host.transport.config import StackConfig
 from host.transport.endpoint import Endpoint, EpBatch, EpRequest, SpineRoutes
-from host.transport.events import Completion, Event
+from host.transport.events import Completion, EndpointResponse, Event
 from host.transport.evs import (
     EvProfile,
     EvProfileError,
@@ -38,7 +38,15 @@ from host.transport.qp import QueuePair, Shared
 from host.transport.region import MemoryRegion, RegionBuffer, RegionTable
 from topologies import Path
 
-__all__ = ["CompletionQueue", "Context", "MemoryRegion", "NicLike", "QueuePair"]
+__all__ = [
+    "OPERATOR_STATES",
+    "CompletionQueue",
+    "Context",
+    "MemoryRegion",
+    "NicLike",
+    "QueuePair",
+    "operator_state",
+]
 
 FIRST_QPN = 0x100
 _decode_data = wire.decode_data
@@ -61,6 +69,22 @@ class NicLike(Protocol):
 
     @property
     def address(self) -> Any: ...  # noqa: D102
+
+
+#: the EV states an operator sets (ASSUMED_BAD is the transport's own verdict)
+OPERATOR_STATES = (EvState.GOOD, EvState.DENIED, EvState.UNKNOWN)
+
+
+def operator_state(state: EvState | str) -> EvState:
+    """``state`` as an EV state an operator may set (ValueError naming the field else)."""
+    try:
+        chosen = EvState(state)
+    except ValueError:
+        chosen = None
+    if chosen not in OPERATOR_STATES:
+        names = ", ".join(s.name for s in OPERATOR_STATES)
+        raise ValueError(f"field 'state': expected {names}, got {state!r}")
+    return chosen
 
 
 #: event fields that are times or durations: protocol time inside the core, driver time outside
@@ -132,6 +156,7 @@ class Context:
         self._qps: dict[int, QueuePair] = {}
         self._profiles: dict[int, ProfileStates] = {}  #: EV profiles by id
         self._next_profile = 1
+        self._admin_down: set[int] = set()  #: planes whose port is administratively disabled
         self._next_qpn = FIRST_QPN
         self._next_cq = 1
         self._now = 0.0  # protocol time
@@ -234,6 +259,8 @@ class Context:
         if remote_qpn is not None:
             qp.connect(remote_qpn)
         self._qps[qpn] = qp
+        for plane in sorted(self._admin_down):
+            self._set_plane_states(qp, plane, EvState.DENIED, None)
         return qp
 
     def qp(self, qpn: int) -> QueuePair:
@@ -307,27 +334,65 @@ class Context:
         return dict(self._profiles)
 
     def set_ev_state(self, qpn: int, ev: int, state: EvState, now: float | None = None) -> None:
-        """Operator action on an EV: DENIED (stop using it), UNKNOWN (probe it back), GOOD.
-        The state is the EV profile's: every QP using the profile sees it."""
+        """Operator action on one EV of QP ``qpn`` (:meth:`set_ev_states`)."""
+        self.set_ev_states(qpn, [ev], state, now)
+
+    def set_ev_states(
+        self, qpn: int, evs: Iterable[int], state: EvState, now: float | None = None,
+        reason: str = "operator",
+    ) -> int:  # fmt: skip
+        """Operator action on EVs of QP ``qpn``: DENIED (stop using them), UNKNOWN (probe them
+        back) or GOOD (:data:`OPERATOR_STATES`). Every EV is checked before any changes (an EV
+        not of the QP: KeyError naming it). The states are the EV profile's: every QP using
+        the profile sees them. Returns the number of EVs set."""
         qp = self.qp(qpn)
-        qp.set_ev_state(qp.ev_table.slot(ev), EvState(state), "operator", self._at(now))
+        chosen = operator_state(state)
+        slots = [qp.ev_table.slot(ev) for ev in evs]
+        at = self._at(now)
+        for slot in slots:
+            qp.set_ev_state(slot, chosen, reason, at)
+        return len(slots)
 
     def set_profile_ev_state(
         self, profile_id: int, ev: int, state: EvState, now: float | None = None,
         reason: str = "operator",
     ) -> None:  # fmt: skip
-        """Set the state of EV ``ev`` of a profile (``MRC_CTL_EV_OP_MODIFY_EV_STATE``)."""
+        """Set the state of EV ``ev`` of a profile (``MRC_CTL_EV_OP_MODIFY_EV_STATE``): as
+        :meth:`set_ev_states` on a QP using the profile."""
         profile = self.ev_profile(profile_id)
-        at = self._at(now)
+        chosen = operator_state(state)
         for qp in self._qps.values():
-            if qp.ev_profile is profile:
-                try:
-                    slot = qp.ev_table.slot(ev)
-                except KeyError:
-                    continue
-                qp.set_ev_state(slot, EvState(state), reason, at)
-                return
+            if qp.ev_profile is not profile:
+                continue
+            try:
+                self.set_ev_states(qp.qpn, [ev], chosen, now, reason)
+            except KeyError:  # not in this QP's EVs (explicit SRV6 EVs differ per peer)
+                continue
+            return
         raise KeyError(f"EV {ev:#x}: not in EV profile {profile_id} (or no QP uses it)")
+
+    def set_port_admin(self, plane: int, enabled: bool, now: float | None = None) -> int:
+        """The administrative state of this host's port of ``plane`` (``mrc_ctl_modify_port``):
+        a disabled port carries nothing -- every EV of its plane on every QP is DENIED, and so
+        are those of QPs created while it stays disabled; enabling it releases them to
+        UNKNOWN (probed back to GOOD). Returns the number of EVs set."""
+        if plane not in self.nics:
+            raise ValueError(f"field 'plane': {self.host} has no port on plane {plane}")
+        if (plane not in self._admin_down) == enabled:
+            return 0
+        (self._admin_down.discard if enabled else self._admin_down.add)(plane)
+        state = EvState.UNKNOWN if enabled else EvState.DENIED
+        return sum(self._set_plane_states(qp, plane, state, now) for qp in self._qps.values())
+
+    def port_admin(self, plane: int) -> bool:
+        """True unless the port of ``plane`` is administratively disabled."""
+        return plane not in self._admin_down
+
+    def _set_plane_states(
+        self, qp: QueuePair, plane: int, state: EvState, now: float | None
+    ) -> int:
+        evs = [info.ev for info in qp.ev_table.evs() if info.plane == plane]
+        return self.set_ev_states(qp.qpn, evs, state, now)
 
     def probe_ev(self, qpn: int, ev: int, now: float | None = None) -> int:
         """Send a probe on EV ``ev`` of QP ``qpn`` now; returns the probe id."""
@@ -348,7 +413,7 @@ class Context:
         :meth:`ep_batch_end`."""
         return self._endpoint.batch(op, requests, dscp, timeout, self._at(now), self.dilation)
 
-    def ep_batch_end(self, batch: EpBatch) -> list[Any]:
+    def ep_batch_end(self, batch: EpBatch) -> list[EndpointResponse]:
         """Stop waiting for ``batch`` (later responses are dropped); its responses, with their
         times and RTTs in the driver's clock."""
         self._endpoint.expire(batch)

@@ -23,6 +23,7 @@ the ports the mask says are down and probes them again when a later update says 
 
 from __future__ import annotations
 
+import dataclasses
 import ipaddress
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -37,6 +38,7 @@ if TYPE_CHECKING:
     from host.transport.qp import QueuePair
     from topologies import Path
 
+STEV = EvFormatProfile(EvFormat.STEV)
 OPS = {"ev_probe": wire.EP_OP_EV_PROBE, "port_status_update": wire.EP_OP_PORT_STATUS}
 OP_NAMES = {v: k for k, v in OPS.items()}
 #: request ids the context uses for its own port status updates (a batch may not use them)
@@ -49,7 +51,12 @@ PORT_STATUS_ROUNDS = 8
 
 
 class EndpointError(ValueError):
-    """A request that cannot be sent (names the request and the field)."""
+    """A request that cannot be sent (names the request and the field); ``index`` is the
+    failing request's place in its batch, when a batch was sent."""
+
+    def __init__(self, message: str, index: int | None = None) -> None:
+        super().__init__(message)
+        self.index = index
 
 
 @dataclass(frozen=True)
@@ -63,12 +70,16 @@ class SpineRoutes:
 
     spine_of: dict[bytes, int] = field(default_factory=dict)  #: carrier -> spine
     via: dict[tuple[bytes, int], bytes] = field(default_factory=dict)  #: (NIC, spine) -> carrier
+    #: every other host's NIC address -> (host, plane): the destinations a request may name
+    #: (empty: any address, on any plane)
+    peers: dict[bytes, tuple[str, int]] = field(default_factory=dict)
 
     @classmethod
     def from_paths(cls, paths: Iterable[Path]) -> SpineRoutes:
         """The table of ``paths`` (every path from this host to the others)."""
         routes = cls()
         for path in paths:
+            routes.peers[path.dst_nic.address.packed] = (path.dst, path.dst_nic.plane)
             if path.spine is None:
                 continue  # within a rack: one way only
             routes.spine_of[path.carrier.packed] = path.spine
@@ -79,19 +90,86 @@ class SpineRoutes:
 
 @dataclass(frozen=True)
 class EpRequest:
-    """One endpoint request (``mrc_ctl_ep_req``)."""
+    """One endpoint request (``mrc_ctl_ep_req``), its fields checked one by one; whether they
+    make sense together on this host (the source is one of its NICs, the port is the source's)
+    is the context's to check when the request is sent. :meth:`parse` takes addresses as text
+    and formats by name. Errors are :class:`EndpointError` naming the field."""
 
     req_id: int  #: 16-bit id, unique among the requests waiting
-    sgid: Any  #: this host's NIC address (IPv6Address or text)
-    dgid: Any  #: the destination NIC's address
-    #: the EV: 32-bit (STEV, UDP), the 128-bit uSID carrier (SRV6), or with an SRH the 256-bit
-    #: ``carrier << 128 | segment`` (SRV6+SRH)
+    #: this host's NIC address; the unspecified address (``::``) picks the NIC on the
+    #: destination's plane
+    sgid: ipaddress.IPv6Address
+    dgid: ipaddress.IPv6Address  #: the destination NIC's address
+    #: the EV: 32-bit (STEV), 16-bit (UDP), the 128-bit uSID carrier (SRV6), or with an SRH the
+    #: 256-bit ``carrier << 128 | segment`` (SRV6+SRH)
     ev: int
-    #: the EV format: an :class:`EvFormat`, an :class:`EvFormatProfile` (``srh`` for SRV6+SRH)
-    #: or a name (``srv6``, ``srv6+srh``, ``stev``, ``udp``)
-    ev_fmt: EvFormat | EvFormatProfile | str = EvFormat.STEV
+    ev_fmt: EvFormatProfile = STEV  #: the EV format (``srh`` for SRV6+SRH)
     port: int | None = None  #: mrc_ctl_ev.port (1-based); default the port of ``sgid``
     port_status: int = 0  #: port status updates: the mask of ports up (bit N: port N)
+
+    def __post_init__(self) -> None:
+        _check_int("req_id", self.req_id, 0xFFFF)
+        for name in ("sgid", "dgid"):
+            if not isinstance(getattr(self, name), ipaddress.IPv6Address):
+                raise EndpointError(
+                    f"field '{name}': expected an IPv6Address (EpRequest.parse takes text)"
+                )
+        if not isinstance(self.ev_fmt, EvFormatProfile):
+            raise EndpointError(
+                "field 'ev_fmt': expected an EvFormatProfile (EpRequest.parse takes names)"
+            )
+        _check_int("ev", self.ev, self.ev)  # an integer >= 0; its width by the format below
+        fmt = self.ev_fmt
+        if fmt.mode is EvFormat.SRV6:
+            if fmt.srh and (self.ev >> 256 or not self.ev >> 128 or not self.ev & ((1 << 128) - 1)):
+                raise EndpointError(
+                    f"field 'ev': req_id {self.req_id}: an SRV6+SRH EV is a 128-bit carrier and "
+                    "a 128-bit SRH segment (carrier << 128 | segment, neither zero)"
+                )
+            if not fmt.srh and self.ev >> 128:
+                raise EndpointError(
+                    f"field 'ev': req_id {self.req_id}: an SRV6 EV is a 128-bit carrier"
+                )
+        else:
+            top = 32 if fmt.mode is EvFormat.STEV else 16
+            if self.ev >> top:
+                raise EndpointError(
+                    f"field 'ev': req_id {self.req_id}: a {fmt.mode.value} EV has {top} bits"
+                )
+        if self.port is not None:
+            _check_int("port", self.port, 255, low=1)
+        _check_int("port_status", self.port_status, (1 << 32) - 1)
+
+    @classmethod
+    def parse(
+        cls, req_id: int, sgid: object, dgid: object, ev: int, ev_fmt: object = STEV,
+        port: int | None = None, port_status: int = 0,
+    ) -> EpRequest:  # fmt: skip
+        """A request from addresses given as text, bytes or addresses and a format given by
+        name (``srv6``, ``srv6+srh``, ``stev``, ``udp``) or as an EvFormat / EvFormatProfile."""
+        try:
+            fmt = format_profile(ev_fmt)
+        except EvProfileError as exc:
+            raise EndpointError(f"field 'ev_fmt': req_id {req_id}: {exc}") from None
+        return cls(req_id, _address("sgid", sgid), _address("dgid", dgid), ev, fmt, port,
+                   port_status)  # fmt: skip
+
+
+def _check_int(name: str, value: object, high: int, low: int = 0) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise EndpointError(f"field '{name}': expected an integer in {low}..{high}, got {value!r}")
+
+
+def _address(name: str, value: object) -> ipaddress.IPv6Address:
+    """An address given as an address, 16 bytes or text (EndpointError naming ``name``)."""
+    if isinstance(value, ipaddress.IPv6Address):
+        return value
+    try:
+        if isinstance(value, bytes | bytearray):
+            return ipaddress.IPv6Address(bytes(value))
+        return ipaddress.IPv6Address(str(value))
+    except ValueError:
+        raise EndpointError(f"field '{name}': {value!r}: expected an IPv6 address") from None
 
 
 @dataclass
@@ -158,16 +236,25 @@ class Endpoint:
             raise EndpointError(f"request DSCP {dscp}: expected 0..63")
         if not requests:
             raise EndpointError("an endpoint batch needs at least one request")
-        ids = [r.req_id for r in requests]
-        for r in requests:
-            if not 0 <= r.req_id < INTERNAL_REQ_IDS.start or r.req_id in self._waiting:
+        seen: set[int] = set()
+        for i, r in enumerate(requests):
+            if r.req_id >= INTERNAL_REQ_IDS.start or r.req_id in self._waiting:
                 raise EndpointError(
                     f"request id {r.req_id}: expected 0..{INTERNAL_REQ_IDS.start - 1}, unique "
-                    "among the requests waiting"
+                    "among the requests waiting",
+                    index=i,
                 )
-        if len(set(ids)) != len(ids):
-            raise EndpointError("request ids must be unique in a batch")
-        frames = [self._request_frame(r, OPS[op], dscp, now) for r in requests]
+            if r.req_id in seen:
+                raise EndpointError(
+                    f"request ids must be unique in a batch ({r.req_id} twice)", index=i
+                )
+            seen.add(r.req_id)
+        frames = []
+        for i, r in enumerate(requests):
+            try:
+                frames.append(self._request_frame(self.resolve(r, op), OPS[op], dscp, now))
+            except EndpointError as exc:
+                raise EndpointError(str(exc), index=i) from None
         batch = EpBatch(op, tuple(requests), now, now + timeout, dilation)
         for r, (plane, frame) in zip(requests, frames, strict=True):
             self._shared.outbox.append((plane, frame))
@@ -175,41 +262,56 @@ class Endpoint:
         self._count_sent(*(frame for _, frame in frames))
         return batch
 
-    def _request_frame(self, r: EpRequest, op: int, dscp: int, now: float) -> tuple[int, bytearray]:
-        try:
-            fmt = format_profile(r.ev_fmt)
-        except EvProfileError as exc:
-            raise EndpointError(f"request {r.req_id}: {exc}") from None
-        mode = fmt.mode
-        src = _packed(r.sgid)
-        plane = self._by_address.get(src)
+    def resolve(self, r: EpRequest, op: str = "ev_probe") -> EpRequest:
+        """``r`` checked against this host: its source is one of the host's NICs (the
+        unspecified address: the NIC on the destination's plane), its port the source's, its
+        destination another host's NIC on the same plane (when the fabric's hosts are known:
+        planes are disjoint), a port status update's mask only of this host's ports."""
+        dst = r.dgid.packed
+        peer = self.routes.peers.get(dst)
+        if self.routes.peers and (peer is None or peer[0] == self.host):
+            raise EndpointError(
+                f"req_id {r.req_id}: dgid {r.dgid} is not another testbed host's NIC"
+            )
+        if not r.sgid.packed.strip(b"\0"):
+            if peer is None:
+                raise EndpointError(f"req_id {r.req_id}: sgid :: needs a known destination")
+            r = dataclasses.replace(r, sgid=_address("sgid", self.nics[peer[1]].address))
+        plane = self._by_address.get(r.sgid.packed)
         if plane is None:
-            raise EndpointError(f"request {r.req_id}: sgid {r.sgid} is no NIC of {self.host}")
+            raise EndpointError(f"req_id {r.req_id}: sgid {r.sgid} is no NIC of {self.host}")
+        if peer is not None and peer[1] != plane:
+            raise EndpointError(
+                f"req_id {r.req_id}: sgid is on port {plane + 1}, dgid on port {peer[1] + 1} "
+                "(planes are disjoint)"
+            )
         if r.port is not None and r.port != plane + 1:
             raise EndpointError(
-                f"request {r.req_id}: port {r.port} is not sgid's (port {plane + 1})"
+                f"req_id {r.req_id}: port {r.port} is not sgid's (port {plane + 1})"
             )
+        if op == "port_status_update" and r.port_status & ~self._all_ports():
+            raise EndpointError(
+                f"req_id {r.req_id}: port_status {r.port_status:#x}: {self.host} has ports "
+                f"1..{len(self.nics)}"
+            )
+        return r
+
+    def _all_ports(self) -> int:
+        return sum(1 << (plane + 1) for plane in self.nics)
+
+    def _request_frame(self, r: EpRequest, op: int, dscp: int, now: float) -> tuple[int, bytearray]:
+        fmt = r.ev_fmt
+        mode = fmt.mode
+        plane = self._by_address[r.sgid.packed]
         segment: bytes | None = None
         if mode is EvFormat.SRV6:
             # the carrier, with an SRH followed by the segment; the low 32 bits are the wire EV
-            if fmt.srh and (
-                not 0 <= r.ev < 1 << 256 or not r.ev >> 128 or not r.ev & ((1 << 128) - 1)
-            ):
-                raise EndpointError(
-                    f"request {r.req_id}: an SRV6+SRH EV is a 128-bit carrier and a 128-bit "
-                    "SRH segment (carrier << 128 | segment, neither zero)"
-                )
-            if not fmt.srh and not 0 <= r.ev < 1 << 128:
-                raise EndpointError(f"request {r.req_id}: an SRV6 EV is a 128-bit carrier")
             raw = r.ev.to_bytes(32 if fmt.srh else 16, "big")
             dst, segment = raw[:16], (raw[16:] or None)
             wire_ev = r.ev & 0xFFFFFFFF
             outer = wire.ev_outer(wire_ev, wire.EV_MODE_SRV6)
         else:
-            dst = _packed(r.dgid)
-            top = 32 if mode is EvFormat.STEV else 16
-            if not 0 <= r.ev < 1 << top:
-                raise EndpointError(f"request {r.req_id}: a {mode.value} EV has {top} bits")
+            dst = r.dgid.packed
             wire_ev = r.ev
             outer = wire.ev_outer(r.ev, mode.value)
         prefix = self._prefix(plane, dst, dscp, outer, segment)
@@ -374,8 +476,8 @@ class Endpoint:
             if self._next_internal >= INTERNAL_REQ_IDS.stop:
                 self._next_internal = INTERNAL_REQ_IDS.start
             ev = 0x5000_0000 | (req_id & 0xFFFF)  # an EV per copy: ECMP hashes each its way
-            r = EpRequest(req_id, path.src_nic.address, path.dst_nic.address, ev,
-                          EvFormat.STEV, None, mask)  # fmt: skip
+            r = EpRequest.parse(req_id, path.src_nic.address, path.dst_nic.address, ev,
+                                port_status=mask)  # fmt: skip
             plane, frame = self._request_frame(r, wire.EP_OP_PORT_STATUS, wire.DSCP_CONTROL, now)
             self._shared.outbox.append((plane, frame))
             self._waiting[req_id] = (None, wire.EP_OP_PORT_STATUS, now)
@@ -410,10 +512,4 @@ class Endpoint:
 def _packed(address: object) -> bytes:
     if isinstance(address, bytes) and len(address) == 16:
         return address
-    packed = getattr(address, "packed", None)
-    if isinstance(packed, bytes) and len(packed) == 16:
-        return packed
-    try:
-        return ipaddress.IPv6Address(str(address)).packed
-    except ValueError:
-        raise EndpointError(f"address {address!r}: expected an IPv6 address") from None
+    return _address("address", address).packed

@@ -33,9 +33,9 @@ def test_ev_probes_in_stev_and_srv6(make_net: Any, fabric: Fabric) -> None:
     a, b = fabric.host("h0"), fabric.host("h2")
     carrier = int(fabric.paths("h0", "h2")[3].carrier)  # plane 1, spine 1
     requests = [
-        EpRequest(1, a.nic(0).address, b.nic(0).address, 0x12345678, EvFormat.STEV),
-        EpRequest(2, a.nic(1).address, b.nic(1).address, 0x77, "udp", port=2),
-        EpRequest(3, str(a.nic(1).address), b.nic(1).address, carrier, EvFormat.SRV6),
+        EpRequest.parse(1, a.nic(0).address, b.nic(0).address, 0x12345678, EvFormat.STEV),
+        EpRequest.parse(2, a.nic(1).address, b.nic(1).address, 0x77, "udp", port=2),
+        EpRequest.parse(3, str(a.nic(1).address), b.nic(1).address, carrier, EvFormat.SRV6),
     ]
     batch = h0.ep_batch_send("ev_probe", requests, dscp=46, timeout=1e-3)
     net.sim.kick("h0")
@@ -58,8 +58,8 @@ def test_probe_batch_times_out_on_a_dead_port(make_net: Any, fabric: Fabric) -> 
     net.sim.fail_link("h2", "t0-p0-r1", start=0.0)
     a, b = fabric.host("h0"), fabric.host("h2")
     batch = h0.ep_batch_send("ev_probe", [
-        EpRequest(7, a.nic(0).address, b.nic(0).address, 1),
-        EpRequest(8, a.nic(1).address, b.nic(1).address, 1),
+        EpRequest.parse(7, a.nic(0).address, b.nic(0).address, 1),
+        EpRequest.parse(8, a.nic(1).address, b.nic(1).address, 1),
     ], timeout=100e-6)  # fmt: skip
     net.sim.kick("h0")
     net.run(batch.deadline_driver, stop=batch.complete)
@@ -70,16 +70,16 @@ def test_probe_batch_times_out_on_a_dead_port(make_net: Any, fabric: Fabric) -> 
 def test_request_errors(fabric: Fabric) -> None:
     ctx = Context("h0", fabric.host("h0").nics)
     a, b = fabric.host("h0"), fabric.host("h2")
-    good = EpRequest(1, a.nic(0).address, b.nic(0).address, 1)
+    good = EpRequest.parse(1, a.nic(0).address, b.nic(0).address, 1)
     for bad, words in [
-        (EpRequest(1, b.nic(0).address, a.nic(0).address, 1), "no NIC of h0"),
-        (EpRequest(1, a.nic(0).address, b.nic(0).address, 1, port=2), "port 2"),
-        (EpRequest(1, a.nic(0).address, b.nic(0).address, 1 << 32), "32 bits"),
-        (EpRequest(0xFF01, a.nic(0).address, b.nic(0).address, 1), "request id"),
-        (EpRequest(1, a.nic(0).address, "nonsense", 1), "IPv6"),
+        ((1, b.nic(0).address, a.nic(0).address, 1), "no NIC of h0"),
+        ((1, a.nic(0).address, b.nic(0).address, 1, "stev", 2), "port 2"),
+        ((1, a.nic(0).address, b.nic(0).address, 1 << 32), "32 bits"),
+        ((0xFF01, a.nic(0).address, b.nic(0).address, 1), "request id"),
+        ((1, a.nic(0).address, "nonsense", 1), "IPv6"),
     ]:
-        with pytest.raises(EndpointError, match=words):
-            ctx.ep_batch_send("ev_probe", [bad])
+        with pytest.raises(EndpointError, match=words):  # when made, or when sent
+            ctx.ep_batch_send("ev_probe", [EpRequest.parse(*bad)])
     with pytest.raises(EndpointError, match="operation"):
         ctx.ep_batch_send("ping", [good])
     with pytest.raises(EndpointError, match="unique"):
@@ -89,7 +89,9 @@ def test_request_errors(fabric: Fabric) -> None:
 def test_service_time_is_taken_off_the_rtt(fabric: Fabric) -> None:
     a = Context("h0", fabric.host("h0").nics)
     b = Context("h2", fabric.host("h2").nics)
-    request = EpRequest(5, fabric.host("h0").nic(0).address, fabric.host("h2").nic(0).address, 9)
+    request = EpRequest.parse(
+        5, fabric.host("h0").nic(0).address, fabric.host("h2").nic(0).address, 9
+    )
     batch = a.ep_batch_send("ev_probe", [request], timeout=10.0, now=0.0)
     [(plane, frame)] = a.frames_to_send(0.0)
     b.receive_frame(plane, frame, 1.0)  # arrives at 1.0 ...
@@ -212,8 +214,8 @@ def test_ev_probe_with_an_srh(make_net: Any, fabric: Fabric, dst: str) -> None:
     ev = int(path.srh_carrier) << 128 | int(path.srh_segment)
     fmt = EvFormatProfile(EvFormat.SRV6, srh=True)
     requests = [
-        EpRequest(1, a.nic(1).address, b.nic(1).address, ev, fmt),
-        EpRequest(2, a.nic(1).address, b.nic(1).address, ev, "srv6+srh", port=2),
+        EpRequest.parse(1, a.nic(1).address, b.nic(1).address, ev, fmt),
+        EpRequest.parse(2, a.nic(1).address, b.nic(1).address, ev, "srv6+srh", port=2),
     ]
     batch = h0.ep_batch_send("ev_probe", requests, dscp=46, timeout=1e-3)
     sent = h0.frames_to_send(net.sim.now)
@@ -243,11 +245,11 @@ def test_srh_ev_probe_errors(fabric: Fabric) -> None:
     path = fabric.paths("h0", "h2")[1]
     carrier, segment = int(path.srh_carrier), int(path.srh_segment)
     for ev in (carrier, segment << 128, 1 << 256):  # no segment, no carrier, too wide
-        bad = EpRequest(1, a.nic(1).address, b.nic(1).address, ev, "srv6+srh")
         with pytest.raises(EndpointError, match="SRV6\\+SRH EV"):
+            bad = EpRequest.parse(1, a.nic(1).address, b.nic(1).address, ev, "srv6+srh")
             ctx.ep_batch_send("ev_probe", [bad])
     with pytest.raises(EndpointError, match="srv6\\+srh"):
-        ctx.ep_batch_send("ev_probe", [EpRequest(1, a.nic(1).address, b.nic(1).address, 1,
+        ctx.ep_batch_send("ev_probe", [EpRequest.parse(1, a.nic(1).address, b.nic(1).address, 1,
                                                  "srv6+nope")])  # fmt: skip
 
 
@@ -285,7 +287,7 @@ def test_srv6_probe_answers_come_back_through_the_probed_spine(
     answered = 0
     for src in senders:
         requests = [
-            EpRequest(i + 1, fabric.host(src).nic(0).address, p.dst_nic.address, int(p.carrier),
+            EpRequest.parse(i + 1, fabric.host(src).nic(0).address, p.dst_nic.address, int(p.carrier),
                       "srv6")
             for i, p in enumerate(
                 p for dst in ("h2", "h3") for p in fabric.paths(src, dst) if p.label == "p0-s1"
