@@ -269,6 +269,11 @@ class QpState:
         raise NotImplementedError
 
     @property
+    def first_psn(self) -> int:
+        """The first PSN this QP sends (``connect``'s ``send_psn``, RDMA's sq_psn)."""
+        return self._psn_origin
+
+    @property
     def carried_traffic(self) -> bool:
         """The QP has sent or received data (:class:`host.transport.qp.QueuePair`)."""
         raise NotImplementedError
