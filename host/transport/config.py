@@ -17,6 +17,7 @@ comes from.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
@@ -31,8 +32,26 @@ CONTEXT_FIELDS = ("mtu", "dilation", "max_frame", "hop_limit", "ev_min_active")
 LIVE_FIELDS = (
     "ack_timeout_exp", "max_backoff_exp", "retry_linear_cnt", "retry_exp_cnt", "max_retransmits",
     "reorder_threshold", "ack_every", "ack_delay", "probe_timeout", "probe_interval", "rto_min",
-    "tlp", "rx_window", "max_outstanding",
+    "tlp", "rx_window", "max_outstanding", "ack_ce_at_once",
 )  # fmt: skip
+
+#: the default stack profile: NSCC fed as the UET reference simulator feeds it
+UET_PROFILE = "uet"
+#: the stack profile that keeps the testbed's earlier rules (before NSCC was fed as UET feeds
+#: it), so that the two can be compared: select it with ``StackConfig.profile``, ``mrc-host
+#: --stack-profile`` or a scenario's ``stack_profile``
+LEGACY_PROFILE = "testbed-2026"
+#: each named stack profile: the fields whose values differ from the defaults
+STACK_PROFILES: Mapping[str, Mapping[str, Any]] = {
+    UET_PROFILE: {},
+    LEGACY_PROFILE: {
+        "cc_raw_delay": False,
+        "cc_learn_base_rtt": False,
+        "ack_ce_at_once": False,
+        "timeout_quick_adapt": True,
+        "ev_min_active": 1,
+    },
+}
 
 
 class ConfigError(ValueError):
@@ -53,10 +72,13 @@ class StackConfig:
     reorder_threshold: int = 16  #: a packet is lost when one sent this many packets later is acked
     ack_every: int = 4  #: the receiver ACKs after this many data packets...
     ack_delay: float = 10e-9  #: ...or this long after the first unacknowledged one (seconds)
+    ack_ce_at_once: bool = True  #: ...or at once for a CE-marked one (uet-htsim processData)
     probe_timeout: float = 8e-6  #: a probe without reply after this long is lost (seconds)
     probe_interval: float = 8e-6  #: gap between probes of an EV that is not GOOD (seconds)
     ev_count: int = 128  #: EVs per QP for the generated profile (split evenly over planes)
-    ev_min_active: int = 1  #: never retire an EV if fewer GOOD ones would remain
+    #: never retire an EV if fewer GOOD ones would remain (None: a quarter of the EV profile's
+    #: EVs, as the OCP MRC API's examples set it)
+    ev_min_active: int | None = None
     retire_path: bool = True  #: a loss retires every EV of the lost packet's path, not only its EV
     ecn_steering: bool = True  #: steer spraying away from paths that signal congestion
     steering: str = "weights"  #: "weights" (per-path AIMD weights) or "halve" (one RTT)
@@ -65,6 +87,15 @@ class StackConfig:
     path_weight_increase: float = 1 / 32  #: added to a path's weight per clean ACK from it
     path_delay_excess: float = 0.5  #: a path slower than the fastest by this share is congested
     path_weight_min: float = 1 / 32  #: a congested path keeps at least this relative weight
+    #: congestion control gets the RTT of the acknowledged packet as it is (uet-htsim
+    #: processAck); False: capped at the fastest path's smoothed RTT (with ``steering="weights"``)
+    cc_raw_delay: bool = True
+    #: a CC's base RTT is where it starts (the fabric's unloaded RTT) and the smallest RTT seen
+    #: replaces it (uet-htsim update_base_rtt); False: the fabric's loaded RTT, fixed
+    cc_learn_base_rtt: bool = True
+    #: an ACK timeout triggers NSCC's quick adapt; False: the timed-out packets leave the
+    #: window (uet-htsim rtxTimerExpired)
+    timeout_quick_adapt: bool = False
     rto_min: float | None = None  #: floor of the adaptive ACK timeout (s); None: the MRC one
     tlp: bool = True  #: a tail-loss probe re-sends the oldest packets before the ACK timeout
     rx_window: int = 1 << 16  #: PSNs a receiver accepts ahead of its cumulative PSN
@@ -91,7 +122,11 @@ class StackConfig:
             ("probe_timeout", self.probe_timeout > 0, "> 0 seconds"),
             ("probe_interval", self.probe_interval > 0, "> 0 seconds"),
             ("ev_count", 1 <= self.ev_count <= 1 << 16, "1..65536"),
-            ("ev_min_active", self.ev_min_active >= 0, ">= 0"),
+            (
+                "ev_min_active",
+                self.ev_min_active is None or self.ev_min_active >= 0,
+                "None (a quarter of the profile's EVs) or >= 0",
+            ),
             ("steering", self.steering in STEERING_MODES, f"one of {STEERING_MODES}"),
             ("path_weight_decrease", 0 < self.path_weight_decrease < 1, "0 < x < 1"),
             ("path_weight_increase", 0 < self.path_weight_increase <= 1, "0 < x <= 1"),
@@ -108,6 +143,24 @@ class StackConfig:
                 raise ConfigError(
                     f"StackConfig.{name} = {getattr(self, name)!r}: expected {expected}"
                 )
+
+    @classmethod
+    def profile(cls, name: str, **changes: Any) -> StackConfig:
+        """The config of the named stack profile (``STACK_PROFILES``), with ``changes``."""
+        try:
+            values = STACK_PROFILES[name]
+        except KeyError:
+            raise ConfigError(
+                f"stack profile {name!r}: expected one of {', '.join(STACK_PROFILES)}"
+            ) from None
+        return cls().with_(**{**values, **changes})
+
+    @property
+    def min_active(self) -> int:
+        """The GOOD EVs a generated EV profile of ``ev_count`` EVs keeps at least, unless it
+        says otherwise: ``ev_min_active``, by default a quarter of them (the OCP MRC API's
+        examples set ``ev_min_active = ev_count / 4``)."""
+        return self.ev_count // 4 if self.ev_min_active is None else self.ev_min_active
 
     @property
     def ack_timeout(self) -> float:

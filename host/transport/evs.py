@@ -606,10 +606,13 @@ class ProfileStates:
     another QP found bad.
     """
 
-    def __init__(self, profile_id: int, profile: EvProfile, min_active: int) -> None:
+    def __init__(self, profile_id: int, profile: EvProfile, min_active: int | None) -> None:
         self.profile_id = profile_id
         self.profile = profile
-        self.min_active = min_active
+        #: GOOD EVs never retired below; None given: a quarter of the profile's EVs, as the
+        #: OCP MRC API's examples set ev_min_active (known once a QP attaches)
+        self.min_active = 0 if min_active is None else min_active
+        self._quarter = min_active is None
         self.tables: list[EvTable] = []
         self.states: dict[int, tuple[EvState, float]] = {}  #: wire -> (state, since)
 
@@ -620,6 +623,8 @@ class ProfileStates:
 
     def attach(self, table: EvTable) -> None:
         """Share this profile's states with ``table`` (which takes the states known so far)."""
+        if self._quarter and not self.tables:
+            self.min_active = len(table.slots) // 4
         self.tables.append(table)
         table.profile = self
         for slot in table.slots:

@@ -93,6 +93,8 @@ class QueuePair(Sender, Receiver, LossRecovery, PathChoice):
         self._w_inc = cfg.path_weight_increase
         self._w_min = cfg.path_weight_min
         self._w_excess = 1.0 + cfg.path_delay_excess
+        # the window's delay: the acknowledged packet's RTT, or capped at the fastest path's
+        self._cap_delay = self._weights and not cfg.cc_raw_delay
         # EVs of packets acknowledged without a CE echo, reused first (recycled spraying)
         self._recycle: collections.deque[EvSlot] | None = (
             collections.deque(maxlen=RECYCLE_MAX) if cfg.ev_recycle and policy.spray else None
@@ -104,7 +106,7 @@ class QueuePair(Sender, Receiver, LossRecovery, PathChoice):
         self.cq = cq
         self.policy = policy
         self.remote_qpn = remote_qpn
-        self.cc: CongestionControl = create(cc, mtu=cfg.mtu)
+        self.cc: CongestionControl = create(cc, mtu=cfg.mtu, config=cfg)
         self.error: str | None = None
         if profile is None:
             chosen_profile = ev_profile or GeneratedEvProfile()
@@ -221,6 +223,7 @@ class QueuePair(Sender, Receiver, LossRecovery, PathChoice):
         """Derive the QP's cached timers and windows from ``cfg``'s ``LIVE_FIELDS``."""
         self._rx_window = cfg.rx_window
         self._ack_every = cfg.ack_every
+        self._ack_ce_now = cfg.ack_ce_at_once
         self._ack_delay = cfg.ack_delay
         self._steer_hold = cfg.ack_delay * 10
         self._rto_floor = cfg.ack_timeout if cfg.rto_min is None else cfg.rto_min

@@ -162,6 +162,7 @@ class QpState:
     _rx_window: int
     _ack_every: int
     _ack_delay: float
+    _ack_ce_now: bool
     _steer: bool
     _steer_skip: bool
     _steer_hold: float
@@ -170,6 +171,7 @@ class QpState:
     _w_inc: float
     _w_min: float
     _w_excess: float
+    _cap_delay: bool
     _recycle: collections.deque[EvSlot] | None
     _stats: Stats
     qpn: int

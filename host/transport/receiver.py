@@ -113,13 +113,16 @@ class Receiver(QpState):
                             msg.imm, msg.base, now,
                         )
                     )  # fmt: skip
-        if ecn == _ECN_CE:
-            self._ack_ce += 1
-            self._ack_ce_ev = ev
         # inline of _note_ack for the common case
         pending = self._ack_pending + 1
         self._ack_pending = pending
         self._ack_echo = (ev, ts, plane, spine)
+        if ecn == _ECN_CE:
+            self._ack_ce += 1
+            self._ack_ce_ev = ev
+            # a CE-marked packet is acknowledged at once (uet-htsim UecSink::processData), so
+            # its RTT and its mark reach congestion control without waiting for the next ones
+            ack_req = ack_req or self._ack_ce_now
         if ack_req or pending >= self._ack_every:
             self._send_ack(now)
         elif self._ack_deadline is None:

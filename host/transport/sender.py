@@ -422,9 +422,11 @@ class Sender(QpState):
                 self._path_congested(echoed, rtt, now)
             elif self._weights:
                 self._path_feedback(echoed, rtt, now)
-        if self._weights and rtt is not None:
-            # the window answers congestion common to every path: its delay is the fastest
-            # path's; a path slower than that is the spraying weights' business
+        if self._cap_delay and rtt is not None:
+            # the stack profile testbed-2026: the window answers congestion common to every
+            # path, its delay is the fastest path's; a path slower than that is the spraying
+            # weights' business. By default the window gets the acknowledged packet's own RTT,
+            # as uet-htsim's processAck takes it (raw_rtt of the acked PSN, no cap)
             fastest = self.ev_table.fastest_rtt()
             if fastest and rtt > fastest:
                 rtt = fastest

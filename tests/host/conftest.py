@@ -64,7 +64,7 @@ class Net:
         """QPs src -> dst and dst -> src, connected, with the same options (by default, NSCC
         fitted to the in-memory network, as the agents fit it to theirs)."""
         if "cc" not in qp_options:
-            qp_options["cc"] = fabric_cc_profile(self.sim.topology, CcProfile("nscc"))
+            qp_options["cc"] = fabric_cc_profile(self.sim.topology, CcProfile("nscc"), self.config)
         a, b = self.host(src), self.host(dst)
         qa = a.create_qp(dst, self.fabric.paths(src, dst), cq=self.cqs[src], **qp_options)  # type: ignore[arg-type]
         qb = b.create_qp(src, self.fabric.paths(dst, src), cq=self.cqs[dst], **qp_options)  # type: ignore[arg-type]

@@ -12,6 +12,8 @@ import abc
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
+from host.transport.config import StackConfig
+
 _REGISTRY: dict[str, type[CongestionControl]] = {}
 #: the algorithm QPs use unless told otherwise: UET NSCC, MRC's default ("uet-1.0-nscc")
 DEFAULT_CC = "nscc"
@@ -87,7 +89,10 @@ class CongestionControl(abc.ABC):
     #: parameters the algorithm accepts, with their defaults (subclasses override)
     defaults: Mapping[str, float] = {}
 
-    def __init__(self, *, mtu: int, params: Mapping[str, float] | None = None) -> None:
+    def __init__(
+        self, *, mtu: int, params: Mapping[str, float] | None = None,
+        config: StackConfig | None = None,
+    ) -> None:  # fmt: skip
         given = dict(params or {})
         unknown = sorted(set(given) - set(self.defaults))
         if unknown:
@@ -98,6 +103,9 @@ class CongestionControl(abc.ABC):
         self.mtu = mtu
         self.params = {**self.defaults, **given}
         self.cwnd = float(mtu)
+        #: the stack's rules for feeding the algorithm (``cc_learn_base_rtt``,
+        #: ``timeout_quick_adapt``): its QP's config
+        self.config = config or StackConfig()
 
     @abc.abstractmethod
     def on_packet_sent(self, *, nbytes: int, now: float) -> None:
@@ -142,9 +150,14 @@ def available() -> list[str]:
 
 
 def create(
-    profile: str | CcProfile, *, mtu: int, params: Mapping[str, float] | None = None
+    profile: str | CcProfile,
+    *,
+    mtu: int,
+    params: Mapping[str, float] | None = None,
+    config: StackConfig | None = None,
 ) -> CongestionControl:
-    """Build the algorithm named by ``profile`` (a name or a :class:`CcProfile`)."""
+    """Build the algorithm named by ``profile`` (a name or a :class:`CcProfile`) for a QP of
+    ``config`` (default: the default config)."""
     if isinstance(profile, CcProfile):
         name, merged = profile.name, {**profile.params, **(params or {})}
     else:
@@ -155,4 +168,4 @@ def create(
         raise ValueError(
             f"congestion control {name!r}: expected one of {', '.join(available())}"
         ) from None
-    return cls(mtu=mtu, params=merged)
+    return cls(mtu=mtu, params=merged, config=config)

@@ -20,6 +20,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from host.transport.cc.base import CongestionControl, register
+from host.transport.config import StackConfig
 
 
 @register("ecn-delay")
@@ -38,8 +39,11 @@ class EcnDelay(CongestionControl):
         "fair_increase": 0.25,  # increase share when delay is high but unmarked
     }
 
-    def __init__(self, *, mtu: int, params: Mapping[str, float] | None = None) -> None:
-        super().__init__(mtu=mtu, params=params)
+    def __init__(
+        self, *, mtu: int, params: Mapping[str, float] | None = None,
+        config: StackConfig | None = None,
+    ) -> None:  # fmt: skip
+        super().__init__(mtu=mtu, params=params, config=config)
         p = self.params
         if not 1 <= p["min_cwnd"] <= p["init_cwnd"] <= p["max_cwnd"]:
             raise ValueError(

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from host.transport.cc.base import CongestionControl, register
+from host.transport.config import StackConfig
 
 
 @register("fixed")
@@ -13,8 +14,11 @@ class FixedWindow(CongestionControl):
 
     defaults: Mapping[str, float] = {"window": 64}
 
-    def __init__(self, *, mtu: int, params: Mapping[str, float] | None = None) -> None:
-        super().__init__(mtu=mtu, params=params)
+    def __init__(
+        self, *, mtu: int, params: Mapping[str, float] | None = None,
+        config: StackConfig | None = None,
+    ) -> None:  # fmt: skip
+        super().__init__(mtu=mtu, params=params, config=config)
         if self.params["window"] < 1:
             raise ValueError(f"fixed window {self.params['window']}: expected >= 1 packet")
         self.cwnd = float(self.params["window"] * mtu)

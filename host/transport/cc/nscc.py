@@ -25,7 +25,11 @@ as two: the marked bytes, then the others):
 - a NACK (trim) takes the NACKed bytes out of the window and triggers quick adapt; the delay
   EWMA takes it as a delay of one network RTT above base. A trim at the receiver's own leaf
   (``last_hop``) is the incast's congestion, not a path's: the window answers it, the path
-  choice does not (:mod:`host.transport.sender`).
+  choice does not (:mod:`host.transport.sender`);
+- the base RTT starts at the configured one (the fabric's unloaded RTT) and the smallest RTT
+  measured replaces it, ``max_cwnd`` following (1.5 BDP); a timeout takes the timed-out
+  packets out of the window (both after uet-htsim; the stack profile ``testbed-2026`` keeps the
+  testbed's earlier rules: a fixed base RTT, quick adapt on a timeout).
 
 :func:`uet_defaults` derives the reference's defaults (its ``initNsccParams``) from the
 fabric's base RTT and link rate; every field can be set. docs/host-stack.md lists each rule
@@ -37,6 +41,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from host.transport.cc.base import CongestionControl, register
+from host.transport.config import StackConfig
 
 NS = 1e-9
 #: UET's reference network: 100 Gb/s with a 12 us RTT (the scaling factors' denominators)
@@ -126,8 +131,11 @@ class Nscc(CongestionControl):
         "target_delay": 0,  # 0: 0.75 base RTT
     }
 
-    def __init__(self, *, mtu: int, params: Mapping[str, float] | None = None) -> None:
-        super().__init__(mtu=mtu, params=params)
+    def __init__(
+        self, *, mtu: int, params: Mapping[str, float] | None = None,
+        config: StackConfig | None = None,
+    ) -> None:  # fmt: skip
+        super().__init__(mtu=mtu, params=params, config=config)
         p = self.params
         for name in ("gamma", "max_md_jump"):
             if not 0 <= p[name] <= 1:
@@ -143,6 +151,11 @@ class Nscc(CongestionControl):
         self.cwnd = self.max_cwnd  # the reference starts at max_cwnd (1.5 BDP)
         self._learn = p["base_rtt"] <= 0
         self.base_rtt = p["base_rtt"] * NS
+        # a configured base RTT (the fabric's unloaded RTT) is where uet-htsim starts
+        # (initNscc), and a smaller sample replaces it, max_cwnd following (update_base_rtt);
+        # with cc_learn_base_rtt off (stack profile testbed-2026) it stays fixed
+        self._lower_base = not self._learn and self.config.cc_learn_base_rtt
+        self._configured = (self.base_rtt, self.max_cwnd)
         self._derive()
         self.avg_delay = 0.0
         self.inflight = 0.0  # bytes sent and not yet acknowledged, lost or NACKed
@@ -194,10 +207,18 @@ class Nscc(CongestionControl):
         self.inflight += nbytes
 
     def on_rtt(self, *, rtt: float, now: float) -> None:
-        """Learn the base RTT when none was configured (the smallest RTT seen)."""
+        """Learn the base RTT: the smallest RTT seen. With none configured every parameter
+        follows it; from a configured one (uet-htsim update_base_rtt) only ``max_cwnd`` does
+        (1.5 BDP at the new base RTT), the others keep the network's."""
+        if rtt <= 0.0:
+            return
         if self._learn and (self.base_rtt == 0.0 or rtt < self.base_rtt):
             self.base_rtt = rtt
             self._derive()
+        elif self._lower_base and rtt < self.base_rtt:
+            base, max_cwnd = self._configured
+            self.base_rtt = rtt
+            self.max_cwnd = max(self.min_cwnd, max_cwnd * rtt / base)
 
     def on_ack(
         self, *, acked_bytes: int, rtt: float | None, ce_count: int, pkt_count: int, now: float
@@ -229,12 +250,18 @@ class Nscc(CongestionControl):
             self.cwnd = max(self.min_cwnd, self.cwnd - nbytes)
 
     def on_loss(self, *, nbytes: int, timeout: bool, now: float) -> None:
-        """Lost packets leave flight; a timeout also triggers quick adapt (a SACK loss is a
-        path failure in MRC, the window keeps it)."""
+        """Lost packets leave flight. A timeout takes the timed-out packets out of the window
+        too (uet-htsim rtxTimerExpired, mark_packet_for_retransmission), or, with
+        ``timeout_quick_adapt`` (stack profile testbed-2026), triggers quick adapt. A SACK loss
+        is a path failure in MRC: the window keeps it."""
         self.inflight = max(0.0, self.inflight - nbytes)
-        if timeout:
+        if not timeout:
+            return
+        if self.config.timeout_quick_adapt:
             self._trigger_qa = True
             self._quick_adapt(True, False, 0.0, now)
+        else:
+            self.cwnd = max(self.min_cwnd, self.cwnd - nbytes)
 
     def describe(self) -> dict[str, float]:
         """Window, base RTT, average delay and the effective parameters."""
