@@ -48,6 +48,7 @@ from experiments.faults import (
     SwitchReboot,
 )
 from host.transport.cc import CcProfile, CcProfileError
+from host.transport.config import STACK_PROFILES, UET_PROFILE
 from topologies import Fabric, Link, Topology, TopologyError, load_topology
 from topologies.config import FieldError, read_yaml_file, shipped_topology
 
@@ -133,6 +134,8 @@ class Scenario:
     source: str = "<memory>"
     raw: Mapping[str, Any] = field(default_factory=dict, compare=False, hash=False)
     base: Path = field(default=Path("."), compare=False)  # where a topology file is looked for
+    #: MRC transports: the agents' rules (host.transport.config.STACK_PROFILES)
+    stack_profile: str = UET_PROFILE
 
     def with_(self, **changes: Any) -> Scenario:
         """A copy with some fields of the scenario file changed (``link_rate_mbps=5``,
@@ -274,6 +277,7 @@ _TOP = (
     "link_delay_us",
     "nominal_rate_gbps",
     "cc",
+    "stack_profile",
     "queue_depth",
     "trim_threshold",
     "ecn_threshold",
@@ -567,6 +571,9 @@ def parse_scenario(data: object, source: str = "<memory>", base: Path | None = N
     if not isinstance(raw_transports, list) or not raw_transports:
         raise p.fail("transports", raw_transports, "a non-empty list of transports")
     default_cc = _cc(p, "cc", d["cc"], topo.mtu) if "cc" in d else None
+    stack_profile = p.choice(
+        "stack_profile", d.get("stack_profile", UET_PROFILE), list(STACK_PROFILES)
+    )
     transports = tuple(
         _transport(p, i, t, default_cc, topo.mtu) for i, t in enumerate(raw_transports)
     )
@@ -600,6 +607,7 @@ def parse_scenario(data: object, source: str = "<memory>", base: Path | None = N
         source,
         dict(d),
         base,
+        stack_profile=stack_profile,
     )
 
 

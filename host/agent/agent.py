@@ -150,11 +150,12 @@ class Agent:
         self.control_path = options.control or default_control_path(self.host.name)
         self.topology = fabric.topology
         # protocol time is real-fabric time: the core's clock runs `dilation` times slower
-        self.config = StackConfig(
-            mtu=self.topology.mtu, ev_count=options.ev_count, dilation=self.topology.dilation
-        )
+        self.config = StackConfig.profile(
+            options.stack_profile,
+            mtu=self.topology.mtu, ev_count=options.ev_count, dilation=self.topology.dilation,
+        )  # fmt: skip
         self.cc_profile = fabric_cc_profile(
-            self.topology, CcProfile(options.cc, dict(options.cc_params))
+            self.topology, CcProfile(options.cc, dict(options.cc_params)), self.config
         )
         self.selector = selectors.DefaultSelector()
         self.planes: list[PlaneNic] = []
@@ -228,9 +229,9 @@ class Agent:
         fabric) and return the effective one. Refused while any QP has messages in flight: a
         window is not handed from one algorithm to another mid-transfer."""
         self._require_idle()
-        effective = fabric_cc_profile(self.topology, profile)
+        effective = fabric_cc_profile(self.topology, profile, self.config)
         for qp in self.qps.values():
-            qp.cc = cc_create(effective, mtu=self.config.mtu)
+            qp.cc = cc_create(effective, mtu=self.config.mtu, config=qp.config)
         self.cc_profile = effective
         return effective
 

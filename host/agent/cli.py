@@ -3,7 +3,7 @@
 Run an agent (inside the host's network namespace, as root)::
 
     mrc-host --topo topologies/small.yaml --host h0 [--control /run/mrc-testbed/h0.sock]
-             [--cc nscc] [--cc-param NAME=VALUE] [--ev-count 128] [--log-file F] [--stats-file F] [--pcap F] [--direct]
+             [--cc nscc] [--cc-param NAME=VALUE] [--stack-profile uet] [--ev-count 128] [--log-file F] [--stats-file F] [--pcap F] [--direct]
 
 Control a running agent (``--control PATH``, or ``--host h0`` for the default socket path)::
 
@@ -36,6 +36,7 @@ from host.agent.nic_setup import SetupError, require_root
 from host.transport.cc import DEFAULT_CC, CcProfile
 from host.transport.cc import available as cc_available
 from host.transport.cc import create as cc_create
+from host.transport.config import LEGACY_PROFILE, STACK_PROFILES, UET_PROFILE
 from host.transport.policy import POLICIES
 from topologies import Fabric, TopologyError, load_topology
 from topologies.config import shipped_topology
@@ -90,6 +91,13 @@ def agent_parser() -> argparse.ArgumentParser:
         default=[],
         metavar="NAME=VALUE",
         help="congestion control parameter, e.g. max_cwnd=512 or window=256 (repeatable)",
+    )
+    parser.add_argument(
+        "--stack-profile",
+        default=UET_PROFILE,
+        choices=tuple(STACK_PROFILES),
+        help=f"the transport's rules: {UET_PROFILE} (default: NSCC fed as UET feeds it) or "
+        f"{LEGACY_PROFILE} (the testbed's earlier rules, to compare)",
     )
     parser.add_argument("--ev-count", type=int, default=128, help="EVs per QP (default 128)")
     parser.add_argument("--log-file", type=Path, help="log here instead of stderr")
@@ -185,6 +193,7 @@ def run_agent(argv: list[str]) -> int:
         control=args.control,
         cc=args.cc,
         cc_params=tuple(cc_params),
+        stack_profile=args.stack_profile,
         ev_count=args.ev_count,
         direct=args.direct,
         setup=args.setup,

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from host.transport.cc import DEFAULT_CC
+from host.transport.config import UET_PROFILE
 
 DEFAULT_CONTROL_DIR = Path("/run/mrc-testbed")
 DEFAULT_WINDOW = 64  # messages of one transfer posted to its QP at a time
@@ -25,6 +26,7 @@ class AgentOptions:
     control: Path | None = None  # default: default_control_path(host)
     cc: str = DEFAULT_CC
     cc_params: tuple[tuple[str, float], ...] = ()  # overrides of the algorithm's defaults
+    stack_profile: str = UET_PROFILE  # the transport's rules (host.transport.config.STACK_PROFILES)
     ev_count: int = 128
     ev_format: str = "srv6"  # EV format of every QP: srv6, stev or udp (host.transport.evs)
     direct: bool = False  # accept frames whose carrier still holds uSIDs (back-to-back hosts)
