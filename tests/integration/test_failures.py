@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import pytest
@@ -51,22 +53,39 @@ def test_a_shared_profile_keeps_the_other_qp_off_a_failed_path(testbed: Any, wai
     wait(all_good(testbed, "h0", "h2"), 60, "probes to reinstate p0-s0")
 
 
-def test_stev_spraying_uses_every_uplink_and_survives_a_link_failure(
-    testbed: Any, wait: Wait
-) -> None:
+@contextmanager
+def ev_format(testbed: Any, name: str) -> Iterator[None]:
+    """Every agent sends with EV format ``name`` inside the block, SRv6 again after it."""
     hosts = [h.name for h in testbed.fabric.hosts]
     for host in hosts:
         with agent(testbed, host) as c:
-            assert c.ev_format("stev")["format"] == "stev"
+            assert c.ev_format(name)["format"] == name
     try:
-        leaves = [f"t0-p{p}-r0" for p in range(testbed.fabric.topology.planes)]
-        ports = [intf for leaf in leaves for intf in uplinks(testbed, leaf)]
-        before = {intf: tx_bytes(intf) for intf in ports}
-        size = 4 << 20
-        transfer(testbed, "h0", "h2", size, seed=61)
-        sent = {intf: tx_bytes(intf) - before[intf] for intf in ports}
-        for intf, n in sent.items():  # ECMP put a real share on every uplink
-            assert n > size // (4 * len(ports)), (intf, sent)
+        yield
+    finally:
+        for host in hosts:
+            with agent(testbed, host) as c:
+                c.ev_format("srv6")
+
+
+def every_uplink_carries_a_share(testbed: Any, size: int, seed: int) -> None:
+    """A transfer of ``size`` bytes h0 -> h2 puts a real share on every uplink of rack 0."""
+    leaves = [f"t0-p{p}-r0" for p in range(testbed.fabric.topology.planes)]
+    ports = [intf for leaf in leaves for intf in uplinks(testbed, leaf)]
+    before = {intf: tx_bytes(intf) for intf in ports}
+    transfer(testbed, "h0", "h2", size, seed=seed)
+    sent = {intf: tx_bytes(intf) - before[intf] for intf in ports}
+    for intf, n in sent.items():
+        assert n > size // (4 * len(ports)), (intf, sent)
+
+
+def test_stev_spraying_uses_every_uplink_and_survives_a_link_failure(
+    testbed: Any, wait: Wait
+) -> None:
+    size = 4 << 20
+    with ev_format(testbed, "stev"):
+        # ECMP puts a real share on every uplink
+        every_uplink_carries_a_share(testbed, size, seed=61)
         assert {s for table in path_states(testbed, "h0", "h2").values() for s in table} == {"good"}
         # a link failure: only the EVs the hash put on it are retired, one by one
         testbed.link_down(*FAILED)
@@ -79,10 +98,6 @@ def test_stev_spraying_uses_every_uplink_and_survives_a_link_failure(
         finally:
             testbed.link_up(*FAILED)
         wait(all_good(testbed, "h0", "h2"), 60, "probes to reinstate the retired EVs")
-    finally:
-        for host in hosts:
-            with agent(testbed, host) as c:
-                c.ev_format("srv6")
 
 
 def test_srv6_with_an_srh_crosses_every_spine_and_survives_a_link_failure(
@@ -90,19 +105,10 @@ def test_srv6_with_an_srh_crosses_every_spine_and_survives_a_link_failure(
 ) -> None:
     """SRV6 EVs with an SRH: the spine performs End on the reduced SRH, the data arrives intact
     over every spine, and a failed link retires its path's EVs only."""
-    hosts = [h.name for h in testbed.fabric.hosts]
-    for host in hosts:
-        with agent(testbed, host) as c:
-            assert c.ev_format("srv6+srh")["format"] == "srv6+srh"
-    try:
-        leaves = [f"t0-p{p}-r0" for p in range(testbed.fabric.topology.planes)]
-        ports = [intf for leaf in leaves for intf in uplinks(testbed, leaf)]
-        before = {intf: tx_bytes(intf) for intf in ports}
-        size = 4 << 20
-        transfer(testbed, "h0", "h2", size, seed=65)
-        sent = {intf: tx_bytes(intf) - before[intf] for intf in ports}
-        for intf, n in sent.items():  # every path (spine) of every plane carried its share
-            assert n > size // (4 * len(ports)), (intf, sent)
+    size = 4 << 20
+    with ev_format(testbed, "srv6+srh"):
+        # every path (spine) of every plane carries its share
+        every_uplink_carries_a_share(testbed, size, seed=65)
         # connectionless probes with the same reduced SRH, one per path, all answered
         paths = testbed.fabric.paths("h0", "h2")
         requests = [
@@ -131,10 +137,6 @@ def test_srv6_with_an_srh_crosses_every_spine_and_survives_a_link_failure(
         finally:
             testbed.link_up(*FAILED)
         wait(all_good(testbed, "h0", "h2"), 60, "probes to reinstate p0-s0")
-    finally:
-        for host in hosts:
-            with agent(testbed, host) as c:
-                c.ev_format("srv6")
 
 
 def test_nic_down_retires_its_plane_without_a_timeout(testbed: Any, wait: Wait) -> None:
