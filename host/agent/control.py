@@ -7,7 +7,7 @@ commands and their fields are listed in docs/host-agent.md; this module is only 
 
 - :class:`LineServer` and :class:`LineConnection` -- a listening socket of JSON lines and its
   connections, driven by the agent's ``selectors`` loop (non-blocking reads and writes, no
-  thread), requests answered in order; the OCP provider's socket (:mod:`host.agent.ocp_server`)
+  thread), requests answered in order; the OCP provider's socket (:mod:`host.agent.ocp.server`)
   is one too;
 - :class:`ControlServer` -- the control socket: a :class:`LineServer` whose handler takes the
   request alone;

@@ -31,7 +31,7 @@ from host.agent.control import (
 )
 from host.agent.control_client import ControlClient, ControlError, ControlUnavailable
 from host.agent.data import pattern, sha256_hex, verify_bytes
-from host.agent.ocp_server import OcpConnection, OcpServer
+from host.agent.ocp.server import OcpConnection, OcpServer
 from host.agent.pcap import PcapWriter
 from host.agent.sockets import is_mrc_frame
 from host.transport.policy import POLICIES

@@ -1,4 +1,4 @@
-"""The agent side of the OCP MRC API (host/agent/ocp.py) without sockets or namespaces.
+"""The agent side of the OCP MRC API (host/agent/ocp/) without sockets or namespaces.
 
 Two providers (h0 and h1 of the small fabric) run on transport-core contexts joined by the
 in-memory network; the "application" is this test process: its buffers (ctypes) are registered
@@ -17,13 +17,14 @@ from typing import Any
 
 import pytest
 
-from host.agent import ocp
-from host.agent.ocp import OcpProvider
+from host.agent.ocp import OcpProvider, abi
 from host.transport.api import Context
+from host.transport.cc import CcProfile
 from host.transport.config import StackConfig
+from host.transport.endpoint import SpineRoutes
 from host.transport.events import WriteCompleted
 from sim.network import SimNet
-from topologies import Fabric, Host, load_topology
+from topologies import Fabric, Host, Topology, load_topology
 from topologies.config import shipped_topology
 
 RESET, INIT, RTR, RTS, ERR = 0, 1, 2, 3, 6
@@ -50,9 +51,17 @@ class FakeAgent:
         self.fabric = fabric
         self.host: Host = fabric.host(name)
         self.sim = sim
+        routes = SpineRoutes.from_paths(  # as the agent's: what endpoint requests may name
+            path
+            for peer in fabric.hosts
+            if peer.name != name
+            for path in fabric.paths(name, peer.name)
+        )
         self.context = Context(name, self.host.nics, config=StackConfig(dilation=sim.dilation),
-                               seed=self.host.index + 1)  # fmt: skip
+                               seed=self.host.index + 1, routes=routes)  # fmt: skip
         sim.attach(self.context)
+        self.topology: Topology | None = None  # no fabric defaults under the CC profiles
+        self.cc_profile = CcProfile("ecn-delay", {})
         self.waiters: list[tuple[Any, float | None]] = []
 
     def add_waiter(self, check: Any, deadline: float | None) -> None:
@@ -170,9 +179,9 @@ def connect(
 
 def write_wr(wr_id: int, mr: dict[str, Any], remote: dict[str, Any], length: int, *,
              imm: int | None = None, offset: int = 0, remote_offset: int = 0) -> list[Any]:  # fmt: skip
-    opcode = ocp.WR_RDMA_WRITE if imm is None else ocp.WR_RDMA_WRITE_WITH_IMM
+    opcode = abi.WrOpcode.RDMA_WRITE if imm is None else abi.WrOpcode.RDMA_WRITE_WITH_IMM
     return [
-        wr_id, opcode, ocp.SEND_SIGNALED, imm or 0, remote["addr"] + remote_offset,
+        wr_id, opcode, abi.SendFlag.SIGNALED, imm or 0, remote["addr"] + remote_offset,
         remote["rkey"], [[mr["addr"] + offset, length, mr["lkey"]]],
     ]  # fmt: skip
 
@@ -187,7 +196,7 @@ def test_hello_gives_ports_with_plane_addresses(pair: Pair, fabric: Fabric) -> N
         assert bytes.fromhex(port["gid"]) == nic.address.packed
         assert port["active"] is True
     device = pair.h0.ok("query_device")
-    assert device["max_wimm"] == ocp.MAX_WIMM and device["protocol_version"] == 1
+    assert device["max_wimm"] == abi.MAX_WIMM and device["protocol_version"] == 1
 
 
 def test_commands_need_a_session_and_name_bad_fields(pair: Pair) -> None:
@@ -230,9 +239,9 @@ def test_qp_state_machine(pair: Pair) -> None:
     h0.fails("modify_qp", errno.EINVAL, qpn=qa, state=RTR, dgid="00" * 16, dest_qpn=qb)
     h0.fails("modify_qp", errno.EINVAL, qpn=qa, state=RTR, dgid=h0.gid(), dest_qpn=qb)
     h0.fails("modify_qp", errno.EINVAL, qpn=qa, state=RTR, dgid=h1.gid(), dest_qpn=qb,
-             max_wimm_dest=ocp.MAX_WIMM + 1)  # fmt: skip
+             max_wimm_dest=abi.MAX_WIMM + 1)  # fmt: skip
     h0.fails("modify_qp", errno.EINVAL, qpn=qa, state=RTR, dgid=h1.gid(), dest_qpn=qb,
-             cap=ocp.MRC_QP_CAP_DYNAMIC_MPR)  # fmt: skip
+             cap=abi.QpCap.DYNAMIC_MPR)  # fmt: skip
     h0.ok("modify_qp", qpn=qa, state=RTR, dgid=h1.gid(), dest_qpn=qb, max_wimm_dest=8)
     h0.fails("modify_qp", errno.EINVAL, qpn=qa, state=4)  # SQD
     h0.fails("modify_qp", errno.EINVAL, qpn=qa, state=INIT)
@@ -265,7 +274,7 @@ def test_timeout_retry_and_mpr_reach_the_core_qp(pair: Pair) -> None:
     assert (described["timeout"], described["retry_linear"], described["retry_exp"]) == (
         host.ack_timeout_exp, host.retry_linear_cnt, host.retry_exp_cnt,
     )  # fmt: skip
-    assert (described["mpr"], described["mpr_dest"]) == (ocp.MAX_MPR, ocp.MAX_MPR)
+    assert (described["mpr"], described["mpr_dest"]) == (abi.MAX_MPR, abi.MAX_MPR)
     for side, qpn in ((h0, qa), (h1, qb)):
         side.ok("modify_qp", qpn=qpn, state=INIT, ev_profile=0, cc_profile=0)
     rtr = {"state": RTR, "dgid": h1.gid(), "dest_qpn": qb}
@@ -296,7 +305,7 @@ def test_timeout_retry_and_mpr_reach_the_core_qp(pair: Pair) -> None:
     assert (config.retry_exp_cnt, config.rx_window, config.max_outstanding) == (25, 256, 255)
     assert (described["timeout"], described["mpr"], described["mpr_dest"]) == (3, 3, 2)
     # a refused value changes nothing
-    h0.fails("modify_qp", errno.EINVAL, qpn=qa, state=RTS, timeout=ocp.MAX_TIMEOUT + 1)
+    h0.fails("modify_qp", errno.EINVAL, qpn=qa, state=RTS, timeout=abi.MAX_TIMEOUT + 1)
     h0.fails("modify_qp", errno.EINVAL, qpn=qa, state=RTS, mpr=0)
     assert core_config(h0, qa) == config
     # back to RESET: the host's values again
@@ -320,7 +329,7 @@ def test_retry_counts_of_modify_qp_end_a_write_on_a_dead_network(pair: Pair) -> 
     h0.ok("modify_qp", qpn=qa, state=RTS, timeout=0, retry_linear=1, retry_exp=1)
     pair.run(1.0)
     [wc] = h0.poll(scq)
-    assert wc[:2] == [1, ocp.WC_RETRY_EXC_ERR]
+    assert wc[:2] == [1, abi.WcStatus.RETRY_EXC_ERR]
     assert h0.ok("query_qp", qpn=qa)["state"] == ERR
 
 
@@ -352,16 +361,16 @@ def test_write_imm_consumes_a_posted_receive(pair: Pair) -> None:
     h0.ok("post_send", qpn=qa, wrs=[write_wr(5, mr, remote, 12345, imm=0xABCD1234, offset=100,
                                                remote_offset=200)])  # fmt: skip
     pair.run()
-    assert h0.poll(scq) == [[5, ocp.WC_SUCCESS, ocp.WC_OPCODE_RDMA_WRITE, 12345, 0, qa, 0]]
+    assert h0.poll(scq) == [[5, abi.WcStatus.SUCCESS, abi.WcOpcode.RDMA_WRITE, 12345, 0, qa, 0]]
     assert h1.poll(rcq) == [
         [
             71,
-            ocp.WC_SUCCESS,
-            ocp.WC_OPCODE_RECV_RDMA_WITH_IMM,
+            abi.WcStatus.SUCCESS,
+            abi.WcOpcode.RECV_RDMA_WITH_IMM,
             12345,
             0xABCD1234,
             qb,
-            ocp.WC_WITH_IMM,
+            abi.WcFlag.WITH_IMM,
         ]
     ]
     assert bytes(dst[200 : 200 + 12345]) == bytes(src[100 : 100 + 12345])
@@ -383,13 +392,15 @@ def test_write_imm_without_a_receive_is_a_fatal_qp_error(pair: Pair) -> None:
     h0.ok("post_send", qpn=qa, wrs=[write_wr(9, mr, remote, 64, imm=7)])
     pair.run()
     [wc] = h1.poll(rcq)
-    assert wc[1] == ocp.WC_LOC_QP_OP_ERR and wc[4] == 7
+    assert wc[1] == abi.WcStatus.LOC_QP_OP_ERR and wc[4] == 7
     assert h1.ok("query_qp", qpn=qb)["state"] == ERR
-    assert async_conn.pushed == [{"event": "async", "type": ocp.EVENT_QP_FATAL, "qpn": qb}]
+    assert async_conn.pushed == [{"event": "async", "type": abi.AsyncEvent.QP_FATAL, "qpn": qb}]
     assert h1.provider.counters["recv_without_buffer"] == 1
     # a QP in ERR flushes what is posted to it
     h1.ok("post_recv", qpn=qb, wrs=[[3, []]])
-    assert h1.poll(rcq) == [[3, ocp.WC_WR_FLUSH_ERR, ocp.WC_OPCODE_RECV_RDMA_WITH_IMM, 0, 0, qb, 0]]
+    assert h1.poll(rcq) == [
+        [3, abi.WcStatus.WR_FLUSH_ERR, abi.WcOpcode.RECV_RDMA_WITH_IMM, 0, 0, qb, 0]
+    ]
 
 
 def test_send_completions_come_in_posting_order(pair: Pair) -> None:
@@ -456,7 +467,7 @@ def test_post_send_refuses_bad_memory_and_writes_nothing(pair: Pair) -> None:
     pair.run()
     wcs = h0.poll(scq)
     assert [wc[0] for wc in wcs] == [1, 5]
-    assert wcs[0][1] == ocp.WC_SUCCESS and wcs[1][1] == ocp.WC_REM_ACCESS_ERR
+    assert wcs[0][1] == abi.WcStatus.SUCCESS and wcs[1][1] == abi.WcStatus.REM_ACCESS_ERR
     assert bytes(dst[10:]) == b"\x22" * (8192 - 10)  # only WR 1's ten bytes landed
     assert h0.ok("query_qp", qpn=qa)["state"] == ERR
 
@@ -559,37 +570,45 @@ def ev_hex(value: int) -> str:
 
 
 def test_ev_profiles_after_mrc_ctl(pair: Pair) -> None:
-    from host.agent import ocp_profiles as P
+    from host.agent.ocp import abi as P
 
     h0, h1 = pair.h0, pair.h1
     if os.geteuid() != 0:
-        h0.fails("ev_profile", errno.EPERM, op="modify", id=7, mask=P.EV_M_STATE, state=1)
+        h0.fails("ev_profile", errno.EPERM, op="modify", id=7, mask=P.EvMask.STATE, state=1)
         return
     fmt = {"op": "modify", "id": 5}
-    h0.fails("ev_fmt_profile", errno.EINVAL, **fmt, mask=P.FMT_M_STATE, state=P.PROFILE_OFFLINE)
-    h0.ok("ev_fmt_profile", **fmt, mask=P.FMT_M_MODE | P.FMT_M_STATE, mode=P.FMT_STEV,
-          state=P.PROFILE_OFFLINE)  # fmt: skip
-    h0.fails("ev_fmt_profile", errno.EINVAL, **fmt, mask=P.FMT_M_STATE, state=P.PROFILE_ONLINE)
-    h0.fails("ev_fmt_profile", errno.E2BIG, **fmt, mask=P.FMT_M_OP, fields_op=P.FIELDS_MODIFY,
+    h0.fails(
+        "ev_fmt_profile", errno.EINVAL, **fmt, mask=P.FmtMask.STATE, state=P.ProfileState.OFFLINE
+    )
+    h0.ok("ev_fmt_profile", **fmt, mask=P.FmtMask.MODE | P.FmtMask.STATE, mode=P.EvFmtMode.STEV,
+          state=P.ProfileState.OFFLINE)  # fmt: skip
+    h0.fails(
+        "ev_fmt_profile", errno.EINVAL, **fmt, mask=P.FmtMask.STATE, state=P.ProfileState.ONLINE
+    )
+    h0.fails("ev_fmt_profile", errno.E2BIG, **fmt, mask=P.FmtMask.OP, fields_op=P.FieldsOp.MODIFY,
              fields=[30, 30])  # fmt: skip
-    h0.ok("ev_fmt_profile", **fmt, mask=P.FMT_M_OP | P.FMT_M_STATE, fields_op=P.FIELDS_MODIFY,
-          fields=[16, 16], state=P.PROFILE_ONLINE)  # fmt: skip
-    queried = h0.ok("ev_fmt_profile", op="query", id=5, mask=P.FMT_M_OP, fields_op=P.FIELDS_QUERY)
-    assert (queried["state"], queried["mode"], queried["fields"]) == (2, P.FMT_STEV, [16, 16])
+    h0.ok("ev_fmt_profile", **fmt, mask=P.FmtMask.OP | P.FmtMask.STATE, fields_op=P.FieldsOp.MODIFY,
+          fields=[16, 16], state=P.ProfileState.ONLINE)  # fmt: skip
+    queried = h0.ok(
+        "ev_fmt_profile", op="query", id=5, mask=P.FmtMask.OP, fields_op=P.FieldsOp.QUERY
+    )
+    assert (queried["state"], queried["mode"], queried["fields"]) == (2, P.EvFmtMode.STEV, [16, 16])
 
     ev = {"op": "modify", "id": 7}
     fields = [[16, 0x1234, 0, 0, 0], [16, 0, 1, 16, 0xFFFF]]
-    h0.fails("ev_profile", errno.EINVAL, **ev, mask=P.EV_M_STATE, state=P.PROFILE_OFFLINE)
-    h0.ok("ev_profile", **ev, state=P.PROFILE_OFFLINE, mode=P.MODE_GEN, fmt_id=5, count=16,
-          fields_op=P.FIELDS_MODIFY, fields=fields,
-          mask=P.EV_M_STATE | P.EV_M_MODE | P.EV_M_FMT_ID | P.EV_M_COUNT | P.EV_M_FIELDS_OP)  # fmt: skip
-    h0.fails("ev_profile", errno.EINVAL, **ev, mask=P.EV_M_EVENT_MASK, event_mask=4)
+    h0.fails("ev_profile", errno.EINVAL, **ev, mask=P.EvMask.STATE, state=P.ProfileState.OFFLINE)
+    h0.ok("ev_profile", **ev, state=P.ProfileState.OFFLINE, mode=P.EvMode.GEN, fmt_id=5, count=16,
+          fields_op=P.FieldsOp.MODIFY, fields=fields,
+          mask=P.EvMask.STATE | P.EvMask.MODE | P.EvMask.FMT_ID | P.EvMask.COUNT | P.EvMask.FIELDS_OP)  # fmt: skip
+    h0.fails("ev_profile", errno.EINVAL, **ev, mask=P.EvMask.EVENT_MASK, event_mask=4)
     qa, scq, _ = make_qp(h0)
     h0.fails("modify_qp", errno.EINVAL, qpn=qa, state=INIT, ev_profile=7, cc_profile=0)
-    h0.ok("ev_profile", **ev, mask=P.EV_M_MIN_ACTIVE | P.EV_M_EVENT_MASK | P.EV_M_STATE,
-          min_active=2, event_mask=3, state=P.PROFILE_ONLINE)  # fmt: skip
-    h0.fails("ev_profile", errno.EINVAL, **ev, mask=P.EV_M_COUNT, count=8)  # ONLINE
-    h0.fails("ev_fmt_profile", errno.EBUSY, **fmt, mask=P.FMT_M_STATE, state=P.PROFILE_OFFLINE)
+    h0.ok("ev_profile", **ev, mask=P.EvMask.MIN_ACTIVE | P.EvMask.EVENT_MASK | P.EvMask.STATE,
+          min_active=2, event_mask=3, state=P.ProfileState.ONLINE)  # fmt: skip
+    h0.fails("ev_profile", errno.EINVAL, **ev, mask=P.EvMask.COUNT, count=8)  # ONLINE
+    h0.fails(
+        "ev_fmt_profile", errno.EBUSY, **fmt, mask=P.FmtMask.STATE, state=P.ProfileState.OFFLINE
+    )
 
     # a QP on profile 7 carries data with its STEV EVs
     qb, _, _ = make_qp(h1)
@@ -601,35 +620,35 @@ def test_ev_profiles_after_mrc_ctl(pair: Pair) -> None:
     mr, remote = h0.reg(src), h1.reg(dst)
     h0.ok("post_send", qpn=qa, wrs=[write_wr(1, mr, remote, 65536)])
     pair.run(3.0)
-    assert h0.poll(scq)[0][1] == ocp.WC_SUCCESS
+    assert h0.poll(scq)[0][1] == abi.WcStatus.SUCCESS
     assert bytes(dst) == bytes(src)
 
     # EV operations: the array, states
-    query = {"op": "query", "id": 7, "mask": P.EV_M_EV_OP}
-    reply = h0.fails("ev_profile", errno.E2BIG, **query, ev_op=P.EV_OP_QUERY_ARRAY, entries=[])
+    query = {"op": "query", "id": 7, "mask": P.EvMask.EV_OP}
+    reply = h0.fails("ev_profile", errno.E2BIG, **query, ev_op=P.EvOp.QUERY_ARRAY, entries=[])
     assert reply["needed"] == 16
-    array = h0.ok("ev_profile", **query, ev_op=P.EV_OP_QUERY_ARRAY, entries=[0] * 16)["array"]
+    array = h0.ok("ev_profile", **query, ev_op=P.EvOp.QUERY_ARRAY, entries=[0] * 16)["array"]
     assert {int(h[:8], 16) for h, _ in array} == core_evs and {p for _, p in array} == {1, 2}
-    one = [ev_hex(0x1234_0003), 0, "", 0, P.STATE_BITS[ocp_evstate("denied")], 0]
-    h0.ok("ev_profile", **ev, mask=P.EV_M_EV_OP, ev_op=P.EV_OP_MODIFY_STATE, entries=[one])
-    states = h0.ok("ev_profile", **query, ev_op=P.EV_OP_QUERY_STATE, entries=[one])["states"]
-    assert states == [P.STATE_BITS[ocp_evstate("denied")]]
+    one = [ev_hex(0x1234_0003), 0, "", 0, P.EvStateBit.of(ocp_evstate("denied")), 0]
+    h0.ok("ev_profile", **ev, mask=P.EvMask.EV_OP, ev_op=P.EvOp.MODIFY_STATE, entries=[one])
+    states = h0.ok("ev_profile", **query, ev_op=P.EvOp.QUERY_STATE, entries=[one])["states"]
+    assert states == [P.EvStateBit.of(ocp_evstate("denied"))]
     assert h0.agent.context.qp(qa).ev_table.state(0x1234_0003).value == "denied"
     missing = [ev_hex(0x9999_0000), 0, "", 0, 1, 0]
-    h0.fails("ev_profile", errno.ENOENT, **ev, mask=P.EV_M_EV_OP, ev_op=P.EV_OP_MODIFY_STATE,
+    h0.fails("ev_profile", errno.ENOENT, **ev, mask=P.EvMask.EV_OP, ev_op=P.EvOp.MODIFY_STATE,
              entries=[missing])  # fmt: skip
 
     # OFFLINE only without QPs; profile 0 is the host's own
-    h0.fails("ev_profile", errno.EBUSY, **ev, mask=P.EV_M_STATE, state=P.PROFILE_OFFLINE)
+    h0.fails("ev_profile", errno.EBUSY, **ev, mask=P.EvMask.STATE, state=P.ProfileState.OFFLINE)
     h0.ok("destroy_qp", qpn=qa)
-    h0.ok("ev_profile", **ev, mask=P.EV_M_STATE, state=P.PROFILE_OFFLINE)
-    h0.fails("ev_profile", errno.EBUSY, op="modify", id=0, mask=P.EV_M_STATE, state=1)
-    own = h0.ok("ev_profile", op="query", id=0, mask=P.EV_M_MODE | P.EV_M_COUNT)
-    assert own["state"] == P.PROFILE_ONLINE and own["mode"] == P.MODE_GEN
+    h0.ok("ev_profile", **ev, mask=P.EvMask.STATE, state=P.ProfileState.OFFLINE)
+    h0.fails("ev_profile", errno.EBUSY, op="modify", id=0, mask=P.EvMask.STATE, state=1)
+    own = h0.ok("ev_profile", op="query", id=0, mask=P.EvMask.MODE | P.EvMask.COUNT)
+    assert own["state"] == P.ProfileState.ONLINE and own["mode"] == P.EvMode.GEN
 
 
 def test_srv6_format_beyond_128_bits_sends_with_an_srh(pair: Pair) -> None:
-    from host.agent import ocp_profiles as P
+    from host.agent.ocp import abi as P
 
     h0, h1 = pair.h0, pair.h1
     if os.geteuid() != 0:
@@ -637,18 +656,20 @@ def test_srv6_format_beyond_128_bits_sends_with_an_srh(pair: Pair) -> None:
     fmt = {"op": "modify", "id": 6}
     srv6 = [32] + [16] * 6  # the SRv6 address: locator and six uSIDs
     segment = [32] + [16] * 4  # the SRH segment: locator and four uSIDs (224 bits in all)
-    h0.ok("ev_fmt_profile", **fmt, mask=P.FMT_M_MODE | P.FMT_M_STATE, mode=P.FMT_SRV6,
-          state=P.PROFILE_OFFLINE)  # fmt: skip
-    h0.fails("ev_fmt_profile", errno.E2BIG, **fmt, mask=P.FMT_M_OP, fields_op=P.FIELDS_MODIFY,
+    h0.ok("ev_fmt_profile", **fmt, mask=P.FmtMask.MODE | P.FmtMask.STATE, mode=P.EvFmtMode.SRV6,
+          state=P.ProfileState.OFFLINE)  # fmt: skip
+    h0.fails("ev_fmt_profile", errno.E2BIG, **fmt, mask=P.FmtMask.OP, fields_op=P.FieldsOp.MODIFY,
              fields=[128, 129])  # fmt: skip
-    h0.ok("ev_fmt_profile", **fmt, mask=P.FMT_M_OP | P.FMT_M_STATE, fields_op=P.FIELDS_MODIFY,
-          fields=srv6 + segment, state=P.PROFILE_ONLINE)  # fmt: skip
-    queried = h0.ok("ev_fmt_profile", op="query", id=6, mask=P.FMT_M_OP, fields_op=P.FIELDS_QUERY)
+    h0.ok("ev_fmt_profile", **fmt, mask=P.FmtMask.OP | P.FmtMask.STATE, fields_op=P.FieldsOp.MODIFY,
+          fields=srv6 + segment, state=P.ProfileState.ONLINE)  # fmt: skip
+    queried = h0.ok(
+        "ev_fmt_profile", op="query", id=6, mask=P.FmtMask.OP, fields_op=P.FieldsOp.QUERY
+    )
     assert queried["fields"] == srv6 + segment
     ev = {"op": "modify", "id": 8}
-    h0.ok("ev_profile", **ev, state=P.PROFILE_OFFLINE, mode=P.MODE_GEN, fmt_id=6, count=8,
-          mask=P.EV_M_STATE | P.EV_M_MODE | P.EV_M_FMT_ID | P.EV_M_COUNT)  # fmt: skip
-    h0.ok("ev_profile", **ev, mask=P.EV_M_STATE, state=P.PROFILE_ONLINE)
+    h0.ok("ev_profile", **ev, state=P.ProfileState.OFFLINE, mode=P.EvMode.GEN, fmt_id=6, count=8,
+          mask=P.EvMask.STATE | P.EvMask.MODE | P.EvMask.FMT_ID | P.EvMask.COUNT)  # fmt: skip
+    h0.ok("ev_profile", **ev, mask=P.EvMask.STATE, state=P.ProfileState.ONLINE)
     qa, scq, _ = make_qp(h0)
     qb, _, _ = make_qp(h1)
     connect(h0, qa, h1, qb, ev_profile=8, cc_profile=0)
@@ -660,7 +681,7 @@ def test_srv6_format_beyond_128_bits_sends_with_an_srh(pair: Pair) -> None:
     mr, remote = h0.reg(src), h1.reg(dst)
     h0.ok("post_send", qpn=qa, wrs=[write_wr(1, mr, remote, 65536)])
     pair.run(3.0)
-    assert h0.poll(scq)[0][1] == ocp.WC_SUCCESS
+    assert h0.poll(scq)[0][1] == abi.WcStatus.SUCCESS
     assert bytes(dst) == bytes(src)
 
 
@@ -671,57 +692,59 @@ def ocp_evstate(name: str) -> Any:
 
 
 def test_explicit_ev_profile_is_replaced_then_online(pair: Pair) -> None:
-    from host.agent import ocp_profiles as P
+    from host.agent.ocp import abi as P
 
     h0 = pair.h0
     if os.geteuid() != 0:
         return
-    h0.ok("ev_fmt_profile", op="modify", id=6, mask=P.FMT_M_MODE | P.FMT_M_STATE | P.FMT_M_OP,
-          mode=P.FMT_UDP, state=P.PROFILE_OFFLINE, fields_op=P.FIELDS_MODIFY, fields=[16])  # fmt: skip
-    h0.ok("ev_fmt_profile", op="modify", id=6, mask=P.FMT_M_STATE, state=P.PROFILE_ONLINE)
+    h0.ok("ev_fmt_profile", op="modify", id=6, mask=P.FmtMask.MODE | P.FmtMask.STATE | P.FmtMask.OP,
+          mode=P.EvFmtMode.UDP, state=P.ProfileState.OFFLINE, fields_op=P.FieldsOp.MODIFY, fields=[16])  # fmt: skip
+    h0.ok("ev_fmt_profile", op="modify", id=6, mask=P.FmtMask.STATE, state=P.ProfileState.ONLINE)
     ev = {"op": "modify", "id": 8}
-    h0.ok("ev_profile", **ev, state=P.PROFILE_OFFLINE, mode=P.MODE_EXP, fmt_id=6, count=2,
-          mask=P.EV_M_STATE | P.EV_M_MODE | P.EV_M_FMT_ID | P.EV_M_COUNT)  # fmt: skip
-    reply = h0.fails("ev_profile", errno.EINVAL, **ev, mask=P.EV_M_STATE, state=P.PROFILE_ONLINE)
+    h0.ok("ev_profile", **ev, state=P.ProfileState.OFFLINE, mode=P.EvMode.EXP, fmt_id=6, count=2,
+          mask=P.EvMask.STATE | P.EvMask.MODE | P.EvMask.FMT_ID | P.EvMask.COUNT)  # fmt: skip
+    reply = h0.fails(
+        "ev_profile", errno.EINVAL, **ev, mask=P.EvMask.STATE, state=P.ProfileState.ONLINE
+    )
     assert "unpopulated" in reply["error"]
     unpopulated = "00" * 16
     for value, port in ((0x0101, 1), (0x0202, 2)):
         entry = [unpopulated, 0, ev_hex(value), port, 0, 0]
-        h0.ok("ev_profile", **ev, mask=P.EV_M_EV_OP, ev_op=P.EV_OP_REPLACE, entries=[entry])
-    h0.fails("ev_profile", errno.ENOENT, **ev, mask=P.EV_M_EV_OP, ev_op=P.EV_OP_REPLACE,
+        h0.ok("ev_profile", **ev, mask=P.EvMask.EV_OP, ev_op=P.EvOp.REPLACE, entries=[entry])
+    h0.fails("ev_profile", errno.ENOENT, **ev, mask=P.EvMask.EV_OP, ev_op=P.EvOp.REPLACE,
              entries=[[unpopulated, 0, ev_hex(3), 1, 0, 0]])  # fmt: skip
-    h0.ok("ev_profile", **ev, mask=P.EV_M_STATE, state=P.PROFILE_ONLINE)
-    array = h0.ok("ev_profile", op="query", id=8, mask=P.EV_M_EV_OP, ev_op=P.EV_OP_QUERY_ARRAY,
+    h0.ok("ev_profile", **ev, mask=P.EvMask.STATE, state=P.ProfileState.ONLINE)
+    array = h0.ok("ev_profile", op="query", id=8, mask=P.EvMask.EV_OP, ev_op=P.EvOp.QUERY_ARRAY,
                   entries=[0, 0])["array"]  # fmt: skip
     assert array == [[ev_hex(0x0101), 1], [ev_hex(0x0202), 2]]
-    h0.fails("ev_profile", errno.EINVAL, **ev, mask=P.EV_M_EV_OP, ev_op=P.EV_OP_REPLACE,
+    h0.fails("ev_profile", errno.EINVAL, **ev, mask=P.EvMask.EV_OP, ev_op=P.EvOp.REPLACE,
              entries=[[ev_hex(0x0101), 1, ev_hex(5), 1, 0, 0]])  # ONLINE: no replacing  # fmt: skip
 
 
 def test_cc_profiles_after_mrc_ctl(pair: Pair) -> None:
-    from host.agent import ocp_profiles as P
+    from host.agent.ocp import abi as P
 
     h0, h1 = pair.h0, pair.h1
     if os.geteuid() != 0:
-        h0.fails("cc_profile", errno.EPERM, op="modify", id=3, mask=P.CC_M_ALGORITHM,
+        h0.fails("cc_profile", errno.EPERM, op="modify", id=3, mask=P.CcMask.ALGORITHM,
                  algorithm="fixed")  # fmt: skip
         return
     cc = {"op": "modify", "id": 3}
-    h0.fails("cc_profile", errno.EINVAL, **cc, mask=P.CC_M_STATE, state=P.PROFILE_OFFLINE)
-    h0.fails("cc_profile", errno.EINVAL, **cc, mask=P.CC_M_ALGORITHM, algorithm="vegas")
-    h0.fails("cc_profile", errno.EINVAL, **cc, mask=P.CC_M_ALGORITHM, algorithm="")
-    h0.ok("cc_profile", **cc, mask=P.CC_M_ALGORITHM | P.CC_M_STATE, algorithm="nscc",
-          state=P.PROFILE_OFFLINE)  # fmt: skip
-    h0.fails("cc_profile", errno.EINVAL, **cc, mask=P.CC_M_STATE, state=P.PROFILE_ONLINE)
-    h0.fails("cc_profile", errno.EINVAL, **cc, mask=P.CC_M_CONFIG, config={"gamma": -1.0})
+    h0.fails("cc_profile", errno.EINVAL, **cc, mask=P.CcMask.STATE, state=P.ProfileState.OFFLINE)
+    h0.fails("cc_profile", errno.EINVAL, **cc, mask=P.CcMask.ALGORITHM, algorithm="vegas")
+    h0.fails("cc_profile", errno.EINVAL, **cc, mask=P.CcMask.ALGORITHM, algorithm="")
+    h0.ok("cc_profile", **cc, mask=P.CcMask.ALGORITHM | P.CcMask.STATE, algorithm="nscc",
+          state=P.ProfileState.OFFLINE)  # fmt: skip
+    h0.fails("cc_profile", errno.EINVAL, **cc, mask=P.CcMask.STATE, state=P.ProfileState.ONLINE)
+    h0.fails("cc_profile", errno.EINVAL, **cc, mask=P.CcMask.CONFIG, config={"gamma": -1.0})
     config = {"max_cwnd": 300_000, "base_rtt": 0, "disable_qa": 1}  # 0: the fabric's default
-    h0.ok("cc_profile", **cc, mask=P.CC_M_CONFIG | P.CC_M_STATE, config=config,
-          state=P.PROFILE_ONLINE)  # fmt: skip
-    queried = h0.ok("cc_profile", op="query", id=3, mask=P.CC_M_CONFIG)
+    h0.ok("cc_profile", **cc, mask=P.CcMask.CONFIG | P.CcMask.STATE, config=config,
+          state=P.ProfileState.ONLINE)  # fmt: skip
+    queried = h0.ok("cc_profile", op="query", id=3, mask=P.CcMask.CONFIG)
     assert queried["algorithm"] == "nscc" and queried["config"] == {"max_cwnd": 300_000,
                                                                      "disable_qa": 1}  # fmt: skip
-    assert h0.ok("cc_profile", op="query", id=0, mask=P.CC_M_ALGORITHM)["state"] == 2
-    h0.fails("cc_profile", errno.EBUSY, op="modify", id=0, mask=P.CC_M_STATE, state=1)
+    assert h0.ok("cc_profile", op="query", id=0, mask=P.CcMask.ALGORITHM)["state"] == 2
+    h0.fails("cc_profile", errno.EBUSY, op="modify", id=0, mask=P.CcMask.STATE, state=1)
     qa, _, _ = make_qp(h0)
     qb, _, _ = make_qp(h1)
     h0.fails("modify_qp", errno.EINVAL, qpn=qa, state=INIT, ev_profile=0, cc_profile=4)
@@ -731,11 +754,11 @@ def test_cc_profiles_after_mrc_ctl(pair: Pair) -> None:
     core = h0.agent.context.qp(qa).cc
     assert type(core).__name__.lower().startswith("nscc")
     assert core.params["max_cwnd"] == 300_000 and core.params["disable_qa"] == 1
-    h0.fails("cc_profile", errno.EBUSY, **cc, mask=P.CC_M_STATE, state=P.PROFILE_OFFLINE)
+    h0.fails("cc_profile", errno.EBUSY, **cc, mask=P.CcMask.STATE, state=P.ProfileState.OFFLINE)
     h0.ok("destroy_qp", qpn=qa)
-    h0.ok("cc_profile", **cc, mask=P.CC_M_STATE, state=P.PROFILE_OFFLINE)
-    h0.ok("cc_profile", **cc, mask=P.CC_M_STATE, state=P.PROFILE_INIT)
-    h0.fails("cc_profile", errno.EINVAL, op="query", id=3, mask=P.CC_M_STATE)
+    h0.ok("cc_profile", **cc, mask=P.CcMask.STATE, state=P.ProfileState.OFFLINE)
+    h0.ok("cc_profile", **cc, mask=P.CcMask.STATE, state=P.ProfileState.INIT)
+    h0.fails("cc_profile", errno.EINVAL, op="query", id=3, mask=P.CcMask.STATE)
 
 
 STEV, SRV6, UDP = 1, 2, 4  # mrc_ctl_ev_fmt_mode
@@ -847,7 +870,7 @@ def test_port_status_update_retires_the_peers_evs(pair: Pair, fabric: Fabric) ->
     for e in got:
         first.setdefault(e[1], e[4])
     assert first and {e[2] for e in got} == {2}, got  # port 2's EVs only
-    assert set(first.values()) == {ocp.EV_STATE_BITS["assumed_bad"]}, got
+    assert set(first.values()) == {abi.EvStateBit.ASSUMED_BAD}, got
     # a later update with both ports up is answered too
     req = [[4, gid(a, 1), gid(b, 1), STEV, ev_hex(9), 2, 0b110]]
     reply = answer(pair, ep_batch(h0, req, op=1, timeout=10**6))
@@ -863,27 +886,29 @@ def srv6_ev_hex(path: Any, srh: bool) -> str:
 
 def explicit_srv6(side: Side, fmt_id: int, pid: int, entries: list[tuple[str, int]]) -> None:
     """EV profile ``pid``: EXP on format ``fmt_id``, OFFLINE, every EV replaced."""
-    from host.agent import ocp_profiles as P
+    from host.agent.ocp import abi as P
 
     ev = {"op": "modify", "id": pid}
-    side.ok("ev_profile", **ev, state=P.PROFILE_OFFLINE, mode=P.MODE_EXP, fmt_id=fmt_id,
-            count=len(entries), mask=P.EV_M_STATE | P.EV_M_MODE | P.EV_M_FMT_ID | P.EV_M_COUNT)  # fmt: skip
+    side.ok("ev_profile", **ev, state=P.ProfileState.OFFLINE, mode=P.EvMode.EXP, fmt_id=fmt_id,
+            count=len(entries), mask=P.EvMask.STATE | P.EvMask.MODE | P.EvMask.FMT_ID | P.EvMask.COUNT)  # fmt: skip
     for value, port in entries:
         unpopulated = ["00" * 32, 0, value, port, 0, 0]
-        side.ok("ev_profile", **ev, mask=P.EV_M_EV_OP, ev_op=P.EV_OP_REPLACE, entries=[unpopulated])
+        side.ok(
+            "ev_profile", **ev, mask=P.EvMask.EV_OP, ev_op=P.EvOp.REPLACE, entries=[unpopulated]
+        )
 
 
 @pytest.mark.parametrize("srh", [False, True], ids=["srv6", "srv6+srh"])
 def test_explicit_srv6_evs_are_paths(pair: Pair, fabric: Fabric, srh: bool) -> None:
-    from host.agent import ocp_profiles as P
+    from host.agent.ocp import abi as P
 
     h0, h1 = pair.h0, pair.h1
     if os.geteuid() != 0:
         return
     fields = [32] + [16] * 6 + ([32] + [16] * 4 if srh else [])  # beyond 128 bits: an SRH
-    h0.ok("ev_fmt_profile", op="modify", id=4, mask=P.FMT_M_MODE | P.FMT_M_STATE | P.FMT_M_OP,
-          mode=P.FMT_SRV6, state=P.PROFILE_OFFLINE, fields_op=P.FIELDS_MODIFY, fields=fields)  # fmt: skip
-    h0.ok("ev_fmt_profile", op="modify", id=4, mask=P.FMT_M_STATE, state=P.PROFILE_ONLINE)
+    h0.ok("ev_fmt_profile", op="modify", id=4, mask=P.FmtMask.MODE | P.FmtMask.STATE | P.FmtMask.OP,
+          mode=P.EvFmtMode.SRV6, state=P.ProfileState.OFFLINE, fields_op=P.FieldsOp.MODIFY, fields=fields)  # fmt: skip
+    h0.ok("ev_fmt_profile", op="modify", id=4, mask=P.FmtMask.STATE, state=P.ProfileState.ONLINE)
     to_h1, to_h2 = fabric.paths("h0", "h1"), fabric.paths("h0", "h2")
     nbytes = 32 if srh else 16
 
@@ -896,18 +921,18 @@ def test_explicit_srv6_evs_are_paths(pair: Pair, fabric: Fabric, srh: bool) -> N
     for pid, bad, words in ((10, wrong_port, "EV 1 "), (11, half, "EV 1 "),
                             (12, mixed, "EV 1 is a path to h2")):  # fmt: skip
         explicit_srv6(h0, 4, pid, [good, bad])
-        reply = h0.fails("ev_profile", errno.EINVAL, op="modify", id=pid, mask=P.EV_M_STATE,
-                         state=P.PROFILE_ONLINE)  # fmt: skip
+        reply = h0.fails("ev_profile", errno.EINVAL, op="modify", id=pid, mask=P.EvMask.STATE,
+                         state=P.ProfileState.ONLINE)  # fmt: skip
         assert words in reply["error"] and reply["index"] == 1, reply
-        assert h0.ok("ev_profile", op="query", id=pid, mask=P.EV_M_STATE)["state"] == 1
+        assert h0.ok("ev_profile", op="query", id=pid, mask=P.EvMask.STATE)["state"] == 1
 
     # every path to h1: ONLINE, the array gives the EVs' full bytes back
     entries = [(srv6_ev_hex(p, srh), p.plane + 1) for p in to_h1]
     explicit_srv6(h0, 4, 8, entries)
-    h0.ok("ev_profile", op="modify", id=8, mask=P.EV_M_STATE | P.EV_M_EVENT_MASK,
-          state=P.PROFILE_ONLINE, event_mask=3)  # fmt: skip
-    array = h0.ok("ev_profile", op="query", id=8, mask=P.EV_M_EV_OP,
-                  ev_op=P.EV_OP_QUERY_ARRAY, entries=[0] * len(entries))["array"]  # fmt: skip
+    h0.ok("ev_profile", op="modify", id=8, mask=P.EvMask.STATE | P.EvMask.EVENT_MASK,
+          state=P.ProfileState.ONLINE, event_mask=3)  # fmt: skip
+    array = h0.ok("ev_profile", op="query", id=8, mask=P.EvMask.EV_OP,
+                  ev_op=P.EvOp.QUERY_ARRAY, entries=[0] * len(entries))["array"]  # fmt: skip
     assert array == [[h[: 2 * nbytes], port] for h, port in entries]
 
     # a QP towards another host than the carriers lead to: EINVAL naming the profile
@@ -934,20 +959,20 @@ def test_explicit_srv6_evs_are_paths(pair: Pair, fabric: Fabric, srh: bool) -> N
     mr, remote = h0.reg(src), h1.reg(dst)
     h0.ok("post_send", qpn=qa, wrs=[write_wr(1, mr, remote, 65536)])
     pair.run(3.0)
-    assert h0.poll(scq)[0][1] == ocp.WC_SUCCESS
+    assert h0.poll(scq)[0][1] == abi.WcStatus.SUCCESS
     assert bytes(dst) == bytes(src)
 
     # EV states by the EV's bytes; an event gives them back in full
-    one = [entries[1][0], entries[1][1], "", 0, P.STATE_BITS[ocp_evstate("unknown")], 0]
-    h0.ok("ev_profile", op="modify", id=8, mask=P.EV_M_EV_OP, ev_op=P.EV_OP_MODIFY_STATE,
+    one = [entries[1][0], entries[1][1], "", 0, P.EvStateBit.of(ocp_evstate("unknown")), 0]
+    h0.ok("ev_profile", op="modify", id=8, mask=P.EvMask.EV_OP, ev_op=P.EvOp.MODIFY_STATE,
           entries=[one])  # fmt: skip
     pair.run(1.0)  # probed, GOOD on the reply
-    states = h0.ok("ev_profile", op="query", id=8, mask=P.EV_M_EV_OP,
-                   ev_op=P.EV_OP_QUERY_STATE, entries=[one])["states"]  # fmt: skip
-    assert states == [P.STATE_BITS[ocp_evstate("good")]]
+    states = h0.ok("ev_profile", op="query", id=8, mask=P.EvMask.EV_OP,
+                   ev_op=P.EvOp.QUERY_STATE, entries=[one])["states"]  # fmt: skip
+    assert states == [P.EvStateBit.of(ocp_evstate("good"))]
     events = [e for e in h0.poll(evq) if e[0] == 8]
     assert events and all(e[5] == entries[1][0] and e[2] == entries[1][1] for e in events)
-    assert events[-1][4] == P.STATE_BITS[ocp_evstate("good")]
+    assert events[-1][4] == P.EvStateBit.of(ocp_evstate("good"))
 
 
 def test_ev_probe_with_an_srh(pair: Pair, fabric: Fabric) -> None:
