@@ -85,16 +85,24 @@ def test_a_qp_times_out_and_fails_after_its_own_counts(make_net: Any) -> None:
     assert error_of(net, OWN_QPN).time * 4 < error_of(net, CONTEXT_QPN).time
 
 
-def test_a_running_qp_takes_new_timeout_and_retry_counts_at_once(make_net: Any) -> None:
-    # a 1 ms ACK timeout (2^10 x 1.024 us): the dropped write would wait that long for it
-    net = make_net(
-        seed=9, config=StackConfig(ack_timeout_exp=10, retry_linear_cnt=3, retry_exp_cnt=25)
+def write_into_loss(make_net: Any, ack_timeout_exp: int, retry_linear_cnt: int) -> tuple[Any, Any]:
+    """(net, flow): QP ``OWN_QPN`` h0 -> h2 (one path, 25 backed-off retries) has posted a write
+    into a network that drops every packet."""
+    config = StackConfig(
+        ack_timeout_exp=ack_timeout_exp, retry_linear_cnt=retry_linear_cnt, retry_exp_cnt=25
     )
+    net = make_net(seed=9, config=config)
     flow = net.connect("h0", "h2", policy="single-path", qpn=OWN_QPN)
-    ctx = net.hosts["h0"]
     net.sim.set_faults(loss=1.0)
     flow.sender.post_write(pattern(20_000, 1), BASE, flow.region.rkey, wr_id=1)
     net.sim.kick("h0")
+    return net, flow
+
+
+def test_a_running_qp_takes_new_timeout_and_retry_counts_at_once(make_net: Any) -> None:
+    # a 1 ms ACK timeout (2^10 x 1.024 us): the dropped write would wait that long for it
+    net, flow = write_into_loss(make_net, ack_timeout_exp=10, retry_linear_cnt=3)
+    ctx = net.hosts["h0"]
     unit = ACK_TIMEOUT_UNIT * net.config.dilation
     net.run(2 * unit)
     assert not timeouts_of(net, OWN_QPN)
@@ -114,14 +122,8 @@ def test_a_running_qp_takes_new_timeout_and_retry_counts_at_once(make_net: Any) 
 
 
 def test_a_lower_backoff_ceiling_caps_a_backed_off_qp(make_net: Any) -> None:
-    net = make_net(
-        seed=9, config=StackConfig(ack_timeout_exp=0, retry_linear_cnt=0, retry_exp_cnt=25)
-    )
-    flow = net.connect("h0", "h2", policy="single-path", qpn=OWN_QPN)
+    net, flow = write_into_loss(make_net, ack_timeout_exp=0, retry_linear_cnt=0)
     ctx = net.hosts["h0"]
-    net.sim.set_faults(loss=1.0)
-    flow.sender.post_write(pattern(20_000, 1), BASE, flow.region.rkey, wr_id=1)
-    net.sim.kick("h0")
     net.run(30.0, stop=lambda: len(timeouts_so_far(net)) >= 4)
     assert [e.backoff for e in timeouts_of(net, OWN_QPN)] == [1, 2, 3, 4]
     # the ceiling drops to 2^1: the timeouts stay at 2 us (exponent 1), the backoff is capped

@@ -244,18 +244,21 @@ def test_ecmp_choice_is_reproducible(make_net: Any) -> None:
     assert chosen[0] == chosen[1]
 
 
+def set_and_run(net: Any, flow: Any, ev: int, state: EvState, until: float) -> None:
+    """The operator sets ``ev`` of the flow's sender to ``state`` now; the network runs on to
+    ``until``."""
+    net.hosts[flow.src].set_ev_state(flow.sender.qpn, ev, state, now=net.sim.now)
+    net.sim.kick(flow.src)
+    net.run(until)
+
+
 def test_operator_release_probes_an_ev_back(make_net: Any) -> None:
     net = make_net()
     flow = net.connect("h0", "h2")
-    ctx = net.hosts["h0"]
     ev = flow.sender.ev_table.evs()[5].ev
-    ctx.set_ev_state(flow.sender.qpn, ev, EvState.DENIED, now=0.0)
-    net.sim.kick("h0")
-    net.run(0.05)
+    set_and_run(net, flow, ev, EvState.DENIED, until=0.05)
     assert flow.sender.ev_table.state(ev) is EvState.DENIED  # never probed while denied
-    ctx.set_ev_state(flow.sender.qpn, ev, EvState.UNKNOWN, now=net.sim.now)
-    net.sim.kick("h0")
-    net.run(0.1)
+    set_and_run(net, flow, ev, EvState.UNKNOWN, until=0.1)
     assert flow.sender.ev_table.state(ev) is EvState.GOOD
     changes = [(e.old, e.new, e.reason) for e in net.events if isinstance(e, EvStateChanged)]
     assert changes == [("good", "denied", "operator"), ("denied", "unknown", "operator"),
@@ -266,13 +269,10 @@ def test_a_late_probe_reply_still_reinstates(make_net: Any) -> None:
     config = StackConfig(probe_timeout=50e-9, probe_interval=10e-6)  # far below the RTT
     net = make_net(config=config)
     flow = net.connect("h0", "h2")
-    ctx = net.hosts["h0"]
     ev = flow.sender.ev_table.evs()[0].ev
-    ctx.set_ev_state(flow.sender.qpn, ev, EvState.UNKNOWN, now=0.0)
-    net.sim.kick("h0")
-    net.run(0.009)
+    set_and_run(net, flow, ev, EvState.UNKNOWN, until=0.009)
     assert flow.sender.ev_table.state(ev) is EvState.GOOD
-    stats = ctx.stats()
+    stats = net.hosts["h0"].stats()
     assert stats["probes_timed_out"] >= 1 and stats["probe_replies_received"] >= 1
 
 
