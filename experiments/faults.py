@@ -199,10 +199,8 @@ class LinkFlap(LinkFault):
 
 
 @dataclass(frozen=True)
-class NicDown(LinkDown):
-    """``nic_down``: the cable of ``host``'s NIC on ``plane`` (``link``) fails."""
-
-    kind: ClassVar[str] = "nic_down"
+class NicFault(LinkFault):
+    """A fault of the cable of ``host``'s NIC on ``plane`` (``link``)."""
 
     host: str
     plane: int
@@ -212,16 +210,18 @@ class NicDown(LinkDown):
 
 
 @dataclass(frozen=True)
-class NicUp(LinkUp):
-    """``nic_up``: the cable of ``host``'s NIC on ``plane`` (``link``) is repaired."""
+class NicDown(NicFault):
+    """``nic_down``: the NIC's cable fails (the agent sees its link go down)."""
+
+    kind: ClassVar[str] = "nic_down"
+
+
+@dataclass(frozen=True)
+class NicUp(NicFault):
+    """``nic_up``: the NIC's cable is repaired."""
 
     kind: ClassVar[str] = "nic_up"
-
-    host: str
-    plane: int
-
-    def _fields(self) -> dict[str, Any]:
-        return {"host": self.host, "plane": self.plane}
+    restores: ClassVar[bool] = True
 
 
 # -- switches --------------------------------------------------------------------------------
@@ -268,10 +268,8 @@ class SwitchReboot(SwitchFault):
 
 
 @dataclass(frozen=True)
-class PlaneDown(SwitchFault):
-    """``plane_down``: every spine of ``plane`` (``switches``) is killed at once."""
-
-    kind: ClassVar[str] = "plane_down"
+class PlaneFault(SwitchFault):
+    """A fault of every spine of ``plane`` (``switches``)."""
 
     plane: int
 
@@ -280,16 +278,18 @@ class PlaneDown(SwitchFault):
 
 
 @dataclass(frozen=True)
-class PlaneUp(SwitchFault):
-    """``plane_up``: every spine of ``plane`` (``switches``) is started again."""
+class PlaneDown(PlaneFault):
+    """``plane_down``: every spine of the plane is killed at once."""
+
+    kind: ClassVar[str] = "plane_down"
+
+
+@dataclass(frozen=True)
+class PlaneUp(PlaneFault):
+    """``plane_up``: every spine of the plane is started again."""
 
     kind: ClassVar[str] = "plane_up"
     restores: ClassVar[bool] = True
-
-    plane: int
-
-    def _fields(self) -> dict[str, Any]:
-        return {"plane": self.plane}
 
 
 # -- operator EV states ----------------------------------------------------------------------
@@ -366,8 +366,10 @@ __all__ = [
     "LinkFlap",
     "LinkUp",
     "NicDown",
+    "NicFault",
     "NicUp",
     "PlaneDown",
+    "PlaneFault",
     "PlaneUp",
     "Step",
     "SwitchFault",

@@ -96,11 +96,11 @@ def test_transport_ev_format() -> None:
         parse_scenario(base(transports=[{"transport": "mptcp", "ev_format": "stev"}]))
 
 
-class FakeTestbed:
-    """Records what a phase asks of the testbed."""
+class Recorder:
+    """Records what a phase asks of the testbed, and what faults ask of their target."""
 
     def __init__(self) -> None:
-        self.calls: list[tuple[str, ...]] = []
+        self.calls: list[tuple[object, ...]] = []
 
     def link_down(self, a: str, b: str) -> None:
         self.calls.append(("down", a, b))
@@ -114,6 +114,15 @@ class FakeTestbed:
     def start_switch(self, name: str) -> None:
         self.calls.append(("start", name))
 
+    def kill_switches(self, names: Sequence[str]) -> None:
+        self.calls.append(("kill", *names))
+
+    def start_switches(self, names: Sequence[str]) -> None:
+        self.calls.append(("start", *names))
+
+    def set_ev_state(self, fault: EvFault, state: str) -> None:
+        self.calls.append((state, fault.host, fault.peer))
+
 
 def test_phase_carries_out_nic_and_plane_faults() -> None:
     s = parse_scenario(base(faults=[
@@ -121,7 +130,7 @@ def test_phase_carries_out_nic_and_plane_faults() -> None:
         {"kind": "plane_up", "at_s": 2, "plane": 1},
         {"kind": "nic_down", "at_s": 3, "host": "h0", "plane": 0},
     ]))  # fmt: skip
-    tb = FakeTestbed()
+    tb = Recorder()
     phase = Phase(tb, s, s.transports[0])  # type: ignore[arg-type]
     for step in s.timeline():
         phase.apply(step)
@@ -165,28 +174,6 @@ def test_faults_write_back_what_they_read(name: str) -> None:
     assert again == scenario and again.faults == scenario.faults
 
 
-class Target:
-    """Records what faults ask of it (a FaultTarget)."""
-
-    def __init__(self) -> None:
-        self.calls: list[tuple[object, ...]] = []
-
-    def link_down(self, a: str, b: str) -> None:
-        self.calls.append(("down", a, b))
-
-    def link_up(self, a: str, b: str) -> None:
-        self.calls.append(("up", a, b))
-
-    def kill_switches(self, names: Sequence[str]) -> None:
-        self.calls.append(("kill", *names))
-
-    def start_switches(self, names: Sequence[str]) -> None:
-        self.calls.append(("start", *names))
-
-    def set_ev_state(self, fault: EvFault, state: str) -> None:
-        self.calls.append((state, fault.host, fault.peer))
-
-
 @pytest.mark.parametrize(
     ("fault", "applied", "undone"),
     [
@@ -213,7 +200,7 @@ def test_each_fault_kind_applies_and_undoes(
 ) -> None:
     (parsed,) = parse_scenario(base(faults=[{"at_s": 1, **fault}])).faults
     assert type(parsed).kind == fault["kind"]
-    target = Target()
+    target = Recorder()
     parsed.apply(target)
     parsed.undo(target)
     assert target.calls == [applied, undone]
