@@ -106,6 +106,11 @@ class CongestionControl(abc.ABC):
         #: the stack's rules for feeding the algorithm (``cc_learn_base_rtt``,
         #: ``timeout_quick_adapt``): its QP's config
         self.config = config or StackConfig()
+        self.setup()
+
+    def setup(self) -> None:  # noqa: B027  (optional hook)
+        """Check the parameters and set the algorithm's state up (after ``params``, ``mtu``
+        and ``config`` are set; raise ValueError naming a parameter out of range)."""
 
     @abc.abstractmethod
     def on_packet_sent(self, *, nbytes: int, now: float) -> None:

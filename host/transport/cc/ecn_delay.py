@@ -20,7 +20,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from host.transport.cc.base import CongestionControl, register
-from host.transport.config import StackConfig
 
 
 @register("ecn-delay")
@@ -39,11 +38,9 @@ class EcnDelay(CongestionControl):
         "fair_increase": 0.25,  # increase share when delay is high but unmarked
     }
 
-    def __init__(
-        self, *, mtu: int, params: Mapping[str, float] | None = None,
-        config: StackConfig | None = None,
-    ) -> None:  # fmt: skip
-        super().__init__(mtu=mtu, params=params, config=config)
+    def setup(self) -> None:
+        """Check the parameters and start the window."""
+        mtu = self.mtu
         p = self.params
         if not 1 <= p["min_cwnd"] <= p["init_cwnd"] <= p["max_cwnd"]:
             raise ValueError(

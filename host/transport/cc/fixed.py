@@ -5,7 +5,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from host.transport.cc.base import CongestionControl, register
-from host.transport.config import StackConfig
 
 
 @register("fixed")
@@ -14,14 +13,11 @@ class FixedWindow(CongestionControl):
 
     defaults: Mapping[str, float] = {"window": 64}
 
-    def __init__(
-        self, *, mtu: int, params: Mapping[str, float] | None = None,
-        config: StackConfig | None = None,
-    ) -> None:  # fmt: skip
-        super().__init__(mtu=mtu, params=params, config=config)
+    def setup(self) -> None:
+        """Check the parameters and start the window."""
         if self.params["window"] < 1:
             raise ValueError(f"fixed window {self.params['window']}: expected >= 1 packet")
-        self.cwnd = float(self.params["window"] * mtu)
+        self.cwnd = float(self.params["window"] * self.mtu)
 
     def on_packet_sent(self, *, nbytes: int, now: float) -> None:
         """Nothing to do."""

@@ -41,7 +41,6 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from host.transport.cc.base import CongestionControl, register
-from host.transport.config import StackConfig
 
 NS = 1e-9
 #: UET's reference network: 100 Gb/s with a 12 us RTT (the scaling factors' denominators)
@@ -131,11 +130,9 @@ class Nscc(CongestionControl):
         "target_delay": 0,  # 0: 0.75 base RTT
     }
 
-    def __init__(
-        self, *, mtu: int, params: Mapping[str, float] | None = None,
-        config: StackConfig | None = None,
-    ) -> None:  # fmt: skip
-        super().__init__(mtu=mtu, params=params, config=config)
+    def setup(self) -> None:
+        """Check the parameters and start the window."""
+        mtu = self.mtu
         p = self.params
         for name in ("gamma", "max_md_jump"):
             if not 0 <= p[name] <= 1:
