@@ -17,11 +17,13 @@ them). Numbers in requests and replies are the libibverbs and MRC values, enums 
 The modules, from the ground up: :mod:`.abi` (the numbers, the error, field validators),
 :mod:`.mem`, :mod:`.server`, :mod:`.objects`, :mod:`.qp_states`, the profile stores
 (:mod:`.profiles`, :mod:`.ev_formats`, :mod:`.ev_profiles`, :mod:`.cc_profiles`),
-:mod:`.provider` (sessions, dispatch, completions), and the two APIs whose rows it dispatches:
-:mod:`.app_api` (the application's) and :mod:`.ctl_api` (the controller's).
+:mod:`.state` (sessions, the delivery of completions and events, the command rows), the two
+APIs: :mod:`.app_api` (the application's) and :mod:`.ctl_api` (the controller's), and on top
+:mod:`.provider`, which dispatches their rows and takes the transport core's events.
 """
 
 from host.agent.ocp.abi import OcpError
-from host.agent.ocp.provider import AgentLike, OcpProvider, ocp_socket_path
+from host.agent.ocp.provider import OcpProvider, ocp_socket_path
+from host.agent.ocp.state import AgentLike
 
 __all__ = ["AgentLike", "OcpError", "OcpProvider", "ocp_socket_path"]

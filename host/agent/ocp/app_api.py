@@ -41,9 +41,9 @@ from host.agent.ocp.abi import (
 )
 from host.agent.ocp.mem import AppMemory, MemoryAccessError, read_memory
 from host.agent.ocp.objects import Channel, Cq, Mr, Qp, SendWr, Session, WorkCompletion
-from host.agent.ocp.provider import Command, OcpProvider
 from host.agent.ocp.qp_states import QpChange, check_modify
 from host.agent.ocp.server import OcpConnection
+from host.agent.ocp.state import Command, ProviderState
 from host.transport.evs import GeneratedEvProfile
 
 log = logging.getLogger("mrc.host.agent.ocp")
@@ -52,7 +52,7 @@ log = logging.getLogger("mrc.host.agent.ocp")
 # -- sessions ----------------------------------------------------------------------------------
 
 
-def hello(p: OcpProvider, conn: OcpConnection, request: Mapping[str, Any]) -> Reply:
+def hello(p: ProviderState, conn: OcpConnection, request: Mapping[str, Any]) -> Reply:
     """Open a session for the calling process (one per connection)."""
     if conn.owner is not None:
         raise OcpError(errno.EINVAL, "hello: this connection already has a session")
@@ -67,7 +67,7 @@ def hello(p: OcpProvider, conn: OcpConnection, request: Mapping[str, Any]) -> Re
     }  # fmt: skip
 
 
-def attach(p: OcpProvider, conn: OcpConnection, request: Mapping[str, Any]) -> Reply:
+def attach(p: ProviderState, conn: OcpConnection, request: Mapping[str, Any]) -> Reply:
     """Join a session as its completion channel (``role: channel``) or async events."""
     sid = field_int(request, "session")
     session = p.sessions.get(sid)
@@ -88,7 +88,7 @@ def attach(p: OcpProvider, conn: OcpConnection, request: Mapping[str, Any]) -> R
     raise OcpError(errno.EINVAL, f"attach: field 'role': expected channel or async, got {role!r}")
 
 
-def query_device(p: OcpProvider, session: Session, request: Mapping[str, Any]) -> Reply:
+def query_device(p: ProviderState, session: Session, request: Mapping[str, Any]) -> Reply:
     return {
         "ok": True, "protocol_version": PROTOCOL_VERSION_1, "max_wimm": MAX_WIMM,
         "max_wimm_dest": MAX_WIMM, "max_mpr": MAX_MPR, "mpr_resolution": 1,
@@ -98,7 +98,7 @@ def query_device(p: OcpProvider, session: Session, request: Mapping[str, Any]) -
     }  # fmt: skip
 
 
-def query_port(p: OcpProvider, session: Session, request: Mapping[str, Any]) -> Reply:
+def query_port(p: ProviderState, session: Session, request: Mapping[str, Any]) -> Reply:
     port = field_int(request, "port", 1, 255)
     ports = p.ports()
     for entry in ports:
@@ -110,7 +110,7 @@ def query_port(p: OcpProvider, session: Session, request: Mapping[str, Any]) -> 
     )
 
 
-def stats(p: OcpProvider, session: Session, request: Mapping[str, Any]) -> Reply:
+def stats(p: ProviderState, session: Session, request: Mapping[str, Any]) -> Reply:
     return {
         "ok": True, "sessions": len(p.sessions), "qps": len(p.qps),
         "session": {"mrs": len(session.mrs), "cqs": len(session.cqs), "qps": len(session.qps)},
@@ -122,7 +122,7 @@ def stats(p: OcpProvider, session: Session, request: Mapping[str, Any]) -> Reply
 # -- memory --------------------------------------------------------------------------------------
 
 
-def reg_mr(p: OcpProvider, session: Session, request: Mapping[str, Any]) -> Reply:
+def reg_mr(p: ProviderState, session: Session, request: Mapping[str, Any]) -> Reply:
     addr = field_int(request, "addr")
     length = field_int(request, "length", 1, 1 << 40)
     access = field_int(request, "access", 0, U32_MAX)
@@ -141,7 +141,7 @@ def reg_mr(p: OcpProvider, session: Session, request: Mapping[str, Any]) -> Repl
     return {"ok": True, "lkey": mr.lkey, "rkey": mr.rkey}
 
 
-def dereg_mr(p: OcpProvider, session: Session, request: Mapping[str, Any]) -> Reply:
+def dereg_mr(p: ProviderState, session: Session, request: Mapping[str, Any]) -> Reply:
     lkey = field_int(request, "lkey", 0, U32_MAX)
     mr = session.mrs.pop(lkey, None)
     if mr is None:
@@ -161,7 +161,7 @@ def get_cq(session: Session, request: Mapping[str, Any], name: str = "cq") -> Cq
     return cq
 
 
-def create_cq(p: OcpProvider, session: Session, request: Mapping[str, Any]) -> Reply:
+def create_cq(p: ProviderState, session: Session, request: Mapping[str, Any]) -> Reply:
     cqe = field_int(request, "cqe", 1, MAX_CQE)
     channel_id = field_int(request, "channel", default=0)
     channel = None
@@ -174,7 +174,7 @@ def create_cq(p: OcpProvider, session: Session, request: Mapping[str, Any]) -> R
     return {"ok": True, "cq": cq.id, "cqe": cqe}
 
 
-def destroy_cq(p: OcpProvider, session: Session, request: Mapping[str, Any]) -> Reply:
+def destroy_cq(p: ProviderState, session: Session, request: Mapping[str, Any]) -> Reply:
     cq = get_cq(session, request)
     if cq.users:
         raise OcpError(errno.EBUSY, f"destroy_cq: CQ {cq.id} is used by {cq.users} QP(s)")
@@ -182,7 +182,7 @@ def destroy_cq(p: OcpProvider, session: Session, request: Mapping[str, Any]) -> 
     return {"ok": True}
 
 
-def poll_cq(p: OcpProvider, session: Session, request: Mapping[str, Any]) -> Reply:
+def poll_cq(p: ProviderState, session: Session, request: Mapping[str, Any]) -> Reply:
     cq = get_cq(session, request)
     n = field_int(request, "n", 0, MAX_CQE)
     out: list[list[Any]] = []
@@ -191,7 +191,7 @@ def poll_cq(p: OcpProvider, session: Session, request: Mapping[str, Any]) -> Rep
     return {"ok": True, "wc": out}
 
 
-def req_notify_cq(p: OcpProvider, session: Session, request: Mapping[str, Any]) -> Reply:
+def req_notify_cq(p: ProviderState, session: Session, request: Mapping[str, Any]) -> Reply:
     cq = get_cq(session, request)
     if cq.channel is None:
         raise OcpError(errno.EINVAL, f"req_notify_cq: CQ {cq.id} has no completion channel")
@@ -212,7 +212,7 @@ def get_qp(session: Session, request: Mapping[str, Any]) -> Qp:
     return qp
 
 
-def create_qp(p: OcpProvider, session: Session, request: Mapping[str, Any]) -> Reply:
+def create_qp(p: ProviderState, session: Session, request: Mapping[str, Any]) -> Reply:
     send_cq = get_cq(session, request, "send_cq")
     recv_cq = get_cq(session, request, "recv_cq")
     if send_cq.kind != "wc" or recv_cq.kind != "wc":
@@ -246,17 +246,17 @@ def create_qp(p: OcpProvider, session: Session, request: Mapping[str, Any]) -> R
     return {"ok": True, **qp.describe()}
 
 
-def destroy_qp(p: OcpProvider, session: Session, request: Mapping[str, Any]) -> Reply:
+def destroy_qp(p: ProviderState, session: Session, request: Mapping[str, Any]) -> Reply:
     p.drop_qp(session, get_qp(session, request))
     p.kick()
     return {"ok": True}
 
 
-def query_qp(p: OcpProvider, session: Session, request: Mapping[str, Any]) -> Reply:
+def query_qp(p: ProviderState, session: Session, request: Mapping[str, Any]) -> Reply:
     return {"ok": True, **get_qp(session, request).describe()}
 
 
-def modify_qp(p: OcpProvider, session: Session, request: Mapping[str, Any]) -> Reply:
+def modify_qp(p: ProviderState, session: Session, request: Mapping[str, Any]) -> Reply:
     """Attributes and state transitions: checked by :func:`.qp_states.check_modify`, then
     applied here."""
     qp = get_qp(session, request)
@@ -267,7 +267,7 @@ def modify_qp(p: OcpProvider, session: Session, request: Mapping[str, Any]) -> R
         raise exc.prefixed("modify_qp") from None
 
 
-def _apply(p: OcpProvider, session: Session, qp: Qp, change: QpChange) -> Qp:
+def _apply(p: ProviderState, session: Session, qp: Qp, change: QpChange) -> Qp:
     if change.new == QpState.RESET:
         p.flush(session, qp)
         p.release_core(qp)
@@ -307,7 +307,7 @@ def _apply(p: OcpProvider, session: Session, qp: Qp, change: QpChange) -> Qp:
     return qp
 
 
-def _make_core(p: OcpProvider, qp: Qp, change: QpChange) -> None:
+def _make_core(p: ProviderState, qp: Qp, change: QpChange) -> None:
     """INIT -> RTR: the transport core's QP, with the QP's profiles, towards its peer."""
     agent = p.agent
     assert qp.remote_host is not None and qp.dest_qpn is not None and change.config is not None
@@ -369,7 +369,7 @@ def _gather(session: Session, qp: Qp, sges: Any, inline: bool, index: int) -> by
     return b"".join(parts)
 
 
-def post_send(p: OcpProvider, session: Session, request: Mapping[str, Any]) -> Reply:
+def post_send(p: ProviderState, session: Session, request: Mapping[str, Any]) -> Reply:
     qp = get_qp(session, request)
     wrs = field_list(request, "wrs")
     if qp.state == QpState.ERR:
@@ -434,7 +434,7 @@ def post_send(p: OcpProvider, session: Session, request: Mapping[str, Any]) -> R
     return {"ok": True, "posted": posted}
 
 
-def post_recv(p: OcpProvider, session: Session, request: Mapping[str, Any]) -> Reply:
+def post_recv(p: ProviderState, session: Session, request: Mapping[str, Any]) -> Reply:
     qp = get_qp(session, request)
     wrs = field_list(request, "wrs")
     if qp.state == QpState.RESET:

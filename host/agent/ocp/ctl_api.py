@@ -31,7 +31,7 @@ from host.agent.ocp.abi import (
 from host.agent.ocp.app_api import create_cq
 from host.agent.ocp.ev_formats import ev_value
 from host.agent.ocp.objects import EvEvent, Session
-from host.agent.ocp.provider import Command, OcpProvider, Privilege
+from host.agent.ocp.state import Command, Privilege, ProviderState
 from host.transport import wire
 from host.transport.endpoint import EndpointError, EpRequest
 from host.transport.events import EndpointResponse, Event, EvStateChanged
@@ -44,7 +44,7 @@ from host.transport.evs import (
 )
 
 
-def modify_port(p: OcpProvider, session: Session, request: Mapping[str, Any]) -> Reply:
+def modify_port(p: ProviderState, session: Session, request: Mapping[str, Any]) -> Reply:
     """A port's administrative state (``Context.set_port_admin``: a disabled plane carries
     nothing)."""
     port = field_int(request, "port", 1, 255)
@@ -61,7 +61,7 @@ def modify_port(p: OcpProvider, session: Session, request: Mapping[str, Any]) ->
     return {"ok": True, "port": port, "active": enabled, "evs": count}
 
 
-def create_ev_cq(p: OcpProvider, session: Session, request: Mapping[str, Any]) -> Reply:
+def create_ev_cq(p: ProviderState, session: Session, request: Mapping[str, Any]) -> Reply:
     """A CQ of EV events (state changes of the host's EVs to GOOD or ASSUMED_BAD, on every
     QP); a full one drops events and counts them exactly."""
     reply = create_cq(p, session, request)
@@ -70,7 +70,7 @@ def create_ev_cq(p: OcpProvider, session: Session, request: Mapping[str, Any]) -
 
 
 def _profile_call(
-    p: OcpProvider, request: Mapping[str, Any], handler: Callable[[Mapping[str, Any]], Reply]
+    p: ProviderState, request: Mapping[str, Any], handler: Callable[[Mapping[str, Any]], Reply]
 ) -> Reply:
     try:
         reply = handler(request)
@@ -81,22 +81,22 @@ def _profile_call(
     return reply
 
 
-def ev_fmt_profile(p: OcpProvider, session: Session, request: Mapping[str, Any]) -> Reply:
+def ev_fmt_profile(p: ProviderState, session: Session, request: Mapping[str, Any]) -> Reply:
     """Modify or query an EV format profile (:mod:`.ev_formats`)."""
     return _profile_call(p, request, p.ev_profiles.formats.request)
 
 
-def ev_profile(p: OcpProvider, session: Session, request: Mapping[str, Any]) -> Reply:
+def ev_profile(p: ProviderState, session: Session, request: Mapping[str, Any]) -> Reply:
     """Modify or query an EV profile (:mod:`.ev_profiles`)."""
     return _profile_call(p, request, p.ev_profiles.request)
 
 
-def cc_profile(p: OcpProvider, session: Session, request: Mapping[str, Any]) -> Reply:
+def cc_profile(p: ProviderState, session: Session, request: Mapping[str, Any]) -> Reply:
     """Modify or query a CC profile (:mod:`.cc_profiles`)."""
     return _profile_call(p, request, p.cc_profiles.request)
 
 
-def ep_probe(p: OcpProvider, session: Session, request: Mapping[str, Any]) -> Reply | Deferred:
+def ep_probe(p: ProviderState, session: Session, request: Mapping[str, Any]) -> Reply | Deferred:
     """A batch of endpoint requests (``mrc_ctl_ep_batch_send_wait``): ``op`` 0 EV probes, 1
     port status updates, each ``[req_id, sgid, dgid, format, ev, port, port_status]`` (the
     last optional; GIDs and the ``mrc_ctl_ev_t`` in hex), in traffic class ``tc``. Answered
@@ -168,7 +168,7 @@ def _ep_request(i: int, req: Any) -> EpRequest:
 # -- EV events -----------------------------------------------------------------------------------
 
 
-def on_ev_state(p: OcpProvider, event: Event) -> None:
+def on_ev_state(p: ProviderState, event: Event) -> None:
     """An EV state change of the core, to the EV event CQs when its profile monitors it."""
     if not isinstance(event, EvStateChanged):
         return
@@ -183,7 +183,7 @@ def on_ev_state(p: OcpProvider, event: Event) -> None:
         p.deliver_ev_event(EvEvent(profile_id, event.ev, event.plane + 1, 0, bit, ev_hex))
 
 
-def _event_ev(p: OcpProvider, core_id: int, ev: int) -> str:
+def _event_ev(p: ProviderState, core_id: int, ev: int) -> str:
     """An EV event's ``mrc_ctl_ev_t`` in hex (32 bytes): an EV that is a uSID carrier (an
     explicit SRV6 profile's, ``Srv6EvProfile``'s) in its 16 bytes, with an SRH the carrier
     and the segment; any other the 32-bit value in the first four bytes."""

@@ -1,42 +1,22 @@
-"""The OCP MRC provider of one agent: its sessions, the dispatch of requests to the application
-API (:mod:`.app_api`) and the controller API (:mod:`.ctl_api`), and the delivery of what the
-transport core reports -- work completions in posting order, EV events, asynchronous events.
-
-Every command is a row (:class:`Command`) of one of the two APIs: its handler, whether it needs
-a session, and whether it needs root (the controller API's privilege, ``CAP_NET_ADMIN``); the
-dispatcher checks both once, for every row.
+"""The OCP MRC provider of one agent: its socket (:mod:`.server`), the dispatch of requests to
+the rows of the application API (:mod:`.app_api`) and the controller API (:mod:`.ctl_api`) --
+whether a command needs a session and root is checked here, once, for every row -- and what the
+transport core reports: work completions in posting order, EV events.
 """
 
 from __future__ import annotations
 
-import contextlib
-import enum
 import errno
-import logging
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 from host.agent.control import Deferred
-from host.agent.ocp.abi import (
-    FIRST_OCP_QPN,
-    QPN_MAX,
-    AsyncEvent,
-    OcpError,
-    QpState,
-    Reply,
-    WcFlag,
-    WcOpcode,
-    WcStatus,
-)
-from host.agent.ocp.cc_profiles import CcProfileStore
-from host.agent.ocp.ev_profiles import EvProfileStore
-from host.agent.ocp.objects import Cq, EvEvent, Mr, Qp, Session, WorkCompletion
+from host.agent.ocp import app_api, ctl_api
+from host.agent.ocp.abi import OcpError, QpState, Reply, WcFlag, WcOpcode, WcStatus
+from host.agent.ocp.objects import Qp, Session, WorkCompletion
 from host.agent.ocp.server import OcpConnection, OcpServer
-from host.transport.api import Context
-from host.transport.cc import CcProfile
-from host.transport.config import StackConfig
+from host.agent.ocp.state import AgentLike, ProviderState
 from host.transport.events import (
     STATUS_OK,
     STATUS_REMOTE_ACCESS_ERROR,
@@ -44,10 +24,6 @@ from host.transport.events import (
     Completion,
     Event,
 )
-from topologies import Fabric, Host, Topology
-from topologies import Path as TopoPath
-
-log = logging.getLogger("mrc.host.agent.ocp")
 
 _STATUS = {
     STATUS_OK: WcStatus.SUCCESS,
@@ -56,86 +32,19 @@ _STATUS = {
 }
 
 
-class AgentLike(Protocol):
-    """What the provider uses of :class:`host.agent.agent.Agent`."""
-
-    @property
-    def fabric(self) -> Fabric: ...
-    @property
-    def topology(self) -> Topology | None: ...
-    @property
-    def host(self) -> Host: ...
-    @property
-    def context(self) -> Context: ...
-    @property
-    def cc_profile(self) -> CcProfile: ...
-    def now(self) -> float: ...
-    def after_core(self, now: float) -> None: ...
-    def add_waiter(self, check: Callable[[float], bool], deadline: float | None) -> None: ...
-
-
-class Privilege(enum.Enum):
-    """Who may run a command."""
-
-    ANYONE = "anyone"
-    ROOT = "root"
-    ROOT_TO_MODIFY = "root to modify"  #: anyone queries, root modifies (``op: modify``)
-
-
-@dataclass(frozen=True)
-class Command:
-    """A command of the provider's socket: its handler and who may run it. A handler without
-    a session (``hello``, ``attach``) takes the connection instead."""
-
-    name: str
-    handler: Callable[[OcpProvider, Any, Mapping[str, Any]], Reply | Deferred]
-    privilege: Privilege = Privilege.ANYONE
-    session: bool = True
-
-    def needs_root(self, request: Mapping[str, Any]) -> bool:
-        if self.privilege is Privilege.ROOT_TO_MODIFY:
-            return request.get("op") == "modify"
-        return self.privilege is Privilege.ROOT
-
-
 def ocp_socket_path(control: Path) -> Path:
     """The provider's socket next to the control socket: ``h0.sock`` -> ``h0.ocp.sock``."""
     return control.with_name(f"{control.stem}.ocp{control.suffix or '.sock'}")
 
 
-class OcpProvider:
+class OcpProvider(ProviderState):
     """The OCP MRC API provider of one agent."""
 
     def __init__(self, agent: AgentLike, path: Path) -> None:
-        from host.agent.ocp import app_api, ctl_api  # the APIs name the provider
-
-        self.agent = agent
+        super().__init__(agent)
         self.path = path
         self.server = OcpServer(path, self.dispatch, self.closed)
-        self.sessions: dict[int, Session] = {}
-        self.qps: dict[int, tuple[Session, Qp]] = {}  # by QP number, every session
-        self.next_session = 1
-        self.next_lkey = 1
-        self.next_qpn = FIRST_OCP_QPN
-        self.core_cq = agent.context.create_cq()
-        self.counters = {"recv_without_buffer": 0, "cq_overflows": 0, "flushed": 0}
-        self.ev_profiles = EvProfileStore(
-            agent.context, agent.now, agent.context.config.ev_count, self.peer_paths
-        )
-        self._paths: dict[str, list[TopoPath]] | None = None
-        self.cc_profiles = CcProfileStore(
-            lambda: agent.cc_profile, self.fit_cc, agent.context.config.mtu, self._cc_users
-        )
-        #: every NIC address of the fabric -> (its host, its plane)
-        self.nics_by_address: dict[bytes, tuple[str, int]] = {
-            nic.address.packed: (host.name, nic.plane)
-            for host in agent.fabric.hosts
-            for nic in host.nics
-        }
         self.commands = {c.name: c for c in (*app_api.COMMANDS, *ctl_api.COMMANDS)}
-        self._on_ev_event = ctl_api.on_ev_state
-
-    # -- plumbing ---------------------------------------------------------------------------------
 
     def dispatch(self, conn: OcpConnection, request: Mapping[str, Any]) -> Reply | Deferred:
         """Run one request: the command's row says whether it needs a session and root."""
@@ -162,177 +71,10 @@ class OcpProvider:
         except OcpError as exc:
             return exc.reply()
 
-    def closed(self, conn: OcpConnection) -> None:
-        """A connection went away: a session's main connection ends the session."""
-        owner = conn.owner
-        if isinstance(owner, Session) and owner.conn is conn:
-            self.end_session(owner)
-        elif isinstance(owner, tuple):
-            session, channel = owner
-            if channel is None:
-                session.async_conn = None
-            else:
-                session.channels.pop(channel.id, None)
-                for cq in session.cqs.values():
-                    if cq.channel is channel:
-                        cq.channel = None
-
-    def end_session(self, session: Session) -> None:
-        for qp in list(session.qps.values()):
-            self.drop_qp(session, qp)
-        for mr in session.mrs.values():
-            self.drop_region(mr)
-        self.sessions.pop(session.id, None)
-        log.info("ocp: session %d of process %d ended", session.id, session.pid)
-
-    def drop_region(self, mr: Mr) -> None:
-        if mr.rkey:
-            with contextlib.suppress(ValueError):
-                self.agent.context.deregister_region(mr.rkey)
-            mr.rkey = 0
-
-    def drop_qp(self, session: Session, qp: Qp) -> None:
-        self.release_core(qp)
-        session.qps.pop(qp.qpn, None)
-        self.qps.pop(qp.qpn, None)
-        qp.send_cq.users -= 1
-        qp.recv_cq.users -= 1
-
-    def release_core(self, qp: Qp) -> None:
-        if qp.core is not None:
-            with contextlib.suppress(KeyError):
-                self.agent.context.destroy_qp(qp.qpn)
-            qp.core = None
-
     def close(self) -> None:
         for session in list(self.sessions.values()):
             self.end_session(session)
         self.server.close()
-
-    def new_qpn(self) -> int:
-        """A QP number no QP of the provider or of the core has."""
-        core_qpns = {qp.qpn for qp in self.agent.context.qps}
-        while self.next_qpn in self.qps or self.next_qpn in core_qpns:
-            self.next_qpn += 1
-        if self.next_qpn > QPN_MAX:
-            raise OcpError(errno.ENOMEM, "create_qp: QP numbers exhausted")
-        return self.next_qpn
-
-    def push_async(self, session: Session, event: AsyncEvent, **element: int) -> None:
-        if session.async_conn is not None:
-            session.async_conn.push({"event": "async", "type": int(event), **element})
-
-    def kick(self) -> None:
-        """The core has work (or a sooner timer): let the agent run it."""
-        self.agent.after_core(self.agent.now())
-
-    # -- what the host gives QPs and profiles -------------------------------------------------------
-
-    def ports(self) -> list[Reply]:
-        context = self.agent.context
-        return [
-            {
-                "port": nic.plane + 1, "plane": nic.plane, "intf": nic.intf,
-                "gid": nic.address.packed.hex(), "address": str(nic.address), "mac": nic.mac,
-                "active": context.port_admin(nic.plane), "mtu": context.config.mtu,
-            }
-            for nic in self.agent.host.nics
-        ]  # fmt: skip
-
-    def fit_cc(self, profile: CcProfile) -> CcProfile:
-        """NSCC's fabric defaults under the fields a profile sets (as the agent's own)."""
-        topology = self.agent.topology
-        if topology is None:
-            return profile
-        from host.transport.cc.fabric import fabric_cc_profile
-
-        return fabric_cc_profile(topology, profile, self.agent.context.config)
-
-    def _cc_users(self, profile_id: int) -> int:
-        return sum(1 for _, qp in self.qps.values() if qp.cc_profile == profile_id)
-
-    def peer_paths(self) -> dict[str, list[TopoPath]]:
-        """The fabric model's paths from this host to every other host (computed once)."""
-        if self._paths is None:
-            fabric, me = self.agent.fabric, self.agent.host.name
-            self._paths = {h.name: fabric.paths(me, h.name) for h in fabric.hosts if h.name != me}
-        return self._paths
-
-    # the QP state machine's view of the host (qp_states.QpHost)
-
-    @property
-    def host_name(self) -> str:
-        return self.agent.host.name
-
-    @property
-    def host_config(self) -> StackConfig:
-        return self.agent.context.config
-
-    def peer_of(self, gid: bytes) -> str | None:
-        found = self.nics_by_address.get(gid)
-        return None if found is None else found[0]
-
-    def check_ev_profile(self, profile_id: int) -> None:
-        self.ev_profiles.check_usable(profile_id)
-
-    def check_cc_profile(self, profile_id: int) -> None:
-        self.cc_profiles.check_usable(profile_id)
-
-    # -- completions ------------------------------------------------------------------------------
-
-    def notify(self, cq: Cq) -> None:
-        if cq.armed and cq.channel is not None:
-            cq.armed = False
-            cq.channel.conn.push({"event": "cq", "cq": cq.id})
-
-    def complete(self, session: Session, cq: Cq, entry: WorkCompletion) -> None:
-        if len(cq.entries) >= cq.cqe:
-            self.counters["cq_overflows"] += 1
-            if not cq.overflowed:
-                cq.overflowed = True
-                self.push_async(session, AsyncEvent.CQ_ERR, cq=cq.id)
-            return
-        cq.entries.append(entry)
-        self.notify(cq)
-
-    def deliver_ev_event(self, event: EvEvent) -> None:
-        """An EV event to every EV event CQ of every session (a full one counts it dropped)."""
-        for session in self.sessions.values():
-            for cq in session.cqs.values():
-                if cq.kind != "ev":
-                    continue
-                if len(cq.entries) >= cq.cqe:
-                    cq.dropped += 1
-                    continue
-                cq.entries.append(EvEvent(event.profile_id, event.ev, event.port, cq.dropped,
-                                          event.state, event.ev_hex))  # fmt: skip
-                cq.dropped = 0
-                self.notify(cq)
-
-    def flush(self, session: Session, qp: Qp) -> None:
-        """Every outstanding work request completes with IBV_WC_WR_FLUSH_ERR (QP to ERR/RESET)."""
-        for wr in qp.sends:
-            self.complete(
-                session, qp.send_cq, WorkCompletion.flushed(wr.wr_id, WcOpcode.RDMA_WRITE, qp.qpn)
-            )
-            self.counters["flushed"] += 1
-        qp.sends.clear()
-        qp.by_token.clear()
-        qp.wimm_inflight = 0
-        for wr_id in qp.recvs:
-            self.complete(
-                session,
-                qp.recv_cq,
-                WorkCompletion.flushed(wr_id, WcOpcode.RECV_RDMA_WITH_IMM, qp.qpn),
-            )
-            self.counters["flushed"] += 1
-        qp.recvs.clear()
-
-    def fail_qp(self, session: Session, qp: Qp) -> None:
-        """The QP goes to ERR on its own (a failed send, a WRITE_IMM without a receive)."""
-        qp.state = QpState.ERR
-        self.flush(session, qp)
-        self.push_async(session, AsyncEvent.QP_FATAL, qpn=qp.qpn)
 
     # -- core events ------------------------------------------------------------------------------
 
@@ -349,7 +91,7 @@ class OcpProvider:
             else:
                 self._on_send(session, qp, event)
             return True
-        self._on_ev_event(self, event)
+        ctl_api.on_ev_state(self, event)
         return False  # the agent logs it too
 
     def _on_recv(self, session: Session, qp: Qp, done: Completion) -> None:
