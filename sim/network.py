@@ -155,6 +155,8 @@ class SimNet:
         self.dilation = self.topology.dilation
         #: the red discipline's port bounds (None: the threshold discipline)
         self.queues = queues
+        #: data frames a host NIC holds (None: every frame the window allows, EVs chosen then)
+        self.nic_slots: int | None = NIC_SLOTS if queues is not None else None
         trim_at = (trim_threshold if trim_threshold is not None else depth // 2) if trim else None
         ecn_at = ecn_threshold if ecn_threshold is not None else max(1, depth // 4)
         if queues is not None:
@@ -305,14 +307,24 @@ class SimNet:
         self.fail_link(host, nic.switch, start, end)
 
     def degrade_link(self, a: str, b: str, share: float) -> None:
-        """The link between ``a`` and ``b`` runs at ``share`` of its rate, both directions (the
-        reference's ``-failed``: a link that still carries traffic, slowly)."""
+        """The link between ``a`` and ``b`` runs at ``share`` of its rate, both directions, its
+        queues and ECN thresholds scaled alike (the reference's ``-failed``: a link that still
+        carries traffic, slowly)."""
         if not 0 < share <= 1:
             raise ValueError(f"link share {share}: expected 0 < share <= 1")
         self.faults(a, b)  # validates the link
         for port in self._ports.values():
             if {port.node, port.peer} == {a, b}:
                 port.byte_time = 8 / (port.rate * share)
+                if port.red is not None:
+                    red = port.red
+                    port.red = PortQueue(
+                        size_bytes=int(red.size_bytes * share),
+                        ecn_low_bytes=int(red.ecn_low_bytes * share),
+                        ecn_high_bytes=int(red.ecn_high_bytes * share),
+                        trim=red.trim,
+                        packets=red.packets,
+                    )
 
     # -- event loop ------------------------------------------------------------------------------
 
@@ -343,34 +355,44 @@ class SimNet:
 
     _processed = 0
 
-    def run(self, until: float, stop: Callable[[], bool] | None = None,
-            max_events: int = 500_000_000) -> float:  # fmt: skip
-        """Process events up to time ``until`` or until ``stop()`` is true; returns the time."""
+    def run(
+        self,
+        until: float,
+        stop: Callable[[], bool] | None = None,
+        max_events: int = 500_000_000,
+        host_stop: Callable[[str], bool] | None = None,
+    ) -> float:
+        """Process events up to time ``until`` or until ``stop()`` is true (asked after every
+        event) or ``host_stop(host)`` is (asked after a host took a frame or ran its timers:
+        cheap where ``stop`` would scan every host); returns the time."""
         heap = self._heap
         pop = heapq.heappop
         arrive, tx_done, pump = self._arrive, self._tx_done, self._pump
+        timers, hosts = self._host_timer, self._hosts
         count = 0
         try:
             while heap and heap[0][0] <= until:
                 when, _, kind, a, b = pop(heap)
                 self.now = when
+                count += 1
+                host: str | None = None
                 if kind == _TXDONE:
                     tx_done(a)  # type: ignore[arg-type]
                 elif kind == _ARRIVE:
-                    arrive(a, b)  # type: ignore[arg-type]
+                    host = arrive(a, b)  # type: ignore[arg-type]
                 elif kind == _TIMER:
-                    host = a
-                    if self._host_timer.get(host) == b:  # type: ignore[call-overload]
-                        self._host_timer[host] = None  # type: ignore[index]
-                        ctx = self._hosts[host]  # type: ignore[index]
-                        ctx.handle_timer(when)
+                    if timers.get(a) == b:  # type: ignore[call-overload]
+                        host = a  # type: ignore[assignment]
+                        timers[host] = None  # type: ignore[index]
+                        hosts[host].handle_timer(when)  # type: ignore[index]
                         pump(host)  # type: ignore[arg-type]
                 else:
                     pump(a)  # type: ignore[arg-type]
-                count += 1
                 if count >= max_events:
                     raise RuntimeError(f"simnet: {max_events} events without reaching t={until}")
                 if stop is not None and stop():
+                    return self.now
+                if host is not None and host_stop is not None and host_stop(host):
                     return self.now
         finally:
             self._processed += count
@@ -382,14 +404,15 @@ class SimNet:
         ctx = self._hosts[host]
         now = self.now
         ports = self._ports
-        if self.queues is None:
+        slots = self.nic_slots
+        if slots is None:
             for plane, frame in ctx.frames_to_send(now):
                 if not isinstance(frame, bytearray):
                     frame = bytearray(frame)
                 self._enqueue(ports[(host, plane)], frame)
         else:
             # a NIC takes a data frame when it has a free slot: the EV is chosen then
-            budget = {p.number: max(0, NIC_SLOTS - len(p.low) - p.busy)
+            budget = {p.number: max(0, slots - len(p.low) - p.busy)
                       for p in self._host_ports[host]}  # fmt: skip
             for plane, frame in ctx.frames_to_send(now, budget):
                 if not isinstance(frame, bytearray):
@@ -533,7 +556,7 @@ class SimNet:
                 self.counters["ecn_marked"] += 1
         if port.high or port.low:
             self._start(port)
-        if port.host and self.queues is not None and len(port.low) < NIC_SLOTS:
+        if port.host and self.nic_slots is not None and len(port.low) < self.nic_slots:
             self._push(self.now, _PUMP, port.node)  # the NIC has a free slot
         faults = port.faults
         now = self.now
@@ -561,17 +584,20 @@ class SimNet:
 
     # -- nodes -----------------------------------------------------------------------------------
 
-    def _arrive(self, port: _Port, frame: bytearray) -> None:
+    def _arrive(self, port: _Port, frame: bytearray) -> str | None:
+        """Deliver a frame at the end of a link; returns the host that took it (None: a
+        switch did)."""
         node = port.peer
         ctx = self._hosts.get(node)
         if ctx is not None:
             ctx.receive_frame(port.peer_port, frame, self.now)
             self._pump(node)
-            return
+            return node
         if node in self._routes:
             self._switch(node, frame)
         else:
             self.counters["drop_no_host"] += 1
+        return None
 
     def _switch(self, name: str, frame: bytearray) -> None:
         counters = self.counters

@@ -172,10 +172,7 @@ def run_flows(
             break
         done_before = remaining
 
-        def completed() -> bool:
-            return any(len(cq) for cq in cqs.values())
-
-        net.run(min(horizon, until), stop=completed)
+        net.run(min(horizon, until), host_stop=lambda host: len(cqs[host]) > 0)
         for host, cq in cqs.items():
             for completion in cq.poll(1 << 16):
                 n = pending.pop((host, completion.qpn), -1) if _is_send(completion) else -1
