@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any, ClassVar, Protocol
 
 
@@ -79,13 +79,22 @@ class Step:
 class Fault(ABC):
     """A fault of a scenario, starting at ``at_s`` seconds into a phase."""
 
-    kind: ClassVar[str]
+    #: the scenario file's name of the kind (a class keyword: ``class LinkUp(LinkFault,
+    #: kind="link_up", restores=True)``; families such as :class:`LinkFault` have none)
+    kind: ClassVar[str] = ""
     #: the names of breaking and restoring, as the results record them (``down``, ``up``)
     names: ClassVar[tuple[str, str]]
     #: a kind that restores (``link_up``, ``plane_up``, ``ev_allow``): apply restores
     restores: ClassVar[bool] = False
+    #: fields the parser fills in from the others (not written in a scenario file)
+    derived: ClassVar[tuple[str, ...]] = ()
 
     at_s: float
+
+    def __init_subclass__(cls, kind: str = "", restores: bool = False, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        cls.kind = kind
+        cls.restores = restores
 
     @abstractmethod
     def _break(self, target: FaultTarget) -> None:
@@ -122,11 +131,13 @@ class Fault(ABC):
         return [(s.t, s.action) for s in self.steps()]
 
     def as_dict(self) -> dict[str, Any]:
-        """The fault as a scenario file writes it."""
-        return {"kind": self.kind, "at_s": self.at_s, **self._fields()}
-
-    def _fields(self) -> dict[str, Any]:
-        return {}
+        """The fault as a scenario file writes it (fields the parser derives left out)."""
+        out: dict[str, Any] = {"kind": self.kind}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.name not in self.derived and value is not None:
+                out[f.name] = list(value) if isinstance(value, tuple) else value
+        return out
 
 
 # -- links -----------------------------------------------------------------------------------
@@ -150,31 +161,21 @@ class LinkFault(Fault):
     def target(self) -> str:
         return f"{self.link[0]} <-> {self.link[1]}"
 
-    def _fields(self) -> dict[str, Any]:
-        return {"link": list(self.link)}
-
 
 @dataclass(frozen=True)
-class LinkDown(LinkFault):
+class LinkDown(LinkFault, kind="link_down"):
     """``link_down``: the cable fails at ``at_s``."""
 
-    kind: ClassVar[str] = "link_down"
-
 
 @dataclass(frozen=True)
-class LinkUp(LinkFault):
+class LinkUp(LinkFault, kind="link_up", restores=True):
     """``link_up``: the cable is repaired at ``at_s``."""
 
-    kind: ClassVar[str] = "link_up"
-    restores: ClassVar[bool] = True
-
 
 @dataclass(frozen=True)
-class LinkFlap(LinkFault):
+class LinkFlap(LinkFault, kind="link_flap"):
     """``link_flap``: down ``rate_per_min`` times a minute from ``at_s`` to ``until_s``, each
     time for ``down_s``."""
-
-    kind: ClassVar[str] = "link_flap"
 
     rate_per_min: float
     down_s: float
@@ -189,39 +190,25 @@ class LinkFlap(LinkFault):
             t += period
         return out
 
-    def _fields(self) -> dict[str, Any]:
-        return {
-            **super()._fields(),
-            "rate_per_min": self.rate_per_min,
-            "down_s": self.down_s,
-            "until_s": self.until_s,
-        }
-
 
 @dataclass(frozen=True)
 class NicFault(LinkFault):
     """A fault of the cable of ``host``'s NIC on ``plane`` (``link``)."""
 
+    derived: ClassVar[tuple[str, ...]] = ("link",)
+
     host: str
     plane: int
 
-    def _fields(self) -> dict[str, Any]:
-        return {"host": self.host, "plane": self.plane}
-
 
 @dataclass(frozen=True)
-class NicDown(NicFault):
+class NicDown(NicFault, kind="nic_down"):
     """``nic_down``: the NIC's cable fails (the agent sees its link go down)."""
 
-    kind: ClassVar[str] = "nic_down"
-
 
 @dataclass(frozen=True)
-class NicUp(NicFault):
+class NicUp(NicFault, kind="nic_up", restores=True):
     """``nic_up``: the NIC's cable is repaired."""
-
-    kind: ClassVar[str] = "nic_up"
-    restores: ClassVar[bool] = True
 
 
 # -- switches --------------------------------------------------------------------------------
@@ -247,11 +234,11 @@ class SwitchFault(Fault):
 
 
 @dataclass(frozen=True)
-class SwitchReboot(SwitchFault):
+class SwitchReboot(SwitchFault, kind="switch_reboot"):
     """``switch_reboot``: ``switch`` is killed at ``at_s`` and started ``down_s`` later (with
     empty tables: ``mrc-ctl watch`` re-installs them)."""
 
-    kind: ClassVar[str] = "switch_reboot"
+    derived: ClassVar[tuple[str, ...]] = ("switches",)
 
     down_s: float
 
@@ -263,33 +250,27 @@ class SwitchReboot(SwitchFault):
     def steps(self) -> list[Step]:
         return [Step(self.at_s, "kill", self), Step(self.at_s + self.down_s, "start", self, True)]
 
-    def _fields(self) -> dict[str, Any]:
-        return {"switch": self.switch, "down_s": self.down_s}
+    def as_dict(self) -> dict[str, Any]:
+        return {**super().as_dict(), "switch": self.switch}
 
 
 @dataclass(frozen=True)
 class PlaneFault(SwitchFault):
     """A fault of every spine of ``plane`` (``switches``)."""
 
+    derived: ClassVar[tuple[str, ...]] = ("switches",)
+
     plane: int
 
-    def _fields(self) -> dict[str, Any]:
-        return {"plane": self.plane}
-
 
 @dataclass(frozen=True)
-class PlaneDown(PlaneFault):
+class PlaneDown(PlaneFault, kind="plane_down"):
     """``plane_down``: every spine of the plane is killed at once."""
 
-    kind: ClassVar[str] = "plane_down"
-
 
 @dataclass(frozen=True)
-class PlaneUp(PlaneFault):
+class PlaneUp(PlaneFault, kind="plane_up", restores=True):
     """``plane_up``: every spine of the plane is started again."""
-
-    kind: ClassVar[str] = "plane_up"
-    restores: ClassVar[bool] = True
 
 
 # -- operator EV states ----------------------------------------------------------------------
@@ -323,23 +304,15 @@ class EvFault(Fault):
         what = self.path if self.path is not None else f"{self.ev:#x}"
         return f"{self.host} -> {self.peer} {what}"
 
-    def _fields(self) -> dict[str, Any]:
-        return {"host": self.host, "peer": self.peer, **self.which}
-
 
 @dataclass(frozen=True)
-class EvDeny(EvFault):
+class EvDeny(EvFault, kind="ev_deny"):
     """``ev_deny``: the EVs are set DENIED (the sender stops using them)."""
 
-    kind: ClassVar[str] = "ev_deny"
-
 
 @dataclass(frozen=True)
-class EvAllow(EvFault):
+class EvAllow(EvFault, kind="ev_allow", restores=True):
     """``ev_allow``: the EVs are set UNKNOWN (probed back to GOOD)."""
-
-    kind: ClassVar[str] = "ev_allow"
-    restores: ClassVar[bool] = True
 
 
 #: every fault class by its ``kind``
