@@ -34,18 +34,14 @@ from scapy.layers.l2 import Ether
 from scapy.packet import Packet, Raw, bind_layers, split_layers
 
 from host.transport import wire
+from p4src.contract import ExtType
 
 _OPCODES = {
     wire.OP_WRITE_ONLY: "RC_RDMA_WRITE_ONLY",
     wire.OP_WRITE_ONLY_IMM: "RC_RDMA_WRITE_ONLY_WITH_IMMEDIATE",
     wire.OP_ACKNOWLEDGE: "RC_ACKNOWLEDGE",
 }
-_CONTROL_TYPES = {
-    wire.EXT_ACK: "ACK",
-    wire.EXT_NACK: "NACK",
-    wire.EXT_PROBE: "PROBE",
-    wire.EXT_PROBE_REPLY: "PROBE_REPLY",
-}
+_CONTROL_TYPES = {int(kind): kind.name for kind in ExtType if kind is not ExtType.DATA}
 
 
 class MrcBTH(Packet):
@@ -162,30 +158,29 @@ class MrcAck(Packet):
     ]
 
 
+def _two_words(first: str, second: str) -> list[Any]:
+    """A control extension whose body is two 32-bit words and 12 reserved bytes."""
+    return [
+        *_control_head(),
+        IntField(first, 0),
+        IntField(second, 0),
+        LongField("reserved1", 0),
+        IntField("reserved2", 0),
+    ]
+
+
 class MrcNack(Packet):
     """NACK extension (32 bytes)."""
 
     name = "MRC NACK"
-    fields_desc = [
-        *_control_head(),
-        IntField("psn", 0),
-        IntField("cum_psn", 0),
-        LongField("reserved1", 0),
-        IntField("reserved2", 0),
-    ]
+    fields_desc = _two_words("psn", "cum_psn")
 
 
 class MrcProbe(Packet):
     """PROBE / PROBE_REPLY extension (32 bytes)."""
 
     name = "MRC PROBE"
-    fields_desc = [
-        *_control_head(),
-        IntField("probe_id", 0),
-        IntField("src_qp", 0),
-        LongField("reserved1", 0),
-        IntField("reserved2", 0),
-    ]
+    fields_desc = _two_words("probe_id", "src_qp")
 
 
 split_layers(UDP, roce.BTH, dport=wire.ROCE_PORT)

@@ -19,62 +19,88 @@ Receiving: :func:`parse` returns a typed packet; every malformed input raises a 
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Concatenate, ParamSpec
 
-# -- code points ------------------------------------------------------------------------------
+from p4src.contract import (
+    AETH_BYTES,
+    BTH_BYTES,
+    EP_FLAG_SVC_TIME,
+    EP_OP_MASK,
+    ETHERNET_BYTES,
+    ETHERTYPE_IPV6,
+    IMMDT_BYTES,
+    IP_PROTO_ROUTING,
+    IP_PROTO_UDP,
+    IPV6_BYTES,
+    MRC_CONTROL_BYTES,
+    MRC_DATA_BYTES,
+    RETH_BYTES,
+    ROCEV2_UDP_PORT,
+    SRH_FIXED_BYTES,
+    SRH_ROUTING_TYPE,
+    SRH_SEGMENT_BYTES,
+    UDP_BYTES,
+    AckFlag,
+    DataFlag,
+    Dscp,
+    Ecn,
+    EpOp,
+    ExtType,
+    NackFlag,
+    Opcode,
+    Syndrome,
+)
 
-ETHERTYPE_IPV6 = 0x86DD
-IPPROTO_UDP = 17
-IPPROTO_ROUTING = 43
-ROCE_PORT = 4791
+# -- code points (p4src/contract.py), as plain integers under the codec's names ----------------
+
+IPPROTO_UDP = IP_PROTO_UDP
+IPPROTO_ROUTING = IP_PROTO_ROUTING
+ROCE_PORT = ROCEV2_UDP_PORT
 UDP_SPORT_BASE = 0xC000  # UDP source port = 0xC000 | EV bits 31..20 (UDP format: | EV)
 EV_FLOW_BITS = 20  # an EV's low 20 bits are the flow label, the bits above go into the port
 # EV formats as frame_prefix() takes them (host.transport.evs.EvFormat values)
 EV_MODE_SRV6, EV_MODE_STEV, EV_MODE_UDP = "srv6", "stev", "udp"
 
-OP_WRITE_ONLY = 0x0A  # RC RDMA WRITE Only
-OP_WRITE_ONLY_IMM = 0x0B  # RC RDMA WRITE Only with Immediate
-OP_ACKNOWLEDGE = 0x11  # RC ACKNOWLEDGE
+OP_WRITE_ONLY = int(Opcode.WRITE_ONLY)
+OP_WRITE_ONLY_IMM = int(Opcode.WRITE_ONLY_IMM)
+OP_ACKNOWLEDGE = int(Opcode.ACKNOWLEDGE)
 
-DSCP_DEFAULT = 0  # data of a QP with trimming off: never trimmed
-DSCP_TRIMMABLE = 10
-DSCP_TRIMMED = 12  # written by a switch that trimmed the packet
-DSCP_TRIMMED_LAST_HOP = 13  # ... at the receiver's own leaf (its downlink: an incast)
+DSCP_DEFAULT = int(Dscp.DEFAULT)  # data of a QP with trimming off: never trimmed
+DSCP_TRIMMABLE = int(Dscp.TRIMMABLE)
+DSCP_TRIMMED = int(Dscp.TRIMMED)  # written by a switch that trimmed the packet
+DSCP_TRIMMED_LAST_HOP = int(Dscp.TRIMMED_LAST_HOP)  # ... at the receiver's own leaf
+DSCP_CONTROL = int(Dscp.CONTROL)
 # DataPacket.trimmed: 0 whole, 1 trimmed in the fabric, 2 trimmed at the last hop
 TRIM_NONE, TRIM_FABRIC, TRIM_LAST_HOP = 0, 1, 2
 _TRIM_BY_DSCP = {DSCP_TRIMMED: TRIM_FABRIC, DSCP_TRIMMED_LAST_HOP: TRIM_LAST_HOP}
-DSCP_CONTROL = 48
-ECN_NOT_ECT = 0
-ECN_ECT1 = 1
-ECN_ECT0 = 2
-ECN_CE = 3
+ECN_NOT_ECT = int(Ecn.NOT_ECT)
+ECN_ECT1 = int(Ecn.ECT1)
+ECN_ECT0 = int(Ecn.ECT0)
+ECN_CE = int(Ecn.CE)
 
-AETH_ACK = 0x1F  # ACK, credits not used
-AETH_NAK_SEQ = 0x60  # NAK: PSN sequence error (used for trim NACKs)
-AETH_NAK_ACCESS = 0x62  # NAK: remote access error
+AETH_ACK = int(Syndrome.ACK)
+AETH_NAK_SEQ = int(Syndrome.NAK_SEQ)  # used for trim NACKs
+AETH_NAK_ACCESS = int(Syndrome.NAK_ACCESS)
 
-EXT_DATA = 1
-EXT_ACK = 2
-EXT_NACK = 3
-EXT_PROBE = 4
-EXT_PROBE_REPLY = 5
-EXT_EP_REQUEST = 6  # endpoint request (mrc_ctl_ep_req): an EV probe or a port status update
-EXT_EP_RESPONSE = 7  # its response (mrc_ctl_ep_rsp)
-# endpoint operations (the flags byte of EP_REQUEST / EP_RESPONSE; mrc_ctl_ep_op_type)
-EP_OP_EV_PROBE = 0
-EP_OP_PORT_STATUS = 1
-EP_FLAG_SVC_TIME = 0x80  # EP_RESPONSE: the service time field is valid
+EXT_DATA = int(ExtType.DATA)
+EXT_ACK = int(ExtType.ACK)
+EXT_NACK = int(ExtType.NACK)
+EXT_PROBE = int(ExtType.PROBE)
+EXT_PROBE_REPLY = int(ExtType.PROBE_REPLY)
+EXT_EP_REQUEST = int(ExtType.EP_REQUEST)
+EXT_EP_RESPONSE = int(ExtType.EP_RESPONSE)
+EP_OP_EV_PROBE = int(EpOp.EV_PROBE)
+EP_OP_PORT_STATUS = int(EpOp.PORT_STATUS_UPDATE)
 
-# data extension flags
-FLAG_FIRST = 0x01  # first packet of its message
-FLAG_LAST = 0x02  # last packet of its message
-FLAG_RETX = 0x04  # a retransmission
-# ACK flags
-FLAG_ECN_ECHO = 0x01  # the packet that triggered the ACK arrived CE-marked
-# NACK flags
-FLAG_TRIMMED = 0x01  # the NACKed packet arrived trimmed
-FLAG_ACCESS = 0x02  # the NACKed packet was refused (rkey / address outside the region)
-FLAG_LAST_HOP = 0x04  # the NACKed packet was trimmed by the receiver's own leaf
+FLAG_FIRST = int(DataFlag.FIRST)
+FLAG_LAST = int(DataFlag.LAST)
+FLAG_RETX = int(DataFlag.RETX)
+FLAG_ECN_ECHO = int(AckFlag.ECN_ECHO)
+FLAG_TRIMMED = int(NackFlag.TRIMMED)
+FLAG_ACCESS = int(NackFlag.ACCESS)
+FLAG_LAST_HOP = int(NackFlag.LAST_HOP)
 
 NO_SPINE = 0xFF  # spine hint of a path within a rack
 
@@ -83,15 +109,15 @@ QPN_MASK = 0xFFFFFF
 
 # -- sizes and offsets (without an SRH; a prefix with one moves everything after IPv6 by SRH_LEN) --
 
-ETH_LEN = 14
-IPV6_LEN = 40
-UDP_LEN = 8
-BTH_LEN = 12
-RETH_LEN = 16
-IMM_LEN = 4
-AETH_LEN = 4
-DATA_EXT_LEN = 24
-CTRL_EXT_LEN = 32
+ETH_LEN = ETHERNET_BYTES
+IPV6_LEN = IPV6_BYTES
+UDP_LEN = UDP_BYTES
+BTH_LEN = BTH_BYTES
+RETH_LEN = RETH_BYTES
+IMM_LEN = IMMDT_BYTES
+AETH_LEN = AETH_BYTES
+DATA_EXT_LEN = MRC_DATA_BYTES
+CTRL_EXT_LEN = MRC_CONTROL_BYTES
 OFF_IPV6 = ETH_LEN
 OFF_UDP = ETH_LEN + IPV6_LEN  # 54
 PREFIX_LEN = OFF_UDP + 4  # 58: what frame_prefix() returns (Ethernet, IPv6, UDP ports)
@@ -100,8 +126,7 @@ DATA_HEADER_LEN = OFF_BTH + BTH_LEN + RETH_LEN + DATA_EXT_LEN  # 114
 DATA_IMM_HEADER_LEN = DATA_HEADER_LEN + IMM_LEN  # 118
 CTRL_FRAME_LEN = OFF_BTH + BTH_LEN + AETH_LEN + CTRL_EXT_LEN  # 110
 MAX_FRAME = 9600
-SRH_LEN = 8 + 16  # a reduced SRH with one segment
-SRH_ROUTING_TYPE = 4
+SRH_LEN = SRH_FIXED_BYTES + SRH_SEGMENT_BYTES  # a reduced SRH with one segment
 
 _ETH = struct.Struct("!6s6sH")
 _IPV6 = struct.Struct("!IHBB16s16s")
@@ -135,55 +160,49 @@ _UDP_LEN_AT = OFF_UDP + 4
 _MID_LEN = PREFIX_LEN - _PAYLOAD_LEN_AT - 2  # what split_prefix() leaves after the length, no SRH
 
 
+_P = ParamSpec("_P")
+
+
 # -- errors ---------------------------------------------------------------------------------------
 
 
 class WireError(ValueError):
-    """A frame that is not a well-formed MRC packet. ``reason`` names the drop counter."""
+    """A frame that is not a well-formed MRC packet. ``reason`` names the drop counter: a
+    subclass's name in snake case (``NotIpv6``: ``not_ipv6``)."""
 
     reason = "malformed"
+
+    def __init_subclass__(cls) -> None:
+        super().__init_subclass__()
+        cls.reason = "".join(f"_{c.lower()}" if c.isupper() else c for c in cls.__name__)[1:]
 
 
 class Truncated(WireError):
     """The frame ends before a header or length field says it should."""
 
-    reason = "truncated"
-
 
 class Oversize(WireError):
     """The frame is longer than any MRC frame may be."""
-
-    reason = "oversize"
 
 
 class NotIpv6(WireError):
     """Not an IPv6 Ethernet frame."""
 
-    reason = "not_ipv6"
-
 
 class NotMrc(WireError):
     """IPv6, but not UDP to port 4791."""
-
-    reason = "not_mrc"
 
 
 class BadOpcode(WireError):
     """A BTH opcode this stack does not speak."""
 
-    reason = "bad_opcode"
-
 
 class BadExtension(WireError):
     """An MRC extension of an unknown type or with inconsistent fields."""
 
-    reason = "bad_extension"
-
 
 class BadLength(WireError):
     """Length fields that contradict each other or the frame."""
-
-    reason = "bad_length"
 
 
 # -- parsed packets --------------------------------------------------------------------------------
@@ -391,32 +410,6 @@ def split_prefix(prefix: bytes) -> tuple[bytes, bytes]:
     return prefix[:_PAYLOAD_LEN_AT], prefix[_PAYLOAD_LEN_AT + 2 :]
 
 
-def encode_data(
-    prefix: bytes,
-    dest_qp: int,
-    psn: int,
-    ack_req: bool,
-    va: int,
-    rkey: int,
-    imm: int | None,
-    flags: int,
-    plane_hint: int,
-    spine_hint: int,
-    ev: int,
-    msg_id: int,
-    msg_len: int,
-    msg_offset: int,
-    timestamp: int,
-    payload: bytes | memoryview,
-) -> bytes:
-    """A complete data frame: WRITE Only (imm None) or WRITE Only with Immediate."""
-    head, mid = split_prefix(prefix)
-    return encode_data_split(
-        head, mid, dest_qp, psn, ack_req, va, rkey, imm, flags, plane_hint, spine_hint, ev,
-        msg_id, msg_len, msg_offset, timestamp, payload,
-    )  # fmt: skip
-
-
 def encode_data_split(
     head: bytes,
     mid: bytes,
@@ -436,8 +429,9 @@ def encode_data_split(
     timestamp: int,
     payload: bytes | memoryview,
 ) -> bytes:
-    """:func:`encode_data` on a prefix already split by :func:`split_prefix` (the hot path;
-    the IPv6 payload length counts the SRH ``mid`` may hold)."""
+    """A complete data frame, WRITE Only (``imm`` None) or WRITE Only with Immediate, on a prefix
+    already split by :func:`split_prefix` (the hot path; the IPv6 payload length counts the SRH
+    ``mid`` may hold). :func:`encode_data` takes the whole prefix."""
     n = len(payload)
     ack_psn = (0x80000000 if ack_req else 0) | (psn & PSN_MASK)
     ev32 = ev & 0xFFFFFFFF
@@ -458,6 +452,23 @@ def encode_data_split(
             EXT_DATA, flags, plane_hint, spine_hint, ev32, msg_id, msg_len, msg_offset, timestamp,
         )  # fmt: skip
     return b"".join((head, _U16.pack(udp_len + len(mid) - _MID_LEN), mid, tail, payload))
+
+
+def _on_whole_prefix(
+    split: Callable[Concatenate[bytes, bytes, _P], bytes],
+) -> Callable[Concatenate[bytes, _P], bytes]:
+    """``split`` taking a whole frame prefix in place of the two parts of :func:`split_prefix`."""
+
+    def whole(prefix: bytes, /, *args: _P.args, **kwargs: _P.kwargs) -> bytes:
+        head, mid = split_prefix(prefix)
+        return split(head, mid, *args, **kwargs)
+
+    return whole
+
+
+#: A complete data frame: WRITE Only (``imm`` None) or WRITE Only with Immediate, from a whole
+#: frame prefix and the fields of :func:`encode_data_split`.
+encode_data = _on_whole_prefix(encode_data_split)
 
 
 _CTRL_UDP_LEN = CTRL_FRAME_LEN - OFF_UDP
@@ -562,7 +573,7 @@ def encode_endpoint(
 ) -> bytearray:
     """An EP_REQUEST (response False) or EP_RESPONSE frame (BTH dest QP 0: connectionless)."""
     frame, at = _control(prefix)
-    flags = (op & 0x0F) | (EP_FLAG_SVC_TIME if response else 0)
+    flags = (op & EP_OP_MASK) | (EP_FLAG_SVC_TIME if response else 0)
     _EP_TAIL.pack_into(
         frame, at, _CTRL_UDP_LEN, 0,
         OP_ACKNOWLEDGE, 0, 0xFFFF, 0, 0,
@@ -688,8 +699,8 @@ def parse(frame: bytes | bytearray | memoryview, max_frame: int = MAX_FRAME) -> 
     if kind in (EXT_EP_REQUEST, EXT_EP_RESPONSE):
         req_id, status, service = _EP_BODY.unpack_from(frame, off)
         return EndpointPacket(
-            outer, kind == EXT_EP_RESPONSE, flags & 0x0F, flags & 0xF0, plane, ev, ts, req_id,
-            status, service, spine,
+            outer, kind == EXT_EP_RESPONSE, flags & EP_OP_MASK, flags & ~EP_OP_MASK, plane, ev,
+            ts, req_id, status, service, spine,
         )  # fmt: skip
     raise BadExtension(f"control extension type {kind}: expected 2 (ACK) .. 7 (EP_RESPONSE)")
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
+from support.fabric import small_fabric
 
 from controller.entries import (
     GROUP,
@@ -28,6 +29,7 @@ from controller.entries import (
 )
 from controller.p4info import P4Info
 from controller.qos import PortQos, QosError, QosOverrides, default_qos, threshold_qos, uet_qos
+from p4src import contract
 from p4src.contract import (
     DROP_NO_ROUTE,
     ECMP_SELECTOR,
@@ -56,7 +58,7 @@ def longest_match(entries: list[Entry], dst: ipaddress.IPv6Address) -> Entry | N
     for entry in entries:
         if entry.is_default:
             continue
-        prefix = ipaddress.IPv6Network(dict(entry.match)["hdr.ipv6.dst_addr"])
+        prefix = ipaddress.IPv6Network(dict(entry.match)[contract.DST_ADDR])
         if dst in prefix and (best is None or prefix.prefixlen > best[0]):
             best = (prefix.prefixlen, entry)
     return best[1] if best else None
@@ -122,13 +124,14 @@ def walk(  # type: ignore[no-untyped-def]
             default = [e for e in entries.by_table(IPV6_LPM) if e.is_default]
             assert default and default[0].action == DROP_NO_ROUTE
             raise Dropped(f"NO_ROUTE at {switch.name} for {packet.dst}")
-        port = switch.port(int(route.param("port")))
-        assert route.param("smac") == port.mac
-        assert route.param("dmac") == port.peer_mac
+        hop = contract.NextHopParams(**dict(route.params))
+        port = switch.port(int(hop.port))
+        assert hop.smac == port.mac
+        assert hop.dmac == port.peer_mac
         hops.append((switch.name, in_port, port.number))
         if fabric.node_kind(port.peer) == "host":
             nic = fabric.host(port.peer).nic(switch.plane)
-            return Arrival(nic.intf, switch.plane, packet.dst, route.param("dmac"), hops)
+            return Arrival(nic.intf, switch.plane, packet.dst, hop.dmac, hops)
         nxt = fabric.switch(port.peer)
         assert nxt.plane == switch.plane, "planes are disjoint networks"
         switch, in_port = nxt, port.peer_port
@@ -202,7 +205,7 @@ def test_every_switch_gets_its_sids_routes_qos_and_default(fabric: Fabric) -> No
     t = fabric.topology
     for switch in fabric.switches:
         tables = switch_tables(fabric, switch)
-        sids = {dict(e.match)["hdr.ipv6.dst_addr"]: e.action for e in tables.by_table(MY_SID)}
+        sids = {dict(e.match)[contract.DST_ADDR]: e.action for e in tables.by_table(MY_SID)}
         assert sids == {
             f"{switch.usid_prefix.network_address}/48": USID_UN,
             f"{switch.end_sid}/128": SRV6_END,
@@ -215,17 +218,14 @@ def test_every_switch_gets_its_sids_routes_qos_and_default(fabric: Fabric) -> No
         )
         assert len(routes) == expected
         assert [e.action for e in tables.by_table(IPV6_LPM) if e.is_default] == [DROP_NO_ROUTE]
-        ports = {
-            int(dict(e.match)["standard_metadata.egress_spec"]): e
-            for e in tables.by_table(PORT_QOS)
-        }
+        ports = {int(dict(e.match)[contract.EGRESS_SPEC]): e for e in tables.by_table(PORT_QOS)}
         assert sorted(ports) == [p.number for p in switch.ports]
         for number, entry in ports.items():
             to_host = fabric.node_kind(switch.port(number).peer) == "host"
             params = {k: str(v) for k, v in qos.action_params(t.queue_depth, to_host).items()}
             assert dict(entry.params) == params
             # trims at a port that faces a host are the last hop's (DSCP 13)
-            assert entry.param("last_hop") == ("1" if to_host else "0")
+            assert contract.PortQosParams(**dict(entry.params)).last_hop == str(int(to_host))
 
 
 def test_plain_nic_address_reaches_the_nic_over_every_uplink(fabric: Fabric) -> None:
@@ -275,11 +275,9 @@ def test_every_leaf_gets_one_ecmp_group_of_its_uplinks(fabric: Fabric) -> None:
             (p.number, SET_NEXT_HOP) for p in uplinks
         ]
         for member, port in zip(members, uplinks, strict=True):
-            assert dict(member.params) == {
-                "port": str(port.number),
-                "smac": port.mac,
-                "dmac": port.peer_mac,
-            }
+            assert dict(member.params) == contract.params_of(
+                contract.NextHopParams(str(port.number), port.mac, port.peer_mac)
+            )
         groups = [e for e in profile if e.kind == GROUP]
         assert [(g.number, g.members) for g in groups] == [
             (UPLINKS_GROUP, tuple(p.number for p in uplinks))
@@ -289,13 +287,13 @@ def test_every_leaf_gets_one_ecmp_group_of_its_uplinks(fabric: Fabric) -> None:
             for n in fabric.plane_nics(switch.plane)
             if n.switch != switch.name
         ]
-        assert [dict(e.match)["hdr.ipv6.dst_addr"] for e in routes] == remote
+        assert [dict(e.match)[contract.DST_ADDR] for e in routes] == remote
         assert {e.group for e in routes} == {UPLINKS_GROUP}
         assert len(remote) == t.hosts - t.hosts_per_rack
 
 
 def test_diff_covers_the_ecmp_groups() -> None:
-    fabric = Fabric(load_topology(shipped_topology("small")))
+    fabric = small_fabric()
     intended = switch_tables(fabric, "t0-p0-r0").entries
     members = [e for e in intended if e.kind == MEMBER]
     group = next(e for e in intended if e.kind == GROUP)
@@ -321,7 +319,7 @@ def test_diff_covers_the_ecmp_groups() -> None:
 
 def test_ecmp_entries_build_p4runtime_messages() -> None:
     info = P4Info.load()
-    fabric = Fabric(load_topology(shipped_topology("small")))
+    fabric = small_fabric()
     tables = switch_tables(fabric, "t0-p0-r0")
     member, group = (next(e for e in tables.entries if e.kind == kind) for kind in (MEMBER, GROUP))
     route = tables.by_table(IPV6_ECMP)[0]
@@ -342,30 +340,24 @@ def test_ecmp_entries_build_p4runtime_messages() -> None:
 def test_qos_defaults_follow_queue_depth() -> None:
     """The default: trim at half the queue, ECN at a quarter; UET-like: trim only when the
     queue is full, ECN RED from 1/5 to 4/5 of the queue."""
-    topo = load_topology(shipped_topology("small"))
+    topo = small_fabric().topology
     depth = topo.queue_depth
     assert default_qos(topo) == threshold_qos(topo)
     qos = uet_qos(topo)
     assert (qos.trim_mode, qos.ecn_mode) == ("full", "red")
     assert (qos.ecn, qos.ecn_max, qos.ecn_pmax) == (depth // 5, depth * 4 // 5, 1.0)
-    assert qos.action_params(depth) == {
-        "trim_threshold": depth,
-        "ecn_threshold": depth // 5,
-        "ecn_max_threshold": depth * 4 // 5,
-        "ecn_slope": round(65536 / (depth * 4 // 5 - depth // 5)),
-        "last_hop": 0,
-    }
+    assert qos.action_params(depth) == contract.params_of(
+        contract.PortQosParams(
+            depth, depth // 5, depth * 4 // 5, round(65536 / (depth * 4 // 5 - depth // 5)), 0
+        )
+    )
     tiny = uet_qos(topo.with_(switch={"queue_depth": 1}))
     assert (tiny.ecn, tiny.ecn_max) == (1, 2)
     fixed = threshold_qos(topo)
     assert fixed == PortQos(trim=depth // 2, ecn=depth // 4)
-    assert fixed.action_params(depth) == {
-        "trim_threshold": depth // 2,
-        "ecn_threshold": depth // 4,
-        "ecn_max_threshold": depth // 4,
-        "ecn_slope": 0,
-        "last_hop": 0,
-    }
+    assert fixed.action_params(depth) == contract.params_of(
+        contract.PortQosParams(depth // 2, depth // 4, depth // 4, 0, 0)
+    )
 
 
 def test_qos_rejects_what_the_program_cannot_take() -> None:
@@ -376,13 +368,12 @@ def test_qos_rejects_what_the_program_cannot_take() -> None:
     with pytest.raises(QosError, match="ecn_max 1: expected more than the ECN threshold 3"):
         PortQos(trim=1, ecn=3, ecn_mode="red", ecn_max=1)
     # the slope saturates at bit<16>: a one-packet RED band with pmax 1
-    assert PortQos(trim=1, ecn=3, ecn_mode="red", ecn_max=4).action_params(8)["ecn_slope"] == (
-        65535
-    )
+    red = PortQos(trim=1, ecn=3, ecn_mode="red", ecn_max=4).action_params(8)
+    assert contract.PortQosParams(**red).ecn_slope == 65535
 
 
 def test_qos_overrides_per_switch_and_port_and_persisted(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    fabric = Fabric(load_topology(shipped_topology("small")))
+    fabric = small_fabric()
     overrides = (
         QosOverrides()
         .with_override("t0-p0-r0", None, PortQos(trim=10, ecn=5))
@@ -393,15 +384,13 @@ def test_qos_overrides_per_switch_and_port_and_persisted(tmp_path) -> None:  # t
     assert loaded == overrides or loaded.as_json() == overrides.as_json()
     tables = switch_tables(fabric, "t0-p0-r0", loaded)
     got = {
-        int(dict(e.match)["standard_metadata.egress_spec"]): (
-            e.param("trim_threshold"),
-            e.param("ecn_threshold"),
-        )
+        int(dict(e.match)[contract.EGRESS_SPEC]): contract.PortQosParams(**dict(e.params))[:2]
         for e in tables.by_table(PORT_QOS)
     }
     assert got == {1: ("10", "5"), 2: ("10", "5"), 3: ("2", "1"), 4: ("10", "5")}
     other = switch_tables(fabric, "t0-p0-r1", loaded).by_table(PORT_QOS)
-    assert {e.param("trim_threshold") for e in other} == {str(default_qos(fabric.topology).trim)}
+    trims = {contract.PortQosParams(**dict(e.params)).trim_threshold for e in other}
+    assert trims == {str(default_qos(fabric.topology).trim)}
 
 
 def test_entries_round_trip_through_p4info(fabric: Fabric) -> None:
@@ -412,7 +401,7 @@ def test_entries_round_trip_through_p4info(fabric: Fabric) -> None:
 
 
 def test_diff_inserts_modifies_and_deletes() -> None:
-    fabric = Fabric(load_topology(shipped_topology("small")))
+    fabric = small_fabric()
     intended = list(switch_tables(fabric, "t1-p0-s0").entries)
     assert diff(intended, intended).empty
     changed = list(intended)
@@ -422,11 +411,11 @@ def test_diff_inserts_modifies_and_deletes() -> None:
         IPV6_LPM,
         dict(route.match),
         route.action,
-        {"port": 9, "smac": "02:00:00:00:00:01", "dmac": "02:00:00:00:00:02"},
+        contract.params_of(contract.NextHopParams(9, "02:00:00:00:00:01", "02:00:00:00:00:02")),
     )
     stray = Entry.make(
         IPV6_LPM,
-        {"hdr.ipv6.dst_addr": ipaddress.IPv6Network("fcbb:bb00:ffff::/48")},
+        {contract.DST_ADDR: ipaddress.IPv6Network("fcbb:bb00:ffff::/48")},
         route.action,
         dict(route.params),
     )
@@ -451,7 +440,7 @@ def test_diff_inserts_modifies_and_deletes() -> None:
 def test_any_small_fabric_routes_every_path(
     planes: int, racks: int, spines: int, hosts_per_rack: int
 ) -> None:
-    topology = load_topology(shipped_topology("small")).with_(
+    topology = small_fabric().topology.with_(
         name="generated",
         planes=planes,
         racks=racks,

@@ -26,26 +26,45 @@ from typing import Any
 
 from controller.p4info import P4Info
 from host.transport import wire
-from p4src.contract import Dscp, Ecn, Opcode
+from p4src.contract import (
+    DROP_NO_ROUTE,
+    DROPS,
+    DST_ADDR,
+    ECN_MARKED,
+    EGRESS_SPEC,
+    IPV6_LPM,
+    MY_SID,
+    NO_ACTION,
+    PORT_IN,
+    PORT_OUT,
+    PORT_QOS,
+    QDEPTH_MAX,
+    SET_NEXT_HOP,
+    SET_PORT_QOS,
+    SRV6_END,
+    TRIMMED,
+    USID_UN,
+    DropReason,
+    Dscp,
+    Ecn,
+    NextHopParams,
+    Opcode,
+    PortQosParams,
+    params_of,
+)
 from topologies import Fabric, Path, Switch, Tier, load_topology
 from topologies import usid as usidlib
 from topologies.config import shipped_topology
 
 from . import packets as pk
 
-# Drop reasons (index of MrcIngress.drops), as in the P4 contract.
-NOT_IPV6, PARSE_ERROR, SRH_INVALID, HOP_LIMIT, NO_ROUTE, SID_END = 1, 2, 3, 4, 5, 6
+# Drop reasons (index of MrcIngress.drops)
+NOT_IPV6, PARSE_ERROR, SRH_INVALID, HOP_LIMIT, NO_ROUTE, SID_END = tuple(DropReason)[:6]
 
 #: The largest threshold (bit<19>): never reached.
-NEVER = (1 << 19) - 1
+NEVER = QDEPTH_MAX
 #: The switch's port numbers the cases use (the small fabric's T0 has 4, T1 has 2).
 PORTS = (1, 2, 3, 4)
-
-PORT_IN = "MrcIngress.port_in"
-PORT_OUT = "MrcEgress.port_out"
-TRIMMED = "MrcIngress.trimmed"
-ECN_MARKED = "MrcIngress.ecn_marked"
-DROPS = "MrcIngress.drops"
 
 
 @dataclass(frozen=True)
@@ -112,11 +131,11 @@ class Case:
 def sid_entries(sw: Switch) -> tuple[Entry, ...]:
     """The switch's uN SID (/48) and classic End SID (/128)."""
     return (
-        Entry("MrcIngress.my_sid", {"hdr.ipv6.dst_addr": sw.usid_prefix}, "MrcIngress.usid_un"),
+        Entry(MY_SID, {DST_ADDR: sw.usid_prefix}, USID_UN),
         Entry(
-            "MrcIngress.my_sid",
-            {"hdr.ipv6.dst_addr": ipaddress.IPv6Network((sw.end_sid, 128))},
-            "MrcIngress.srv6_end",
+            MY_SID,
+            {DST_ADDR: ipaddress.IPv6Network((sw.end_sid, 128))},
+            SRV6_END,
         ),
     )
 
@@ -132,10 +151,10 @@ def route_entries(fabric: Fabric, sw: Switch) -> tuple[Entry, ...]:
             prefix = fabric.switch(port.peer).usid_prefix
         found.append(
             Entry(
-                "MrcIngress.ipv6_lpm",
-                {"hdr.ipv6.dst_addr": prefix},
-                "MrcIngress.set_next_hop",
-                {"port": port.number, "smac": port.mac, "dmac": port.peer_mac},
+                IPV6_LPM,
+                {DST_ADDR: prefix},
+                SET_NEXT_HOP,
+                params_of(NextHopParams(port.number, port.mac, port.peer_mac)),
             )
         )
     return tuple(found)
@@ -146,16 +165,10 @@ def qos(
 ) -> Entry:
     """Thresholds of one egress port (ECN at a fixed threshold unless ``ecn_max`` is given)."""
     return Entry(
-        "MrcIngress.port_qos",
-        {"standard_metadata.egress_spec": port},
-        "MrcIngress.set_port_qos",
-        {
-            "trim_threshold": trim,
-            "ecn_threshold": ecn,
-            "ecn_max_threshold": ecn if ecn_max is None else ecn_max,
-            "ecn_slope": slope,
-            "last_hop": last_hop,
-        },
+        PORT_QOS,
+        {EGRESS_SPEC: port},
+        SET_PORT_QOS,
+        params_of(PortQosParams(trim, ecn, ecn if ecn_max is None else ecn_max, slope, last_hop)),
     )
 
 
@@ -461,11 +474,11 @@ def _table_cases(build: Builder, inter: Path) -> tuple[Case, ...]:
     dscp = {"dscp": Dscp.TRIMMABLE}
     spine_tables = tables(spine)
     back = spine.port(s_in)
-    to_source = {"port": s_in, "smac": back.mac, "dmac": back.peer_mac}
+    to_source = params_of(NextHopParams(s_in, back.mac, back.peer_mac))
     exact = Entry(
-        "MrcIngress.ipv6_lpm",
-        {"hdr.ipv6.dst_addr": ipaddress.IPv6Network((shifted, 128))},
-        "MrcIngress.set_next_hop",
+        IPV6_LPM,
+        {DST_ADDR: ipaddress.IPv6Network((shifted, 128))},
+        SET_NEXT_HOP,
         to_source,
     )
     three = [shifted, spine.end_sid, other_carrier]  # End SID at [1]
@@ -575,9 +588,9 @@ def _table_cases(build: Builder, inter: Path) -> tuple[Case, ...]:
             "explicit_drop_route",
             "an ipv6_lpm entry with drop_no_route drops what it matches (NO_ROUTE)",
             spine.name,
-            tables(spine, Entry("MrcIngress.ipv6_lpm",
-                                {"hdr.ipv6.dst_addr": ipaddress.IPv6Network("2001:db8::/32")},
-                                "MrcIngress.drop_no_route")),
+            tables(spine, Entry(IPV6_LPM,
+                                {DST_ADDR: ipaddress.IPv6Network("2001:db8::/32")},
+                                DROP_NO_ROUTE)),
             s_in, frame_in(spine, s_in, unrouted, write),
             drop=NO_ROUTE,
         ),
@@ -590,14 +603,14 @@ def _table_cases(build: Builder, inter: Path) -> tuple[Case, ...]:
             frame_in(spine, s_in, unrouted, write, ecn=Ecn.ECT0, **dscp),
             out=((s_in, frame_out(spine, s_in, unrouted, write, ecn=Ecn.ECT0, **dscp)),),
             counters=((TRIMMED, s_in, 0), (ECN_MARKED, s_in, 0)),
-            defaults=(Entry("MrcIngress.ipv6_lpm", {}, "MrcIngress.set_next_hop", to_source),),
+            defaults=(Entry(IPV6_LPM, {}, SET_NEXT_HOP, to_source),),
         ),
         Case(
             "my_sid_default_end",
             "my_sid's default set to srv6_end: any destination is an End SID (no SRH: SID_END)",
             spine.name, spine_tables, s_in, frame_in(spine, s_in, unrouted, write),
             drop=SID_END,
-            defaults=(Entry("MrcIngress.my_sid", {}, "MrcIngress.srv6_end"),),
+            defaults=(Entry(MY_SID, {}, SRV6_END),),
         ),
         Case(
             "port_qos_default_for_unlisted_ports",
@@ -613,8 +626,8 @@ def _table_cases(build: Builder, inter: Path) -> tuple[Case, ...]:
             "no_action_qos_entry_never_trims",
             "a port_qos entry with NoAction: no thresholds on that port, never trimmed",
             spine.name,
-            tables(spine, Entry("MrcIngress.port_qos", {"standard_metadata.egress_spec": s_out},
-                                "NoAction")),
+            tables(spine, Entry(PORT_QOS, {EGRESS_SPEC: s_out},
+                                NO_ACTION)),
             s_in, frame_in(spine, s_in, inter.carrier, write, **dscp),
             out=((s_out, frame_out(spine, s_out, shifted, write, **dscp)),),
             counters=((TRIMMED, s_out, 0),),
@@ -648,8 +661,8 @@ def _host_srh_frame(
     codec), with the MACs, destination, hop limit and segments left of one link of the path."""
     prefix = wire.frame_prefix(
         src_mac=wire.mac_bytes(src_mac), dst_mac=wire.mac_bytes(dst_mac),
-        src=path.src_nic.address.packed, dst=dst.packed, dscp=wire.DSCP_TRIMMABLE,
-        ecn=wire.ECN_ECT0, ev=0x1234567, hop_limit=hop_limit, srh=path.srh_segment.packed,
+        src=path.src_nic.address.packed, dst=dst.packed, dscp=Dscp.TRIMMABLE,
+        ecn=Ecn.ECT0, ev=0x1234567, hop_limit=hop_limit, srh=path.srh_segment.packed,
     )  # fmt: skip
     frame = bytearray(wire.encode_data(
         prefix, 0x123, 5, True, 0x7F00_0000_1000, 0x1234, None, wire.FLAG_FIRST | wire.FLAG_LAST,

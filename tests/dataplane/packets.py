@@ -21,24 +21,19 @@ from scapy.layers.inet6 import UDP, IPv6, IPv6ExtHdrSegmentRouting
 from scapy.layers.l2 import Ether
 from scapy.packet import Packet, Raw
 
-ROCEV2_PORT = 4791
-OPCODE_WRITE_ONLY = 0x0A
-OPCODE_WRITE_ONLY_IMM = 0x0B
-OPCODE_ACK = 0x11
+from p4src.contract import (
+    ETHERTYPE_IPV6,
+    MRC_DATA_BYTES,
+    ROCEV2_UDP_PORT,
+    SRH_ROUTING_TYPE,
+    Dscp,
+    Ecn,
+    ExtType,
+    Opcode,
+)
 
-DSCP_ORDINARY = 0
-DSCP_TRIMMABLE = 10
-DSCP_TRIMMED = 12
-DSCP_TRIMMED_LAST_HOP = 13  # trimmed at a port that faces a host
-DSCP_CONTROL = 48
-ECN_NOT_ECT = 0b00
-ECN_ECT1 = 0b01
-ECN_ECT0 = 0b10
-ECN_CE = 0b11
-
-MRC_DATA_EXT_LEN = 24
-#: A recognisable MRC data extension (type 1 = data); the switch must keep it byte for byte.
-MRC_DATA_EXT = bytes([1]) + bytes(range(0xA1, 0xA1 + MRC_DATA_EXT_LEN - 1))
+#: A recognisable MRC data extension (of type DATA); the switch must keep it byte for byte.
+MRC_DATA_EXT = bytes([ExtType.DATA]) + bytes(range(0xA1, 0xA1 + MRC_DATA_BYTES - 1))
 Address = ipaddress.IPv6Address | str
 
 #: Addresses of :func:`mrc_frame`: a host sends to a switch from a NIC of rack 0, plane 0.
@@ -64,17 +59,17 @@ def ipv6_frame(
     src: Address,
     dst: Address,
     upper: Packet | bytes,
-    dscp: int = DSCP_ORDINARY,
-    ecn: int = ECN_NOT_ECT,
+    dscp: int = Dscp.DEFAULT,
+    ecn: int = Ecn.NOT_ECT,
     hop_limit: int = 64,
     flow_label: int = 0x5A5A5,
     segments: Sequence[Address] | None = None,
     segments_left: int | None = None,
     srh_len: int | None = None,
-    routing_type: int = 4,
+    routing_type: int = SRH_ROUTING_TYPE,
 ) -> bytes:
     """Ethernet / IPv6 / [SRH with ``segments`` as segment list 0..n] / ``upper``."""
-    packet = Ether(src=src_mac, dst=dst_mac, type=0x86DD) / IPv6(
+    packet = Ether(src=src_mac, dst=dst_mac, type=ETHERTYPE_IPV6) / IPv6(
         src=str(src), dst=str(dst), tc=(dscp << 2) | ecn, fl=flow_label, hlim=hop_limit
     )
     if segments is not None:
@@ -95,9 +90,9 @@ def mrc_transport(
     + MRC data extension, then the payload. RETH's DMA length is the payload's unless given
     (a trimmed packet keeps the length of the payload it lost)."""
     data = bth(opcode)
-    if opcode in (OPCODE_WRITE_ONLY, OPCODE_WRITE_ONLY_IMM):
+    if opcode in (Opcode.WRITE_ONLY, Opcode.WRITE_ONLY_IMM):
         data += reth(length=len(payload) if dma_length is None else dma_length)
-        if opcode == OPCODE_WRITE_ONLY_IMM:
+        if opcode == Opcode.WRITE_ONLY_IMM:
             data += struct.pack("!I", 0xC0FFEE if immediate is None else immediate)
         data += MRC_DATA_EXT
     return data + payload
@@ -113,19 +108,19 @@ def mrc_udp(
 ) -> Packet:
     """UDP (destination 4791, checksum 0 as MRC sends it) carrying an MRC transport."""
     transport = mrc_transport(opcode, payload, immediate, dma_length)
-    return UDP(sport=sport, dport=ROCEV2_PORT, chksum=0) / Raw(transport)
+    return UDP(sport=sport, dport=ROCEV2_UDP_PORT, chksum=0) / Raw(transport)
 
 
 def truncated_mrc_udp(keep: int, *, sport: int = 0xC123) -> Packet:
     """A WRITE whose transport headers stop after ``keep`` bytes (BTH is 12, RETH 16)."""
-    transport = mrc_transport(OPCODE_WRITE_ONLY, b"")[:keep]
-    return UDP(sport=sport, dport=ROCEV2_PORT, chksum=0) / Raw(transport)
+    transport = mrc_transport(Opcode.WRITE_ONLY, b"")[:keep]
+    return UDP(sport=sport, dport=ROCEV2_UDP_PORT, chksum=0) / Raw(transport)
 
 
 def ack_udp(*, sport: int = 0xC123) -> Packet:
     """A control packet: BTH opcode ACKNOWLEDGE, AETH, and a small control extension."""
-    return UDP(sport=sport, dport=ROCEV2_PORT, chksum=0) / Raw(
-        bth(OPCODE_ACK) + struct.pack("!I", 0x00000456) + bytes(16)
+    return UDP(sport=sport, dport=ROCEV2_UDP_PORT, chksum=0) / Raw(
+        bth(Opcode.ACKNOWLEDGE) + struct.pack("!I", 0x00000456) + bytes(16)
     )
 
 
@@ -149,7 +144,7 @@ def arp_frame(src_mac: str, dst_mac: str) -> bytes:
 def truncated_ipv6_frame(src_mac: str, dst_mac: str, header_bytes: int = 20) -> bytes:
     """Ether type IPv6 followed by only ``header_bytes`` of a 40-byte IPv6 header."""
     whole = bytes(IPv6(src="fd00::1", dst="fd00::2", nh=59))
-    return bytes(Ether(src=src_mac, dst=dst_mac, type=0x86DD)) + whole[:header_bytes]
+    return bytes(Ether(src=src_mac, dst=dst_mac, type=ETHERTYPE_IPV6)) + whole[:header_bytes]
 
 
 def payload_bytes(length: int) -> bytes:
@@ -160,15 +155,15 @@ def payload_bytes(length: int) -> bytes:
 def mrc_frame(
     dst: Address,
     *,
-    dscp: int = DSCP_TRIMMABLE,
-    ecn: int = ECN_NOT_ECT,
+    dscp: int = Dscp.TRIMMABLE,
+    ecn: int = Ecn.NOT_ECT,
     hop_limit: int = 64,
     segments: Sequence[Address] | None = None,
     segments_left: int | None = None,
-    opcode: int | None = OPCODE_WRITE_ONLY,
+    opcode: int | None = Opcode.WRITE_ONLY,
     payload: bytes = b"\xab" * 200,
     dma_length: int | None = None,
-    dport: int = ROCEV2_PORT,
+    dport: int = ROCEV2_UDP_PORT,
     src_mac: str = HOST_MAC,
     dst_mac: str = SWITCH_MAC,
 ) -> bytes:

@@ -13,6 +13,7 @@ import ipaddress
 from scapy.layers.inet6 import UDP, IPv6, IPv6ExtHdrSegmentRouting
 from scapy.layers.l2 import Ether
 
+from p4src.contract import TRIMMED, Dscp
 from topologies import usid as usidlib
 
 from .cases import (
@@ -24,20 +25,12 @@ from .cases import (
     PARSE_ERROR,
     SID_END,
     SRH_INVALID,
-    TRIMMED,
     all_cases,
     burst_cases,
     case_by_name,
     shaped_ports,
 )
-from .packets import (
-    DSCP_CONTROL,
-    DSCP_ORDINARY,
-    DSCP_TRIMMABLE,
-    DSCP_TRIMMED,
-    DSCP_TRIMMED_LAST_HOP,
-    MRC_DATA_EXT,
-)
+from .packets import MRC_DATA_EXT
 
 
 def test_names_are_unique_and_every_drop_reason_is_exercised() -> None:
@@ -55,8 +48,8 @@ def test_trimmed_frames_are_the_input_headers_with_lengths_fixed() -> None:
     for case in trimmed:
         ((_, out_frame),) = case.out
         sent, out = Ether(case.frame), Ether(out_frame)
-        assert sent[IPv6].tc >> 2 == DSCP_TRIMMABLE
-        assert out[IPv6].tc >> 2 in (DSCP_TRIMMED, DSCP_TRIMMED_LAST_HOP)
+        assert sent[IPv6].tc >> 2 == Dscp.TRIMMABLE
+        assert out[IPv6].tc >> 2 in (Dscp.TRIMMED, Dscp.TRIMMED_LAST_HOP)
         assert out[IPv6].tc & 3 == sent[IPv6].tc & 3, "ECN bits survive trimming"
         srh_bytes = (
             len(out[IPv6ExtHdrSegmentRouting]) - len(out[UDP])
@@ -102,17 +95,17 @@ def test_bursts_can_run_and_put_high_priority_behind_a_queue() -> None:
             assert first not in fifo and then in fifo
         ordinary = [s for s in burst.sends if s.label.startswith("data")]
         assert len(ordinary) == BURST
-        assert all(_dscp(s.frame) == _dscp(s.out) == DSCP_ORDINARY for s in ordinary)
+        assert all(_dscp(s.frame) == _dscp(s.out) == Dscp.DEFAULT for s in ordinary)
         high = {_dscp(s.out) for s in burst.sends if s.label not in fifo}
-        assert high <= {DSCP_CONTROL, DSCP_TRIMMED}, f"{burst.name}: high class by the contract"
+        assert high <= {Dscp.CONTROL, Dscp.TRIMMED}, f"{burst.name}: high class by the contract"
 
 
 def test_trimming_burst_trims_only_behind_a_queue() -> None:
     trimming = next(b for b in burst_cases() if any(n == TRIMMED and d for n, _, d in b.counters))
     sends = {s.label: s for s in trimming.sends}
     early, late = sends["early"], sends["late"]
-    assert _dscp(early.frame) == _dscp(early.out) == DSCP_TRIMMABLE
+    assert _dscp(early.frame) == _dscp(early.out) == Dscp.TRIMMABLE
     assert len(early.out) == len(early.frame), "the early frame leaves whole"
-    assert _dscp(late.frame) == DSCP_TRIMMABLE and _dscp(late.out) == DSCP_TRIMMED
+    assert _dscp(late.frame) == Dscp.TRIMMABLE and _dscp(late.out) == Dscp.TRIMMED
     assert len(late.frame) - len(late.out) == BURST_PAYLOAD, "the late frame loses its payload"
     assert late.after > 1, "the late frame waits until the queue has built"

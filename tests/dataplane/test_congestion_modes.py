@@ -19,9 +19,11 @@ from typing import Any
 import pytest
 
 from controller.qos import PortQos
+from p4src import contract
+from p4src.contract import ECN_MARKED, TRIMMED, Dscp, Ecn, Opcode, PortQosParams
 
 from . import packets as pk
-from .cases import ECN_MARKED, TRIMMED, Builder, _hop_of, _path, fabric, qos
+from .cases import Builder, _hop_of, _path, fabric, qos
 from .packets import describe
 from .target import DataplaneTarget
 
@@ -38,13 +40,7 @@ def setup(target: DataplaneTarget, mode: PortQos) -> tuple[int, int, Any]:
     s_in, s_out = _hop_of(spine, inter)
     build = Builder(fab, inter.src_nic.address)
     params = mode.action_params(QUEUE)
-    entry = qos(
-        s_out,
-        params["trim_threshold"],
-        params["ecn_threshold"],
-        params["ecn_max_threshold"],
-        params["ecn_slope"],
-    )
+    entry = qos(s_out, *PortQosParams(**params)[:4])
     target.install([e.build(target.p4info) for e in build.tables(spine, entry)])
     target.drain()
     return s_in, s_out, (build, spine, inter)
@@ -54,8 +50,8 @@ def send_at_depth(
     target: DataplaneTarget, in_port: int, out_port: int, frame: bytes, depth: int
 ) -> bytes:
     """Make the data queue of ``out_port`` look ``depth`` deep, send ``frame``, return what left."""
-    target.set_register("port_arrivals", out_port, 0)
-    target.set_register("port_qdepth", out_port, depth)
+    target.set_register(contract.PORT_ARRIVALS, out_port, 0)
+    target.set_register(contract.PORT_QDEPTH, out_port, depth)
     target.send(in_port, frame)
     got = target.expect(out_port, OUT_TIMEOUT)
     assert got is not None, f"nothing left port {out_port} for\n{describe(frame)}"
@@ -64,10 +60,8 @@ def send_at_depth(
 
 def data_frame(ctx: Any, in_port: int, ecn: int) -> bytes:
     build, spine, inter = ctx
-    write = pk.mrc_udp(pk.OPCODE_WRITE_ONLY, pk.payload_bytes(256))
-    return bytes(
-        build.frame_in(spine, in_port, inter.carrier, write, dscp=pk.DSCP_TRIMMABLE, ecn=ecn)
-    )
+    write = pk.mrc_udp(Opcode.WRITE_ONLY, pk.payload_bytes(256))
+    return bytes(build.frame_in(spine, in_port, inter.carrier, write, dscp=Dscp.TRIMMABLE, ecn=ecn))
 
 
 def traffic_class(frame: bytes) -> int:
@@ -76,7 +70,7 @@ def traffic_class(frame: bytes) -> int:
 
 
 def is_trimmed(frame: bytes) -> bool:
-    return traffic_class(frame) >> 2 == pk.DSCP_TRIMMED
+    return traffic_class(frame) >> 2 == Dscp.TRIMMED
 
 
 def ecn_of(frame: bytes) -> int:
@@ -93,7 +87,7 @@ def ecn_of(frame: bytes) -> int:
 )
 def test_trim_modes(target: DataplaneTarget, mode: PortQos, whole_at: int, trimmed_at: int) -> None:
     in_port, out_port, ctx = setup(target, mode)
-    frame = data_frame(ctx, in_port, pk.ECN_NOT_ECT)
+    frame = data_frame(ctx, in_port, Ecn.NOT_ECT)
     before = target.counters(TRIMMED).get(out_port, (0, 0))[0]
     assert not is_trimmed(send_at_depth(target, in_port, out_port, frame, whole_at))
     out = send_at_depth(target, in_port, out_port, frame, trimmed_at)
@@ -103,23 +97,23 @@ def test_trim_modes(target: DataplaneTarget, mode: PortQos, whole_at: int, trimm
 
 def test_ecn_fixed_threshold(target: DataplaneTarget) -> None:
     in_port, out_port, ctx = setup(target, PortQos(trim=QUEUE, ecn=5))
-    frame = data_frame(ctx, in_port, pk.ECN_ECT0)
-    assert ecn_of(send_at_depth(target, in_port, out_port, frame, 4)) == pk.ECN_ECT0
-    assert ecn_of(send_at_depth(target, in_port, out_port, frame, 5)) == pk.ECN_CE
+    frame = data_frame(ctx, in_port, Ecn.ECT0)
+    assert ecn_of(send_at_depth(target, in_port, out_port, frame, 4)) == Ecn.ECT0
+    assert ecn_of(send_at_depth(target, in_port, out_port, frame, 5)) == Ecn.CE
 
 
 def test_ecn_red(target: DataplaneTarget) -> None:
     mode = PortQos(trim=QUEUE, ecn=4, ecn_mode="red", ecn_max=12, ecn_pmax=1.0)
     in_port, out_port, ctx = setup(target, mode)
-    frame = data_frame(ctx, in_port, pk.ECN_ECT0)
+    frame = data_frame(ctx, in_port, Ecn.ECT0)
     before = target.counters(ECN_MARKED).get(out_port, (0, 0))[0]
     # below the lower threshold: never; from the upper one: always
     for _ in range(10):
-        assert ecn_of(send_at_depth(target, in_port, out_port, frame, 3)) == pk.ECN_ECT0
-        assert ecn_of(send_at_depth(target, in_port, out_port, frame, 12)) == pk.ECN_CE
+        assert ecn_of(send_at_depth(target, in_port, out_port, frame, 3)) == Ecn.ECT0
+        assert ecn_of(send_at_depth(target, in_port, out_port, frame, 12)) == Ecn.CE
     # at the midpoint: probability (8 - 4) / (12 - 4) = 1/2
     marked = sum(
-        ecn_of(send_at_depth(target, in_port, out_port, frame, 8)) == pk.ECN_CE
+        ecn_of(send_at_depth(target, in_port, out_port, frame, 8)) == Ecn.CE
         for _ in range(RED_FRAMES)
     )
     spread = 5 * (RED_FRAMES * 0.25) ** 0.5

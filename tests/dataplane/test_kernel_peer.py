@@ -30,6 +30,7 @@ import pytest
 from scapy.layers.inet6 import IPv6
 from scapy.layers.l2 import Ether
 
+from p4src.contract import Dscp, Opcode
 from targets.lab import NetnsLab, PacketPort, netns_available, run
 from topologies import Path, Switch
 from topologies import usid as usidlib
@@ -83,29 +84,26 @@ class KernelRouter:
             for prefix in added:
                 run("ip", "-6", "route", "del", prefix, netns=self.netns)
 
-    def forward(self, frame: bytes, flow_label: int) -> bytes | None:
-        """Send ``frame`` to the router; the IPv6 packet it forwards with that flow label."""
+    def _send(self, frame: bytes, flow_label: int, quiet: float) -> bytes | None:
+        """Send ``frame`` to the router; the IPv6 packet with that flow label it forwards, or
+        None once the capture stays quiet for ``quiet`` seconds."""
         self.capture.drain()
         self.sender.send(frame)
         while True:
-            got = self.capture.recv(CAPTURE_TIMEOUT)
+            got = self.capture.recv(quiet)
             if got is None:
                 return None
             packet = Ether(got)
             if packet.haslayer(IPv6) and packet[IPv6].fl == flow_label:
                 return bytes(packet[IPv6])
 
+    def forward(self, frame: bytes, flow_label: int) -> bytes | None:
+        """Send ``frame`` to the router; the IPv6 packet it forwards with that flow label."""
+        return self._send(frame, flow_label, CAPTURE_TIMEOUT)
+
     def silent(self, frame: bytes, flow_label: int) -> bool:
         """True when nothing with that flow label comes out after sending ``frame``."""
-        self.capture.drain()
-        self.sender.send(frame)
-        while True:
-            got = self.capture.recv(SILENCE)
-            if got is None:
-                return True
-            packet = Ether(got)
-            if packet.haslayer(IPv6) and packet[IPv6].fl == flow_label:
-                return False
+        return self._send(frame, flow_label, SILENCE) is None
 
 
 @pytest.fixture(scope="module")
@@ -180,7 +178,7 @@ def all_paths() -> list[Path]:
 def _frame(router: KernelRouter, path: Path, dst: ipaddress.IPv6Address, flow_label: int) -> bytes:
     return pk.ipv6_frame(
         src_mac=path.src_nic.mac, dst_mac=router.in_mac, src=path.src_nic.address, dst=dst,
-        upper=pk.mrc_udp(pk.OPCODE_WRITE_ONLY, pk.payload_bytes(64)), dscp=pk.DSCP_TRIMMABLE,
+        upper=pk.mrc_udp(Opcode.WRITE_ONLY, pk.payload_bytes(64)), dscp=Dscp.TRIMMABLE,
         flow_label=flow_label,
     )  # fmt: skip
 

@@ -15,16 +15,17 @@ from support.switch import InProcessSwitch
 
 from controller.client import P4RuntimeError, SwitchClient
 from controller.p4info import P4Info
+from p4src import contract
 from p4src.contract import SELECTOR_BYTES, ecmp_hash, member_index, selector_input
 from p4src.proto import p4r
 from switchmodel.pipeline import Forward, ingress
 
 INFO = P4Info.load()
-ECMP = "MrcIngress.ipv6_ecmp"
-LPM = "MrcIngress.ipv6_lpm"
-PROFILE = "MrcIngress.ecmp_selector"
-HOP = "MrcIngress.set_next_hop"
-DST = "hdr.ipv6.dst_addr"
+ECMP = contract.IPV6_ECMP
+LPM = contract.IPV6_LPM
+PROFILE = contract.ECMP_SELECTOR
+HOP = contract.SET_NEXT_HOP
+DST = contract.DST_ADDR
 NIC = "fcbb:bb00:c02::"  # a plain NIC address (h2, plane 0)
 
 
@@ -80,7 +81,9 @@ def member(member_id: int, port: int) -> p4r.ActionProfileMember:
         PROFILE,
         member_id,
         HOP,
-        {"port": port, "smac": f"02:00:00:00:00:{port:02x}", "dmac": "02:99:00:00:00:01"},
+        contract.params_of(
+            contract.NextHopParams(port, f"02:00:00:00:00:{port:02x}", "02:99:00:00:00:01")
+        ),
     )
 
 
@@ -144,7 +147,9 @@ def test_refusals_name_the_member_or_group(client: SwitchClient) -> None:
         ("insert", route(7), "NOT_FOUND", "group 7 does not exist"),
         (
             "insert",
-            INFO.table_entry(ECMP, {DST: f"{NIC}/48"}, HOP, {"port": 1, "smac": 1, "dmac": 2}),
+            INFO.table_entry(
+                ECMP, {DST: f"{NIC}/48"}, HOP, contract.params_of(contract.NextHopParams(1, 1, 2))
+            ),
             "INVALID_ARGUMENT",
             "needs an action profile group",
         ),
@@ -211,7 +216,9 @@ def test_members_are_picked_in_handle_order_as_in_bmv2(
 
 def test_ecmp_entries_come_before_lpm_routes(switch: InProcessSwitch, client: SwitchClient) -> None:
     """ipv6_ecmp is looked up first; what it does not hold goes to ipv6_lpm as before."""
-    lpm = INFO.table_entry(LPM, {DST: "fcbb:bb00:c00::/40"}, HOP, {"port": 7, "smac": 1, "dmac": 2})
+    lpm = INFO.table_entry(
+        LPM, {DST: "fcbb:bb00:c00::/40"}, HOP, contract.params_of(contract.NextHopParams(7, 1, 2))
+    )
     client.insert([lpm, member(3, 3)])
     client.insert([INFO.profile_group(PROFILE, 1, [3])])
     client.insert([route(1)])

@@ -3,8 +3,10 @@ arbitration, pipeline config, per-update write errors, reads, and p4runtime-shel
 
 from __future__ import annotations
 
+import json
 import queue
 import socket
+import subprocess
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -13,25 +15,26 @@ import grpc
 import pytest
 from dataplane.packets import mrc_frame
 from google.protobuf import text_format
-from google.rpc import code_pb2, status_pb2
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from p4.config.v1 import p4info_pb2 as p4i
-from p4.v1 import p4runtime_pb2 as p4r
-from p4.v1 import p4runtime_pb2_grpc as p4r_grpc
 
+from controller.cli import Failure, shell_python
 from controller.client import P4RuntimeError, SwitchClient
 from controller.p4info import P4Info, default_p4info_path
+from p4src import contract
+from p4src.proto import p4i, p4r, p4r_grpc
+from p4src.proto import rpc_code as code_pb2
+from p4src.proto import rpc_status as status_pb2
 from switchmodel.pipeline import Forward, egress, ingress
 from switchmodel.runtime import RuntimeStatus, SwitchRuntime, TargetSlot
 from switchmodel.server import P4RuntimeServicer, serve
 
 DEVICE = 7
 INFO = P4Info.load()
-LPM = "MrcIngress.ipv6_lpm"
-SID = "MrcIngress.my_sid"
-QOS = "MrcIngress.port_qos"
-DST = "hdr.ipv6.dst_addr"
+LPM = contract.IPV6_LPM
+SID = contract.MY_SID
+QOS = contract.PORT_QOS
+DST = contract.DST_ADDR
 
 
 def free_port() -> int:
@@ -106,8 +109,8 @@ def entry(prefix: str, port: int) -> p4r.TableEntry:
     return INFO.table_entry(
         LPM,
         {DST: prefix},
-        "MrcIngress.set_next_hop",
-        {"port": port, "smac": "02:00:00:00:00:01", "dmac": "02:00:00:00:00:02"},
+        contract.SET_NEXT_HOP,
+        contract.params_of(contract.NextHopParams(port, "02:00:00:00:00:01", "02:00:00:00:00:02")),
     )
 
 
@@ -248,9 +251,9 @@ def test_pipeline_starts_empty_and_writes_need_one(switch: Switch) -> None:
 @pytest.mark.parametrize(
     ("kind", "name"),
     [
-        ("tables", "MrcIngress.port_qos"),
-        ("counters", "MrcIngress.drops"),
-        ("actions", "MrcIngress.srv6_end"),
+        ("tables", contract.PORT_QOS),
+        ("counters", contract.DROPS),
+        ("actions", contract.SRV6_END),
     ],
 )
 def test_set_pipeline_rejects_missing_objects_by_name(switch: Switch, kind: str, name: str) -> None:
@@ -316,9 +319,7 @@ def test_ids_come_from_the_given_p4info(switch: Switch) -> None:
     renumbered = P4Info(info)
     with SwitchClient(switch.address, DEVICE, election_id=1, p4info=renumbered) as c:
         c.set_pipeline(renumbered)
-        c.insert(
-            [renumbered.table_entry(LPM, {DST: "fcbb:bb00:100::/48"}, "MrcIngress.drop_no_route")]
-        )
+        c.insert([renumbered.table_entry(LPM, {DST: "fcbb:bb00:100::/48"}, contract.DROP_NO_ROUTE)])
         (found,) = c.read_table_entries(LPM)
         assert found.table_id == renumbered.table_id(LPM) != INFO.table_id(LPM)
 
@@ -331,8 +332,8 @@ def test_per_update_errors(switch: Switch, client: SwitchClient) -> None:
     client.insert([good])
     bad_param = entry("fcbb:bb00:200::/48", 1)
     bad_param.action.action.params[0].value = b"\x02\x00"  # 512 does not fit bit<9>
-    wrong_action = INFO.table_entry(SID, {DST: "fcbb:bb00:300::/48"}, "MrcIngress.usid_un")
-    wrong_action.action.action.action_id = INFO.action_id("MrcIngress.set_port_qos")
+    wrong_action = INFO.table_entry(SID, {DST: "fcbb:bb00:300::/48"}, contract.USID_UN)
+    wrong_action.action.action.action_id = INFO.action_id(contract.SET_PORT_QOS)
     host_bits = entry("fcbb:bb00:400::/48", 1)
     host_bits.match[0].lpm.value = bytes.fromhex("fcbbbb00040000000000000000000001")
     updates = [
@@ -393,26 +394,28 @@ def test_modify_delete_and_default_entries_reach_the_data_path(
     assert not isinstance(ingress(frame, 5, state), Forward)
     # default entries: read the program's, change one, reset it
     default = client.read_default_entry(LPM)
-    assert default.action.action.action_id == INFO.action_id("MrcIngress.drop_no_route")
+    assert default.action.action.action_id == INFO.action_id(contract.DROP_NO_ROUTE)
     client.modify(
         [
             INFO.default_entry(
                 LPM,
-                "MrcIngress.set_next_hop",
-                {"port": 6, "smac": "02:00:00:00:00:01", "dmac": "02:00:00:00:00:02"},
+                contract.SET_NEXT_HOP,
+                contract.params_of(
+                    contract.NextHopParams(6, "02:00:00:00:00:01", "02:00:00:00:00:02")
+                ),
             )
         ]
     )
     verdict = ingress(frame, 5, state)
     assert isinstance(verdict, Forward) and verdict.port == 6
     assert client.read_default_entry(LPM).action.action.action_id == INFO.action_id(
-        "MrcIngress.set_next_hop"
+        contract.SET_NEXT_HOP
     )
     reset = p4r.TableEntry(table_id=INFO.table_id(LPM), is_default_action=True)
     client.modify([reset])
     assert not isinstance(ingress(frame, 5, state), Forward)
     with pytest.raises(P4RuntimeError) as caught:
-        client.insert([INFO.default_entry(SID, "MrcIngress.usid_un")])
+        client.insert([INFO.default_entry(SID, contract.USID_UN)])
     assert caught.value.errors[0].code_name == "INVALID_ARGUMENT"
 
 
@@ -420,19 +423,13 @@ def test_modify_delete_and_default_entries_reach_the_data_path(
 
 
 def test_wildcard_and_per_table_reads(client: SwitchClient) -> None:
-    sid = INFO.table_entry(SID, {DST: "fcbb:bb00:100::/48"}, "MrcIngress.usid_un")
-    end = INFO.table_entry(SID, {DST: "fcbb:bb00:100::e/128"}, "MrcIngress.srv6_end")
+    sid = INFO.table_entry(SID, {DST: "fcbb:bb00:100::/48"}, contract.USID_UN)
+    end = INFO.table_entry(SID, {DST: "fcbb:bb00:100::e/128"}, contract.SRV6_END)
     qos = INFO.table_entry(
         QOS,
-        {"standard_metadata.egress_spec": 3},
-        "MrcIngress.set_port_qos",
-        {
-            "trim_threshold": 32,
-            "ecn_threshold": 16,
-            "ecn_max_threshold": 16,
-            "ecn_slope": 0,
-            "last_hop": 0,
-        },
+        {contract.EGRESS_SPEC: 3},
+        contract.SET_PORT_QOS,
+        contract.params_of(contract.PortQosParams(32, 16, 16, 0, 0)),
     )
     routes = [entry(f"fcbb:bb00:{i}00::/48", i) for i in range(1, 4)]
     client.insert([sid, end, qos, *routes])
@@ -462,14 +459,14 @@ def test_counters_and_register_read(switch: Switch, client: SwitchClient) -> Non
         assert isinstance(verdict, Forward)
         egress(state, verdict.port, verdict.priority, 9, len(frame))
     ingress(b"\x00" * 10, 1, state)  # a runt: PARSE_ERROR
-    port_in = client.read_counter("MrcIngress.port_in")
+    port_in = client.read_counter(contract.PORT_IN)
     assert len(port_in) == 512
     assert port_in[1] == (4, 3 * len(frame) + 10)
-    assert client.read_counter("MrcEgress.port_out")[2] == (3, 3 * len(frame))
-    assert client.read_counter("MrcIngress.drops")[2] == (1, 10)
-    assert client.read_register("port_qdepth")[2] == 9
+    assert client.read_counter(contract.PORT_OUT)[2] == (3, 3 * len(frame))
+    assert client.read_counter(contract.DROPS)[2] == (1, 10)
+    assert client.read_register(contract.PORT_QDEPTH)[2] == 9
     one = p4r.Entity()
-    one.counter_entry.counter_id = INFO.counter_id("MrcIngress.port_in")
+    one.counter_entry.counter_id = INFO.counter_id(contract.PORT_IN)
     one.counter_entry.index.index = 1
     (cell,) = client.read([one])
     assert cell.counter_entry.data.packet_count == 4
@@ -477,7 +474,7 @@ def test_counters_and_register_read(switch: Switch, client: SwitchClient) -> Non
     every.counter_entry.counter_id = 0  # all counters
     assert len(client.read([every])) == 4 * 512 + 16
     bad = p4r.Entity()
-    bad.counter_entry.counter_id = INFO.counter_id("MrcIngress.drops")
+    bad.counter_entry.counter_id = INFO.counter_id(contract.DROPS)
     bad.counter_entry.index.index = 16
     with pytest.raises(P4RuntimeError) as caught:
         client.read([bad])
@@ -487,43 +484,71 @@ def test_counters_and_register_read(switch: Switch, client: SwitchClient) -> Non
 # -- p4runtime-shell -------------------------------------------------------------------------
 
 
-def test_p4runtime_shell_connects_writes_and_reads(switch: Switch, tmp_path: Path) -> None:
-    import p4runtime_sh.shell as sh
+# run by the Python of p4runtime-shell's own environment (controller/shell.py says why)
+SHELL_SESSION = """
+import json, sys
+import p4runtime_sh.shell as sh
 
+address, device_id, p4info, device_config = sys.argv[1:5]
+sh.setup(
+    device_id=int(device_id),
+    grpc_addr=address,
+    election_id=(0, 1),
+    config=sh.FwdPipeConfig(p4info, device_config),
+    verbose=False,
+)
+try:
+    te = sh.TableEntry("MrcIngress.ipv6_lpm")(action="MrcIngress.set_next_hop")
+    te.match["hdr.ipv6.dst_addr"] = "fcbb:bb00:1400::/48"
+    te.action["port"] = "3"
+    te.action["smac"] = "02:00:00:00:00:01"
+    te.action["dmac"] = "02:00:00:00:00:02"
+    te.insert()
+    found = list(sh.TableEntry("MrcIngress.ipv6_lpm").read())
+    qos = sh.TableEntry("MrcIngress.port_qos")(action="MrcIngress.set_port_qos")
+    qos.match["standard_metadata.egress_spec"] = "3"
+    qos.action["trim_threshold"] = "8"
+    qos.action["ecn_threshold"] = "4"
+    qos.action["ecn_max_threshold"] = "4"
+    qos.action["ecn_slope"] = "0"
+    qos.action["last_hop"] = "0"
+    qos.insert()
+    counters = list(sh.CounterEntry("MrcIngress.port_in").read())
+    print(json.dumps({
+        "found": len(found),
+        "port": int.from_bytes(found[0].action["port"].value, "big") if found else None,
+        "counters": len(counters),
+    }))
+finally:
+    sh.teardown()
+"""
+
+
+def test_p4runtime_shell_connects_writes_and_reads(switch: Switch, tmp_path: Path) -> None:
+    try:
+        python = shell_python()
+    except Failure as exc:
+        pytest.skip(str(exc))
     device_config = tmp_path / "device_config.bin"
     device_config.write_bytes(b"")
-    sh.setup(
-        device_id=DEVICE,
-        grpc_addr=switch.address,
-        election_id=(0, 1),
-        config=sh.FwdPipeConfig(str(default_p4info_path()), str(device_config)),
-        verbose=False,
+    done = subprocess.run(
+        [
+            str(python),
+            "-c",
+            SHELL_SESSION,
+            switch.address,
+            str(DEVICE),
+            str(default_p4info_path()),
+            str(device_config),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
     )
-    try:
-        te = sh.TableEntry("MrcIngress.ipv6_lpm")(action="MrcIngress.set_next_hop")
-        te.match["hdr.ipv6.dst_addr"] = "fcbb:bb00:1400::/48"
-        te.action["port"] = "3"
-        te.action["smac"] = "02:00:00:00:00:01"
-        te.action["dmac"] = "02:00:00:00:00:02"
-        te.insert()
-        found = list(sh.TableEntry("MrcIngress.ipv6_lpm").read())
-        assert len(found) == 1
-        assert (
-            found[0].action["port"].value == b"\x03"
-            or int.from_bytes(found[0].action["port"].value, "big") == 3
-        )
-        qos = sh.TableEntry("MrcIngress.port_qos")(action="MrcIngress.set_port_qos")
-        qos.match["standard_metadata.egress_spec"] = "3"
-        qos.action["trim_threshold"] = "8"
-        qos.action["ecn_threshold"] = "4"
-        qos.action["ecn_max_threshold"] = "4"
-        qos.action["ecn_slope"] = "0"
-        qos.action["last_hop"] = "0"
-        qos.insert()
-        counters = list(sh.CounterEntry("MrcIngress.port_in").read())
-        assert len(counters) == 512
-    finally:
-        sh.teardown()
+    assert done.returncode == 0, done.stderr
+    session = json.loads(done.stdout.strip().splitlines()[-1])
+    assert session == {"found": 1, "port": 3, "counters": 512}
     state = switch.slot.state
     assert state is not None and len(state.ipv6_lpm) == 1 and 3 in state.port_qos.entries
     text = text_format.MessageToString(INFO.proto)

@@ -15,17 +15,17 @@ from dataplane.packets import mrc_frame
 from scapy.layers.inet6 import IPv6
 from scapy.layers.l2 import Ether
 from scapy.utils import rdpcap
-from sm_netns import HostPort, VethLab, netns_unavailable
-from support.switch import free_port
 
 from controller.client import SwitchClient
 from controller.p4info import P4Info
-from switchmodel.launcher import ModelSwitch
-from switchmodel.tables import DropReason
+from p4src import contract
+from p4src.contract import DropReason
+from targets.lab import NetnsLab, PacketPort, free_port, netns_available
+from targets.model import ModelSwitch
 
 pytestmark = [
     pytest.mark.netns,
-    pytest.mark.skipif(netns_unavailable() is not None, reason=str(netns_unavailable())),
+    pytest.mark.skipif(netns_available() is not None, reason=str(netns_available())),
 ]
 
 INFO = P4Info.load()
@@ -38,25 +38,27 @@ OUT_DMAC = "02:00:00:00:00:22"
 class Rig:
     switch: ModelSwitch
     client: SwitchClient
-    inbound: HostPort  # host side of port 1
-    outbound: HostPort  # host side of port 2
+    inbound: PacketPort  # host side of port 1
+    outbound: PacketPort  # host side of port 2
 
 
 @pytest.fixture
 def make_rig(tmp_path: Path) -> Iterator:  # type: ignore[type-arg]
-    made: list[tuple[VethLab, ModelSwitch, SwitchClient | None, list[HostPort]]] = []
+    made: list[tuple[NetnsLab, ModelSwitch, SwitchClient | None, list[PacketPort]]] = []
 
     def make(tag: str, **switch_options: object) -> Rig:
-        lab = VethLab(tag)
-        ports: list[HostPort] = []
+        # switch side of each veth in the root namespace, host side in the lab's namespace
+        lab = NetnsLab()
+        ports: list[PacketPort] = []
         switch: ModelSwitch | None = None
         try:
-            s1, h1 = lab.pair("1")
-            s2, h2 = lab.pair("2")
-            ports = [HostPort(h1, lab.netns), HostPort(h2, lab.netns)]
+            netns = lab.add_netns(f"sm{tag}{os.getpid() % 10000}")
+            for n in (1, 2):
+                lab.add_veth(f"{netns}{n}s", f"{netns}{n}h", b_netns=netns)
+            ports = [PacketPort(f"{netns}{n}h", netns, rcvbuf=16 << 20) for n in (1, 2)]
             switch = ModelSwitch(
                 f"sm-{tag}",
-                {1: s1, 2: s2},
+                {1: f"{netns}1s", 2: f"{netns}2s"},
                 device_id=3,
                 grpc_addr=f"127.0.0.1:{free_port()}",
                 log_dir=tmp_path,
@@ -97,25 +99,19 @@ def route(client: SwitchClient, trim: int | None = None) -> None:
     client.set_pipeline(INFO)
     entries = [
         INFO.table_entry(
-            "MrcIngress.ipv6_lpm",
-            {"hdr.ipv6.dst_addr": "fcbb:bb00:1c02::/48"},
-            "MrcIngress.set_next_hop",
-            {"port": 2, "smac": OUT_SMAC, "dmac": OUT_DMAC},
+            contract.IPV6_LPM,
+            {contract.DST_ADDR: "fcbb:bb00:1c02::/48"},
+            contract.SET_NEXT_HOP,
+            contract.params_of(contract.NextHopParams(2, OUT_SMAC, OUT_DMAC)),
         ),
     ]
     if trim is not None:
         entries.append(
             INFO.table_entry(
-                "MrcIngress.port_qos",
-                {"standard_metadata.egress_spec": 2},
-                "MrcIngress.set_port_qos",
-                {
-                    "trim_threshold": trim,
-                    "ecn_threshold": trim,
-                    "ecn_max_threshold": trim,
-                    "ecn_slope": 0,
-                    "last_hop": 0,
-                },
+                contract.PORT_QOS,
+                {contract.EGRESS_SPEC: 2},
+                contract.SET_PORT_QOS,
+                contract.params_of(contract.PortQosParams(trim, trim, trim, 0, 0)),
             )
         )
     client.insert(entries)
@@ -131,20 +127,20 @@ def test_no_pipeline_drops_then_forwards_with_pcap(make_rig, tmp_path: Path) -> 
     eventually(lambda: captured.stat().st_size > 24, "the switch reads the first frame")
     assert rig.outbound.recv(0.2) is None  # no pipeline: everything is dropped
     route(rig.client)
-    assert sum(p for p, _ in rig.client.read_counter("MrcIngress.port_in").values()) == 0
+    assert sum(p for p, _ in rig.client.read_counter(contract.PORT_IN).values()) == 0
     rig.inbound.send(frame)
     got = rig.outbound.recv(5.0)
     assert got is not None
     assert got == mrc_frame(DST, hop_limit=8, src_mac=OUT_SMAC, dst_mac=OUT_DMAC)
-    assert rig.client.read_counter("MrcIngress.port_in")[1] == (1, len(frame))
-    assert rig.client.read_counter("MrcEgress.port_out")[2] == (1, len(frame))
+    assert rig.client.read_counter(contract.PORT_IN)[1] == (1, len(frame))
+    assert rig.client.read_counter(contract.PORT_OUT)[2] == (1, len(frame))
     oversize = mrc_frame(DST, payload=bytes(1000))  # an IPv6 packet beyond --mtu 1000
     rig.inbound.send(oversize)
     eventually(
-        lambda: rig.client.read_counter("MrcIngress.drops")[DropReason.OVERSIZE][0] > 0,
+        lambda: rig.client.read_counter(contract.DROPS)[DropReason.OVERSIZE][0] > 0,
         "an oversize frame is counted",
     )
-    assert rig.client.read_counter("MrcIngress.drops")[DropReason.OVERSIZE] == (1, len(oversize))
+    assert rig.client.read_counter(contract.DROPS)[DropReason.OVERSIZE] == (1, len(oversize))
     assert rig.outbound.recv(0.2) is None
     rig.switch.stop()  # flushes the capture files
     names = sorted(p.name for p in pcaps.iterdir())
@@ -213,11 +209,11 @@ def test_congested_port_trims_and_serves_trimmed_first(make_rig) -> None:  # typ
     headers = len(mrc_frame(DST, payload=b""))
     assert all(len(f) == headers for f in trimmed)
     assert all(Ether(f)[IPv6].plen == headers - 54 for f in trimmed)
-    counted = rig.client.read_counter("MrcIngress.trimmed")[2][0]
-    dropped = rig.client.read_counter("MrcIngress.drops").get(DropReason.QUEUE_FULL, (0, 0))[0]
+    counted = rig.client.read_counter(contract.TRIMMED)[2][0]
+    dropped = rig.client.read_counter(contract.DROPS).get(DropReason.QUEUE_FULL, (0, 0))[0]
     assert counted == len(trimmed)
     assert len(arrivals) + dropped == 28
-    assert rig.client.read_counter("MrcEgress.port_out")[2][0] == len(arrivals)
+    assert rig.client.read_counter(contract.PORT_OUT)[2][0] == len(arrivals)
     # trimmed headers use the high-priority queue: they overtake full packets queued before
     first_trimmed = arrivals.index(trimmed[0])
     assert any(IPv6(f[14:]).tc >> 2 == 10 for f in arrivals[first_trimmed:])
@@ -236,13 +232,13 @@ def test_packets_lost_on_a_down_link_still_leave_the_queue(make_rig) -> None:  #
         for _ in range(12):
             rig.inbound.send(frame)
         eventually(
-            lambda: rig.client.read_counter("MrcEgress.port_out").get(2, (0, 0))[0] >= 12,
+            lambda: rig.client.read_counter(contract.PORT_OUT).get(2, (0, 0))[0] >= 12,
             "the queued packets to leave the queue of the down port",
         )
     finally:
         subprocess.run(["ip", "link", "set", "dev", out_intf, "up"], check=True)
-    depth = rig.client.read_register("port_qdepth").get(2, 0)
-    arrivals = rig.client.read_register("port_arrivals").get(2, 0)
+    depth = rig.client.read_register(contract.PORT_QDEPTH).get(2, 0)
+    arrivals = rig.client.read_register(contract.PORT_ARRIVALS).get(2, 0)
     assert depth + arrivals < 4, (depth, arrivals)
     eventually(lambda: Path(f"/sys/class/net/{out_intf}/operstate").read_text().strip() != "down",
                "the link to come back")  # fmt: skip
