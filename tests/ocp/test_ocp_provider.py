@@ -177,6 +177,32 @@ def connect(
     b.ok("modify_qp", qpn=qb, state=RTS, **rts)
 
 
+def link(pair: Pair, **rts: Any) -> tuple[int, int, int, int]:
+    """A QP of h0 connected to one of h1 (both at RTS): (h0's QP, its send CQ, h1's QP, its
+    receive CQ)."""
+    qa, scq, _ = make_qp(pair.h0)
+    qb, _, rcq = make_qp(pair.h1)
+    connect(pair.h0, qa, pair.h1, qb, **rts)
+    return qa, scq, qb, rcq
+
+
+def buffers(pair: Pair, size: int) -> tuple[Any, Any, dict[str, Any], dict[str, Any]]:
+    """A buffer of h0 registered and one of h1 registered remotely writable: (source,
+    destination, h0's registration, h1's)."""
+    src, dst = pair.h0.buffer(size), pair.h1.buffer(size)
+    return src, dst, pair.h0.reg(src), pair.h1.reg(dst)
+
+
+def write_arrives_intact(pair: Pair, qa: int, scq: int, size: int = 65536) -> None:
+    """A WRITE of ``size`` random bytes on h0's QP ``qa`` completes and arrives intact."""
+    src, dst, mr, remote = buffers(pair, size)
+    ctypes.memmove(src, os.urandom(size), size)
+    pair.h0.ok("post_send", qpn=qa, wrs=[write_wr(1, mr, remote, size)])
+    pair.run(3.0)
+    assert pair.h0.poll(scq)[0][1] == abi.WcStatus.SUCCESS
+    assert bytes(dst) == bytes(src)
+
+
 def write_wr(wr_id: int, mr: dict[str, Any], remote: dict[str, Any], length: int, *,
              imm: int | None = None, offset: int = 0, remote_offset: int = 0) -> list[Any]:  # fmt: skip
     opcode = abi.WrOpcode.RDMA_WRITE if imm is None else abi.WrOpcode.RDMA_WRITE_WITH_IMM
@@ -314,12 +340,9 @@ def test_timeout_retry_and_mpr_reach_the_core_qp(pair: Pair) -> None:
 
 
 def test_retry_counts_of_modify_qp_end_a_write_on_a_dead_network(pair: Pair) -> None:
-    h0, h1 = pair.h0, pair.h1
-    qa, scq, _ = make_qp(h0)
-    qb, _, _ = make_qp(h1)
-    connect(h0, qa, h1, qb)
-    src, dst = h0.buffer(20000), h1.buffer(20000)
-    mr, remote = h0.reg(src), h1.reg(dst)
+    h0 = pair.h0
+    qa, scq, qb, _ = link(pair)
+    src, dst, mr, remote = buffers(pair, 20000)
     pair.sim.set_faults(loss=1.0)
     h0.ok("post_send", qpn=qa, wrs=[write_wr(1, mr, remote, 20000)])
     # the host's counts (exp 25: no limit): the write waits out the dead network
@@ -351,9 +374,7 @@ def test_send_ops_and_opcodes_are_write_and_write_imm_only(pair: Pair) -> None:
 
 def test_write_imm_consumes_a_posted_receive(pair: Pair) -> None:
     h0, h1 = pair.h0, pair.h1
-    qa, scq, _ = make_qp(h0)
-    qb, _, rcq = make_qp(h1)
-    connect(h0, qa, h1, qb)
+    qa, scq, qb, rcq = link(pair)
     src, dst = h0.buffer(20000, 0), h1.buffer(20000, 0)
     ctypes.memmove(src, os.urandom(20000), 20000)
     mr, remote = h0.reg(src, access=1), h1.reg(dst)
@@ -380,15 +401,12 @@ def test_write_imm_consumes_a_posted_receive(pair: Pair) -> None:
 
 def test_write_imm_without_a_receive_is_a_fatal_qp_error(pair: Pair) -> None:
     h0, h1 = pair.h0, pair.h1
-    qa, scq, _ = make_qp(h0)
-    qb, _, rcq = make_qp(h1)
-    connect(h0, qa, h1, qb)
+    qa, scq, qb, rcq = link(pair)
     async_conn = FakeConn()
     reply = h1.call("attach", conn=async_conn, session=h1.hello["session"],
                     token=h1.hello["token"], role="async")  # fmt: skip
     assert reply["ok"], reply
-    src, dst = h0.buffer(4096), h1.buffer(4096)
-    mr, remote = h0.reg(src), h1.reg(dst)
+    src, dst, mr, remote = buffers(pair, 4096)
     h0.ok("post_send", qpn=qa, wrs=[write_wr(9, mr, remote, 64, imm=7)])
     pair.run()
     [wc] = h1.poll(rcq)
@@ -404,12 +422,9 @@ def test_write_imm_without_a_receive_is_a_fatal_qp_error(pair: Pair) -> None:
 
 
 def test_send_completions_come_in_posting_order(pair: Pair) -> None:
-    h0, h1 = pair.h0, pair.h1
-    qa, scq, _ = make_qp(h0)
-    qb, _, _ = make_qp(h1)
-    connect(h0, qa, h1, qb)
-    src, dst = h0.buffer(8192), h1.buffer(8192)
-    mr, remote = h0.reg(src), h1.reg(dst)
+    h0 = pair.h0
+    qa, scq, qb, _ = link(pair)
+    src, dst, mr, remote = buffers(pair, 8192)
     h0.ok("post_send", qpn=qa, wrs=[write_wr(i, mr, remote, 100) for i in (1, 2, 3)])
     _, qp = h0.provider.qps[qa]
     tokens = list(qp.by_token)
@@ -427,13 +442,10 @@ def test_send_completions_come_in_posting_order(pair: Pair) -> None:
 
 
 def test_many_writes_complete_in_order_over_the_network(pair: Pair) -> None:
-    h0, h1 = pair.h0, pair.h1
-    qa, scq, _ = make_qp(h0)
-    qb, _, _ = make_qp(h1)
-    connect(h0, qa, h1, qb)
-    src, dst = h0.buffer(1 << 20), h1.buffer(1 << 20)
+    h0 = pair.h0
+    qa, scq, qb, _ = link(pair)
+    src, dst, mr, remote = buffers(pair, 1 << 20)
     ctypes.memmove(src, os.urandom(1 << 20), 1 << 20)
-    mr, remote = h0.reg(src), h1.reg(dst)
     sizes = [200_000, 100, 50_000, 7, 300_000, 1]
     offset, wrs = 0, []
     for i, size in enumerate(sizes):
@@ -447,9 +459,7 @@ def test_many_writes_complete_in_order_over_the_network(pair: Pair) -> None:
 
 def test_post_send_refuses_bad_memory_and_writes_nothing(pair: Pair) -> None:
     h0, h1 = pair.h0, pair.h1
-    qa, scq, _ = make_qp(h0)
-    qb, _, _ = make_qp(h1)
-    connect(h0, qa, h1, qb)
+    qa, scq, qb, _ = link(pair)
     src, dst = h0.buffer(8192, 0x11), h1.buffer(8192, 0x22)
     mr, remote = h0.reg(src, offset=0, length=4096), h1.reg(dst, offset=0, length=4096)
     bad_lkey = {**mr, "lkey": 999}
@@ -477,8 +487,7 @@ def test_write_imm_limit_and_receive_limit(pair: Pair) -> None:
     qa, _, _ = make_qp(h0)
     qb, _, _ = make_qp(h1, max_recv_wr=2)
     connect(h0, qa, h1, qb, max_wimm=2)
-    src, dst = h0.buffer(4096), h1.buffer(4096)
-    mr, remote = h0.reg(src), h1.reg(dst)
+    src, dst, mr, remote = buffers(pair, 4096)
     reply = h1.fails("post_recv", errno.ENOMEM, qpn=qb, wrs=[[1, []], [2, []], [3, []]])
     assert reply["bad"] == 2
     reply = h0.fails("post_send", errno.ENOMEM, qpn=qa,
@@ -497,8 +506,7 @@ def test_completion_channel_gets_an_event(pair: Pair) -> None:
     qa = h0.ok("create_qp", send_cq=scq, recv_cq=scq, max_send_wr=4)["qpn"]
     qb, _, _ = make_qp(h1)
     connect(h0, qa, h1, qb)
-    src, dst = h0.buffer(4096), h1.buffer(4096)
-    mr, remote = h0.reg(src), h1.reg(dst)
+    src, dst, mr, remote = buffers(pair, 4096)
     h0.ok("req_notify_cq", cq=scq)
     h0.ok("post_send", qpn=qa, wrs=[write_wr(1, mr, remote, 8), write_wr(2, mr, remote, 8)])
     pair.run()
@@ -507,10 +515,8 @@ def test_completion_channel_gets_an_event(pair: Pair) -> None:
 
 
 def test_closing_the_session_frees_everything(pair: Pair) -> None:
-    h0, h1 = pair.h0, pair.h1
-    qa, _, _ = make_qp(h0)
-    qb, _, _ = make_qp(h1)
-    connect(h0, qa, h1, qb)
+    h0 = pair.h0
+    qa, _, qb, _ = link(pair)
     dst = h0.buffer(4096)
     rkey = h0.reg(dst)["rkey"]
     ctx = h0.agent.context
@@ -523,10 +529,8 @@ def test_closing_the_session_frees_everything(pair: Pair) -> None:
 
 
 def test_port_admin_state_denies_the_plane(pair: Pair) -> None:
-    h0, h1 = pair.h0, pair.h1
-    qa, _, _ = make_qp(h0)
-    qb, _, _ = make_qp(h1)
-    connect(h0, qa, h1, qb)
+    h0 = pair.h0
+    qa, _, qb, _ = link(pair)
     if os.geteuid() != 0:
         h0.fails("modify_port", errno.EPERM, port=1, enabled=0)
         return
@@ -541,10 +545,8 @@ def test_port_admin_state_denies_the_plane(pair: Pair) -> None:
 
 
 def test_ev_events_report_evs_coming_back(pair: Pair) -> None:
-    h0, h1 = pair.h0, pair.h1
-    qa, _, _ = make_qp(h0)
-    qb, _, _ = make_qp(h1)
-    connect(h0, qa, h1, qb)
+    h0 = pair.h0
+    qa, _, qb, _ = link(pair)
     if os.geteuid() != 0:
         h0.fails("create_ev_cq", errno.EPERM, cqe=8)
         return
@@ -615,13 +617,7 @@ def test_ev_profiles_after_mrc_ctl(pair: Pair) -> None:
     connect(h0, qa, h1, qb, ev_profile=7, cc_profile=0)
     core_evs = {info.ev for info in h0.agent.context.qp(qa).ev_table.evs()}
     assert core_evs == {0x1234_0000 | n for n in range(1, 17)}
-    src, dst = h0.buffer(65536), h1.buffer(65536)
-    ctypes.memmove(src, os.urandom(65536), 65536)
-    mr, remote = h0.reg(src), h1.reg(dst)
-    h0.ok("post_send", qpn=qa, wrs=[write_wr(1, mr, remote, 65536)])
-    pair.run(3.0)
-    assert h0.poll(scq)[0][1] == abi.WcStatus.SUCCESS
-    assert bytes(dst) == bytes(src)
+    write_arrives_intact(pair, qa, scq)
 
     # EV operations: the array, states
     query = {"op": "query", "id": 7, "mask": P.EvMask.EV_OP}
@@ -676,13 +672,7 @@ def test_srv6_format_beyond_128_bits_sends_with_an_srh(pair: Pair) -> None:
     slots = h0.agent.context.qp(qa).ev_table.slots
     assert len(slots) == 8
     assert all(s.srh == s.path.srh_segment and s.dst == s.path.srh_carrier for s in slots)
-    src, dst = h0.buffer(65536), h1.buffer(65536)
-    ctypes.memmove(src, os.urandom(65536), 65536)
-    mr, remote = h0.reg(src), h1.reg(dst)
-    h0.ok("post_send", qpn=qa, wrs=[write_wr(1, mr, remote, 65536)])
-    pair.run(3.0)
-    assert h0.poll(scq)[0][1] == abi.WcStatus.SUCCESS
-    assert bytes(dst) == bytes(src)
+    write_arrives_intact(pair, qa, scq)
 
 
 def ocp_evstate(name: str) -> Any:
@@ -855,9 +845,7 @@ def test_ep_probe_without_a_response_times_out(pair: Pair, fabric: Fabric) -> No
 
 def test_port_status_update_retires_the_peers_evs(pair: Pair, fabric: Fabric) -> None:
     h0, h1 = pair.h0, pair.h1
-    qa, _, _ = make_qp(h0)
-    qb, _, _ = make_qp(h1)
-    connect(h0, qa, h1, qb)
+    qa, _, qb, _ = link(pair)
     a, b = fabric.host("h0"), fabric.host("h1")
     h1.conn.uid = 0
     events = h1.ok("create_ev_cq", cqe=4096)["cq"]
@@ -954,13 +942,7 @@ def test_explicit_srv6_evs_are_paths(pair: Pair, fabric: Fabric, srh: bool) -> N
         assert slot.dst == (slot.path.srh_carrier if srh else slot.path.carrier)
         assert slot.srh == (slot.path.srh_segment if srh else None)
         assert slot.label == slot.path.label
-    src, dst = h0.buffer(65536), h1.buffer(65536)
-    ctypes.memmove(src, os.urandom(65536), 65536)
-    mr, remote = h0.reg(src), h1.reg(dst)
-    h0.ok("post_send", qpn=qa, wrs=[write_wr(1, mr, remote, 65536)])
-    pair.run(3.0)
-    assert h0.poll(scq)[0][1] == abi.WcStatus.SUCCESS
-    assert bytes(dst) == bytes(src)
+    write_arrives_intact(pair, qa, scq)
 
     # EV states by the EV's bytes; an event gives them back in full
     one = [entries[1][0], entries[1][1], "", 0, P.EvStateBit.of(ocp_evstate("unknown")), 0]
