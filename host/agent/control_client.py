@@ -58,16 +58,20 @@ class ControlClient:
         sock.settimeout(self.timeout)
         try:
             sock.connect(str(self.path))
-        except FileNotFoundError:
-            sock.close()
-            raise ControlUnavailable(f"no agent control socket at {self.path}") from None
         except OSError as exc:
             sock.close()
-            raise ControlUnavailable(
-                f"cannot reach the agent at {self.path}: {exc.strerror or exc}"
-            ) from None
+            raise self._unavailable(exc, "cannot reach the agent") from None
         self._sock = sock
         self._buffer.clear()
+
+    def _unavailable(self, exc: OSError, doing: str, answer: bool = False) -> ControlUnavailable:
+        """The error of a connection that failed with ``exc`` while ``doing`` something
+        (``answer``: waiting for the agent's answer)."""
+        if isinstance(exc, FileNotFoundError):
+            return ControlUnavailable(f"no agent control socket at {self.path}")
+        if isinstance(exc, TimeoutError) and answer:
+            return ControlUnavailable(f"the agent at {self.path} did not answer in time")
+        return ControlUnavailable(f"{doing} at {self.path}: {exc.strerror or exc}")
 
     def close(self) -> None:
         """Close the connection."""
@@ -104,14 +108,9 @@ class ControlClient:
         try:
             self._sock.sendall(data)
             line = self._read_line()
-        except TimeoutError:
-            self.close()
-            raise ControlUnavailable(f"the agent at {self.path} did not answer in time") from None
         except OSError as exc:
             self.close()
-            raise ControlUnavailable(
-                f"lost the agent at {self.path}: {exc.strerror or exc}"
-            ) from None
+            raise self._unavailable(exc, "lost the agent", answer=True) from None
         try:
             reply = json.loads(line)
         except ValueError:
