@@ -15,7 +15,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from controller.client import SwitchClient
+from controller.client import P4RuntimeError, SwitchClient, SwitchUnreachable
 from controller.counters import SwitchCounters, read_counters
 from controller.entries import diff, fabric_tables
 from controller.p4info import P4Info, default_bmv2_json_path, default_p4info_path
@@ -91,14 +91,20 @@ class FabricControl:
         return reports
 
     def in_sync(self, name: str) -> bool:
-        """True when switch ``name`` runs the pipeline and holds exactly its intended tables."""
+        """True when switch ``name`` runs the pipeline and holds exactly its intended tables
+        (False while it does not answer, e.g. being restarted)."""
         overrides = QosOverrides.load(self.overrides_path)
         intended = fabric_tables(self.fabric, overrides, [name])[name]
-        client = self.client(name)
+        try:
+            client = self.client(name)
+        except SwitchUnreachable:
+            return False
         try:
             if not pipeline_matches(client, self.info, self.options().device_config):
                 return False
             return diff(intended.entries, read_installed(client, self.info)).empty
+        except (SwitchUnreachable, P4RuntimeError):
+            return False
         finally:
             client.close()
 

@@ -106,11 +106,22 @@ class TestbedCLI(CLI):
             print(f"evs: {exc}")
 
     def do_counters(self, line: str) -> None:
-        """counters: per-switch counters (mrc-ctl counters)."""
+        """counters [SWITCH...]: packets in and out, trimmed and ECN-marked per port, drops by
+        reason (of every switch when none is named)."""
+        wanted = set(line.split())
         try:
-            print(self.testbed.ctl("counters", *line.split()))
+            everything = self.testbed.control.counters()
         except Exception as exc:
             print(f"counters: {exc}")
+            return
+        for name, counters in everything.items():
+            if wanted and name not in wanted:
+                continue
+            drops = ", ".join(f"{k} {v}" for k, v in counters.drops.items()) or "none"
+            print(f"{name}: drops {drops}")
+            for p in counters.ports:
+                print(f"  port {p.port}: in {p.rx_packets} ({p.rx_bytes} B), out {p.tx_packets} "
+                      f"({p.tx_bytes} B), trimmed {p.trimmed}, ECN-marked {p.ecn_marked}")  # fmt: skip
 
 
 def summarise_paths(paths: Any) -> dict[str, dict[str, dict[str, int]]]:

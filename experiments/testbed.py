@@ -37,6 +37,7 @@ import yaml
 
 from controller.push import PushReport, SwitchAddress
 from experiments.control import ControlError, FabricControl
+from p4src.contract import QDEPTH_MAX
 from targets.state import HostState, StateError, SwitchState, TestbedState, default_path
 from topologies import Fabric, Topology, load_topology
 from topologies.config import shipped_topology
@@ -48,7 +49,7 @@ if TYPE_CHECKING:
     from targets.process import SwitchProcess
 
 AGENT_READY_TIMEOUT = 30.0
-TRIM_NEVER = (1 << 19) - 1  # a trim threshold no queue reaches: the switch drops instead
+TRIM_NEVER = QDEPTH_MAX  # a trim threshold no queue reaches: the switch drops instead
 Progress = Callable[[str], None]
 
 
@@ -330,25 +331,6 @@ class Testbed:
             return self.control.push()
         except ControlError as exc:
             raise TestbedError(f"could not install the tables: {exc}") from None
-
-    def ctl(self, *args: str, timeout: float = 120.0) -> str:
-        """Run an ``mrc-ctl`` command against this testbed and return its output (for the
-        operator's commands, e.g. the CLI's ``counters``)."""
-        done = subprocess.run(
-            [tool("mrc-ctl"), *args],
-            env=self.env(),
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            check=False,
-        )
-        if done.returncode != 0:
-            detail = (done.stderr or done.stdout).strip().splitlines()
-            raise TestbedError(
-                f"mrc-ctl {' '.join(args)}: "
-                f"{detail[-1] if detail else f'exit status {done.returncode}'}"
-            )
-        return done.stdout
 
     def start_watch(self) -> None:
         """Start ``mrc-ctl watch`` (re-installs the tables of a switch that lost them)."""

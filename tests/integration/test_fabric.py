@@ -159,13 +159,8 @@ def test_switch_reboot_is_restored_by_watch(testbed: Any, wait: Wait) -> None:
         testbed.kill_switch(spine)
         testbed.start_switch(spine)
 
-        def in_sync() -> bool:
-            from experiments.testbed import TestbedError
-
-            try:
-                return "in sync" in testbed.ctl("diff", spine)
-            except TestbedError:  # diff exits 1 until watch has re-installed everything
-                return False
+        def in_sync() -> bool:  # False until watch has re-installed everything
+            return bool(testbed.control.in_sync(spine))
 
         wait(in_sync, 30, f"mrc-ctl watch to re-install the tables of {spine}")
         assert finish_transfer(handle, transfer)["complete"]
