@@ -199,13 +199,15 @@ def format_topology(spec: SimFabric) -> str:
     """The ``.topo`` text of one plane of ``spec``: a two-tier leaf-spine whose leaves have
     ``hosts_per_rack`` hosts below and ``spines_per_plane`` uplinks, every link at the
     fabric's rate and hop latency (htsim's ``-planes N`` gives it more planes)."""
+    oversub = spec.hosts_per_rack // spec.spines_per_plane
+    over = f"Oversubscribed {oversub}\n" if oversub > 1 else ""
     rate = _number(spec.rate_gbps)
     hop = _number(spec.hop_latency_us * 1e3)
     switch = _number(spec.switch_latency_us * 1e3)
     return (
         f"Nodes {spec.hosts}\nTiers 2\nPodsize {spec.hosts}\n\n"
         f"Tier 0\nDownlink_speed_Gbps {rate}\nRadix_Down {spec.hosts_per_rack}\n"
-        f"Radix_Up {spec.spines_per_plane}\nDownlink_Latency_ns {hop}\n"
+        f"Radix_Up {spec.spines_per_plane}\nDownlink_Latency_ns {hop}\n{over}"
         f"Switch_Latency_ns {switch}\n\n"
         f"Tier 1\nDownlink_speed_Gbps {rate}\nRadix_Down {spec.racks}\n"
         f"Downlink_Latency_ns {hop}\nSwitch_Latency_ns {switch}\n"

@@ -48,7 +48,7 @@ from typing import TYPE_CHECKING
 
 from host.transport import wire
 from host.transport.api import Context
-from p4src.contract import member_index
+from p4src.contract import ROCEV2_UDP_PORT, member_index
 from sim.queues import PortQueue, QueuePolicy
 from topologies import Fabric
 from topologies.usid import BLOCK_BITS, USID_BITS
@@ -59,6 +59,7 @@ if TYPE_CHECKING:
 HOST_QUEUE = 1 << 16  # packets a host NIC may queue (the sender's window is the real bound)
 NIC_SLOTS = 2  # red discipline: data frames a host NIC holds (the one on the wire and the next)
 
+_ROCE_PORT = ROCEV2_UDP_PORT.to_bytes(2, "big")  # UDP destination port of MRC frames
 _ARG_BITS = 128 - BLOCK_BITS - USID_BITS  # carrier bits after the active uSID
 _ARG_MASK = (1 << _ARG_BITS) - 1
 _USID_MASK = (1 << USID_BITS) - 1
@@ -672,7 +673,7 @@ def _mrc_data_header_len(frame: bytearray) -> int:
     ext = udp - wire.OFF_UDP
     if udp < 0 or len(frame) < wire.DATA_HEADER_LEN + ext:
         return 0
-    if frame[udp + 2 : udp + 4] != b"\x12\xb7":  # UDP destination port 4791
+    if frame[udp + 2 : udp + 4] != _ROCE_PORT:
         return 0
     opcode = frame[udp + wire.UDP_LEN]
     if opcode == wire.OP_WRITE_ONLY:

@@ -1,0 +1,112 @@
+"""The sim beside uet-htsim, experiment by experiment, on the same two-tier fabric.
+
+For every experiment of the reference's sender-CC plan (``validation/validate_uec_sender.txt``)
+and of its load-balancing runs with failed links (``validate_load_balancing_failed_snd.txt``),
+one description (:mod:`sim.parity`: fabric, traffic matrix, options) runs in ``htsim_uec`` with
+``-topo`` of the sim's two-tier leaf-spine and in the sim. Printed per experiment: both
+columns and their ratio for tail FCT / ideal, FCT spread (first / last), NACKs and
+retransmissions per packet and each cause's share of NSCC's window changes, with the
+published three-tier figure (``validation/*.out``) as a third column, then whether the targets
+hold (tail FCT within 10 %, NACKs per packet within 1.5x, shares within 0.1).
+
+    python benchmarks/htsim_parity.py                      # every experiment
+    python benchmarks/htsim_parity.py --max-hosts 128      # the ones of 128 hosts or fewer
+    python benchmarks/htsim_parity.py --only "Single Connection" --out parity.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+from sim import parity  # noqa: E402
+from sim.htsim import HTSIM_COMMIT, parse_published, read_plan, shared_dir  # noqa: E402
+
+PLANS = ("validate_uec_sender", "validate_load_balancing_failed_snd")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the comparison; returns 0 when every experiment run met its targets."""
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--max-hosts", type=int, default=1 << 20, help="skip larger experiments")
+    ap.add_argument("--only", action="append", default=[], help="experiment name (repeatable)")
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--out", type=Path, help="write the figures as JSON")
+    args = ap.parse_args(argv)
+    shared = shared_dir()
+    if shared is None:
+        print("htsim_parity: ../shared/uet-htsim is absent (set MRC_HTSIM_DIR)")
+        return 2
+    print(f"uet-htsim commit {HTSIM_COMMIT}; sim seed {args.seed}")
+    report: list[dict[str, Any]] = []
+    misses = 0
+    for plan_name in PLANS:
+        plan = read_plan(shared / "validation" / f"{plan_name}.txt")
+        published = parse_published((shared / "validation" / f"{plan_name}.out").read_text())
+        for entry in plan:
+            if args.only and entry.name not in args.only:
+                continue
+            exp = parity.from_plan(entry, shared)
+            if exp.fabric.hosts > args.max_hosts:
+                continue
+            print(f"\n== {entry.name} ({plan_name}) ==")
+            f = exp.fabric
+            print(
+                f"fabric: {f.hosts} hosts, 2 tiers ({f.racks} leaves x {f.hosts_per_rack} hosts, "
+                f"{f.spines_per_plane} spines), {f.rate_gbps:g} Gb/s, {f.hop_latency_us:g} us "
+                f"hops, queue {f.port_queue().packets} packets; traffic: {entry.matrix}; "
+                f"{len(exp.matrix.connections)} flows; options {' '.join(exp.htsim_args())}"
+            )
+            for note in exp.notes:
+                print(f"  note: {note}")
+            wall = time.monotonic()
+            ref = parity.run_reference(exp)
+            ref_wall = time.monotonic() - wall
+            wall = time.monotonic()
+            sim = parity.run_sim(exp, seed=args.seed)
+            sim_wall = time.monotonic() - wall
+            pub = parity.published_figures(exp, published.get(entry.name))
+            rows = parity.table_rows(sim, ref, pub)
+            print(f"  {'figure':28} {'sim':>9} {'htsim':>9} {'ratio':>7} {'3-tier':>9}")
+            for label, a, b, r, c in rows:
+                print(f"  {label:28} {a:>9} {b:>9} {r:>7} {c:>9}")
+            verdict = parity.compare(sim, ref)
+            print(
+                f"  flows finished: sim {sim.finished}/{sim.flows}, htsim {ref.finished}; "
+                f"wall: sim {sim_wall:.1f} s (CPU {sim.cpu_seconds or 0:.1f} s), "
+                f"htsim {ref_wall:.1f} s"
+            )
+            print("  targets: " + ("met" if verdict.ok else "MISSED: " + "; ".join(verdict.misses)))
+            misses += not verdict.ok
+            report.append(
+                {
+                    "plan": plan_name,
+                    "experiment": entry.name,
+                    "fabric": exp.fabric.describe(),
+                    "rows": rows,
+                    "tail_ratio": verdict.tail_ratio,
+                    "nack_factor": verdict.nack_factor,
+                    "share_gap": verdict.share_gap,
+                    "misses": list(verdict.misses),
+                    "sim_wall_s": sim_wall,
+                    "htsim_wall_s": ref_wall,
+                }
+            )
+    if args.out:
+        args.out.write_text(
+            json.dumps({"htsim_commit": HTSIM_COMMIT, "experiments": report}, indent=1)
+        )
+    print(f"\n{len(report) - misses} of {len(report)} experiments met every target")
+    return 1 if misses else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
