@@ -28,17 +28,17 @@ import time
 from pathlib import Path
 from typing import Any
 
+from controller.encode import UpdateEncoder
 from p4.v1 import p4runtime_pb2 as p4r
 
 from controller.client import P4RuntimeError, SwitchClient, SwitchUnreachable
-from controller.encode import UpdateEncoder
 from controller.entries import IPV6_LPM, SET_NEXT_HOP, Entry, fabric_tables
 from controller.p4info import P4Info
 from controller.push import PushOptions, SwitchAddress, push_fabric
-from switchmodel.launcher import ModelSwitch
+from targets.model import ModelSwitch
+from targets.process import SwitchStartError
 from topologies import Fabric, load_topology
 from topologies.config import shipped_topology
-from topologies.switchproc import SwitchStartError
 
 FABRIC_TARGET_S = 1.0
 RATE_TARGET = 5000.0
@@ -192,7 +192,6 @@ def bench_encoder_bound(info: P4Info, count: int, batch: int) -> float:
     from concurrent import futures
 
     import grpc
-
     from controller.encode import write_request
 
     def write(request: bytes, context: Any) -> bytes:

@@ -32,6 +32,9 @@ import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+from p4src import contract
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
@@ -40,7 +43,10 @@ ETH_P_ALL = 0x0003
 PACKET_OUTGOING = 4
 SO_RCVBUFFORCE = 33
 LINK_MTU = 9000
-NEVER = (1 << 19) - 1  # a threshold no bit<19> queue depth reaches
+NEVER = contract.QDEPTH_MAX  # a threshold no bit<19> queue depth reaches
+
+if TYPE_CHECKING:
+    from targets.process import SwitchProcess
 
 
 @dataclass
@@ -122,12 +128,6 @@ def run_receiver(intf: str, seconds: float, ready_file: str) -> None:
 # -- the bench --------------------------------------------------------------------------------
 
 
-def sh(*argv: str) -> None:
-    result = subprocess.run(argv, capture_output=True, text=True, check=False)
-    if result.returncode != 0:
-        raise RuntimeError(f"{' '.join(argv)}: {result.stderr.strip()}")
-
-
 def cpu_seconds(pid: int) -> float:
     """User + system CPU seconds of process ``pid`` and its threads."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
@@ -138,7 +138,9 @@ class Bench:
     """Namespaces, veths and the spine's tables; one switch at a time between them."""
 
     def __init__(self) -> None:
-        from controller.entries import PORT_QOS, SET_PORT_QOS, Entry, switch_tables
+        from controller.entries import Entry, switch_tables
+        from p4src.contract import PORT_QOS, SET_PORT_QOS
+        from targets.lab import NetnsLab
         from topologies import Fabric, load_topology
         from topologies import usid as usidlib
         from topologies.config import shipped_topology
@@ -148,9 +150,9 @@ class Bench:
         self.ns_send, self.ns_recv = f"smbS{tag}", f"smbR{tag}"
         self.sw_in, self.host_in = f"smb{tag}i", f"smb{tag}I"
         self.sw_out, self.host_out = f"smb{tag}o", f"smb{tag}O"
-        self.made_ns: list[str] = []
-        self.made_links: list[str] = []
+        self.lab = NetnsLab()
         fabric = Fabric(load_topology(shipped_topology("small")))
+        self.fabric = fabric
         self.spine = fabric.switch("t1-p0-s0")
         path = next(p for p in fabric.paths("h0", "h2") if p.plane == 0 and p.spine == 0)
         hop = next(h for h in path.hops if h.switch == self.spine.name)
@@ -160,54 +162,23 @@ class Bench:
         self.in_peer = self.spine.port(self.in_port)
         tables = switch_tables(fabric, self.spine)
         self.entries = [e for e in tables.entries if e.table != PORT_QOS] + [
-            Entry.make(PORT_QOS, {"standard_metadata.egress_spec": port.number}, SET_PORT_QOS,
-                       {"trim_threshold": NEVER, "ecn_threshold": NEVER,
-                        "ecn_max_threshold": NEVER, "ecn_slope": 0, "last_hop": 0})
+            Entry.make(PORT_QOS, {contract.EGRESS_SPEC: port.number}, SET_PORT_QOS,
+                       contract.params_of(contract.PortQosParams(NEVER, NEVER, NEVER, 0, 0)))
             for port in self.spine.ports
         ]  # fmt: skip
         assert usidlib.active(self.carrier) == self.spine.usid
 
     def setup(self) -> None:
-        for ns in (self.ns_send, self.ns_recv):
-            sh("ip", "netns", "add", ns)
-            self.made_ns.append(ns)
+        """The sender's and the receiver's namespace, each joined to a switch port by a veth."""
         for sw_side, host_side, ns in (
             (self.sw_in, self.host_in, self.ns_send),
             (self.sw_out, self.host_out, self.ns_recv),
         ):
-            sh("ip", "link", "add", sw_side, "type", "veth", "peer", "name", host_side)
-            self.made_links.append(sw_side)
-            sh("ip", "link", "set", host_side, "netns", ns)
-            sh("sysctl", "-qw", f"net.ipv6.conf.{sw_side}.disable_ipv6=1")
-            sh("ip", "link", "set", sw_side, "mtu", str(LINK_MTU), "up")
-            sh(
-                "ip",
-                "netns",
-                "exec",
-                ns,
-                "sysctl",
-                "-qw",
-                f"net.ipv6.conf.{host_side}.disable_ipv6=1",
-            )
-            sh(
-                "ip",
-                "netns",
-                "exec",
-                ns,
-                "ip",
-                "link",
-                "set",
-                host_side,
-                "mtu",
-                str(LINK_MTU),
-                "up",
-            )
+            self.lab.add_netns(ns)
+            self.lab.add_veth(sw_side, host_side, b_netns=ns, mtu=LINK_MTU)
 
     def cleanup(self) -> None:
-        for link in self.made_links:
-            subprocess.run(["ip", "link", "del", link], capture_output=True, check=False)
-        for ns in self.made_ns:
-            subprocess.run(["ip", "netns", "del", ns], capture_output=True, check=False)
+        self.lab.cleanup()
 
     def frame(self, payload: int) -> bytes:
         """An MRC WRITE (DSCP 10, ECT(0)) from the rack-0 leaf to the spine, as struct builds it."""
@@ -216,17 +187,17 @@ class Bench:
 
         mac = lambda text: bytes.fromhex(text.replace(":", ""))  # noqa: E731
         body = (
-            struct.pack("!BBHII", 0x0A, 0, 0xFFFF, 0x12, 1)  # BTH: WRITE Only, QP 0x12, PSN 1
+            struct.pack("!BBHII", contract.Opcode.WRITE_ONLY, 0, 0xFFFF, 0x12, 1)  # BTH: WRITE Only, QP 0x12, PSN 1
             + struct.pack("!QII", 0x10000, 0x55, payload)  # RETH
-            + bytes([1])
+            + bytes([contract.ExtType.DATA])
             + bytes(23)  # MRC data extension
             + bytes(payload)
         )
-        udp = struct.pack("!HHHH", 0xC000, 4791, 8 + len(body), 0) + body
-        tc = 10 << 2 | 2
-        ipv6 = struct.pack("!IHBB", 6 << 28 | tc << 20 | 0x12345, len(udp), 17, 64)
+        udp = struct.pack("!HHHH", 0xC000, contract.ROCEV2_UDP_PORT, 8 + len(body), 0) + body
+        tc = contract.Dscp.TRIMMABLE << 2 | contract.Ecn.ECT0
+        ipv6 = struct.pack("!IHBB", 6 << 28 | tc << 20 | 0x12345, len(udp), contract.IP_PROTO_UDP, 64)
         ipv6 += ipaddress.IPv6Address(self.src).packed + ipaddress.IPv6Address(self.carrier).packed
-        return mac(self.in_peer.mac) + mac(self.in_peer.peer_mac) + b"\x86\xdd" + ipv6 + udp
+        return mac(self.in_peer.mac) + mac(self.in_peer.peer_mac) + contract.ETHERTYPE_IPV6.to_bytes(2, "big") + ipv6 + udp
 
     def measure(self, target: str, pid: int, payload: int, seconds: float) -> Result:
         frame = self.frame(payload)
@@ -266,60 +237,50 @@ class Bench:
         )  # fmt: skip
 
 
-def start_model(bench: Bench, workdir: Path, profile: Path | None) -> tuple[object, int]:
-    from switchmodel.launcher import ModelSwitch, mrc_switch_command
+def start_switch(target: str, bench: Bench, workdir: Path, profile: Path | None) -> SwitchProcess:
+    """The spine on ``target``, on the bench's two ports, unshaped, with deep queues; started."""
+    from targets.factory import fabric_switch
+    from targets.lab import free_port
+    from targets.model import ModelSwitch, mrc_switch_command
 
-    extra = ["--profile", str(profile.resolve())] if profile is not None else []
-    switch = ModelSwitch(
-        "smb-model", {bench.in_port: bench.sw_in, bench.out_port: bench.sw_out}, device_id=1,
-        grpc_addr=f"127.0.0.1:{_free_port()}", queue_depth=1024, log_dir=workdir,
-        log_level="warning", executable=[*mrc_switch_command(), *extra],
+    switch = fabric_switch(
+        target, bench.fabric, bench.spine.name, ports={bench.in_port: bench.sw_in,
+        bench.out_port: bench.sw_out}, grpc=f"127.0.0.1:{free_port()}", thrift_port=free_port(),
+        quiet=True, shaped=False, queue_depth=1024, mtu=LINK_MTU, log_dir=workdir,
     )  # fmt: skip
-    switch.start()
-    switch.wait_ready(timeout=30)
-    return switch, int(switch.pid or 0)
-
-
-def start_bmv2(bench: Bench, workdir: Path) -> tuple[object, int, bytes]:
-    from controller.bmv2 import Bmv2Switch, committed_pipeline
-
-    p4info_path, json_path = committed_pipeline()
-    switch = Bmv2Switch(
-        "smb-bmv2", {bench.in_port: bench.sw_in, bench.out_port: bench.sw_out}, device_id=1,
-        grpc_addr=f"127.0.0.1:{_free_port()}", thrift_port=_free_port(), queue_depth=1024,
-        log_dir=workdir, log_level="warn", mtu=LINK_MTU,
-    )  # fmt: skip
+    if profile is not None and isinstance(switch, ModelSwitch):
+        switch.executable = [*mrc_switch_command(), "--profile", str(profile.resolve())]
     switch.start()
     switch.wait_ready(timeout=60)
-    return switch, int(switch.pid or 0), json_path.read_bytes()
+    return switch
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
-def push(bench: Bench, grpc_addr: str, p4info_path: Path | None, device_config: bytes) -> None:
+def push(bench: Bench, switch: SwitchProcess, device_config: bytes) -> None:
     from controller.client import SwitchClient
     from controller.p4info import P4Info
+    from p4src.compile import committed_pipeline
 
-    info = P4Info.load(p4info_path)
-    with SwitchClient(grpc_addr, device_id=1, p4info=info, name="bench") as client:
+    info = P4Info.load(committed_pipeline()[0])
+    with SwitchClient(
+        switch.grpc_addr, device_id=switch.device_id, p4info=info, name="bench"
+    ) as client:
         client.set_pipeline(info, device_config=device_config)
         client.insert([e.to_proto(info) for e in bench.entries if not e.is_default])
         client.modify([e.to_proto(info) for e in bench.entries if e.is_default])
 
 
-def switch_counts(bench: Bench, grpc_addr: str, p4info_path: Path | None) -> tuple[int, int]:
+def switch_counts(bench: Bench, switch: SwitchProcess) -> tuple[int, int]:
     """port_in of the ingress port and port_out of the egress port (packets), over P4Runtime."""
     from controller.client import SwitchClient
     from controller.p4info import P4Info
+    from p4src.compile import committed_pipeline
 
-    info = P4Info.load(p4info_path)
-    with SwitchClient(grpc_addr, device_id=1, election_id=2, p4info=info, name="bench") as client:
-        port_in = client.read_counter("MrcIngress.port_in").get(bench.in_port, (0, 0))[0]
-        port_out = client.read_counter("MrcEgress.port_out").get(bench.out_port, (0, 0))[0]
+    info = P4Info.load(committed_pipeline()[0])
+    with SwitchClient(
+        switch.grpc_addr, device_id=switch.device_id, election_id=2, p4info=info, name="bench"
+    ) as client:
+        port_in = client.read_counter(contract.PORT_IN).get(bench.in_port, (0, 0))[0]
+        port_out = client.read_counter(contract.PORT_OUT).get(bench.out_port, (0, 0))[0]
     return port_in, port_out
 
 
@@ -386,7 +347,8 @@ def main(argv: list[str] | None = None) -> int:
         if not 0 <= size <= LINK_MTU - 200:
             parser.error(f"--sizes {size}: expected 0..{LINK_MTU - 200} payload bytes")
 
-    from controller.bmv2 import missing_tools
+    from p4src.compile import committed_pipeline
+    from targets.bmv2 import missing_tools
 
     targets = ["model", "bmv2"] if args.target == "both" else [args.target]
     if "bmv2" in targets and missing_tools():
@@ -399,29 +361,25 @@ def main(argv: list[str] | None = None) -> int:
     try:
         bench.setup()
         for target in targets:
-            if target == "model":
-                switch, pid = start_model(bench, workdir, args.profile)
-                device_config, p4info_path = b"", None
-            else:
-                switch, pid, device_config = start_bmv2(bench, workdir)
-                from controller.bmv2 import committed_pipeline
-
-                p4info_path = committed_pipeline()[0]
+            switch = start_switch(target, bench, workdir, args.profile)
+            pid = int(switch.pid or 0)
+            # BMv2 is given p4c's JSON with the P4Info; switchmodel implements the program itself
+            device_config = committed_pipeline()[1].read_bytes() if target == "bmv2" else b""
             if args.pin:
-                sh("taskset", "-a", "-cp", "0", str(pid))  # the switch has core 0 to itself
+                subprocess.run(["taskset", "-a", "-cp", "0", str(pid)], check=True)  # core 0
                 bench.traffic_cpu = 1
             try:
-                push(bench, switch.grpc_addr, p4info_path, device_config)  # type: ignore[attr-defined]
+                push(bench, switch, device_config)
                 for size in args.sizes:
                     print(f"{target}: {size}-byte payloads for {args.seconds:g} s ...", flush=True)
-                    before = switch_counts(bench, switch.grpc_addr, p4info_path)  # type: ignore[attr-defined]
+                    before = switch_counts(bench, switch)
                     result = bench.measure(target, pid, size, args.seconds)
-                    after = switch_counts(bench, switch.grpc_addr, p4info_path)  # type: ignore[attr-defined]
+                    after = switch_counts(bench, switch)
                     result.switch_in = after[0] - before[0]
                     result.switch_out = after[1] - before[1]
                     results.append(result)
             finally:
-                switch.stop()  # type: ignore[attr-defined]
+                switch.stop()
     finally:
         bench.cleanup()
     print()

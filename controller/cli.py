@@ -10,7 +10,6 @@ Commands (switch addresses from the testbed state file, or ``--topo FILE --switc
                                               persisted trimming / ECN settings, pushed at once
     mrc-ctl watch                             keep every switch reconciled until SIGINT/SIGTERM
     mrc-ctl shell SWITCH [-c CODE]            a p4runtime-shell session on one switch
-    mrc-ctl p4 [--check]                      regenerate (or check) the committed p4c outputs
 
 Every failure ends in one or two lines on stderr: exit status 2 for usage errors, 1 for failures.
 """
@@ -168,15 +167,6 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("name", metavar="SWITCH")
     p.add_argument("-c", "--command", dest="code", help="run this Python code instead of IPython")
 
-    p = sub.add_parser(
-        "p4", help="compile p4src/mrc_switch.p4 with p4c and write its committed P4Info and JSON"
-    )
-    p.add_argument(
-        "--check",
-        action="store_true",
-        help="write nothing: exit 1 if the committed files differ from p4c's output",
-    )
-    p.add_argument("-v", "--verbose", action="store_true", help=argparse.SUPPRESS)
     return parser
 
 
@@ -219,7 +209,7 @@ class Context:
         except OSError as exc:
             raise Failure(
                 f"{path}: cannot read the BMv2 JSON ({exc.strerror}); regenerate it with "
-                "'mrc-ctl p4' or give --bmv2-json"
+                "'./testbed p4' or give --bmv2-json"
             ) from None
 
     @property
@@ -654,41 +644,7 @@ def cmd_shell(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_p4(args: argparse.Namespace) -> int:
-    import shutil
-    import tempfile
-
-    from controller.bmv2 import (
-        P4_JSON,
-        P4_P4INFO,
-        REPO_ROOT,
-        P4BuildError,
-        ToolMissing,
-        compile_p4,
-        stale_outputs,
-    )
-
-    with tempfile.TemporaryDirectory(prefix="mrc-p4c-") as tmp:
-        try:
-            if args.check:
-                stale = stale_outputs(Path(tmp))
-                if stale:
-                    raise Failure(
-                        f"{', '.join(stale)} differ from p4c's output: run 'mrc-ctl p4' and commit"
-                    )
-                print("p4src: the committed P4Info and BMv2 JSON are p4c's output")
-                return 0
-            p4info, bmv2_json = compile_p4(Path(tmp))
-        except (ToolMissing, P4BuildError) as exc:
-            raise Failure(str(exc)) from None
-        for fresh, committed in ((p4info, P4_P4INFO), (bmv2_json, P4_JSON)):
-            shutil.copyfile(fresh, committed)
-            print(f"wrote {committed.relative_to(REPO_ROOT)}")
-    return 0
-
-
 COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
-    "p4": cmd_p4,
     "push": cmd_push,
     "show": cmd_show,
     "diff": cmd_diff,

@@ -2,7 +2,7 @@
 
 ``mrc-ctl`` finds its switches in one of two ways:
 
-- the running testbed's state file (:class:`topologies.state.TestbedState`; default
+- the running testbed's state file (:class:`targets.state.TestbedState`; default
   ``/run/mrc-testbed/state.json``, or ``$MRC_TESTBED_STATE``, or ``--state FILE``), which names
   the topology file, the target kind and every switch's gRPC address and device id;
 - flags: ``--topo FILE --switch NAME=HOST:PORT ...`` (device ids from the fabric model) and
@@ -20,8 +20,8 @@ from pathlib import Path
 
 from controller.push import SwitchAddress
 from controller.qos import overrides_path
+from targets.state import StateError, TestbedState, default_path
 from topologies import Fabric, load_topology
-from topologies.state import StateError, TestbedState, default_path
 
 TARGETS = ("model", "bmv2")
 _TARGET_ALIASES = {"switchmodel": "model", "mrc-switch": "model", "simple_switch_grpc": "bmv2"}

@@ -6,20 +6,19 @@ them into Mininet nodes and veth pairs. Classes:
 - :class:`FabricIntf` -- a link end configured for the fabric: IPv6 off (no DAD, router
   solicitation or MLD noise), checksum and segmentation offloads off, the topology's MTU and,
   when the topology has a link delay, a ``netem`` delay line (see "Link delay" below);
-- :class:`FabricSwitch` -- a Mininet ``Switch`` in the root namespace that runs a switch process
-  (a :class:`topologies.switchproc.SwitchProcess`) on its interfaces; two small subclasses say
-  which: :class:`Bmv2FabricSwitch` (``simple_switch_grpc`` via ``controller.bmv2.Bmv2Switch``)
-  and :class:`ModelFabricSwitch` (``mrc-switch`` via ``switchmodel.launcher.ModelSwitch``);
+- :class:`FabricSwitch` -- a Mininet ``Switch`` in the root namespace that runs the switch
+  process of its target on its interfaces (:func:`targets.factory.fabric_switch`: BMv2's
+  ``simple_switch_grpc`` or the switchmodel's ``mrc-switch``);
 - :class:`FabricHost` -- a Mininet ``Host`` with one NIC per plane (``h0-p0``, ``h0-p1``...)
   and no IPv4 address; the host agent owns the NICs;
 - :class:`FabricNet` -- the network: :meth:`FabricNet.build` makes it from a fabric,
   :meth:`FabricNet.start` starts every switch and waits until they serve P4Runtime, and
   :meth:`FabricNet.link_down` / :meth:`FabricNet.reboot` are the fault primitives (a failed
-  link's ends go down, except a BMv2 switch's, which drop everything instead: see
-  :class:`Bmv2FabricSwitch`).
+  link's ends go down, except those of a switch whose process an interface down would stall,
+  BMv2's, which drop everything instead: see :meth:`FabricSwitch.set_port_link`).
 
 Links are plain veth pairs with no traffic-control buffer: rate and queue depth are enforced
-inside the switch (the launcher's ``rate_bps`` and ``queue_depth``), because a qdisc on a link is
+inside the switch (the process's ``rate_bps`` and ``queue_depth``), because a qdisc on a link is
 a queue the switch cannot see, and trimming and ECN marking would never fire.
 
 Link delay: neither switch launcher delays packets, so a one-way delay is a ``netem delay`` on
@@ -29,8 +28,7 @@ behind a bottleneck and never drops. With ``link.delay_us: 0`` no qdisc is insta
 A kernel without ``sch_netem`` gets no delay line: :attr:`FabricNet.delay_applied` is then
 False and the testbed says so (the switches' own forwarding latency is then the link delay).
 
-``choose_target("auto")`` picks BMv2 when ``simple_switch_grpc`` and ``simple_switch_CLI`` are
-on PATH, else the switchmodel.
+``targets.factory.choose_target("auto")`` resolves the target before the network is built.
 """
 
 from __future__ import annotations
@@ -47,40 +45,13 @@ from mininet.net import Mininet
 from mininet.node import Host
 from mininet.node import Switch as MnSwitch
 
-from controller.bmv2 import Bmv2Switch, missing_tools
+from targets.factory import GRPC_BASE_PORT, fabric_switch, grpc_addr
+from targets.process import SwitchProcess
 from topologies import Fabric
-from topologies import Switch as FabricSwitchModel
-from topologies.switchproc import SwitchProcess
 
-TARGETS = ("auto", "bmv2", "model")
 NETEM_LIMIT = 100_000  # packets: never reached by a delay line (see the module docstring)
 #: the qdisc of a failed BMv2 link end: it holds nothing, so it drops every frame sent on it
 BLACKHOLE = "pfifo limit 0"
-GRPC_BASE_PORT = 51000  # switch with device id N serves P4Runtime on GRPC_BASE_PORT + N
-THRIFT_BASE_PORT = 9190  # BMv2 runtime CLI port: THRIFT_BASE_PORT + device id
-
-
-class TargetUnavailable(RuntimeError):
-    """The requested switch target cannot run on this machine."""
-
-
-def choose_target(target: str) -> str:
-    """Resolve ``auto`` to ``bmv2`` or ``model``; check that an explicit choice can run.
-
-    BMv2 needs ``simple_switch_grpc`` and ``simple_switch_CLI``; the program it runs is p4c's
-    committed output, so p4c itself is not needed to run a fabric.
-    """
-    if target not in TARGETS:
-        raise ValueError(f"target {target!r}: expected one of {', '.join(TARGETS)}")
-    missing = missing_tools()
-    if target == "auto":
-        return "model" if missing else "bmv2"
-    if target == "bmv2" and missing:
-        raise TargetUnavailable(
-            f"target bmv2: {' and '.join(missing)} must be on PATH "
-            "(install them with 'scripts/install.sh --with-bmv2', or use --target model)"
-        )
-    return target
 
 
 # -- interfaces ------------------------------------------------------------------------------
@@ -123,61 +94,65 @@ class FabricIntf(Intf):
 
 
 class FabricSwitch(MnSwitch):
-    """A fabric switch: a Mininet node in the root namespace running a switch process.
-
-    Subclasses implement :meth:`make_process`; everything else (start, readiness, stop,
-    reboot) is shared.
-    """
-
-    target = "?"
+    """A fabric switch: a Mininet node in the root namespace running a switch process."""
 
     def __init__(
         self,
         name: str,
-        model: FabricSwitchModel | None = None,
-        grpc_addr: str = "",
-        rate_bps: int = 0,
-        queue_depth: int = 0,
-        mtu: int = 1500,
+        fabric: Fabric | None = None,
+        target: str = "model",
         log_dir: Path | None = None,
         pcap_dir: Path | None = None,
+        grpc_base_port: int = GRPC_BASE_PORT,
         **params: Any,
     ) -> None:
-        if model is None:
-            raise ValueError(f"switch {name}: the fabric model of the switch is required")
-        params.setdefault("dpid", f"{model.device_id:x}")
+        if fabric is None:
+            raise ValueError(f"switch {name}: the fabric of the switch is required")
+        self.model = fabric.switch(name)
+        params.setdefault("dpid", f"{self.model.device_id:x}")
         params["inNamespace"] = False
         super().__init__(name, **params)
-        self.model = model
-        self.grpc_addr = grpc_addr
-        self.rate_bps = rate_bps
-        self.queue_depth = queue_depth
-        self.mtu = mtu  # largest IPv6 packet a port carries (the topology's link_mtu)
-        self.log_dir = log_dir
-        self.pcap_dir = pcap_dir
-        self.process: SwitchProcess = self.make_process()
-
-    def make_process(self) -> SwitchProcess:
-        """The launcher of this switch's process (subclasses say which target)."""
-        raise NotImplementedError
-
-    def set_port_link(self, intf: str, up: bool, qdisc: str | None = None) -> None:
-        """Fail or repair the link of this switch's interface ``intf``: the interface goes
-        administratively down or up, as a cable pulled out of a port would take it (``qdisc``,
-        the link's delay line, stays on it)."""
-        self.cmd(f"ip link set dev {intf} {'up' if up else 'down'}")
+        self.target = target
+        self.process: SwitchProcess = fabric_switch(
+            target,
+            fabric,
+            name,
+            grpc=grpc_addr(self.model.device_id, grpc_base_port),
+            log_dir=log_dir,
+            pcap_dir=pcap_dir,
+        )
 
     @property
-    def port_interfaces(self) -> dict[int, str]:
-        """Port number -> interface name, from the fabric model."""
-        return {p.number: p.intf for p in self.model.ports}
+    def grpc_addr(self) -> str:
+        """The P4Runtime address of the switch process."""
+        return self.process.grpc_addr
+
+    def set_port_link(self, intf: str, up: bool, qdisc: str | None = None) -> None:
+        """Fail or repair the link of this switch's interface ``intf``.
+
+        The interface goes administratively down or up, as a cable pulled out of a port would
+        take it (``qdisc``, the link's delay line, stays on it). A process that an interface
+        down would stall (BMv2: ``interface_down_stalls``) keeps its interface up instead, and
+        a failed link drops everything the switch sends on it (a ``pfifo`` of length 0,
+        :data:`BLACKHOLE`); repaired, the link gets its delay line back, or no qdisc at all.
+        """
+        if not self.process.interface_down_stalls:
+            self.cmd(f"ip link set dev {intf} {'up' if up else 'down'}")
+        elif not up:
+            out = self.cmd(f"tc qdisc replace dev {intf} root {BLACKHOLE}")
+            if out.strip():
+                raise RuntimeError(f"switch {self.name}: cannot fail the link of {intf}: {out}")
+        elif qdisc is not None:
+            self.cmd(f"tc qdisc replace dev {intf} root {qdisc}")
+        else:
+            self.cmd(f"tc qdisc del dev {intf} root")
 
     def start(self, controllers: Iterable[object]) -> None:
         """Start the switch process (it gets no OpenFlow controller)."""
         self.process.start()
 
     def wait_ready(self, timeout: float = 30.0) -> None:
-        """Wait until the switch serves P4Runtime (raises the launcher's start error)."""
+        """Wait until the switch serves P4Runtime (raises the process's start error)."""
         self.process.wait_ready(timeout=timeout)
 
     def stop(self, deleteIntfs: bool = True) -> None:  # noqa: N803 -- Mininet's signature
@@ -199,76 +174,6 @@ class FabricSwitch(MnSwitch):
     def pid_of_process(self) -> int | None:
         """The switch process id while it runs."""
         return self.process.pid
-
-
-class ModelFabricSwitch(FabricSwitch):
-    """A fabric switch run by the switchmodel (``mrc-switch``)."""
-
-    target = "model"
-
-    def make_process(self) -> SwitchProcess:
-        from switchmodel.launcher import ModelSwitch
-
-        process: SwitchProcess = ModelSwitch(
-            self.name,
-            self.port_interfaces,
-            self.model.device_id,
-            self.grpc_addr,
-            priority_queues=2,
-            rate_bps=self.rate_bps,
-            queue_depth=self.queue_depth,
-            pcap_dir=self.pcap_dir,
-            log_dir=self.log_dir,
-            mtu=self.mtu,
-        )
-        return process
-
-
-class Bmv2FabricSwitch(FabricSwitch):
-    """A fabric switch run by BMv2 (``simple_switch_grpc``).
-
-    BMv2 reads all its ports in one thread through libpcap, and libpcap blocks that thread in a
-    read of an interface that went down until a frame arrives on it: one link taken down would
-    stop the whole switch and, across that link, its neighbour, for good. So a failed link of a
-    BMv2 switch keeps its interface up and drops everything the switch sends on it (a ``pfifo``
-    of length 0, :data:`BLACKHOLE`); the peer end goes down as usual when it is a host NIC.
-    """
-
-    target = "bmv2"
-
-    def make_process(self) -> SwitchProcess:
-        process: SwitchProcess = Bmv2Switch(
-            self.name,
-            self.port_interfaces,
-            self.model.device_id,
-            self.grpc_addr,
-            thrift_port=THRIFT_BASE_PORT + self.model.device_id,
-            priority_queues=2,
-            rate_bps=self.rate_bps,
-            queue_depth=self.queue_depth,
-            pcap_dir=self.pcap_dir,
-            log_dir=self.log_dir,
-            mtu=self.mtu,
-        )
-        return process
-
-    def set_port_link(self, intf: str, up: bool, qdisc: str | None = None) -> None:
-        if up:
-            # back to the link's delay line, or to no qdisc at all
-            if qdisc is not None:
-                self.cmd(f"tc qdisc replace dev {intf} root {qdisc}")
-            else:
-                self.cmd(f"tc qdisc del dev {intf} root")
-        else:
-            out = self.cmd(f"tc qdisc replace dev {intf} root {BLACKHOLE}")
-            if out.strip():
-                raise RuntimeError(f"switch {self.name}: cannot fail the link of {intf}: {out}")
-
-
-SWITCH_CLASSES: dict[str, type[FabricSwitch]] = {
-    "model": ModelFabricSwitch,
-    "bmv2": Bmv2FabricSwitch,
-}
 
 
 # -- hosts -----------------------------------------------------------------------------------
@@ -331,7 +236,7 @@ class FabricNet:
     """A Mininet network built from a fabric, with the fault primitives of the testbed."""
 
     def __init__(self, fabric: Fabric, options: NetOptions) -> None:
-        if options.target not in SWITCH_CLASSES:
+        if options.target not in ("bmv2", "model"):
             raise ValueError(f"target {options.target!r}: expected 'bmv2' or 'model'")
         self.fabric = fabric
         self.options = options
@@ -343,7 +248,7 @@ class FabricNet:
 
     def grpc_addr(self, name: str) -> str:
         """P4Runtime address of switch ``name``."""
-        return f"127.0.0.1:{self.options.grpc_base_port + self.fabric.switch(name).device_id}"
+        return grpc_addr(self.fabric.switch(name).device_id, self.options.grpc_base_port)
 
     @property
     def log_dir(self) -> Path:
@@ -353,20 +258,16 @@ class FabricNet:
     def build(self) -> None:
         """Create every node and link (switch processes are not started yet)."""
         topo = self.fabric.topology
-        cls = SWITCH_CLASSES[self.options.target]
-        rate_bps = int(topo.link_rate_mbps * 1_000_000)
         pcap_dir = self.options.run_dir / "pcap" if self.options.pcap else None
         for model in self.fabric.switches:
             node = self.net.addSwitch(
                 model.name,
-                cls=cls,
-                model=model,
-                grpc_addr=self.grpc_addr(model.name),
-                rate_bps=rate_bps,
-                queue_depth=topo.queue_depth,
-                mtu=topo.link_mtu,
+                cls=FabricSwitch,
+                fabric=self.fabric,
+                target=self.options.target,
                 log_dir=self.log_dir,
                 pcap_dir=pcap_dir,
+                grpc_base_port=self.options.grpc_base_port,
             )
             self.switches[model.name] = node
         for host in self.fabric.hosts:
@@ -477,14 +378,10 @@ def fabric_interfaces(fabric: Fabric) -> list[str]:
 
 
 __all__ = [
-    "Bmv2FabricSwitch",
     "FabricHost",
     "FabricIntf",
     "FabricNet",
     "FabricSwitch",
-    "ModelFabricSwitch",
     "NetOptions",
-    "TargetUnavailable",
-    "choose_target",
     "fabric_interfaces",
 ]

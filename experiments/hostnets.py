@@ -5,12 +5,13 @@ and ``h1`` of ``topologies/small.yaml``) in its own network namespace and joins 
 each plane with a veth pair, using the fabric model's interface names (``h0-p0`` <-> ``h1-p0``).
 There is no switch in between, so the agents run with ``--direct`` (they accept frames whose
 carrier still holds the leaf's uSID). The agents are real ``mrc-host`` processes started inside
-the namespaces. Everything made here is named with the given prefix and removed by
-:meth:`BackToBack.close`, also after a failure.
+the namespaces. Everything made here is named with the given prefix; the namespaces and veths
+are a :class:`targets.lab.NetnsLab`, removed by :meth:`BackToBack.close`, also after a failure.
 
 :class:`SwitchedRack` is the same with the real data plane in between: the rack's leaf of every
 plane (``t0-p{plane}-r{rack}``) runs as an ``mrc-switch`` process in a third namespace, wired
-with the fabric's switch interface names and MACs and given its tables by the controller
+with the fabric's switch interface names and MACs (the process is
+:func:`targets.factory.fabric_switch`'s) and given its tables by the controller
 (``controller.push``). The agents then run without ``--direct``: frames arrive with the
 carrier the switch shifted, exactly as in the testbed. ``python -m experiments.hostnets
 switches ...`` is the small server that runs inside the switch namespace (starts the switches,
@@ -23,7 +24,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -31,35 +31,22 @@ import time
 from pathlib import Path
 
 from host.agent.control_client import ControlClient, ControlUnavailable
+from targets.lab import NetnsLab, netns_argv, netns_available
 from topologies import Fabric
 
 READY_TIMEOUT = 20.0
+REPO = Path(__file__).resolve().parent.parent
 
 
 class TestnetError(RuntimeError):
-    """The namespaces, links or agents could not be set up."""
-
-
-def netns_available() -> str | None:
-    """None when root and ``ip netns`` are usable, else the reason they are not."""
-    if os.geteuid() != 0:
-        return "needs root (network namespaces, AF_PACKET sockets)"
-    if shutil.which("ip") is None:
-        return "needs iproute2 ('ip' not on PATH)"
-    probe = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, check=False)
-    if probe.returncode != 0:
-        return f"'ip netns' does not work here: {probe.stderr.strip()}"
-    return None
-
-
-def _ip(*args: str) -> None:
-    done = subprocess.run(["ip", *args], capture_output=True, text=True, check=False)
-    if done.returncode != 0:
-        raise TestnetError(f"ip {' '.join(args)}: {done.stderr.strip()}")
+    """The agents or switches could not be started."""
 
 
 class BackToBack:
     """Fabric hosts in namespaces ``{prefix}{pid}-{host}``, their plane NICs joined by veths."""
+
+    #: the agents accept frames whose carrier still holds the leaf's uSID (no switch between)
+    direct = True
 
     def __init__(
         self,
@@ -75,6 +62,7 @@ class BackToBack:
         self.prefix = prefix
         self.tag = f"{prefix}{os.getpid()}"
         self.workdir = workdir or Path(f"/tmp/{self.tag}")
+        self.lab = NetnsLab()
         self.namespaces: dict[str, str] = {}
         self.agents: dict[str, subprocess.Popen[bytes]] = {}
         self.logs: dict[str, Path] = {}
@@ -87,27 +75,28 @@ class BackToBack:
         """The control socket path of ``host``'s agent."""
         return self.workdir / f"{host}.sock"
 
-    def create(self) -> BackToBack:
-        """Make the namespaces and one veth pair per plane between the two hosts."""
+    def _add_namespaces(self, *names: str) -> None:
         self.workdir.mkdir(parents=True, exist_ok=True)
+        for name in names:
+            self.namespaces[name] = self.lab.add_netns(self.namespace(name))
+
+    def create(self) -> BackToBack:
+        """Make the namespaces and one veth pair per plane between the two hosts.
+
+        The NICs are left as the kernel makes them: the agents configure their own."""
+        self._add_namespaces(*self.hosts)
         a, b = (self.fabric.host(h) for h in self.hosts)
-        for host in (a, b):
-            ns = self.namespace(host.name)
-            _ip("netns", "add", ns)
-            self.namespaces[host.name] = ns
-            _ip("-n", ns, "link", "set", "lo", "up")
         for plane in range(self.fabric.topology.planes):
             na, nb = a.nic(plane), b.nic(plane)
-            _ip(
-                "link", "add", na.intf, "netns", self.namespace(a.name), "address", na.mac,
-                "type", "veth", "peer", "name", nb.intf, "netns", self.namespace(b.name),
-                "address", nb.mac,
+            self.lab.add_veth(
+                na.intf, nb.intf, a_netns=self.namespace(a.name), b_netns=self.namespace(b.name),
+                a_mac=na.mac, b_mac=nb.mac, configure=False,
             )  # fmt: skip
         return self
 
     def exec_argv(self, host: str, argv: list[str]) -> list[str]:
         """``argv`` run inside ``host``'s namespace."""
-        return ["ip", "netns", "exec", self.namespace(host), *argv]
+        return netns_argv(self.namespace(host), argv)
 
     def run(
         self, host: str, argv: list[str], timeout: float = 30.0
@@ -118,19 +107,20 @@ class BackToBack:
         )
 
     def start_agent(self, host: str, *extra: str, wait: bool = True) -> subprocess.Popen[bytes]:
-        """Start ``mrc-host --direct`` for ``host`` in its namespace; wait until it answers."""
+        """Start ``mrc-host`` for ``host`` in its namespace (``--direct`` when :attr:`direct`);
+        wait until it answers."""
         log = self.workdir / f"{host}.log"
         self.logs[host] = log
         argv = [
             sys.executable, "-m", "host.agent.cli", "--topo", str(self.topo_file),
-            "--host", host, "--control", str(self.control(host)), "--direct",
-            "--log-file", str(log), *extra,
+            "--host", host, "--control", str(self.control(host)), "--log-file", str(log),
+            *(["--direct"] if self.direct else []), *extra,
         ]  # fmt: skip
         proc = subprocess.Popen(
             self.exec_argv(host, argv),
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
-            cwd=Path(__file__).resolve().parent.parent,
+            cwd=REPO,
         )
         self.agents[host] = proc
         if wait:
@@ -178,12 +168,15 @@ class BackToBack:
         for host in list(self.agents):
             with contextlib.suppress(Exception):
                 self.stop_agent(host)
-        for ns in self.namespaces.values():
-            subprocess.run(["ip", "netns", "del", ns], capture_output=True, check=False)
+        self.lab.cleanup()
         self.namespaces.clear()
 
     def __enter__(self) -> BackToBack:
-        return self.create()
+        try:
+            return self.create()
+        except BaseException:
+            self.close()
+            raise
 
     def __exit__(self, *exc: object) -> None:
         self.close()
@@ -192,50 +185,29 @@ class BackToBack:
 class SwitchedRack(BackToBack):
     """Two hosts of one rack and, per plane, their leaf as an ``mrc-switch`` in namespace ``-sw``."""
 
-    GRPC_BASE = 50100  # in the switch namespace's own loopback: no clash with anything
-
-    def __init__(
-        self,
-        fabric: Fabric,
-        topo_file: Path,
-        hosts: tuple[str, str] = ("h0", "h1"),
-        prefix: str = "ag",
-        workdir: Path | None = None,
-    ) -> None:
-        super().__init__(fabric, topo_file, hosts, prefix, workdir)
-        self.switch_proc: subprocess.Popen[str] | None = None
-        self.leaves: list[str] = []
+    direct = False  # the leaves consume the uSIDs
+    switch_proc: subprocess.Popen[str] | None = None  # the switch server, once started
+    leaves: list[str]  # the leaves' names, one per plane, once created
 
     def create(self) -> SwitchedRack:
         """Namespaces for the hosts and the switches; veths host NIC <-> leaf port per plane."""
-        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.leaves = []
         a, b = (self.fabric.host(h) for h in self.hosts)
         if a.rack != b.rack:
             raise TestnetError(f"{a.name} and {b.name} are in different racks: expected one rack")
-        sw_ns = f"{self.tag}-sw"
-        for name, ns in ((a.name, self.namespace(a.name)), (b.name, self.namespace(b.name)),
-                         ("sw", sw_ns)):  # fmt: skip
-            _ip("netns", "add", ns)
-            self.namespaces[name] = ns
-            _ip("-n", ns, "link", "set", "lo", "up")
-        mtu = str(self.fabric.topology.link_mtu)
+        self._add_namespaces(a.name, b.name, "sw")
+        sw_ns = self.namespaces["sw"]
         for plane in range(self.fabric.topology.planes):
             leaf = self.fabric.switch(Fabric.t0_name(plane, a.rack))
             self.leaves.append(leaf.name)
             for host in (a, b):
                 nic = host.nic(plane)
                 port = leaf.port_to(host.name)
-                _ip(
-                    "link", "add", nic.intf, "netns", self.namespace(host.name), "address", nic.mac,
-                    "type", "veth", "peer", "name", port.intf, "netns", sw_ns, "address", port.mac,
+                self.lab.add_veth(
+                    nic.intf, port.intf, a_netns=self.namespace(host.name), b_netns=sw_ns,
+                    a_mac=nic.mac, b_mac=port.mac, configure=False,
                 )  # fmt: skip
-                _ip("-n", sw_ns, "link", "set", port.intf, "mtu", mtu)
-                subprocess.run(
-                    ["ip", "netns", "exec", sw_ns, "sysctl", "-qw",
-                     f"net.ipv6.conf.{port.intf}.disable_ipv6=1"],
-                    capture_output=True, check=False,
-                )  # fmt: skip
-                _ip("-n", sw_ns, "link", "set", port.intf, "up")
+                self.lab.configure(port.intf, sw_ns, mtu=self.fabric.topology.link_mtu)
         return self
 
     def start_switches(self, timeout: float = 60.0) -> None:
@@ -246,11 +218,11 @@ class SwitchedRack(BackToBack):
             "--workdir", str(self.workdir), "--hosts", ",".join(self.hosts), *self.leaves,
         ]  # fmt: skip
         self.switch_proc = subprocess.Popen(
-            ["ip", "netns", "exec", self.namespaces["sw"], *argv],
+            netns_argv(self.namespaces["sw"], argv),
             stdout=subprocess.PIPE,
             stderr=open(log, "w"),  # noqa: SIM115 -- the child keeps it
             text=True,
-            cwd=Path(__file__).resolve().parent.parent,
+            cwd=REPO,
         )
         assert self.switch_proc.stdout is not None
         deadline = time.monotonic() + timeout
@@ -261,25 +233,6 @@ class SwitchedRack(BackToBack):
             if line.startswith("switches ready"):
                 return
         raise TestnetError(f"switches did not start: {log.read_text()[-2000:]}")
-
-    def start_agent(self, host: str, *extra: str, wait: bool = True) -> subprocess.Popen[bytes]:
-        """Start ``mrc-host`` (not direct: the switch consumes the uSIDs) for ``host``."""
-        log = self.workdir / f"{host}.log"
-        self.logs[host] = log
-        argv = [
-            sys.executable, "-m", "host.agent.cli", "--topo", str(self.topo_file),
-            "--host", host, "--control", str(self.control(host)), "--log-file", str(log), *extra,
-        ]  # fmt: skip
-        proc = subprocess.Popen(
-            self.exec_argv(host, argv),
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-            cwd=Path(__file__).resolve().parent.parent,
-        )
-        self.agents[host] = proc
-        if wait:
-            self.wait_ready(host)
-        return proc
 
     def close(self) -> None:
         """Stop agents and switches, delete the namespaces."""
@@ -303,7 +256,8 @@ def serve_switches(argv: list[str]) -> int:
     from controller.entries import switch_tables
     from controller.p4info import P4Info, default_p4info_path
     from controller.push import SwitchAddress, push_switch
-    from switchmodel.launcher import ModelSwitch
+    from targets.factory import fabric_switch
+    from targets.process import SwitchProcess
     from topologies import load_topology
 
     parser = argparse.ArgumentParser(prog="python -m experiments.hostnets switches")
@@ -313,10 +267,9 @@ def serve_switches(argv: list[str]) -> int:
     parser.add_argument("leaves", nargs="+")
     args = parser.parse_args(argv)
     fabric = Fabric(load_topology(args.topo))
-    topo = fabric.topology
     hosts = set(args.hosts.split(","))
     info = P4Info.load(path=default_p4info_path())
-    switches: list[ModelSwitch] = []
+    switches: list[SwitchProcess] = []
     stop = False
 
     def on_signal(signum: int, frame: object) -> None:
@@ -329,17 +282,16 @@ def serve_switches(argv: list[str]) -> int:
         for name in args.leaves:
             leaf = fabric.switch(name)
             ports = {p.number: p.intf for p in leaf.ports if p.peer in hosts}
-            grpc = f"127.0.0.1:{SwitchedRack.GRPC_BASE + leaf.device_id}"
-            switch = ModelSwitch(
-                name, ports, leaf.device_id, grpc,
-                rate_bps=int(topo.link_rate_mbps * 1e6), queue_depth=topo.queue_depth,
-                log_dir=args.workdir, mtu=topo.link_mtu, log_level="warning",
-            )  # fmt: skip
+            switch = fabric_switch(
+                "model", fabric, name, ports=ports, quiet=True, log_dir=args.workdir
+            )
             switch.start()
             switches.append(switch)
             switch.wait_ready(30)
             report = push_switch(
-                SwitchAddress(name, grpc, leaf.device_id), info, switch_tables(fabric, leaf)
+                SwitchAddress(name, switch.grpc_addr, leaf.device_id),
+                info,
+                switch_tables(fabric, leaf),
             )
             if not report.ok:
                 print(f"push {name}: {report.summary()}", file=sys.stderr, flush=True)

@@ -6,11 +6,13 @@ from which :class:`~topologies.fabric.Fabric` derives everything else exactly on
 - ``config``  -- the topology file schema, loading and validation (errors name the field);
 - ``usid``    -- the 16-bit uSID encoding (plane | tier | index) and carrier arithmetic;
 - ``fabric``  -- switches, hosts, NICs, links, port numbers, MACs, addresses and paths;
-- ``scale``   -- the two-tier multi-plane scale arithmetic (``mrc-testbed topo scale``);
-- ``mininet`` -- builds a Mininet network from a fabric (imported only where Mininet exists).
+- ``scale``   -- the two-tier multi-plane scale arithmetic (``mrc-testbed topo scale``).
 
-The controller's table entries, the Mininet network and the host agents' path tables are all
-computed from a :class:`Fabric`; nothing else computes an address or a path.
+This package is the fabric model alone: it runs nothing. The switch processes, the state file of
+a running testbed and the namespace labs are in ``targets``; the Mininet network is built in
+``experiments.fabricnet``. The controller's table entries, the Mininet network and the host
+agents' path tables are all computed from a :class:`Fabric`; nothing else computes an address or
+a path.
 """
 
 from topologies.config import Topology, TopologyError, load_topology, parse_topology

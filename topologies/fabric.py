@@ -420,50 +420,40 @@ class Fabric:
             leaf_a = self.switch(self.t0_name(plane, a.rack))
             leaf_b = self.switch(self.t0_name(plane, b.rack))
             if a.rack == b.rack:
-                route = [leaf_b.usid, sb.usid]
-                srh_carrier, srh_segment = usidlib.split(self.block, route, SRH_SPLIT_AT)
-                found.append(
-                    Path(
-                        src=a.name,
-                        dst=b.name,
-                        plane=plane,
-                        spine=None,
-                        carrier=usidlib.carrier(self.block, route),
-                        segments=(leaf_b.end_sid, sb.address),
-                        srh_carrier=srh_carrier,
-                        srh_segment=srh_segment,
-                        src_nic=sa,
-                        dst_nic=sb,
-                        hops=(Hop(leaf_a.name, sa.switch_port, sb.switch_port),),
-                    )
-                )
+                hop = Hop(leaf_a.name, sa.switch_port, sb.switch_port)
+                found.append(self._path(sa, sb, None, [leaf_b], (hop,)))
                 continue
             for spine_index in range(self.topology.spines_per_plane):
                 spine = self.switch(self.t1_name(plane, spine_index))
                 up = leaf_a.port_to(spine.name)
                 down = spine.port_to(leaf_b.name)
-                route = [spine.usid, leaf_b.usid, sb.usid]
-                srh_carrier, srh_segment = usidlib.split(self.block, route, SRH_SPLIT_AT)
-                found.append(
-                    Path(
-                        src=a.name,
-                        dst=b.name,
-                        plane=plane,
-                        spine=spine_index,
-                        carrier=usidlib.carrier(self.block, route),
-                        segments=(spine.end_sid, leaf_b.end_sid, sb.address),
-                        srh_carrier=srh_carrier,
-                        srh_segment=srh_segment,
-                        src_nic=sa,
-                        dst_nic=sb,
-                        hops=(
-                            Hop(leaf_a.name, sa.switch_port, up.number),
-                            Hop(spine.name, up.peer_port, down.number),
-                            Hop(leaf_b.name, down.peer_port, sb.switch_port),
-                        ),
-                    )
+                hops = (
+                    Hop(leaf_a.name, sa.switch_port, up.number),
+                    Hop(spine.name, up.peer_port, down.number),
+                    Hop(leaf_b.name, down.peer_port, sb.switch_port),
                 )
+                found.append(self._path(sa, sb, spine_index, [spine, leaf_b], hops))
         return found
+
+    def _path(
+        self, sa: Nic, sb: Nic, spine: int | None, via: list[Switch], hops: tuple[Hop, ...]
+    ) -> Path:
+        """The path from NIC ``sa`` to NIC ``sb`` through the End SIDs of ``via``."""
+        route = [*(switch.usid for switch in via), sb.usid]
+        srh_carrier, srh_segment = usidlib.split(self.block, route, SRH_SPLIT_AT)
+        return Path(
+            src=sa.host,
+            dst=sb.host,
+            plane=sa.plane,
+            spine=spine,
+            carrier=usidlib.carrier(self.block, route),
+            segments=(*(switch.end_sid for switch in via), sb.address),
+            srh_carrier=srh_carrier,
+            srh_segment=srh_segment,
+            src_nic=sa,
+            dst_nic=sb,
+            hops=hops,
+        )
 
     def summary(self) -> str:
         """One line such as ``2 planes x 2 racks x 2 spines/plane, 8 switches, 4 hosts x 2 NICs``."""

@@ -47,7 +47,6 @@ from host.agent.nic_setup import NicSetup, SetupError, prepare_nic, require_inte
 from host.agent.ocp import OcpProvider, ocp_socket_path
 from host.agent.options import DEFAULT_CONTROL_DIR, AgentOptions, default_control_path
 from host.agent.pacing import NicWire
-from host.agent.pcap import PcapWriter
 from host.agent.sockets import BATCH, PlaneSocket
 from host.transport import api
 from host.transport.api import MemoryRegion
@@ -69,6 +68,7 @@ from host.transport.events import (
 )
 from host.transport.evs import EvFormatProfile, GeneratedEvProfile, format_profile
 from host.transport.policy import POLICIES
+from targets.pcap import PcapWriter
 from topologies import Fabric, Host, Nic
 from topologies import usid as usidlib
 
@@ -224,12 +224,17 @@ class Agent:
         if busy:
             raise ValueError(f"QPs with messages in flight ({', '.join(busy[:4])}): wait first")
 
+    def fit_cc(self, profile: CcProfile) -> CcProfile:
+        """``profile`` as this host's QPs run it: the NSCC fields it leaves unset come from the
+        fabric (the agent's own profile, and the OCP controller API's CC profiles)."""
+        return fabric_cc_profile(self.topology, profile, self.config)
+
     def set_cc_profile(self, profile: CcProfile) -> CcProfile:
         """Use ``profile`` on every QP from now on (NSCC fields it leaves unset come from the
         fabric) and return the effective one. Refused while any QP has messages in flight: a
         window is not handed from one algorithm to another mid-transfer."""
         self._require_idle()
-        effective = fabric_cc_profile(self.topology, profile, self.config)
+        effective = self.fit_cc(profile)
         for qp in self.qps.values():
             qp.cc = cc_create(effective, mtu=self.config.mtu, config=qp.config)
         self.cc_profile = effective

@@ -1,6 +1,6 @@
 """Real ``mrc-switch`` processes on loopback gRPC ports, for the controller tests.
 
-The switches are :class:`switchmodel.launcher.ModelSwitch` processes without data-plane ports
+The switches are :class:`targets.model.ModelSwitch` processes without data-plane ports
 (no ``-i``): the controller only needs their P4Runtime service. Ports are chosen free at start.
 Tests that need them skip, naming the reason, while the switchmodel's P4Runtime server
 (``switchmodel.server``) does not exist.
@@ -16,10 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from switchmodel.launcher import ModelSwitch
+from targets.model import ModelSwitch
+from targets.state import SwitchState, TestbedState
 from topologies import Fabric, load_topology
 from topologies.config import shipped_topology
-from topologies.state import SwitchState, TestbedState
 
 HAVE_MODEL = importlib.util.find_spec("switchmodel.server") is not None
 requires_model = pytest.mark.skipif(

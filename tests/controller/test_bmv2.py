@@ -1,33 +1,22 @@
-"""The BMv2 launcher: command lines and queue settings everywhere; start/stop where BMv2 exists."""
+"""The BMv2 target, the factory of fabric switches and P4 compilation: command lines, queue
+settings and p4c's errors everywhere; start/stop where BMv2 exists."""
 
 from __future__ import annotations
 
 import os
 import shutil
-import socket
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from controller.bmv2 import (
-    CONTROL_BYTES,
-    Bmv2Switch,
-    P4BuildError,
-    ToolMissing,
-    compile_p4,
-    missing_tools,
-    queue_rate_pps,
-)
-from topologies import Fabric, load_topology
-from topologies.config import shipped_topology
-from topologies.switchproc import SwitchConfigError, SwitchStartError
-
-
-@pytest.fixture(scope="module")
-def fabric() -> Fabric:
-    return Fabric(load_topology(shipped_topology("small")))
+from p4src.compile import P4BuildError, ToolMissing, compile_p4
+from targets.bmv2 import CONTROL_BYTES, Bmv2Switch, missing_tools, queue_rate_pps
+from targets.factory import GRPC_BASE_PORT, THRIFT_BASE_PORT, fabric_switch
+from targets.lab import NetnsLab, free_port
+from targets.model import ModelSwitch
+from targets.process import SwitchConfigError, SwitchStartError
+from topologies import Fabric
 
 
 def switch_for(fabric: Fabric, name: str, tmp_path: Path, **kwargs: object) -> Bmv2Switch:
@@ -93,6 +82,31 @@ def test_queue_commands_per_port(fabric: Fabric, tmp_path: Path) -> None:
     assert switch_for(fabric, "t0-p0-r1", tmp_path).queue_commands() == []
 
 
+@pytest.mark.parametrize("target", ["bmv2", "model"])
+def test_factory_maps_a_fabric_switch_to_its_process(fabric: Fabric, target: str) -> None:
+    """One mapping for both targets: fabric ports and device id, the topology's shaping, one
+    gRPC port base (and BMv2's Thrift port base)."""
+    sw = fabric.switch("t1-p1-s0")
+    topo = fabric.topology
+    process = fabric_switch(target, fabric, sw.name)
+    assert isinstance(process, Bmv2Switch if target == "bmv2" else ModelSwitch)
+    assert process.name == sw.name and process.device_id == sw.device_id
+    assert process.ports == {p.number: p.intf for p in sw.ports}
+    assert process.grpc_addr == f"127.0.0.1:{GRPC_BASE_PORT + sw.device_id}"
+    assert process.rate_bps == int(topo.link_rate_mbps * 1_000_000)
+    assert (process.queue_depth, process.mtu, process.priority_queues) == (
+        topo.queue_depth,
+        topo.link_mtu,
+        2,
+    )
+    if isinstance(process, Bmv2Switch):
+        assert process.thrift_port == THRIFT_BASE_PORT + sw.device_id
+    bench = fabric_switch(target, fabric, sw.name, ports={1: "x1"}, shaped=False, quiet=True)
+    assert bench.ports == {1: "x1"} and bench.rate_bps is None
+    with pytest.raises(ValueError, match="target 'tofino'"):
+        fabric_switch("tofino", fabric, sw.name)
+
+
 def test_queue_rate_never_exceeds_the_link_rate() -> None:
     for rate, mtu in [
         (100_000_000, 1500),
@@ -116,6 +130,7 @@ def test_queue_rate_never_exceeds_the_link_rate() -> None:
         ({"log_level": "loud"}, "log_level 'loud'"),
         ({"priority_queues": 0}, "priority_queues 0"),
         ({"rate_bps": -1}, "rate_bps -1"),
+        ({"mtu": 10}, "mtu 10"),
         ({"grpc_addr": "localhost"}, "grpc_addr 'localhost'"),
         ({"ports": {0: "x"}}, "port 0"),
         ({"ports": {1: "a-name-longer-than-15"}}, "interface"),
@@ -188,26 +203,15 @@ needs_bmv2 = pytest.mark.skipif(
 )
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.fixture
 def veth_end() -> Iterator[str]:
     """One end of a veth pair of this test (name prefix dpb), removed afterwards."""
     if os.geteuid() != 0:
         pytest.skip("creating an interface needs root")
     name = f"dpbt{os.getpid() % 100000}"
-    subprocess.run(
-        ["ip", "link", "add", name, "type", "veth", "peer", "name", f"{name}p"], check=True
-    )
-    try:
-        subprocess.run(["ip", "link", "set", name, "up"], check=True)
+    with NetnsLab() as lab:
+        lab.add_veth(name, f"{name}p")
         yield name
-    finally:
-        subprocess.run(["ip", "link", "del", name], check=False)
 
 
 @pytest.mark.bmv2

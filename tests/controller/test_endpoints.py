@@ -9,8 +9,8 @@ import pytest
 from controller import cli
 from controller.endpoints import EndpointsError, resolve
 from controller.qos import OVERRIDES_FILE, QosError, QosOverrides, default_qos
+from targets import state as testbed_state
 from topologies import load_topology
-from topologies import state as testbed_state
 from topologies.config import shipped_topology
 
 

@@ -16,11 +16,12 @@ from pathlib import Path
 import pytest
 from ctl_model import free_port
 
-from controller.bmv2 import Bmv2Switch, committed_pipeline, missing_tools
 from controller.client import SwitchClient
 from controller.entries import ECMP_SELECTOR, GROUP, MEMBER, Entry, SwitchTables, fabric_tables
 from controller.p4info import P4Info
 from controller.push import PushOptions, SwitchAddress, push_fabric, read_installed
+from p4src.compile import committed_pipeline
+from targets.bmv2 import Bmv2Switch, missing_tools
 from topologies import Fabric, load_topology
 from topologies.config import shipped_topology
 

@@ -2,10 +2,10 @@
 
 The namespace is ``dpb<id>``, its interfaces ``dpb<id>t<n>`` and BMv2's ``dpb<id>s<n>``
 (:class:`targets_p4rt.P4RuntimeTarget` makes them, the sockets and the P4Runtime session). The
-pipeline is p4c's committed output (:func:`controller.bmv2.committed_pipeline`): the BMv2 JSON
-pushed together with its P4Info. ``port_rates`` are set once the switch is up with ``set_queue_rate`` through its
-Thrift runtime CLI, in packets per second per priority queue, as the fabric's switches get them
-(:func:`controller.bmv2.port_queue_commands`).
+pipeline is p4c's committed output (:func:`p4src.compile.committed_pipeline`): the BMv2 JSON
+pushed together with its P4Info. ``port_rates`` are set once the switch is up with
+``set_queue_rate`` through its Thrift runtime CLI, in packets per second per priority queue, as
+the fabric's switches get them (:func:`targets.bmv2.port_queue_commands`).
 """
 
 from __future__ import annotations
@@ -13,10 +13,10 @@ from __future__ import annotations
 import os
 import subprocess
 
-from support.switch import free_port
-
-from controller.bmv2 import Bmv2Switch, committed_pipeline, missing_tools, port_queue_commands
 from controller.p4info import P4Info
+from p4src.compile import committed_pipeline
+from targets.bmv2 import Bmv2Switch, missing_tools, port_queue_commands
+from targets.lab import free_port
 
 from .target import TargetUnavailable
 from .targets_p4rt import DEVICE_ID, P4RuntimeTarget
@@ -120,6 +120,6 @@ class Bmv2Target(P4RuntimeTarget[Bmv2Switch]):
         commands = [
             command
             for port, rate in sorted(self.port_rates.items())
-            for command in port_queue_commands(port, rate, None, switch.mtu)
+            for command in port_queue_commands(port, rate, None, switch.frame_mtu)
         ]
         switch.run_cli(commands, f"could not shape the ports ({'; '.join(commands)})")

@@ -2,7 +2,7 @@
 
 The namespace is ``smd<id>``, its interfaces ``smd<id>t<n>`` and mrc-switch's ``smd<id>s<n>``
 (:class:`targets_p4rt.P4RuntimeTarget` makes them, the sockets and the P4Runtime session); the
-switch is :class:`switchmodel.launcher.ModelSwitch`. The pipeline is the committed P4Info, with
+switch is :class:`targets.model.ModelSwitch`. The pipeline is the committed P4Info, with
 no device config: switchmodel implements the program itself. ``port_rates`` become
 ``--port-rate-bps-of PORT=BPS`` options: mrc-switch shapes those ports from the start.
 """
@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from controller.p4info import P4Info
-from switchmodel.launcher import ModelSwitch
+from targets.model import ModelSwitch
 
 from .targets_p4rt import DEVICE_ID, P4RuntimeTarget
 

@@ -16,8 +16,8 @@ import pytest
 from google.protobuf import text_format
 from p4.config.v1 import p4info_pb2 as p4i
 
-from controller.bmv2 import P4_JSON, P4_P4INFO, compile_p4, stale_outputs
 from controller.p4info import CONTRACT, CONTRACT_COUNTERS, default_p4info_path
+from p4src.compile import P4_JSON, P4_P4INFO, compile_p4, stale_outputs
 
 needs_p4c = pytest.mark.skipif(shutil.which("p4c") is None, reason="p4c is not on PATH")
 
@@ -84,7 +84,7 @@ def test_committed_p4info_has_the_contract() -> None:
 @pytest.mark.bmv2
 @needs_p4c
 def test_committed_outputs_are_what_p4c_produces(tmp_path: Path) -> None:
-    """Regenerate with ``./testbed p4`` (or ``mrc-ctl p4``) when this fails, and commit."""
+    """Regenerate with ``./testbed p4`` when this fails, and commit."""
     assert stale_outputs(tmp_path) == []
 
 

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from host.agent.pcap import PcapWriter
 from host.transport import wire
 from host.transport.api import Context
+from targets.pcap import PcapWriter
 from topologies import Fabric
 
 FIELDS = ("ipv6.dst", "udp.dstport", "infiniband.bth.opcode", "infiniband.bth.psn",

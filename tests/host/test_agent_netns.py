@@ -22,8 +22,8 @@ import pytest
 from experiments.hostnets import BackToBack, netns_available
 from host.agent.agent import qp_number
 from host.agent.control_client import ControlClient, ControlError
-from host.agent.pcap import PcapWriter
 from host.transport import wire
+from targets.pcap import PcapWriter
 from topologies import Fabric, Host, load_topology
 from topologies.config import shipped_topology
 

@@ -23,7 +23,7 @@ pytestmark = pytest.mark.netns
 SKIP = netns_available()
 if SKIP is not None:
     pytest.skip(f"agent namespace tests: {SKIP}", allow_module_level=True)
-if importlib.util.find_spec("switchmodel.launcher") is None:
+if importlib.util.find_spec("switchmodel.cli") is None:
     pytest.skip("the switchmodel (mrc-switch) is not available", allow_module_level=True)
 
 TOPO = shipped_topology("small")

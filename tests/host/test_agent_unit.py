@@ -32,9 +32,9 @@ from host.agent.control import (
 from host.agent.control_client import ControlClient, ControlError, ControlUnavailable
 from host.agent.data import pattern, sha256_hex, verify_bytes
 from host.agent.ocp.server import OcpConnection, OcpServer
-from host.agent.pcap import PcapWriter
 from host.agent.sockets import is_mrc_frame
 from host.transport.policy import POLICIES
+from targets.pcap import PcapWriter
 from topologies import Fabric
 
 

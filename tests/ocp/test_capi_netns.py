@@ -21,8 +21,8 @@ import pytest
 
 from experiments.hostnets import BackToBack, netns_available
 from host.agent.ocp import ocp_socket_path
+from targets import state as tbstate
 from topologies import Fabric, load_topology
-from topologies import state as tbstate
 from topologies.config import shipped_topology
 
 pytestmark = pytest.mark.netns

@@ -10,8 +10,8 @@ import sys
 import pytest
 
 from switchmodel.cli import build_parser
-from switchmodel.launcher import ModelSwitch, mrc_switch_command
-from topologies.switchproc import SwitchConfigError
+from targets.model import ModelSwitch, mrc_switch_command
+from targets.process import SwitchConfigError
 
 
 def run_switch(*args: str, timeout: float = 20.0) -> subprocess.CompletedProcess[str]:

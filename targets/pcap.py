@@ -1,8 +1,10 @@
-"""A minimal pcap writer for the agent's ``--pcap`` capture (Ethernet link type, microseconds).
+"""Plain pcap files (libpcap format, Ethernet link type, microseconds) written with struct.
 
-The agent writes every MRC frame it sends and receives, as it hands it to / gets it from the
-NIC, so a capture can be opened with tshark or Wireshark (RoCEv2 on UDP 4791 is dissected as
-InfiniBand BTH by default). Writes are buffered; :meth:`PcapWriter.flush` and
+The one capture writer of the testbed: ``mrc-switch --pcap DIR`` writes
+``DIR/{interface}_in.pcap`` and ``DIR/{interface}_out.pcap`` for every port, like
+``simple_switch --pcap``, and the host agent's ``--pcap FILE`` every MRC frame it hands to or
+gets from its NICs. tshark, tcpdump, Wireshark and scapy read them (RoCEv2 on UDP 4791 is
+dissected as InfiniBand BTH by default). Writes are buffered; :meth:`PcapWriter.flush` and
 :meth:`PcapWriter.close` push them to the file.
 """
 

@@ -1,13 +1,13 @@
-"""Switch processes: the common shape of the BMv2 and switchmodel launchers.
+"""Switch processes: what every switch target of the testbed has in common.
 
 A switch of the testbed is one process that owns some interfaces (``port number -> interface
 name``; none at all for a switch that only serves P4Runtime), serves P4Runtime on ``grpc_addr``
 with a given ``device_id`` and shapes every egress port to ``rate_bps`` with a bounded queue of
-``queue_depth`` packets in ``priority_queues`` classes. :class:`SwitchProcess` holds that
-configuration, validates it, runs the process with its output in a log file and waits until the
-gRPC port accepts connections. Subclasses only say how the command line looks
-(:meth:`SwitchProcess.command`) and, if the target needs it, what to configure once the process
-is up (:meth:`SwitchProcess.configure`)::
+``queue_depth`` packets in ``priority_queues`` classes. :class:`SwitchProcess` is a dataclass of
+that configuration: it validates it, runs the process with its output in a log file and waits
+until the gRPC port accepts connections. Subclasses are dataclasses too: they add their own
+keyword-only fields and say how the command line looks (:meth:`SwitchProcess.command`) and, if
+the target needs it, what to configure once the process is up (:meth:`SwitchProcess.configure`)::
 
     switch = Bmv2Switch("t0-p0-r0", {1: "t0-p0-r0-eth1", 2: "t0-p0-r0-eth2"}, device_id=1,
                         grpc_addr="127.0.0.1:50001", thrift_port=9091, rate_bps=100_000_000,
@@ -17,8 +17,9 @@ is up (:meth:`SwitchProcess.configure`)::
     ...
     switch.stop()
 
-Two subclasses exist: ``controller.bmv2.Bmv2Switch`` (simple_switch_grpc) and
-``switchmodel.launcher.ModelSwitch`` (mrc-switch).
+Two subclasses exist: :class:`targets.bmv2.Bmv2Switch` (simple_switch_grpc) and
+:class:`targets.model.ModelSwitch` (mrc-switch); :func:`targets.factory.fabric_switch` makes
+either for a switch of the fabric.
 """
 
 from __future__ import annotations
@@ -32,9 +33,11 @@ import subprocess
 import tempfile
 import time
 from collections.abc import Mapping
+from dataclasses import KW_ONLY, dataclass, field
 from pathlib import Path
-from types import TracebackType
 from typing import IO
+
+StrPath = str | os.PathLike[str]
 
 MAX_PORT = 510  # v1model egress_spec is 9 bits and 511 is BMv2's drop port
 IFNAME_MAX = 15  # Linux interface names
@@ -63,28 +66,37 @@ def parse_grpc_addr(addr: str) -> tuple[str, int]:
     return host.strip("[]"), int(port_text)
 
 
+@dataclass(eq=False, repr=False)
 class SwitchProcess(abc.ABC):
     """One switch process: configuration, start, readiness, stop and its log."""
 
     #: what the process is, for messages ("BMv2", "switchmodel")
     kind = "switch"
+    #: True when an interface taken down stalls the whole process (BMv2's libpcap reader): a
+    #: failed link of such a switch keeps its interfaces up and drops instead
+    interface_down_stalls = False
 
-    def __init__(
-        self,
-        name: str,
-        ports: Mapping[int, str],
-        device_id: int,
-        grpc_addr: str,
-        *,
-        priority_queues: int = 2,
-        rate_bps: int | None = None,
-        queue_depth: int | None = None,
-        pcap_dir: str | os.PathLike[str] | None = None,
-        log_dir: str | os.PathLike[str] | None = None,
-    ) -> None:
+    name: str
+    ports: Mapping[int, str]  # port number -> interface name
+    device_id: int
+    grpc_addr: str  # where it serves P4Runtime, HOST:PORT
+    _: KW_ONLY
+    priority_queues: int = 2  # strict-priority classes of every egress port
+    rate_bps: int | None = None  # egress shaping of every port (None: none)
+    queue_depth: int | None = None  # packets an egress queue holds (None: the target's own)
+    mtu: int | None = None  # largest IP packet a port carries (None: the target's own)
+    pcap_dir: StrPath | None = None  # where per-port captures go (None: no capture)
+    log_dir: StrPath | None = None  # where the log goes (None: a temporary directory)
+    _process: subprocess.Popen[bytes] | None = field(default=None, init=False)
+    _log: IO[bytes] | None = field(default=None, init=False)
+    _tmp: tempfile.TemporaryDirectory[str] | None = field(default=None, init=False)
+
+    def __post_init__(self) -> None:
+        """Check the configuration; :class:`SwitchConfigError` names the field."""
+        name = self.name
         if not name:
             raise SwitchConfigError("name: expected a non-empty switch name")
-        for number, intf in ports.items():
+        for number, intf in self.ports.items():
             if not isinstance(number, int) or not 1 <= number <= MAX_PORT:
                 raise SwitchConfigError(
                     f"switch {name}: port {number!r}: expected a port number 1..{MAX_PORT}"
@@ -94,31 +106,23 @@ class SwitchProcess(abc.ABC):
                     f"switch {name}: port {number} interface {intf!r}: expected a Linux "
                     f"interface name of 1..{IFNAME_MAX} characters"
                 )
-        if len(set(ports.values())) != len(ports):
+        if len(set(self.ports.values())) != len(self.ports):
             raise SwitchConfigError(f"switch {name}: ports: an interface is used twice")
-        if device_id < 0:
-            raise SwitchConfigError(f"switch {name}: device_id {device_id}: expected >= 0")
-        parse_grpc_addr(grpc_addr)
-        if not 1 <= priority_queues <= 8:
+        self.ports = dict(sorted(self.ports.items()))
+        parse_grpc_addr(self.grpc_addr)
+        for what, value, low in (
+            ("device_id", self.device_id, 0),
+            ("priority_queues", self.priority_queues, 1),
+            ("rate_bps", self.rate_bps, 1),
+            ("queue_depth", self.queue_depth, 1),
+            ("mtu", self.mtu, 64),
+        ):
+            if value is not None and value < low:
+                raise SwitchConfigError(f"switch {name}: {what} {value}: expected at least {low}")
+        if self.priority_queues > 8:
             raise SwitchConfigError(
-                f"switch {name}: priority_queues {priority_queues}: expected 1..8"
+                f"switch {name}: priority_queues {self.priority_queues}: expected 1..8"
             )
-        if rate_bps is not None and rate_bps <= 0:
-            raise SwitchConfigError(f"switch {name}: rate_bps {rate_bps}: expected > 0")
-        if queue_depth is not None and queue_depth <= 0:
-            raise SwitchConfigError(f"switch {name}: queue_depth {queue_depth}: expected > 0")
-        self.name = name
-        self.ports: dict[int, str] = dict(sorted(ports.items()))
-        self.device_id = device_id
-        self.grpc_addr = grpc_addr
-        self.priority_queues = priority_queues
-        self.rate_bps = rate_bps
-        self.queue_depth = queue_depth
-        self.pcap_dir = Path(pcap_dir) if pcap_dir is not None else None
-        self.log_dir = Path(log_dir) if log_dir is not None else None
-        self._process: subprocess.Popen[bytes] | None = None
-        self._log: IO[bytes] | None = None
-        self._tmp: tempfile.TemporaryDirectory[str] | None = None
 
     # -- what subclasses provide -----------------------------------------------------------
 
@@ -147,7 +151,7 @@ class SwitchProcess(abc.ABC):
 
     def _log_dir(self) -> Path:
         if self.log_dir is not None:
-            return self.log_dir
+            return Path(self.log_dir)
         if self._tmp is None:
             self._tmp = tempfile.TemporaryDirectory(prefix=f"mrc-{self.name}-")
         return Path(self._tmp.name)
@@ -184,7 +188,7 @@ class SwitchProcess(abc.ABC):
         log_dir = self._log_dir()
         log_dir.mkdir(parents=True, exist_ok=True)
         if self.pcap_dir is not None:
-            self.pcap_dir.mkdir(parents=True, exist_ok=True)
+            Path(self.pcap_dir).mkdir(parents=True, exist_ok=True)
         self._log = open(self.log_path, "ab")  # noqa: SIM115 -- closed in stop()
         self._log.write(f"# {self.kind} {self.name}: {' '.join(argv)}\n".encode())
         self._log.flush()
@@ -260,12 +264,7 @@ class SwitchProcess(abc.ABC):
     def __enter__(self) -> SwitchProcess:
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         self.stop()
 
     def __repr__(self) -> str:

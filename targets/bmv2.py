@@ -1,14 +1,12 @@
-"""BMv2 for the testbed: build the P4 program with p4c, run ``simple_switch_grpc`` per switch.
+"""The BMv2 target: ``simple_switch_grpc`` as a switch process of the testbed.
 
-- :func:`compile_p4` compiles ``p4src/mrc_switch.p4`` with p4c; its two outputs, the P4Info and
-  the BMv2 JSON, are committed beside the source (:func:`committed_pipeline`) and are the contract
-  that the controller, BMv2 and switchmodel share (:func:`stale_outputs` checks them);
-- :class:`Bmv2Switch` is the :class:`~topologies.switchproc.SwitchProcess` for
-  ``simple_switch_grpc``: ``-i PORT@IFACE`` per port, device id, Thrift port, log file and level,
-  optional pcap directory, and after ``--`` the target options (gRPC address, number of priority
-  queues, CPU port). It starts without a pipeline (``--no-p4``) unless given a JSON file: the
-  controller pushes the pipeline over P4Runtime. Once the switch answers, queue depth and rate of
-  every port are set through the Thrift runtime CLI (``simple_switch_CLI``).
+:class:`Bmv2Switch` is the :class:`~targets.process.SwitchProcess` for ``simple_switch_grpc``:
+``-i PORT@IFACE`` per port, device id, Thrift port, log file and level, optional pcap directory,
+and after ``--`` the target options (gRPC address, number of priority queues, CPU port). It starts
+without a pipeline (``--no-p4``) unless given a JSON file: the controller pushes the pipeline
+(p4c's committed output, :func:`p4src.compile.committed_pipeline`) over P4Runtime. Once the switch
+answers, queue depth and rate of every port are set through the Thrift runtime CLI
+(``simple_switch_CLI``).
 
 BMv2 shapes queues in packets per second, not bits per second, and paces each priority queue
 of a port separately (:func:`port_queue_commands`): data at the link rate for full-size frames,
@@ -19,42 +17,23 @@ queue (at most the control queue's own share); docs/p4-pipeline.md discusses the
 
 from __future__ import annotations
 
-import os
 import shutil
 import socket
 import subprocess
-from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
-from topologies.switchproc import (
-    SwitchConfigError,
-    SwitchProcess,
-    SwitchStartError,
-    parse_grpc_addr,
-)
-
-REPO_ROOT = Path(__file__).resolve().parent.parent
-P4_SOURCE = REPO_ROOT / "p4src" / "mrc_switch.p4"
-P4_P4INFO = REPO_ROOT / "p4src" / "mrc_switch.p4info.txtpb"
-P4_JSON = REPO_ROOT / "p4src" / "mrc_switch.json"
+from targets.process import StrPath, SwitchConfigError, SwitchProcess, SwitchStartError
 
 SIMPLE_SWITCH_GRPC = "simple_switch_grpc"
 SIMPLE_SWITCH_CLI = "simple_switch_CLI"
-P4C = "p4c"
 
 ETHERNET_OVERHEAD = 14 + 4  # header and FCS around an IP packet of ``mtu`` bytes
 #: IP packet size the control queue is paced for: an MRC control packet or a trimmed header
 #: (IPv6, UDP, BTH, RETH, MRC extension: about 110 bytes) with room for an SRH segment
 CONTROL_BYTES = 128
+DEFAULT_MTU = 1500  # the IP packet size the data queue is paced for when none is given
 LOG_LEVELS = ("trace", "debug", "info", "warn", "error", "off")
-
-
-class ToolMissing(RuntimeError):
-    """A program the BMv2 target needs (p4c, simple_switch_grpc, simple_switch_CLI) is absent."""
-
-
-class P4BuildError(RuntimeError):
-    """p4c failed; the message carries its output."""
 
 
 def missing_tools(
@@ -62,69 +41,6 @@ def missing_tools(
 ) -> list[str]:
     """The programs of ``tools`` that are not on PATH."""
     return [tool for tool in tools if shutil.which(tool) is None]
-
-
-def compile_p4(out_dir: Path, source: Path = P4_SOURCE) -> tuple[Path, Path]:
-    """Compile ``source`` for BMv2 (v1model) with p4c into ``out_dir``.
-
-    p4c runs from the repository root on the source's relative path, so the source file names
-    recorded in the JSON are the same on every machine. Returns ``(p4info_path,
-    bmv2_json_path)``. Raises :class:`ToolMissing` when p4c is not on PATH and
-    :class:`P4BuildError` (with p4c's output) when the compilation fails or warns.
-    """
-    source = source.resolve()
-    if not source.is_file():
-        raise FileNotFoundError(f"P4 source {source}: no such file")
-    p4c = shutil.which(P4C)
-    if p4c is None:
-        raise ToolMissing(
-            f"{P4C} is not on PATH: cannot compile {source.name} for BMv2 "
-            "(install it with scripts/install.sh --with-bmv2, or use the committed "
-            f"{P4_JSON.relative_to(REPO_ROOT)})"
-        )
-    out_dir.mkdir(parents=True, exist_ok=True)
-    stem = source.stem
-    p4info = out_dir.resolve() / f"{stem}.p4info.txtpb"
-    bmv2_json = out_dir.resolve() / f"{stem}.json"
-    try:
-        relative = source.relative_to(REPO_ROOT)
-    except ValueError:
-        relative = source
-    argv = [
-        p4c, "--target", "bmv2", "--arch", "v1model", "-Xp4c=--Werror",
-        "--p4runtime-files", str(p4info), "-o", str(out_dir.resolve()), str(relative),
-    ]  # fmt: skip
-    result = subprocess.run(argv, capture_output=True, text=True, check=False, cwd=REPO_ROOT)
-    if result.returncode != 0 or not bmv2_json.is_file() or not p4info.is_file():
-        output = (result.stdout + result.stderr).strip() or "(no output)"
-        raise P4BuildError(f"p4c failed on {relative} (status {result.returncode}):\n{output}")
-    # p4c also leaves its preprocessed source (<stem>.p4i), and names it in the JSON by its
-    # absolute path in out_dir: neither belongs in the contract, so the JSON names the source.
-    preprocessed = out_dir.resolve() / f"{stem}.p4i"
-    text = bmv2_json.read_text()
-    bmv2_json.write_text(text.replace(f'"{preprocessed}"', f'"{relative}"', 1))
-    preprocessed.unlink(missing_ok=True)
-    return p4info, bmv2_json
-
-
-def committed_pipeline() -> tuple[Path, Path]:
-    """The committed compiler outputs: ``(p4info_path, bmv2_json_path)`` (see ``mrc-ctl p4``)."""
-    for path in (P4_P4INFO, P4_JSON):
-        if not path.is_file():
-            raise FileNotFoundError(
-                f"{path.relative_to(REPO_ROOT)} is missing: regenerate it with 'mrc-ctl p4'"
-            )
-    return P4_P4INFO, P4_JSON
-
-
-def stale_outputs(out_dir: Path) -> list[str]:
-    """Compile into ``out_dir`` and name the committed outputs that differ from p4c's."""
-    p4info, bmv2_json = compile_p4(out_dir)
-    stale = []
-    for fresh, committed in ((p4info, P4_P4INFO), (bmv2_json, P4_JSON)):
-        if not committed.is_file() or committed.read_bytes() != fresh.read_bytes():
-            stale.append(str(committed.relative_to(REPO_ROOT)))
-    return stale
 
 
 def queue_rate_pps(rate_bps: int, frame_bytes: int) -> int:
@@ -156,61 +72,46 @@ def port_queue_commands(
     return commands
 
 
+@dataclass(eq=False, repr=False, kw_only=True)
 class Bmv2Switch(SwitchProcess):
     """One ``simple_switch_grpc`` process (see the module docstring)."""
 
     kind = "BMv2"
+    #: BMv2 reads all its ports in one thread through libpcap, and libpcap blocks that thread in
+    #: a read of an interface that went down until a frame arrives on it: one interface taken
+    #: down would stop the whole switch and, across that link, its neighbour, for good
+    interface_down_stalls = True
 
-    def __init__(
-        self,
-        name: str,
-        ports: Mapping[int, str],
-        device_id: int,
-        grpc_addr: str,
-        *,
-        thrift_port: int,
-        priority_queues: int = 2,
-        rate_bps: int | None = None,
-        queue_depth: int | None = None,
-        pcap_dir: str | os.PathLike[str] | None = None,
-        log_dir: str | os.PathLike[str] | None = None,
-        mtu: int = 1500,
-        json_path: str | os.PathLike[str] | None = None,
-        cpu_port: int | None = None,
-        log_level: str = "info",
-        executable: str = SIMPLE_SWITCH_GRPC,
-        cli: str = SIMPLE_SWITCH_CLI,
-    ) -> None:
-        super().__init__(
-            name,
-            ports,
-            device_id,
-            grpc_addr,
-            priority_queues=priority_queues,
-            rate_bps=rate_bps,
-            queue_depth=queue_depth,
-            pcap_dir=pcap_dir,
-            log_dir=log_dir,
-        )
-        if not 0 < thrift_port < 65536:
-            raise SwitchConfigError(f"switch {name}: thrift_port {thrift_port}: expected 1..65535")
-        if mtu < 64:
-            raise SwitchConfigError(f"switch {name}: mtu {mtu}: expected at least 64 bytes")
-        if cpu_port is not None and (not 0 < cpu_port < 511 or cpu_port in self.ports):
+    thrift_port: int  # the Thrift runtime server (simple_switch_CLI)
+    json_path: StrPath | None = None  # a pipeline to start with (None: --no-p4)
+    cpu_port: int | None = None
+    log_level: str = "info"
+    executable: str = SIMPLE_SWITCH_GRPC
+    cli: str = SIMPLE_SWITCH_CLI
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        name = self.name
+        if not 0 < self.thrift_port < 65536:
             raise SwitchConfigError(
-                f"switch {name}: cpu_port {cpu_port}: expected 1..510 and not a data port"
+                f"switch {name}: thrift_port {self.thrift_port}: expected 1..65535"
             )
-        if log_level not in LOG_LEVELS:
+        if self.cpu_port is not None and (
+            not 0 < self.cpu_port < 511 or self.cpu_port in self.ports
+        ):
             raise SwitchConfigError(
-                f"switch {name}: log_level {log_level!r}: expected one of {', '.join(LOG_LEVELS)}"
+                f"switch {name}: cpu_port {self.cpu_port}: expected 1..510 and not a data port"
             )
-        self.thrift_port = thrift_port
-        self.mtu = mtu
-        self.json_path = Path(json_path) if json_path is not None else None
-        self.cpu_port = cpu_port
-        self.log_level = log_level
-        self.executable = executable
-        self.cli = cli
+        if self.log_level not in LOG_LEVELS:
+            raise SwitchConfigError(
+                f"switch {name}: log_level {self.log_level!r}: expected one of "
+                f"{', '.join(LOG_LEVELS)}"
+            )
+
+    @property
+    def frame_mtu(self) -> int:
+        """The IP packet size the data queues are paced for (``mtu``, else 1500)."""
+        return self.mtu if self.mtu is not None else DEFAULT_MTU
 
     @property
     def bmv2_log_path(self) -> Path:
@@ -250,7 +151,7 @@ class Bmv2Switch(SwitchProcess):
         commands = []
         for number in self.ports:
             commands += port_queue_commands(
-                number, self.rate_bps, self.queue_depth, self.mtu, self.priority_queues
+                number, self.rate_bps, self.queue_depth, self.frame_mtu, self.priority_queues
             )
         return commands
 
@@ -312,13 +213,7 @@ class Bmv2Switch(SwitchProcess):
 
 __all__ = [
     "Bmv2Switch",
-    "P4BuildError",
-    "ToolMissing",
-    "committed_pipeline",
-    "compile_p4",
     "missing_tools",
     "port_queue_commands",
-    "stale_outputs",
-    "parse_grpc_addr",
     "queue_rate_pps",
 ]

@@ -1,8 +1,9 @@
-"""ModelSwitch: run ``mrc-switch`` as a switch process of the testbed (the BMv2 launcher's twin).
+"""The switchmodel target: ``mrc-switch`` as a switch process of the testbed (BMv2's twin).
 
-:class:`ModelSwitch` is the :class:`topologies.switchproc.SwitchProcess` of the switchmodel: the
-same configuration as ``controller.bmv2.Bmv2Switch`` (ports, device id, gRPC address, priority
-queues, rate, queue depth, pcap and log directories) turned into an ``mrc-switch`` command line.
+:class:`ModelSwitch` is the :class:`targets.process.SwitchProcess` of the switchmodel: the
+same configuration as :class:`targets.bmv2.Bmv2Switch` (ports, device id, gRPC address, priority
+queues, rate, queue depth, MTU, pcap and log directories) turned into an ``mrc-switch`` command
+line.
 Shaping and queue depth are command-line options here, so nothing is configured after start.
 ``netns`` (or any ``wrapper`` command such as ``["mnexec", "-a", PID]``) runs it inside a
 network namespace::
@@ -19,9 +20,10 @@ import os
 import shutil
 import sys
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from topologies.switchproc import SwitchConfigError, SwitchProcess
+from targets.process import SwitchConfigError, SwitchProcess
 
 LOG_LEVELS = ("debug", "info", "warning", "error")
 
@@ -37,63 +39,39 @@ def mrc_switch_command() -> list[str]:
     return [sys.executable, "-m", "switchmodel.cli"]
 
 
+@dataclass(eq=False, repr=False, kw_only=True)
 class ModelSwitch(SwitchProcess):
     """One ``mrc-switch`` process."""
 
     kind = "switchmodel"
 
-    def __init__(
-        self,
-        name: str,
-        ports: Mapping[int, str],
-        device_id: int,
-        grpc_addr: str,
-        *,
-        priority_queues: int = 2,
-        rate_bps: int | None = None,
-        queue_depth: int | None = None,
-        pcap_dir: str | os.PathLike[str] | None = None,
-        log_dir: str | os.PathLike[str] | None = None,
-        port_rates: Mapping[int, int] | None = None,
-        mtu: int | None = None,
-        log_level: str = "info",
-        netns: str | None = None,
-        wrapper: Sequence[str] = (),
-        executable: Sequence[str] | None = None,
-    ) -> None:
-        super().__init__(
-            name,
-            ports,
-            device_id,
-            grpc_addr,
-            priority_queues=priority_queues,
-            rate_bps=rate_bps,
-            queue_depth=queue_depth,
-            pcap_dir=pcap_dir,
-            log_dir=log_dir,
-        )
-        self.port_rates = dict(port_rates or {})
+    port_rates: Mapping[int, int] = field(default_factory=dict)  # port -> its own rate
+    log_level: str = "info"
+    netns: str | None = None  # run inside this network namespace
+    wrapper: Sequence[str] = ()  # or inside this command, e.g. ["mnexec", "-a", PID]
+    executable: Sequence[str] | None = None  # default: mrc_switch_command()
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        name = self.name
         for number, rate in self.port_rates.items():
             if number not in self.ports:
                 raise SwitchConfigError(f"switch {name}: port_rates: port {number} is not a port")
             if rate <= 0:
                 raise SwitchConfigError(f"switch {name}: port_rates[{number}] {rate}: expected > 0")
-        if mtu is not None and mtu < 64:
-            raise SwitchConfigError(f"switch {name}: mtu {mtu}: expected at least 64 bytes")
-        if log_level not in LOG_LEVELS:
+        if self.log_level not in LOG_LEVELS:
             raise SwitchConfigError(
-                f"switch {name}: log_level {log_level!r}: expected one of {', '.join(LOG_LEVELS)}"
+                f"switch {name}: log_level {self.log_level!r}: expected one of "
+                f"{', '.join(LOG_LEVELS)}"
             )
-        if netns is not None and wrapper:
+        if self.netns is not None and self.wrapper:
             raise SwitchConfigError(f"switch {name}: give netns or wrapper, not both")
-        self.mtu = mtu
-        self.log_level = log_level
-        self.wrapper = ["ip", "netns", "exec", netns] if netns else list(wrapper)
-        self.executable = list(executable) if executable is not None else mrc_switch_command()
 
     def command(self) -> list[str]:
         """The ``mrc-switch`` command line (inside the wrapper, if any)."""
-        argv = [*self.wrapper, *self.executable]
+        wrapper = ["ip", "netns", "exec", self.netns] if self.netns else list(self.wrapper)
+        executable = self.executable if self.executable is not None else mrc_switch_command()
+        argv = [*wrapper, *executable]
         for number, intf in self.ports.items():
             argv += ["-i", f"{number}@{intf}"]
         argv += [
