@@ -1,4 +1,5 @@
-"""Fixtures for the transport-core tests: the small fabric and an in-memory network of hosts."""
+"""Fixtures for the transport-core tests: an in-memory network of hosts on the small fabric
+(the suite-wide ``fabric`` fixture of ``tests/conftest.py``)."""
 
 from __future__ import annotations
 
@@ -11,19 +12,12 @@ from host.transport.api import CompletionQueue, Context, MemoryRegion, QueuePair
 from host.transport.cc import CcProfile
 from host.transport.cc.fabric import fabric_cc_profile
 from host.transport.config import StackConfig
-from host.transport.events import Event
+from host.transport.events import Completion, Event
 from sim.network import SimNet
-from topologies import Fabric, load_topology
-from topologies.config import shipped_topology
+from topologies import Fabric
 
 REGION_ADDR = 0x7F00_0000_0000
 REGION_LEN = 1 << 23
-
-
-@pytest.fixture(scope="session")
-def fabric() -> Fabric:
-    """The shipped small fabric: 2 planes x 2 racks x 2 spines, hosts h0..h3."""
-    return Fabric(load_topology(shipped_topology("small")))
 
 
 @dataclass
@@ -83,6 +77,16 @@ class Net:
         end = self.sim.run(until, stop)
         self.drain_events()
         return end
+
+    def write(self, flow: Flow, data: bytes, until: float, wr_id: int = 0) -> Completion:
+        """Post one WRITE of ``data`` from ``flow``'s sender to the start of the receiver's
+        region and run the network until the sender's CQ holds its completion (or ``until``);
+        that completion."""
+        flow.sender.post_write(data, REGION_ADDR, flow.region.rkey, wr_id=wr_id)
+        self.sim.kick(flow.src)
+        self.run(until, stop=lambda: len(self.cqs[flow.src]) == 1)
+        completion: Completion = self.cqs[flow.src].poll()[0]
+        return completion
 
     def kick_all(self) -> None:
         """Let every host send."""

@@ -29,10 +29,7 @@ def test_failed_path_is_retired_at_first_loss_and_probed_back(make_net: Any) -> 
     flow = net.connect("h0", "h2")
     net.sim.fail_link(*FAILED, start=0.010, end=0.060)
     data = pattern(2 << 20, 1)
-    flow.sender.post_write(data, BASE, flow.region.rkey, wr_id=1)
-    net.sim.kick("h0")
-    net.run(10.0, stop=lambda: len(net.cqs["h0"]) == 1)
-    assert net.cqs["h0"].poll()[0].status == "ok"
+    assert net.write(flow, data, 10.0, wr_id=1).status == "ok"
     assert flow.region.read(BASE, len(data)) == data
     changes = transitions(net, flow.sender.qpn)
     retired = [e for e in changes if e.new == "assumed_bad"]
@@ -110,10 +107,7 @@ def test_ev_min_active_limits_retirement(make_net: Any) -> None:
     net = make_net(seed=6, config=config)
     flow = net.connect("h0", "h2")
     net.sim.fail_link(*FAILED, start=0.005)
-    flow.sender.post_write(pattern(1 << 20, 1), BASE, flow.region.rkey)
-    net.sim.kick("h0")
-    net.run(30.0, stop=lambda: len(net.cqs["h0"]) == 1)
-    assert net.cqs["h0"].poll()[0].status == "ok"
+    assert net.write(flow, pattern(1 << 20, 1), 30.0).status == "ok"
     counts = flow.sender.ev_table.counts()
     assert counts["good"] == 120 and counts["assumed_bad"] == 8
     assert net.hosts["h0"].stats()["retire_suppressed"] >= 1
@@ -123,10 +117,7 @@ def test_spray_no_failover_never_retires(make_net: Any) -> None:
     net = make_net(seed=7)
     flow = net.connect("h0", "h2", policy="spray-no-failover")
     net.sim.fail_link(*FAILED, start=0.005)
-    flow.sender.post_write(pattern(1 << 20, 1), BASE, flow.region.rkey)
-    net.sim.kick("h0")
-    net.run(60.0, stop=lambda: len(net.cqs["h0"]) == 1)
-    assert net.cqs["h0"].poll()[0].status == "ok"
+    assert net.write(flow, pattern(1 << 20, 1), 60.0).status == "ok"
     assert not transitions(net)
     assert flow.sender.ev_table.counts()["good"] == 128
     assert net.hosts["h0"].stats()["retransmits"]["sack"] > 0
@@ -141,10 +132,7 @@ def test_single_path_waits_out_a_failure_with_timeouts(make_net: Any) -> None:
     net.sim.fail_link(first.switch, net.fabric.switch(first.switch).port(first.out_port).peer,
                       start=0.005, end=0.1)  # fmt: skip
     data = pattern(500_000, 1)
-    flow.sender.post_write(data, BASE, flow.region.rkey)
-    net.sim.kick("h0")
-    net.run(30.0, stop=lambda: len(net.cqs["h0"]) == 1)
-    assert net.cqs["h0"].poll()[0].status == "ok"
+    assert net.write(flow, data, 30.0).status == "ok"
     assert flow.region.read(BASE, len(data)) == data
     stats = net.hosts["h0"].stats()
     assert stats["rtos"] >= 2

@@ -161,10 +161,7 @@ def test_ack_timeout_follows_rtts_longer_than_the_configured_one(make_net: Any) 
         net = make_net(seed=3, config=config.with_(tlp=tlp), rate_mbps=RATE_MBPS)
         flow = net.connect("h0", "h2", policy="single-path", cc=CcProfile("fixed", {"window": 32}))
         data = bytes(2 << 20)
-        flow.sender.post_write(data, BASE, flow.region.rkey)
-        net.sim.kick("h0")
-        net.run(30.0, stop=lambda: len(net.cqs["h0"]) == 1)  # noqa: B023
-        assert net.cqs["h0"].poll()[0].status == "ok"
+        assert net.write(flow, data, 30.0).status == "ok"
         stats = net.hosts["h0"].stats()
         # the RTT (driver time in the statistics) did exceed the MRC timeout
         assert stats["rtt"]["max"] > config.ack_timeout * stats["dilation"]

@@ -149,10 +149,7 @@ def test_denied_evs_are_never_used(make_net: Any) -> None:
     for info in flow.sender.ev_table.evs():
         if info.plane == 1:
             net.hosts["h0"].set_ev_state(flow.sender.qpn, info.ev, EvState.DENIED)
-    flow.sender.post_write(pattern(200_000, 1), BASE, flow.region.rkey)
-    net.sim.kick("h0")
-    net.run(5.0, stop=lambda: len(net.cqs["h0"]) == 1)
-    assert net.cqs["h0"].poll()[0].status == "ok"
+    assert net.write(flow, pattern(200_000, 1), 5.0).status == "ok"
     assert seen and {plane for plane, _, _ in seen} == {0}
     net.drain_events()
     denied = [e for e in net.events if isinstance(e, EvStateChanged) and e.new == "denied"]
@@ -164,10 +161,7 @@ def test_single_ev_policies_use_one_ev(make_net: Any, policy: str) -> None:
     net = make_net()
     flow = net.connect("h0", "h2", policy=policy)
     seen = record_data_frames(net.hosts["h0"])
-    flow.sender.post_write(pattern(100_000, 1), BASE, flow.region.rkey)
-    net.sim.kick("h0")
-    net.run(5.0, stop=lambda: len(net.cqs["h0"]) == 1)
-    assert net.cqs["h0"].poll()[0].status == "ok"
+    assert net.write(flow, pattern(100_000, 1), 5.0).status == "ok"
     assert len({label for _, label, _ in seen}) == 1 and len(seen) >= 25
 
 
@@ -190,10 +184,7 @@ def test_no_trim_nack_sends_untrimmable_data(make_net: Any) -> None:
     net = make_net(trim_threshold=0)  # every switch would trim trimmable data
     flow = net.connect("h0", "h2", policy="no-trim-nack")
     seen = record_data_frames(net.hosts["h0"])
-    flow.sender.post_write(pattern(50_000, 1), BASE, flow.region.rkey)
-    net.sim.kick("h0")
-    net.run(5.0, stop=lambda: len(net.cqs["h0"]) == 1)
-    assert net.cqs["h0"].poll()[0].status == "ok"
+    assert net.write(flow, pattern(50_000, 1), 5.0).status == "ok"
     assert {dscp for _, _, dscp in seen} == {wire.DSCP_DEFAULT}
     assert net.sim.counters["trimmed"] == 0
     assert net.hosts["h2"].stats()["nacks_sent"] == 0
