@@ -24,7 +24,7 @@ from host.transport.config import StackConfig
 from host.transport.endpoint import SpineRoutes
 from host.transport.events import WriteCompleted
 from sim.network import SimNet
-from topologies import Fabric, Host, Topology, load_topology
+from topologies import Fabric, Host, load_topology
 from topologies.config import shipped_topology
 
 RESET, INIT, RTR, RTS, ERR = 0, 1, 2, 3, 6
@@ -60,9 +60,11 @@ class FakeAgent:
         self.context = Context(name, self.host.nics, config=StackConfig(dilation=sim.dilation),
                                seed=self.host.index + 1, routes=routes)  # fmt: skip
         sim.attach(self.context)
-        self.topology: Topology | None = None  # no fabric defaults under the CC profiles
         self.cc_profile = CcProfile("ecn-delay", {})
         self.waiters: list[tuple[Any, float | None]] = []
+
+    def fit_cc(self, profile: CcProfile) -> CcProfile:
+        return profile  # no fabric defaults under the CC profiles
 
     def add_waiter(self, check: Any, deadline: float | None) -> None:
         self.waiters.append((check, deadline))

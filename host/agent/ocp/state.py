@@ -31,7 +31,7 @@ from host.agent.ocp.server import OcpConnection
 from host.transport.api import Context
 from host.transport.cc import CcProfile
 from host.transport.config import StackConfig
-from topologies import Fabric, Host, Topology
+from topologies import Fabric, Host
 from topologies import Path as TopoPath
 
 log = logging.getLogger("mrc.host.agent.ocp")
@@ -43,13 +43,12 @@ class AgentLike(Protocol):
     @property
     def fabric(self) -> Fabric: ...
     @property
-    def topology(self) -> Topology | None: ...
-    @property
     def host(self) -> Host: ...
     @property
     def context(self) -> Context: ...
     @property
     def cc_profile(self) -> CcProfile: ...
+    def fit_cc(self, profile: CcProfile) -> CcProfile: ...
     def now(self) -> float: ...
     def after_core(self, now: float) -> None: ...
     def add_waiter(self, check: Callable[[float], bool], deadline: float | None) -> None: ...
@@ -96,7 +95,7 @@ class ProviderState:
         )
         self._paths: dict[str, list[TopoPath]] | None = None
         self.cc_profiles = CcProfileStore(
-            lambda: agent.cc_profile, self.fit_cc, agent.context.config.mtu, self._cc_users
+            lambda: agent.cc_profile, agent.fit_cc, agent.context.config.mtu, self._cc_users
         )
         #: every NIC address of the fabric -> (its host, its plane)
         self.nics_by_address: dict[bytes, tuple[str, int]] = {
@@ -176,15 +175,6 @@ class ProviderState:
             }
             for nic in self.agent.host.nics
         ]  # fmt: skip
-
-    def fit_cc(self, profile: CcProfile) -> CcProfile:
-        """NSCC's fabric defaults under the fields a profile sets (as the agent's own)."""
-        topology = self.agent.topology
-        if topology is None:
-            return profile
-        from host.transport.cc.fabric import fabric_cc_profile
-
-        return fabric_cc_profile(topology, profile, self.agent.context.config)
 
     def _cc_users(self, profile_id: int) -> int:
         return sum(1 for _, qp in self.qps.values() if qp.cc_profile == profile_id)
