@@ -1,0 +1,63 @@
+"""The sim against uet-htsim on the same two-tier fabric: a single flow and a small incast.
+
+Both simulators run one description (:mod:`sim.parity`); the targets are the comparison's:
+tail FCT within 10 %, NACKs per packet within a factor of 1.5, every cause's share of NSCC's
+window changes within 0.1. Where the sim does not meet them yet, the case is marked xfail with
+the figures measured, not given a wider tolerance.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from sim import parity
+from sim.fabric import leaf_spine
+from sim.htsim import Matrix, shared_dir
+from sim.workload import Connection
+
+pytestmark = pytest.mark.skipif(
+    shared_dir() is None, reason="../shared/uet-htsim (htsim_uec and its files) is absent"
+)
+
+FABRIC = leaf_spine(16)  # 4 leaves x 4 hosts, 4 spines, 100 Gb/s, 1 us hops, 1 BDP queues
+
+SINGLE = parity.Experiment(
+    "single flow", FABRIC, Matrix(16, (Connection(0, 13, 2_000_000),)), end_us=1000
+)
+INCAST = parity.Experiment(
+    "8 -> 1 incast",
+    FABRIC,
+    Matrix(16, tuple(Connection(i, 15, 2_000_000) for i in range(8))),
+    end_us=3000,
+)
+INCAST16 = parity.Experiment(
+    "15 -> 1 incast (the reference plan's incast.cm)",
+    FABRIC,
+    Matrix(16, tuple(Connection(i, 15, 2_000_000) for i in range(15))),
+    end_us=3000,
+)
+
+
+@pytest.mark.parametrize(
+    "exp",
+    [
+        SINGLE,
+        INCAST,
+        pytest.param(
+            INCAST16,
+            marks=pytest.mark.xfail(
+                reason="measured (htsim 40ccb05, seed 1): tail FCT ratio 1.01, NACKs per packet "
+                "0.100 against 0.084 (factor 1.20), NACK share of window changes 0.56 against "
+                "0.41 (gap 0.15 > 0.1); see docs/validation.md",
+                strict=False,
+            ),
+        ),
+    ],
+    ids=["single", "incast-8", "incast-15"],
+)
+def test_the_sim_meets_the_targets_beside_htsim(exp: parity.Experiment) -> None:
+    ref = parity.run_reference(exp)
+    sim = parity.run_sim(exp)
+    assert sim.finished == ref.finished == len(exp.matrix.connections)
+    verdict = parity.compare(sim, ref)
+    assert verdict.ok, verdict.misses
