@@ -32,6 +32,7 @@ from typing import Any
 from google.protobuf import text_format
 
 from p4src import contract
+from p4src.compile import P4_JSON, P4_P4INFO
 from p4src.proto import p4i, p4r
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
@@ -42,13 +43,13 @@ Value = int | bytes | str | ipaddress.IPv6Address | ipaddress.IPv6Network
 
 
 def default_p4info_path() -> Path:
-    """The committed P4Info of the mrc_switch program."""
-    return REPO_ROOT / "p4src" / "mrc_switch.p4info.txtpb"
+    """The committed P4Info of the mrc_switch program (``p4src/compile.py`` names it)."""
+    return P4_P4INFO
 
 
 def default_bmv2_json_path() -> Path:
-    """The committed BMv2 JSON of the mrc_switch program (p4c's output, see ``mrc-ctl p4``)."""
-    return REPO_ROOT / "p4src" / "mrc_switch.json"
+    """The committed BMv2 JSON of the mrc_switch program (p4c's output, see ``./testbed p4``)."""
+    return P4_JSON
 
 
 class P4InfoError(ValueError):
