@@ -28,7 +28,9 @@ import socket
 import struct
 from collections import deque
 
-ETH_P_IPV6 = 0x86DD
+from p4src.contract import ETHERTYPE_IPV6, IP_PROTO_ROUTING, IP_PROTO_UDP, ROCEV2_UDP_PORT
+
+ETH_P_IPV6 = ETHERTYPE_IPV6
 SOL_PACKET = 263
 PACKET_IGNORE_OUTGOING = 23
 SO_RCVBUFFORCE = 33
@@ -49,10 +51,10 @@ RING_BLOCK = 1 << 17
 _TP2_LEN_MAC = struct.Struct("=IIH")  # tp_len, tp_snaplen, tp_mac (after the 4-byte tp_status)
 _RELEASE = b"\x00\x00\x00\x00"  # TP_STATUS_KERNEL
 
-_IPV6_TYPE = b"\x86\xdd"
-_ROCE_PORT = b"\x12\xb7"  # 4791
-_UDP = 17
-_ROUTING = 43
+_IPV6_TYPE = ETHERTYPE_IPV6.to_bytes(2, "big")
+_ROCE_PORT = ROCEV2_UDP_PORT.to_bytes(2, "big")
+_UDP = IP_PROTO_UDP
+_ROUTING = IP_PROTO_ROUTING
 
 
 def is_mrc_frame(frame: bytes) -> bool:

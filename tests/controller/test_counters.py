@@ -19,7 +19,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from ctl_model import HAVE_MODEL, ModelProcess, free_port
+from ctl_model import HAVE_MODEL, ModelProcess
+from support.fabric import SMALL_TOPOLOGY
 
 from controller import cli
 from controller.client import SwitchClient
@@ -27,8 +28,9 @@ from controller.counters import read_counters
 from controller.entries import fabric_tables
 from controller.p4info import P4Info
 from controller.push import PushOptions, SwitchAddress, push_fabric
-from topologies import Fabric, load_topology
-from topologies.config import shipped_topology
+from p4src.contract import ETHERTYPE_IPV6, DropReason
+from targets.lab import free_port
+from topologies import Fabric
 
 pytestmark = [
     pytest.mark.skipif(not HAVE_MODEL, reason="switchmodel.server is not available yet"),
@@ -76,10 +78,9 @@ def ipv6_udp(dst: ipaddress.IPv6Address) -> bytes:
 
 
 def test_counters_by_port_and_drop_reason(
-    switch: tuple[ModelProcess, str], capsys: pytest.CaptureFixture[str]
+    switch: tuple[ModelProcess, str], fabric: Fabric, capsys: pytest.CaptureFixture[str]
 ) -> None:
     proc, outside = switch
-    fabric = Fabric(load_topology(shipped_topology("small")))
     info = P4Info.load()
     target = SwitchAddress(proc.name, proc.address, proc.device_id)
     (report,) = push_fabric(
@@ -90,23 +91,25 @@ def test_counters_by_port_and_drop_reason(
     with socket.socket(socket.AF_PACKET, socket.SOCK_RAW) as sock:
         sock.bind((outside, 0))
         sock.send(frame(gateway, 0x0800, b"\x45" + bytes(30)))  # not IPv6
-        sock.send(frame(gateway, 0x86DD, ipv6_udp(ipaddress.IPv6Address("2001:db8::1"))))
+        sock.send(frame(gateway, ETHERTYPE_IPV6, ipv6_udp(ipaddress.IPv6Address("2001:db8::1"))))
     client = SwitchClient(proc.address, proc.device_id, name=proc.name, p4info=info)
     client.connect(arbitrate=False)
     try:
         deadline = time.monotonic() + 20
         while True:
             counters = read_counters(client, [1])
-            if counters.drops.get("NO_ROUTE") and counters.drops.get("NOT_IPV6"):
+            if counters.drops.get(DropReason.NO_ROUTE.name) and counters.drops.get(
+                DropReason.NOT_IPV6.name
+            ):
                 break
             assert time.monotonic() < deadline, f"frames not counted: {counters}"
             time.sleep(0.1)
     finally:
         client.close()
-    assert counters.drops == {"NOT_IPV6": 1, "NO_ROUTE": 1}
+    assert counters.drops == {DropReason.NOT_IPV6.name: 1, DropReason.NO_ROUTE.name: 1}
     assert counters.port(1).rx_packets == 2
     assert counters.port(1).tx_packets == 0
-    flags = ["--topo", str(shipped_topology("small")), "--switch", f"{proc.name}={proc.address}"]
+    flags = ["--topo", str(SMALL_TOPOLOGY), "--switch", f"{proc.name}={proc.address}"]
     assert cli.main(["counters", *flags]) == 0
     out = capsys.readouterr().out
     assert "drops: NOT_IPV6 1, NO_ROUTE 1" in out

@@ -165,7 +165,7 @@ def test_duplicate_insert_is_decoded_per_entry(model_fabric: ModelFabric, info: 
     assert only.code_name == "ALREADY_EXISTS"
     assert only.update_type == "INSERT"
     assert dict(route.match)[contract.DST_ADDR] in only.entry
-    assert "set_next_hop" in only.entry
+    assert contract.SET_NEXT_HOP in only.entry
     assert "ALREADY_EXISTS" in str(error)
 
 
@@ -228,11 +228,14 @@ def test_show_prints_prefixes_macs_ports_and_action_names(
     up = switch.port_to("t1-p0-s0")
     assert f"{model_fabric.fabric.switch('t1-p0-s0').usid_prefix}" in out
     assert f"port={up.number} (t1-p0-s0)" in out and up.peer_mac in out
-    assert "usid_un" in out and "srv6_end" in out and "drop_no_route" in out
+    actions = (contract.USID_UN, contract.SRV6_END, contract.DROP_NO_ROUTE)
+    assert all(a.split(".")[-1] in out for a in actions)
     code, out, _ = run_cli(
-        ["show", *model_fabric.state_flags(), switch.name, "--table", "port_qos"], capsys
+        ["show", *model_fabric.state_flags(), switch.name, "--table", contract.PORT_QOS], capsys
     )
-    assert code == 0 and "set_port_qos" in out and "set_next_hop" not in out
+    short = {a: a.split(".")[-1] for a in (contract.SET_PORT_QOS, contract.SET_NEXT_HOP)}
+    assert code == 0 and short[contract.SET_PORT_QOS] in out
+    assert short[contract.SET_NEXT_HOP] not in out
     # the ECMP group, its members and the routes pointing at it
     code, out, _ = run_cli(
         ["show", *model_fabric.state_flags(), switch.name, "--table", "ecmp_selector"], capsys

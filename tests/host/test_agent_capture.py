@@ -17,6 +17,7 @@ import pytest
 
 from host.transport import wire
 from host.transport.api import Context
+from p4src.contract import ROCEV2_UDP_PORT
 from targets.pcap import PcapWriter
 from topologies import Fabric
 
@@ -52,7 +53,7 @@ def check_dissection(pcap: Path) -> int:
     assert len(ours) == len(theirs) > 0
     data = 0
     for packet, fields in zip(ours, theirs, strict=True):
-        assert fields["udp.dstport"] == "4791"
+        assert fields["udp.dstport"] == str(ROCEV2_UDP_PORT)
         opcode = int(fields["infiniband.bth.opcode"], 0)
         assert int(fields["infiniband.bth.psn"], 0) == packet.outer.psn
         assert int(fields["infiniband.bth.destqp"], 0) == packet.outer.dest_qp

@@ -34,6 +34,7 @@ from host.agent.data import pattern, sha256_hex, verify_bytes
 from host.agent.ocp.server import OcpConnection, OcpServer
 from host.agent.sockets import is_mrc_frame
 from host.transport.policy import POLICIES
+from p4src.contract import IP_PROTO_ROUTING, IP_PROTO_UDP, ROCEV2_UDP_PORT
 from targets.pcap import PcapWriter
 from topologies import Fabric
 
@@ -295,10 +296,10 @@ def test_prefilter_accepts_only_ipv6_udp_4791_or_srh() -> None:
         header = bytes([0x60, 0, 0, 0, 0, 16, next_header, 64]) + b"\x00" * 32
         return eth + header + struct.pack("!HHHH", 49152, dport, 16, 0) + b"\x00" * 8
 
-    assert is_mrc_frame(ipv6(17, 4791))
-    assert not is_mrc_frame(ipv6(17, 4792))
-    assert not is_mrc_frame(ipv6(58, 4791))  # ICMPv6
-    assert is_mrc_frame(ipv6(43, 0))  # SRH first: the core parses it
+    assert is_mrc_frame(ipv6(IP_PROTO_UDP, ROCEV2_UDP_PORT))
+    assert not is_mrc_frame(ipv6(IP_PROTO_UDP, ROCEV2_UDP_PORT + 1))
+    assert not is_mrc_frame(ipv6(58, ROCEV2_UDP_PORT))  # ICMPv6
+    assert is_mrc_frame(ipv6(IP_PROTO_ROUTING, 0))  # SRH first: the core parses it
     assert not is_mrc_frame(b"\x02" * 12 + b"\x08\x00" + b"\x45" * 60)
     assert not is_mrc_frame(eth + b"\x60")
 

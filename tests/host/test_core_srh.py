@@ -25,6 +25,7 @@ from host.transport.evs import (
     format_profile,
     srv6_ev,
 )
+from p4src.contract import Dscp, Ecn
 from topologies import Fabric
 
 BASE = 0x7F00_0000_0000
@@ -239,7 +240,7 @@ def test_endpoint_frame_with_an_srh_keeps_its_fields() -> None:
     mac = bytes(6)
     src, dst, segment = bytes(15) + b"\x01", bytes(15) + b"\x02", bytes(15) + b"\x03"
     prefix = wire.frame_prefix(
-        src_mac=mac, dst_mac=mac, src=src, dst=dst, dscp=48, ecn=0, ev=0x1234, srh=segment
+        src_mac=mac, dst_mac=mac, src=src, dst=dst, dscp=Dscp.CONTROL, ecn=Ecn.NOT_ECT, ev=0x1234, srh=segment
     )
     frame = wire.encode_endpoint(prefix, True, wire.EP_OP_EV_PROBE, 1, 0x1234, 77, 9, 0b110)
     wire.set_service_time(frame, 4321)

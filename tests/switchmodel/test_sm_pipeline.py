@@ -146,20 +146,26 @@ def test_control_dscp_is_high_priority() -> None:
     state = t1_state()
     control = mrc_frame(carrier_via_t1(), dscp=Dscp.CONTROL, opcode=Opcode.ACKNOWLEDGE)
     expect_forward(ingress(control, 1, state), OUT_PORT, 1)
-    expect_forward(ingress(mrc_frame(carrier_via_t1(), dscp=10), 1, state), OUT_PORT, 0)
-    expect_forward(ingress(mrc_frame(carrier_via_t1(), dscp=0), 1, state), OUT_PORT, 0)
+    expect_forward(ingress(mrc_frame(carrier_via_t1(), dscp=Dscp.TRIMMABLE), 1, state), OUT_PORT, 0)
+    expect_forward(ingress(mrc_frame(carrier_via_t1(), dscp=Dscp.DEFAULT), 1, state), OUT_PORT, 0)
 
 
 @pytest.mark.parametrize(
     ("dscp", "opcode", "ecn"),
-    [(0, 0x0A, 0), (48, 0x11, 0), (10, 0x11, 0), (0, 0x0A, 3), (12, 0x0A, 0)],
+    [
+        (Dscp.DEFAULT, Opcode.WRITE_ONLY, Ecn.NOT_ECT),
+        (Dscp.CONTROL, Opcode.ACKNOWLEDGE, Ecn.NOT_ECT),
+        (Dscp.TRIMMABLE, Opcode.ACKNOWLEDGE, Ecn.NOT_ECT),
+        (Dscp.DEFAULT, Opcode.WRITE_ONLY, Ecn.CE),
+        (Dscp.TRIMMED, Opcode.WRITE_ONLY, Ecn.NOT_ECT),
+    ],
     ids=["ordinary", "control", "ack-with-data-dscp", "ce-not-recounted", "already-trimmed"],
 )
 def test_untouched_packets_keep_their_priority(dscp: int, opcode: int, ecn: int) -> None:
     state = t1_state()
     state.port_qos.entries[OUT_PORT] = PortQos.fixed(0, 0)
     frame = mrc_frame(carrier_via_t1(), dscp=dscp, opcode=opcode, ecn=ecn)
-    out = expect_forward(ingress(frame, 1, state), OUT_PORT, 1 if dscp == 48 else 0)
+    out = expect_forward(ingress(frame, 1, state), OUT_PORT, 1 if dscp == Dscp.CONTROL else 0)
     assert len(out) == len(frame)
 
 

@@ -188,7 +188,7 @@ def test_shaped_port_limits_rate_on_veth(make_rig) -> None:  # type: ignore[no-u
 def test_congested_port_trims_and_serves_trimmed_first(make_rig) -> None:  # type: ignore[no-untyped-def]
     rig = make_rig("trm", rate_bps=2_000_000, queue_depth=16)
     route(rig.client, trim=4)
-    frame = mrc_frame(DST, dscp=10, payload=bytes(1000))
+    frame = mrc_frame(DST, dscp=contract.Dscp.TRIMMABLE, payload=bytes(1000))
     # 16 frames fill the low-priority queue (the first two leave at once: the bucket holds
     # one frame and a half). Once egress has sent the 7th, port_qdepth holds the depth it saw
     # at enqueue (>= 4) and later data packets are trimmed.
@@ -226,7 +226,7 @@ def test_packets_lost_on_a_down_link_still_leave_the_queue(make_rig) -> None:  #
     rig = make_rig("dwn", rate_bps=2_000_000, queue_depth=16)
     route(rig.client, trim=4)
     out_intf = rig.switch.ports[2]
-    frame = mrc_frame(DST, dscp=10, payload=bytes(1000))
+    frame = mrc_frame(DST, dscp=contract.Dscp.TRIMMABLE, payload=bytes(1000))
     subprocess.run(["ip", "link", "set", "dev", out_intf, "down"], check=True)
     try:
         for _ in range(12):
