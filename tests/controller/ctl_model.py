@@ -9,13 +9,13 @@ Tests that need them skip, naming the reason, while the switchmodel's P4Runtime 
 from __future__ import annotations
 
 import importlib.util
-import socket
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 
+from targets.lab import free_port
 from targets.model import ModelSwitch
 from targets.state import SwitchState, TestbedState
 from topologies import Fabric, load_topology
@@ -27,13 +27,6 @@ requires_model = pytest.mark.skipif(
     reason="switchmodel.server (the mrc-switch P4Runtime target) is not available yet",
 )
 START_TIMEOUT = 20.0
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 class ModelProcess(ModelSwitch):

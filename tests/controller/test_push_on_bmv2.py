@@ -14,16 +14,16 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from ctl_model import free_port
+from support.fabric import small_fabric
 
 from controller.client import SwitchClient
-from controller.entries import ECMP_SELECTOR, GROUP, MEMBER, Entry, SwitchTables, fabric_tables
+from controller.entries import GROUP, MEMBER, Entry, SwitchTables, fabric_tables
 from controller.p4info import P4Info
 from controller.push import PushOptions, SwitchAddress, push_fabric, read_installed
 from p4src.compile import committed_pipeline
+from p4src.contract import ECMP_SELECTOR
 from targets.bmv2 import Bmv2Switch, missing_tools
-from topologies import Fabric, load_topology
-from topologies.config import shipped_topology
+from targets.lab import free_port
 
 MISSING = missing_tools()
 pytestmark = [
@@ -55,7 +55,7 @@ def build() -> tuple[P4Info, bytes]:
 
 def running(name: str, veth: tuple[str, str], log_dir: Path) -> Iterator[Bmv2Switch]:
     """BMv2 playing switch ``name`` of the small fabric (one port), stopped afterwards."""
-    fabric = Fabric(load_topology(shipped_topology("small")))
+    fabric = small_fabric()
     sw = fabric.switch(name)
     switch = Bmv2Switch(
         sw.name,
@@ -89,7 +89,7 @@ def test_push_to_bmv2_installs_the_pipeline_and_entries_once(
     bmv2: Bmv2Switch, build: tuple[P4Info, bytes]
 ) -> None:
     info, device_config = build
-    fabric = Fabric(load_topology(shipped_topology("small")))
+    fabric = small_fabric()
     tables = fabric_tables(fabric, switches=[bmv2.name])
     target = SwitchAddress(bmv2.name, bmv2.grpc_addr, bmv2.device_id)
     options = PushOptions(device_config=device_config)
@@ -116,7 +116,7 @@ def test_a_changed_ecmp_group_is_rewritten_in_order(
     """A leaf loses an uplink from its group (the member goes, the group shrinks), then gets it
     back: each push succeeds, and the next one finds nothing to do."""
     info, device_config = build
-    fabric = Fabric(load_topology(shipped_topology("small")))
+    fabric = small_fabric()
     bmv2 = bmv2_leaf
     full = fabric_tables(fabric, switches=[bmv2.name])[bmv2.name]
     group = next(e for e in full.entries if e.kind == GROUP)

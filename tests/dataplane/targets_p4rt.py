@@ -23,14 +23,13 @@ from __future__ import annotations
 import abc
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 from p4.v1 import p4runtime_pb2 as p4r
-from support.switch import free_port
 
 from controller.client import SwitchClient
 from controller.p4info import P4Info
-from targets.lab import NetnsLab, PacketPort, netns_available
+from targets.lab import NetnsLab, PacketPort, free_port, netns_available
 from targets.process import SwitchProcess
 
 from .target import DataplaneTarget, TargetUnavailable, instance_tag
@@ -41,11 +40,21 @@ START_TIMEOUT = 30.0
 S = TypeVar("S", bound=SwitchProcess)
 
 
-class P4RuntimeDriven(DataplaneTarget):
+class Stoppable(Protocol):
+    """A switch a target runs: it can be stopped."""
+
+    def stop(self) -> None: ...
+
+
+W = TypeVar("W", bound=Stoppable)
+
+
+class P4RuntimeDriven(DataplaneTarget, Generic[W]):
     """What a target driven over P4Runtime does the same way whatever carries its frames: the
     :class:`controller.client.SwitchClient` session, installs that replace the previous one
-    (defaults restored), registers and counters. A subclass sets :attr:`_info` and calls
-    :meth:`connect` from its :meth:`start` and :meth:`disconnect` from its :meth:`stop`."""
+    (defaults restored), registers, counters and stopping. A subclass's :meth:`start` sets
+    :attr:`_info` and :attr:`_switch` and calls :meth:`connect`; :meth:`stop` closes the
+    session, stops the switch and calls :meth:`release` for the rest."""
 
     #: how messages name the target ("BMv2", "switchmodel")
     label = "P4Runtime"
@@ -55,6 +64,7 @@ class P4RuntimeDriven(DataplaneTarget):
     ) -> None:
         super().__init__(ports, workdir, port_rates)
         self.switch_name = f"{self.name}-switch"
+        self._switch: W | None = None
         self._client: SwitchClient | None = None
         self._info: P4Info | None = None
         self._installed: list[Any] = []
@@ -75,13 +85,24 @@ class P4RuntimeDriven(DataplaneTarget):
         self._client.connect()
         self._client.set_pipeline(self.p4info, device_config=device_config)
 
-    def disconnect(self) -> None:
-        """Close the session (safe to call twice)."""
+    def stop(self) -> None:
         if self._client is not None:
             self._client.close()
             self._client = None
         self._installed = []
         self._defaults_changed = {}
+        if self._switch is not None:
+            self._switch.stop()
+            self._switch = None
+        self.release()
+
+    def release(self) -> None:  # noqa: B027 -- optional hook
+        """Release what :meth:`start` made besides the switch (default: nothing)."""
+
+    def _require_switch(self) -> W:
+        if self._switch is None:
+            raise RuntimeError(f"{self.label} target not started")
+        return self._switch
 
     def _require(self) -> SwitchClient:
         if self._client is None:
@@ -121,7 +142,7 @@ class P4RuntimeDriven(DataplaneTarget):
         return self._require().read_counter(name)
 
 
-class P4RuntimeTarget(P4RuntimeDriven, Generic[S]):
+class P4RuntimeTarget(P4RuntimeDriven[S]):
     """One switch process with a veth pair per data-plane port, driven over P4Runtime."""
 
     #: first letters of the namespace and interface names, unique to the target
@@ -137,7 +158,6 @@ class P4RuntimeTarget(P4RuntimeDriven, Generic[S]):
         self.switch_intf = {p: f"{self.prefix}{tag}s{p}" for p in self.ports}
         self.test_intf = {p: f"{self.prefix}{tag}t{p}" for p in self.ports}
         self._lab = NetnsLab()
-        self._switch: S | None = None
         self._device_config = b""  # set_pipeline's device config (BMv2: p4c's JSON)
         self._sockets: dict[int, PacketPort] = {}
 
@@ -189,11 +209,7 @@ class P4RuntimeTarget(P4RuntimeDriven, Generic[S]):
         for sock in self._sockets.values():
             sock.drain()
 
-    def stop(self) -> None:
-        self.disconnect()
-        if self._switch is not None:
-            self._switch.stop()
-            self._switch = None
+    def release(self) -> None:
         for sock in self._sockets.values():
             sock.close()
         self._sockets.clear()

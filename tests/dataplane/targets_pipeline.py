@@ -27,7 +27,7 @@ from .targets_p4rt import DEVICE_ID, P4RuntimeDriven
 PRIORITIES = PRIORITY_HIGH + 1  # queues per port, indexed by priority (0: data)
 
 
-class PipelineTarget(P4RuntimeDriven):
+class PipelineTarget(P4RuntimeDriven[InProcessSwitch]):
     """switchmodel's pipeline in this process, its ports as queues of frames."""
 
     name = "pipeline"
@@ -38,7 +38,6 @@ class PipelineTarget(P4RuntimeDriven):
         self, ports: Sequence[int], workdir: Path, port_rates: Mapping[int, int] | None = None
     ) -> None:
         super().__init__(ports, workdir, port_rates)
-        self._switch: InProcessSwitch | None = None
         self._sent: dict[int, deque[bytes]] = {port: deque() for port in self.ports}
         # shaped port -> priority -> (frame out, length as it arrived)
         self._queued: dict[int, list[deque[tuple[bytes, int]]]] = {
@@ -86,16 +85,7 @@ class PipelineTarget(P4RuntimeDriven):
                 return frame
         return None
 
-    def _require_switch(self) -> InProcessSwitch:
-        if self._switch is None:
-            raise RuntimeError(f"{self.label} target not started")
-        return self._switch
-
-    def stop(self) -> None:
-        self.disconnect()
-        if self._switch is not None:
-            self._switch.stop()
-            self._switch = None
+    def release(self) -> None:
         for sent in self._sent.values():
             sent.clear()
         for queues in self._queued.values():

@@ -18,22 +18,21 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from support.fabric import SMALL_TOPOLOGY
+from support.hostnet import agents_running, intact_write, skip_without_netns
 
-from experiments.hostnets import BackToBack, netns_available
+from experiments.hostnets import BackToBack
 from host.agent.agent import qp_number
 from host.agent.control_client import ControlClient, ControlError
 from host.transport import wire
+from p4src.contract import ROCEV2_UDP_PORT
 from targets.pcap import PcapWriter
-from topologies import Fabric, Host, load_topology
-from topologies.config import shipped_topology
+from topologies import Fabric, Host
 
 pytestmark = pytest.mark.netns
 
-SKIP = netns_available()
-if SKIP is not None:
-    pytest.skip(f"agent namespace tests: {SKIP}", allow_module_level=True)
+skip_without_netns()
 
-TOPO = shipped_topology("small")
 
 # Sends hex frames read from stdin on one interface (run inside a namespace).
 INJECT = (
@@ -46,22 +45,15 @@ INJECT = (
 
 
 @pytest.fixture(scope="module")
-def small() -> Fabric:
-    return Fabric(load_topology(TOPO))
-
-
-@pytest.fixture(scope="module")
-def net(small: Fabric, tmp_path_factory: pytest.TempPathFactory) -> Iterator[BackToBack]:
+def net(fabric: Fabric, tmp_path_factory: pytest.TempPathFactory) -> Iterator[BackToBack]:
     work = tmp_path_factory.mktemp("agent")
-    b2b = BackToBack(small, TOPO, ("h0", "h1"), prefix="ag", workdir=work)
-    try:
-        b2b.create()
-        b2b.start_agent("h0", "--pcap", str(work / "h0.pcap"))
-        # h0 reads through its ring, h1 with one recv per frame
-        b2b.start_agent("h1", "--no-rx-ring", "--stats-file", str(work / "h1-stats.json"))
-        yield b2b
-    finally:
-        b2b.close()
+    b2b = BackToBack(fabric, SMALL_TOPOLOGY, ("h0", "h1"), prefix="ag", workdir=work)
+    # h0 reads through its ring, h1 with one recv per frame
+    options = {
+        "h0": ["--pcap", str(work / "h0.pcap")],
+        "h1": ["--no-rx-ring", "--stats-file", str(work / "h1-stats.json")],
+    }
+    yield from agents_running(b2b, options)
 
 
 def inject(net: BackToBack, host: str, intf: str, frames: list[bytes]) -> None:
@@ -80,10 +72,10 @@ def stats(client: ControlClient) -> dict:
     return client.stats()["stats"]
 
 
-def data_frame(small: Fabric, src: str, dst: str, plane: int, *, dest_qp: int, rkey: int,
+def data_frame(fabric: Fabric, src: str, dst: str, plane: int, *, dest_qp: int, rkey: int,
                psn: int = 1, payload: bytes = b"\x5a" * 256) -> bytes:  # fmt: skip
     """A well-formed MRC data frame from ``src`` to ``dst``'s NIC on ``plane`` (core codec)."""
-    a, b = small.host(src).nic(plane), small.host(dst).nic(plane)
+    a, b = fabric.host(src).nic(plane), fabric.host(dst).nic(plane)
     prefix = wire.frame_prefix(
         src_mac=wire.mac_bytes(a.mac), dst_mac=wire.mac_bytes(b.mac), src=a.address.packed,
         dst=b.address.packed, dscp=wire.DSCP_TRIMMABLE, ecn=wire.ECN_ECT0, ev=0x10000001,
@@ -134,7 +126,7 @@ def data_sent_by(frames: list[bytes], host: Host) -> dict[int, int]:
 # -- data transfer ------------------------------------------------------------------------------
 
 
-def test_transfer_is_intact_and_uses_every_plane(net: BackToBack, small: Fabric) -> None:
+def test_transfer_is_intact_and_uses_every_plane(net: BackToBack, fabric: Fabric) -> None:
     size = 3 << 20
     with net.client("h0") as h0, net.client("h1") as h1:
         region = h1.register("bulk", size)
@@ -151,8 +143,8 @@ def test_transfer_is_intact_and_uses_every_plane(net: BackToBack, small: Fabric)
         assert check["match"], check
         assert check["sha256"] == started["sha256"]
         after0, after1 = stats(h0), stats(h1)
-    planes = small.topology.planes
-    data_packets = -(-size // small.topology.mtu)
+    planes = fabric.topology.planes
+    data_packets = -(-size // fabric.topology.mtu)
     sent = {p: after0["planes"][str(p)]["tx_packets"] - before0["planes"][str(p)]["tx_packets"]
             for p in range(planes)}  # fmt: skip
     received = {p: after1["planes"][str(p)]["rx_packets"] - before1["planes"][str(p)]["rx_packets"]
@@ -197,20 +189,17 @@ def test_transfer_in_both_directions_at_once(net: BackToBack) -> None:
 # -- paths and EV states ------------------------------------------------------------------------
 
 
-def test_denied_plane_carries_nothing_until_reinstated(net: BackToBack, small: Fabric) -> None:
+def test_denied_plane_carries_nothing_until_reinstated(net: BackToBack, fabric: Fabric) -> None:
     with net.client("h0") as h0, net.client("h1") as h1:
         table = h0.paths("h1")["paths"]["h1"]
-        assert set(table["paths"]) == {p.label for p in small.paths("h0", "h1")}
+        assert set(table["paths"]) == {p.label for p in fabric.paths("h0", "h1")}
         assert sum(p["evs"] for p in table["paths"].values()) == 128
         denied = h0.set_ev("h1", "DENIED", path="p0")
         assert denied["evs"] == 64 and denied["counts"]["denied"] == 64
-        region = h1.register("onlyp1", 1 << 20)
         capture = net.workdir / "h0.pcap"  # h0 captures what it sends and receives
         seen = len(read_pcap(capture))
-        started = h0.transfer("h1", region["addr"], region["rkey"], 1 << 20, seed=5)
-        assert h0.wait([started["transfer"]], timeout=60)["complete"]
-        assert h1.verify("onlyp1", seed=5)["match"]
-        sent = data_sent_by(read_pcap(capture)[seen:], small.host("h0"))
+        intact_write(h0, h1, "h1", "onlyp1", 1 << 20, seed=5, timeout=60)
+        sent = data_sent_by(read_pcap(capture)[seen:], fabric.host("h0"))
         assert sent[0] == 0 and sent[1] >= 256  # not one data packet on plane 0
         states = {e["state"] for e in h0.paths("h1")["paths"]["h1"]["evs"] if e["path"] == "p0"}
         assert states == {"denied"}
@@ -222,7 +211,7 @@ def test_denied_plane_carries_nothing_until_reinstated(net: BackToBack, small: F
         assert {t["new"] for t in transitions} >= {"denied", "good"}
 
 
-def test_plane_link_down_and_up(net: BackToBack, small: Fabric) -> None:
+def test_plane_link_down_and_up(net: BackToBack, fabric: Fabric) -> None:
     """A plane NIC going down: the agent sees it (port status: the plane's EVs retired, nothing
     sent there), does not spin, and moves data on the other plane; once it is up again the
     plane carries data again."""
@@ -235,10 +224,7 @@ def test_plane_link_down_and_up(net: BackToBack, small: Fabric) -> None:
             assert down["agent"]["loop_wakeups"] - before["agent"]["loop_wakeups"] <= 10
             assert h0.paths("h1")["paths"]["h1"]["paths"]["p0"]["states"] == {"assumed_bad": 64}
             assert down["planes"]["0"]["tx_errors"] == before["planes"]["0"]["tx_errors"]
-            region = h1.register("linkdown", 1 << 20)
-            started = h0.transfer("h1", region["addr"], region["rkey"], 1 << 20, seed=31)
-            assert h0.wait([started["transfer"]], timeout=60)["failed"] == []
-            assert h1.verify("linkdown", seed=31)["match"]
+            intact_write(h0, h1, "h1", "linkdown", 1 << 20, seed=31, timeout=60)
         finally:
             net.run("h0", ["ip", "link", "set", "h0-p0", "up"])
         deadline = time.monotonic() + 20
@@ -249,20 +235,18 @@ def test_plane_link_down_and_up(net: BackToBack, small: Fabric) -> None:
             time.sleep(0.1)
         capture = net.workdir / "h0.pcap"
         seen = len(read_pcap(capture))
-        started = h0.transfer("h1", region["addr"], region["rkey"], 1 << 20, seed=32)
-        assert h0.wait([started["transfer"]], timeout=60)["failed"] == []
-        assert h1.verify("linkdown", seed=32)["match"]
-        assert data_sent_by(read_pcap(capture)[seen:], small.host("h0"))[0] > 0
+        intact_write(h0, h1, "h1", "linkup", 1 << 20, seed=32, timeout=60)
+        assert data_sent_by(read_pcap(capture)[seen:], fabric.host("h0"))[0] > 0
     assert h0.info()["host"] == "h0"
 
 
 # -- bad input ----------------------------------------------------------------------------------
 
 
-def test_garbage_frames_are_counted_and_ignored(net: BackToBack, small: Fabric) -> None:
+def test_garbage_frames_are_counted_and_ignored(net: BackToBack, fabric: Fabric) -> None:
     rng = random.Random(4791)
-    h0nic, h1nic = small.host("h0").nic(0), small.host("h1").nic(0)
-    good = data_frame(small, "h1", "h0", 0, dest_qp=qp_number(0, 1, "mrc"), rkey=0x1234)
+    h0nic, h1nic = fabric.host("h0").nic(0), fabric.host("h1").nic(0)
+    good = data_frame(fabric, "h1", "h0", 0, dest_qp=qp_number(0, 1, "mrc"), rkey=0x1234)
     eth_ip6 = good[:54]
     mrc_like: list[bytes] = [
         good[:60],  # cut inside the UDP header
@@ -272,7 +256,7 @@ def test_garbage_frames_are_counted_and_ignored(net: BackToBack, small: Fabric) 
         good[:62] + b"\x64" + good[63:],  # BTH opcode 0x64 (SEND): not MRC
         good[:90] + b"\x09" + good[91:],  # unknown data extension type
         good,  # well-formed but rkey 0x1234 names no region
-        data_frame(small, "h1", "h0", 0, dest_qp=0xABCDE, rkey=1),  # no such QP
+        data_frame(fabric, "h1", "h0", 0, dest_qp=0xABCDE, rkey=1),  # no such QP
     ]
     for _ in range(24):  # random bytes behind valid outer headers
         mrc_like.append(good[:62] + rng.randbytes(rng.randrange(0, 200)))
@@ -285,8 +269,8 @@ def test_garbage_frames_are_counted_and_ignored(net: BackToBack, small: Fabric) 
         bytes.fromhex(h0nic.mac.replace(":", "")) * 2 + b"\x88\xb5" + rng.randbytes(100),
     ]
     # MRC frames for other NICs: h2's address, and (direct mode) a carrier ending with h1's uSID
-    h2addr = small.host("h2").nic(0).address.packed
-    leaf_to_h1 = next(p.carrier for p in small.paths("h0", "h1") if p.plane == 0).packed
+    h2addr = fabric.host("h2").nic(0).address.packed
+    leaf_to_h1 = next(p.carrier for p in fabric.paths("h0", "h1") if p.plane == 0).packed
     misaddressed = [good[:38] + h2addr + good[54:], good[:38] + leaf_to_h1 + good[54:]]
     with net.client("h0") as h0:
         before = stats(h0)
@@ -320,13 +304,10 @@ def test_garbage_frames_are_counted_and_ignored(net: BackToBack, small: Fabric) 
     assert after["agent"]["core_errors"] == 0
     # and the agent still moves data
     with net.client("h0") as h0, net.client("h1") as h1:
-        region = h1.register("aftergarbage", 1 << 18)
-        started = h0.transfer("h1", region["addr"], region["rkey"], 1 << 18, seed=9)
-        assert h0.wait([started["transfer"]], timeout=60)["complete"]
-        assert h1.verify("aftergarbage", seed=9)["match"]
+        intact_write(h0, h1, "h1", "aftergarbage", 1 << 18, seed=9, timeout=60)
 
 
-def test_kernel_never_answers_mrc_packets(net: BackToBack, small: Fabric, tmp_path: Path) -> None:
+def test_kernel_never_answers_mrc_packets(net: BackToBack, fabric: Fabric, tmp_path: Path) -> None:
     """Frames to h0's NIC address and MAC (MRC, other UDP, ICMPv6 echo): no ICMPv6 comes back."""
     from scapy.layers.inet6 import UDP, ICMPv6EchoRequest, IPv6
     from scapy.layers.l2 import Ether
@@ -335,13 +316,15 @@ def test_kernel_never_answers_mrc_packets(net: BackToBack, small: Fabric, tmp_pa
     for intf in ("h0-p0", "h0-p1"):
         value = net.run("h0", ["cat", f"/proc/sys/net/ipv6/conf/{intf}/disable_ipv6"])
         assert value.stdout.strip() == "1", f"{intf}: kernel IPv6 still on"
-    h0nic, h1nic = small.host("h0").nic(0), small.host("h1").nic(0)
+    h0nic, h1nic = fabric.host("h0").nic(0), fabric.host("h1").nic(0)
     base = Ether(src=h1nic.mac, dst=h0nic.mac) / IPv6(
         src=str(h1nic.address), dst=str(h0nic.address)
     )
     probes = [
-        bytes(base / UDP(sport=50000, dport=4791) / (b"\x0a" + b"\x00" * 80)),  # MRC, garbage BTH
-        data_frame(small, "h1", "h0", 0, dest_qp=0x777, rkey=5),  # MRC to a QP that does not exist
+        bytes(
+            base / UDP(sport=50000, dport=ROCEV2_UDP_PORT) / (b"\x0a" + b"\x00" * 80)
+        ),  # garbage BTH
+        data_frame(fabric, "h1", "h0", 0, dest_qp=0x777, rkey=5),  # MRC to a QP that does not exist
         bytes(base / UDP(sport=50000, dport=9) / b"discard?"),  # a port nothing listens on
         bytes(base / ICMPv6EchoRequest(id=7, seq=1)),
     ]
@@ -381,7 +364,7 @@ def test_kernel_never_answers_mrc_packets(net: BackToBack, small: Fabric, tmp_pa
     echoes = [f for f in frames if f[Ether].src == h1nic.mac and f.haslayer(ICMPv6EchoRequest)]
     assert len(echoes) == 3, [f.summary() for f in frames][:20]
     assert from_h0, "the capture saw nothing from h0 (ACKs of the transfer expected)"
-    assert all(f.haslayer(UDP) and f[UDP].dport == 4791 for f in from_h0)
+    assert all(f.haslayer(UDP) and f[UDP].dport == ROCEV2_UDP_PORT for f in from_h0)
     assert icmp == []
 
 
@@ -460,7 +443,7 @@ def test_command_line_client(net: BackToBack) -> None:
 
 def test_start_errors_name_the_problem(net: BackToBack, tmp_path: Path) -> None:
     def start(host: str, ns_host: str, control: Path) -> subprocess.CompletedProcess[str]:
-        argv = [sys.executable, "-m", "host.agent.cli", "--topo", str(TOPO), "--host", host,
+        argv = [sys.executable, "-m", "host.agent.cli", "--topo", str(SMALL_TOPOLOGY), "--host", host,
                 "--control", str(control), "--direct"]  # fmt: skip
         return subprocess.run(
             net.exec_argv(ns_host, argv), capture_output=True, text=True, timeout=60, check=False

@@ -12,37 +12,24 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from support.fabric import SMALL_TOPOLOGY
+from support.hostnet import agents_running, intact_write, skip_without_netns
 
-from experiments.hostnets import BackToBack, netns_available
+from experiments.hostnets import BackToBack
 from host.agent.control_client import ControlClient, ControlError
-from topologies import Fabric, load_topology
-from topologies.config import shipped_topology
+from topologies import Fabric
 
 pytestmark = pytest.mark.netns
 
-SKIP = netns_available()
-if SKIP is not None:
-    pytest.skip(f"agent namespace tests: {SKIP}", allow_module_level=True)
-
-TOPO = shipped_topology("small")
+skip_without_netns()
 
 
 @pytest.fixture(scope="module")
-def small() -> Fabric:
-    return Fabric(load_topology(TOPO))
-
-
-@pytest.fixture(scope="module")
-def net(small: Fabric, tmp_path_factory: pytest.TempPathFactory) -> Iterator[BackToBack]:
+def net(fabric: Fabric, tmp_path_factory: pytest.TempPathFactory) -> Iterator[BackToBack]:
     work = tmp_path_factory.mktemp("ports")
-    b2b = BackToBack(small, TOPO, ("h0", "h1"), prefix="ap", workdir=work)
-    try:
-        b2b.create()
-        b2b.start_agent("h0")
-        b2b.start_agent("h1")
-        yield b2b
-    finally:
-        b2b.close()
+    yield from agents_running(
+        BackToBack(fabric, SMALL_TOPOLOGY, ("h0", "h1"), prefix="ap", workdir=work)
+    )
 
 
 def wait_for(check: Any, timeout: float = 10.0) -> Any:
@@ -87,10 +74,7 @@ def test_nic_down_retires_the_plane_at_once_and_tells_the_peer(net: BackToBack) 
             assert {e["plane"] for e in peer} == {0}
             assert h0.stats()["stats"]["core"]["rtos"] == 0
             # data still moves, on plane 1
-            region = h1.register("ports", 1 << 20)
-            t = h0.transfer("h1", region["addr"], region["rkey"], 1 << 20, seed=41)
-            assert h0.wait([t["transfer"]], timeout=60)["failed"] == []
-            assert h1.verify("ports", seed=41)["match"]
+            intact_write(h0, h1, "h1", "ports", 1 << 20, seed=41, timeout=60)
         finally:
             net.run("h0", ["ip", "link", "set", "h0-p0", "up"])
         # back through probes, on both sides
@@ -100,15 +84,15 @@ def test_nic_down_retires_the_plane_at_once_and_tells_the_peer(net: BackToBack) 
         assert "port_up" in reasons and "probe_reply" in reasons
 
 
-def test_ev_probes_through_the_control_interface(net: BackToBack, small: Fabric) -> None:
+def test_ev_probes_through_the_control_interface(net: BackToBack, fabric: Fabric) -> None:
     with net.client("h0") as h0:
         reply = h0.request(
             "ep-probe",
             requests=[
                 {"req_id": 1, "peer": "h1", "plane": 0, "ev": 0x12345, "format": "stev"},
                 {"req_id": 2, "peer": "h1", "plane": 1, "ev": 7, "format": "udp"},
-                {"req_id": 3, "sgid": str(small.host("h0").nic(1).address),
-                 "dgid": str(small.host("h1").nic(1).address), "ev": 9},
+                {"req_id": 3, "sgid": str(fabric.host("h0").nic(1).address),
+                 "dgid": str(fabric.host("h1").nic(1).address), "ev": 9},
             ],
             dscp=46,
             timeout_ns=20_000_000,

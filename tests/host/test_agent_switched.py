@@ -12,50 +12,31 @@ import importlib.util
 from collections.abc import Iterator
 
 import pytest
+from support.fabric import SMALL_TOPOLOGY
+from support.hostnet import agents_running, intact_write, skip_without_netns
 
-from experiments.hostnets import SwitchedRack, netns_available
+from experiments.hostnets import SwitchedRack
 from host.transport import wire
-from topologies import Fabric, load_topology
-from topologies.config import shipped_topology
+from topologies import Fabric
 
 pytestmark = pytest.mark.netns
 
-SKIP = netns_available()
-if SKIP is not None:
-    pytest.skip(f"agent namespace tests: {SKIP}", allow_module_level=True)
+skip_without_netns()
 if importlib.util.find_spec("switchmodel.cli") is None:
     pytest.skip("the switchmodel (mrc-switch) is not available", allow_module_level=True)
 
-TOPO = shipped_topology("small")
-
 
 @pytest.fixture(scope="module")
-def small() -> Fabric:
-    return Fabric(load_topology(TOPO))
-
-
-@pytest.fixture(scope="module")
-def rack(small: Fabric, tmp_path_factory: pytest.TempPathFactory) -> Iterator[SwitchedRack]:
+def rack(fabric: Fabric, tmp_path_factory: pytest.TempPathFactory) -> Iterator[SwitchedRack]:
     work = tmp_path_factory.mktemp("switched")
-    net = SwitchedRack(small, TOPO, ("h0", "h1"), prefix="ag", workdir=work)
-    try:
-        net.create()
-        net.start_switches()
-        net.start_agent("h0")
-        net.start_agent("h1", "--pcap", str(work / "h1.pcap"))
-        yield net
-    finally:
-        net.close()
+    net = SwitchedRack(fabric, SMALL_TOPOLOGY, ("h0", "h1"), prefix="ag", workdir=work)
+    yield from agents_running(net, {"h1": ["--pcap", str(work / "h1.pcap")]})
 
 
-def test_transfer_through_the_leaves_of_every_plane(rack: SwitchedRack, small: Fabric) -> None:
+def test_transfer_through_the_leaves_of_every_plane(rack: SwitchedRack, fabric: Fabric) -> None:
     size = 1 << 20
     with rack.client("h0") as h0, rack.client("h1") as h1:
-        region = h1.register("viaswitch", size)
-        started = h0.transfer("h1", region["addr"], region["rkey"], size, seed=17, imm=5)
-        done = h0.wait([started["transfer"]], timeout=90)
-        assert done["complete"] and not done["failed"], done
-        assert h1.verify("viaswitch", seed=17)["match"]
+        intact_write(h0, h1, "h1", "viaswitch", size, seed=17, timeout=90, imm=5)
         s0, s1 = h0.stats()["stats"], h1.stats()["stats"]
     for stats in (s0, s1):
         assert stats["agent"]["direct_accepted"] == 0
@@ -66,7 +47,7 @@ def test_transfer_through_the_leaves_of_every_plane(rack: SwitchedRack, small: F
     # what arrived at h1 went through a leaf: carrier shifted to the NIC address, hop limit - 1
     from test_agent_capture import read_pcap
 
-    nics = {nic.address.packed for nic in small.host("h1").nics}
+    nics = {nic.address.packed for nic in fabric.host("h1").nics}
     arrived = [
         p
         for p in (wire.parse(f) for f in read_pcap(rack.workdir / "h1.pcap"))
@@ -86,10 +67,7 @@ def test_denied_plane_through_the_switch(rack: SwitchedRack) -> None:
 
             capture = rack.workdir / "h1.pcap"  # h1 captures what arrives through the leaves
             seen = len(read_pcap(capture))
-            region = h1.register("p0only", 1 << 18)
-            started = h0.transfer("h1", region["addr"], region["rkey"], 1 << 18, seed=8)
-            assert h0.wait([started["transfer"]], timeout=90)["complete"]
-            assert h1.verify("p0only", seed=8)["match"]
+            intact_write(h0, h1, "h1", "p0only", 1 << 18, seed=8, timeout=90)
             arrived: dict[int, int] = {0: 0, 1: 0}
             for frame in read_pcap(capture)[seen:]:
                 packet = wire.parse(frame)

@@ -24,6 +24,7 @@ from typing import Any
 
 import pytest
 from support.fabric import SMALL_TOPOLOGY, small_fabric
+from support.hostnet import intact_write
 
 from topologies import load_topology
 
@@ -149,12 +150,5 @@ def all_good(testbed: Any, src: str, dst: str) -> Callable[[], bool]:
 
 def transfer(testbed: Any, src: str, dst: str, size: int, seed: int, policy: str = "mrc") -> None:
     """A WRITE of ``size`` bytes into region ``r<seed>`` of ``dst``; it must arrive intact."""
-    region = f"r{seed}"
-    with agent(testbed, dst) as rx:
-        mr = rx.register(region, size)
-    with agent(testbed, src) as tx:
-        reply = tx.transfer(dst, mr["addr"], mr["rkey"], size, seed=seed, policy=policy)
-        done = tx.wait([reply["transfer"]], timeout=120)
-    assert done["complete"] and not done["failed"], done
-    with agent(testbed, dst) as rx:
-        assert rx.verify(region, seed=seed)["match"]
+    with agent(testbed, src) as tx, agent(testbed, dst) as rx:
+        intact_write(tx, rx, dst, f"r{seed}", size, seed, policy=policy)

@@ -1,9 +1,10 @@
 """What the test suites share, imported as ``support`` (``tests/`` is on the import path).
 
 - ``fabric``  the shipped small fabric (:func:`fabric.small_fabric`) and its topology file;
-- ``switch``  a free TCP port of 127.0.0.1 (:func:`switch.free_port`) and switchmodel's
-              P4Runtime server run in-process over a bare pipeline state
+- ``switch``  switchmodel's P4Runtime server run in-process over a bare pipeline state
               (:class:`switch.InProcessSwitch`).
+
+A free TCP port for a switch is :func:`targets.lab.free_port`.
 
 ``tests/conftest.py`` makes the small fabric the ``fabric`` fixture (a module may override it
 with fabrics of its own); ``tests/switchmodel/conftest.py`` serves an in-process switch as the

@@ -1,8 +1,9 @@
-"""A free TCP port, and switchmodel's P4Runtime server in this process.
+"""switchmodel's P4Runtime server in this process.
 
 :class:`InProcessSwitch` is the switch without a data path: a
 :class:`switchmodel.runtime.TargetSlot` whose pipeline state the tests read and drive directly
-(:func:`switchmodel.pipeline.ingress`), served over real gRPC on a free port of 127.0.0.1, so a
+(:func:`switchmodel.pipeline.ingress`), served over real gRPC on a free port of 127.0.0.1
+(:func:`targets.lab.free_port`), so a
 :class:`controller.client.SwitchClient` talks to it as to a switch process::
 
     switch = InProcessSwitch(device_id=3)
@@ -13,21 +14,14 @@
 
 from __future__ import annotations
 
-import socket
 from typing import Any
 
 from switchmodel.runtime import TargetSlot
 from switchmodel.server import P4RuntimeServicer, serve
+from targets.lab import free_port
 
 #: The device id of an in-process switch unless one is given.
 DEVICE_ID = 1
-
-
-def free_port() -> int:
-    """A TCP port of 127.0.0.1 that nothing listens on right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 class InProcessSwitch:
