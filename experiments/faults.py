@@ -219,6 +219,7 @@ class SwitchFault(Fault):
     """A fault of some switches (``switches``), killed and started at the same time."""
 
     names: ClassVar[tuple[str, str]] = ("kill", "start")
+    derived: ClassVar[tuple[str, ...]] = ("switches",)  # a file names a switch or a plane
 
     switches: tuple[str, ...]
 
@@ -238,8 +239,6 @@ class SwitchReboot(SwitchFault, kind="switch_reboot"):
     """``switch_reboot``: ``switch`` is killed at ``at_s`` and started ``down_s`` later (with
     empty tables: ``mrc-ctl watch`` re-installs them)."""
 
-    derived: ClassVar[tuple[str, ...]] = ("switches",)
-
     down_s: float
 
     @property
@@ -257,8 +256,6 @@ class SwitchReboot(SwitchFault, kind="switch_reboot"):
 @dataclass(frozen=True)
 class PlaneFault(SwitchFault):
     """A fault of every spine of ``plane`` (``switches``)."""
-
-    derived: ClassVar[tuple[str, ...]] = ("switches",)
 
     plane: int
 
