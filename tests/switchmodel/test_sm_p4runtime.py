@@ -5,10 +5,8 @@ from __future__ import annotations
 
 import json
 import queue
-import socket
 import subprocess
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 
 import grpc
@@ -17,6 +15,7 @@ from dataplane.packets import mrc_frame
 from google.protobuf import text_format
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from support.switch import InProcessSwitch
 
 from controller.cli import Failure, shell_python
 from controller.client import P4RuntimeError, SwitchClient
@@ -27,7 +26,6 @@ from p4src.proto import rpc_code as code_pb2
 from p4src.proto import rpc_status as status_pb2
 from switchmodel.pipeline import Forward, egress, ingress
 from switchmodel.runtime import RuntimeStatus, SwitchRuntime, TargetSlot
-from switchmodel.server import P4RuntimeServicer, serve
 
 DEVICE = 7
 INFO = P4Info.load()
@@ -37,38 +35,10 @@ QOS = contract.PORT_QOS
 DST = contract.DST_ADDR
 
 
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
-class Switch:
-    """An in-process P4Runtime server over a TargetSlot."""
-
-    def __init__(self) -> None:
-        self.slot = TargetSlot()
-        self.servicer = P4RuntimeServicer(self.slot, DEVICE)
-        self.address = f"127.0.0.1:{free_port()}"
-        self.server = serve(self.servicer, self.address)
-
-    def stop(self) -> None:
-        self.server.stop(grace=0).wait()
-
-
 @pytest.fixture
-def switch() -> Iterator[Switch]:
-    sw = Switch()
-    yield sw
-    sw.stop()
-
-
-@pytest.fixture
-def client(switch: Switch) -> Iterator[SwitchClient]:
-    c = SwitchClient(switch.address, DEVICE, election_id=10, p4info=INFO).connect()
-    c.set_pipeline(INFO)
-    yield c
-    c.close()
+def device_id() -> int:
+    """The in-process switch of these tests serves device id :data:`DEVICE`."""
+    return DEVICE
 
 
 class RawStream:
@@ -123,13 +93,13 @@ def update(kind: int, table_entry: p4r.TableEntry) -> p4r.Update:
 # -- capabilities and arbitration ------------------------------------------------------------
 
 
-def test_capabilities(switch: Switch) -> None:
+def test_capabilities(switch: InProcessSwitch) -> None:
     with grpc.insecure_channel(switch.address) as channel:
         reply = p4r_grpc.P4RuntimeStub(channel).Capabilities(p4r.CapabilitiesRequest(), timeout=5)
     assert reply.p4runtime_api_version.startswith("1.")
 
 
-def test_arbitration_primary_backup_and_failover(switch: Switch) -> None:
+def test_arbitration_primary_backup_and_failover(switch: InProcessSwitch) -> None:
     first, second = RawStream(switch.address), RawStream(switch.address)
     try:
         first.arbitrate(5)
@@ -151,7 +121,7 @@ def test_arbitration_primary_backup_and_failover(switch: Switch) -> None:
         second.close()
 
 
-def test_higher_election_id_takes_over_and_old_primary_is_told(switch: Switch) -> None:
+def test_higher_election_id_takes_over_and_old_primary_is_told(switch: InProcessSwitch) -> None:
     old, new = RawStream(switch.address), RawStream(switch.address)
     try:
         old.arbitrate(1)
@@ -165,7 +135,7 @@ def test_higher_election_id_takes_over_and_old_primary_is_told(switch: Switch) -
         new.close()
 
 
-def test_duplicate_election_id_and_wrong_device_are_refused(switch: Switch) -> None:
+def test_duplicate_election_id_and_wrong_device_are_refused(switch: InProcessSwitch) -> None:
     first, dup, wrong = (RawStream(switch.address) for _ in range(3))
     try:
         first.arbitrate(4)
@@ -184,7 +154,7 @@ def test_duplicate_election_id_and_wrong_device_are_refused(switch: Switch) -> N
             stream.close()
 
 
-def test_backup_write_is_permission_denied(switch: Switch, client: SwitchClient) -> None:
+def test_backup_write_is_permission_denied(switch: InProcessSwitch, client: SwitchClient) -> None:
     backup = SwitchClient(switch.address, DEVICE, election_id=2, p4info=INFO).connect()
     try:
         assert client.is_primary and not backup.is_primary
@@ -199,7 +169,7 @@ def test_backup_write_is_permission_denied(switch: Switch, client: SwitchClient)
         backup.close()
 
 
-def test_wrong_device_id_on_write_is_not_found(switch: Switch, client: SwitchClient) -> None:
+def test_wrong_device_id_on_write_is_not_found(switch: InProcessSwitch, client: SwitchClient) -> None:
     request = p4r.WriteRequest(device_id=DEVICE + 1)
     request.election_id.low = 10
     request.updates.append(update(p4r.Update.INSERT, entry("fcbb:bb00:100::/48", 1)))
@@ -221,7 +191,7 @@ def _without(kind: str, name: str) -> p4i.P4Info:
     return info
 
 
-def _set_config(switch: Switch, info: p4i.P4Info | None, action: int, election: int = 10) -> None:
+def _set_config(switch: InProcessSwitch, info: p4i.P4Info | None, action: int, election: int = 10) -> None:
     request = p4r.SetForwardingPipelineConfigRequest(device_id=DEVICE, action=action)
     request.election_id.low = election
     if info is not None:
@@ -231,7 +201,7 @@ def _set_config(switch: Switch, info: p4i.P4Info | None, action: int, election: 
         p4r_grpc.P4RuntimeStub(channel).SetForwardingPipelineConfig(request, timeout=5)
 
 
-def _get_config(switch: Switch) -> p4r.ForwardingPipelineConfig:
+def _get_config(switch: InProcessSwitch) -> p4r.ForwardingPipelineConfig:
     request = p4r.GetForwardingPipelineConfigRequest(device_id=DEVICE)
     with grpc.insecure_channel(switch.address) as channel:
         return (
@@ -239,7 +209,7 @@ def _get_config(switch: Switch) -> p4r.ForwardingPipelineConfig:
         )
 
 
-def test_pipeline_starts_empty_and_writes_need_one(switch: Switch) -> None:
+def test_pipeline_starts_empty_and_writes_need_one(switch: InProcessSwitch) -> None:
     with SwitchClient(switch.address, DEVICE, election_id=1, p4info=INFO) as c:
         assert c.get_pipeline() is None
         with pytest.raises(P4RuntimeError) as caught:
@@ -256,7 +226,7 @@ def test_pipeline_starts_empty_and_writes_need_one(switch: Switch) -> None:
         ("actions", contract.SRV6_END),
     ],
 )
-def test_set_pipeline_rejects_missing_objects_by_name(switch: Switch, kind: str, name: str) -> None:
+def test_set_pipeline_rejects_missing_objects_by_name(switch: InProcessSwitch, kind: str, name: str) -> None:
     with SwitchClient(switch.address, DEVICE, election_id=1) as c:
         request_info = P4Info(_without(kind, name))
         with pytest.raises(P4RuntimeError) as caught:
@@ -266,7 +236,7 @@ def test_set_pipeline_rejects_missing_objects_by_name(switch: Switch, kind: str,
     assert switch.slot.state is None
 
 
-def test_set_pipeline_rejects_wrong_width(switch: Switch) -> None:
+def test_set_pipeline_rejects_wrong_width(switch: InProcessSwitch) -> None:
     info = p4i.P4Info()
     info.CopyFrom(INFO.proto)
     for action in info.actions:
@@ -281,7 +251,7 @@ def test_set_pipeline_rejects_wrong_width(switch: Switch) -> None:
     assert "'port'" in caught.value.details and "bit<9>" in caught.value.details
 
 
-def test_verify_save_commit_and_get(switch: Switch) -> None:
+def test_verify_save_commit_and_get(switch: InProcessSwitch) -> None:
     actions = p4r.SetForwardingPipelineConfigRequest
     with SwitchClient(switch.address, DEVICE, election_id=10):
         _set_config(switch, INFO.proto, actions.VERIFY)
@@ -311,7 +281,7 @@ def test_verify_save_commit_and_get(switch: Switch) -> None:
         assert caught.value.code() == grpc.StatusCode.INVALID_ARGUMENT
 
 
-def test_ids_come_from_the_given_p4info(switch: Switch) -> None:
+def test_ids_come_from_the_given_p4info(switch: InProcessSwitch) -> None:
     info = p4i.P4Info()
     info.CopyFrom(INFO.proto)
     for table in info.tables:
@@ -327,7 +297,7 @@ def test_ids_come_from_the_given_p4info(switch: Switch) -> None:
 # -- writes ----------------------------------------------------------------------------------
 
 
-def test_per_update_errors(switch: Switch, client: SwitchClient) -> None:
+def test_per_update_errors(switch: InProcessSwitch, client: SwitchClient) -> None:
     good = entry("fcbb:bb00:100::/48", 1)
     client.insert([good])
     bad_param = entry("fcbb:bb00:200::/48", 1)
@@ -378,7 +348,7 @@ def test_per_update_errors(switch: Switch, client: SwitchClient) -> None:
 
 
 def test_modify_delete_and_default_entries_reach_the_data_path(
-    switch: Switch, client: SwitchClient
+    switch: InProcessSwitch, client: SwitchClient
 ) -> None:
     dst = "fcbb:bb00:100::"
     frame = mrc_frame(dst)
@@ -449,7 +419,7 @@ def test_wildcard_and_per_table_reads(client: SwitchClient) -> None:
     assert len(found) == 1 and INFO.describe(found[0].table_entry) == INFO.describe(routes[1])
 
 
-def test_counters_and_register_read(switch: Switch, client: SwitchClient) -> None:
+def test_counters_and_register_read(switch: InProcessSwitch, client: SwitchClient) -> None:
     client.insert([entry("fcbb:bb00:100::/48", 2)])
     state = switch.slot.state
     assert state is not None
@@ -524,7 +494,7 @@ finally:
 """
 
 
-def test_p4runtime_shell_connects_writes_and_reads(switch: Switch, tmp_path: Path) -> None:
+def test_p4runtime_shell_connects_writes_and_reads(switch: InProcessSwitch, tmp_path: Path) -> None:
     try:
         python = shell_python()
     except Failure as exc:
