@@ -87,7 +87,8 @@ class _Port:
 
     __slots__ = ("node", "number", "peer", "peer_port", "byte_time", "delay", "depth", "trim_at",
                  "ecn_at", "high", "low", "busy", "faults", "name", "current", "red", "low_bytes",
-                 "high_bytes", "host", "to_host", "counters", "tx", "rate", "current_low")  # fmt: skip
+                 "high_bytes", "host", "to_host", "counters", "tx", "rate", "current_low",
+                 "peer_switch")  # fmt: skip
 
     def __init__(
         self, node: str, number: int, peer: str, peer_port: int, rate: float, delay: float,
@@ -115,9 +116,23 @@ class _Port:
         self.faults = faults
         self.host = host  # a host NIC (the sender's own link)
         self.to_host = to_host  # a switch port facing a host (the last hop)
+        self.peer_switch: _Switch | None = None  # the switch at the other end, if one is
         self.name = f"{node}-eth{number}" if number else node
         self.counters: collections.Counter[str] = collections.Counter()
         self.tx = 0
+
+
+class _Switch:
+    """What a switch forwards by: its uSID, its routes and its ECMP group."""
+
+    __slots__ = ("name", "usid", "routes", "ecmp_remote", "ecmp_ports")
+
+    def __init__(self, name: str, usid: int, routes: dict[int, _Port]) -> None:
+        self.name = name
+        self.usid = usid
+        self.routes = routes  # active uSID -> egress port
+        self.ecmp_remote: frozenset[int] = frozenset()  # NIC uSIDs hashed over the uplinks
+        self.ecmp_ports: tuple[_Port, ...] = ()
 
 
 class SimNet:
@@ -219,6 +234,13 @@ class SimNet:
                     self._routes[sw.name].setdefault(
                         nic.usid, self._ports[(sw.name, sw.port_to(nic.switch).number)]
                     )
+        switches: dict[str, _Switch] = {}
+        for sw in fabric.switches:
+            node = switches[sw.name] = _Switch(sw.name, sw.usid, self._routes[sw.name])
+            if sw.name in self._ecmp:
+                node.ecmp_remote, node.ecmp_ports = self._ecmp[sw.name]
+        for egress in self._ports.values():
+            egress.peer_switch = switches.get(egress.peer)
 
     @classmethod
     def build(cls, spec: SimFabric, *, seed: int = 0) -> SimNet:
@@ -241,6 +263,11 @@ class SimNet:
         self.fabric.host(ctx.host)  # validates the name
         self._hosts[ctx.host] = ctx
         self._host_timer[ctx.host] = None
+
+    @property
+    def contexts(self) -> dict[str, Context]:
+        """The attached host contexts, by host name."""
+        return dict(self._hosts)
 
     @property
     def port_counters(self) -> dict[str, collections.Counter[str]]:
@@ -588,19 +615,20 @@ class SimNet:
     def _arrive(self, port: _Port, frame: bytearray) -> str | None:
         """Deliver a frame at the end of a link; returns the host that took it (None: a
         switch did)."""
+        switch = port.peer_switch
+        if switch is not None:
+            self._switch(switch, frame)
+            return None
         node = port.peer
         ctx = self._hosts.get(node)
         if ctx is not None:
             ctx.receive_frame(port.peer_port, frame, self.now)
             self._pump(node)
             return node
-        if node in self._routes:
-            self._switch(node, frame)
-        else:
-            self.counters["drop_no_host"] += 1
+        self.counters["drop_no_host"] += 1
         return None
 
-    def _switch(self, name: str, frame: bytearray) -> None:
+    def _switch(self, switch: _Switch, frame: bytearray) -> None:
         counters = self.counters
         counters["switched"] += 1
         if len(frame) < 54 or frame[12:14] != b"\x86\xdd":
@@ -614,7 +642,7 @@ class SimNet:
         if addr >> 96 != self._block:
             counters["drop_no_route"] += 1
             return
-        if (addr >> _ARG_BITS) & _USID_MASK == self._usid[name]:
+        if (addr >> _ARG_BITS) & _USID_MASK == switch.usid:
             if addr & _ARG_MASK:
                 # uN: drop the active uSID, move the rest up, zero-fill
                 addr = (addr & _BLOCK_MASK) | ((addr & _ARG_MASK) << USID_BITS)
@@ -632,13 +660,13 @@ class SimNet:
                 return
             frame[38:54] = addr.to_bytes(16, "big")
         active = (addr >> _ARG_BITS) & _USID_MASK
-        ecmp = self._ecmp.get(name)
         out: _Port | None
-        if ecmp is not None and active in ecmp[0]:
-            out = ecmp[1][_ecmp_member(frame, len(ecmp[1]))]
+        if active in switch.ecmp_remote:
+            ports = switch.ecmp_ports
+            out = ports[_ecmp_member(frame, len(ports))]
             counters["ecmp"] += 1
         else:
-            out = self._routes[name].get(active)
+            out = switch.routes.get(active)
         if out is None:
             counters["drop_no_route"] += 1
             return

@@ -74,6 +74,8 @@ class Experiment:
             args += ["-failed", str(self.failed)]
         if self.fabric.queues.packets is not None:
             args += ["-q", str(self.fabric.queues.packets)]
+        if self.fabric.planes > 1:
+            args += ["-planes", str(self.fabric.planes)]
         return args
 
     def ideal_us(self) -> float:
