@@ -18,18 +18,35 @@
 
 local mrc = Proto("mrc", "MRC (Multipath Reliable Connection) extension")
 
-local EXT_NAMES = { [1] = "DATA", [2] = "ACK", [3] = "NACK", [4] = "PROBE", [5] = "PROBE_REPLY",
-    [6] = "EP_REQUEST", [7] = "EP_RESPONSE" }
-local EP_OPS = { [0] = "EV_PROBE", [1] = "PORT_STATUS_UPDATE" }
+-- Code points and sizes, under the names of p4src/contract.py (tests/test_contract_docs.py holds
+-- every one of them to it): a table is the contract's enum of that name in capitals.
+local ROCEV2_UDP_PORT = 4791
+local OPCODE = { WRITE_ONLY = 0x0A, WRITE_ONLY_IMM = 0x0B, ACKNOWLEDGE = 0x11 }
+local EXT_TYPE = { DATA = 1, ACK = 2, NACK = 3, PROBE = 4, PROBE_REPLY = 5, EP_REQUEST = 6,
+    EP_RESPONSE = 7 }
+local EP_OP = { EV_PROBE = 0, PORT_STATUS_UPDATE = 1 }
+local SYNDROME = { ACK = 0x1F, NAK_SEQ = 0x60, NAK_ACCESS = 0x62 }
+local DSCP = { TRIMMED = 12, TRIMMED_LAST_HOP = 13 }
+local DATA_FLAG = { FIRST = 0x01, LAST = 0x02, RETX = 0x04 }
+local ACK_FLAG = { ECN_ECHO = 0x01 }
+local NACK_FLAG = { TRIMMED = 0x01, ACCESS = 0x02, LAST_HOP = 0x04 }
+local EP_OP_MASK, EP_FLAG_SVC_TIME = 0x0F, 0x80
+local BTH_BYTES, RETH_BYTES, IMMDT_BYTES, AETH_BYTES = 12, 16, 4, 4
+local MRC_DATA_BYTES, MRC_CONTROL_BYTES = 24, 32
+
+local function names_of(codes)
+    local names = {}
+    for name, code in pairs(codes) do names[code] = name end
+    return names
+end
+local EXT_NAMES = names_of(EXT_TYPE)
+local EP_OPS = names_of(EP_OP)
 local OPCODE_NAMES = {
-    [0x0A] = "RDMA WRITE Only", [0x0B] = "RDMA WRITE Only with Immediate",
-    [0x11] = "Acknowledge",
+    [OPCODE.WRITE_ONLY] = "RDMA WRITE Only", [OPCODE.WRITE_ONLY_IMM] = "RDMA WRITE Only with Immediate",
+    [OPCODE.ACKNOWLEDGE] = "Acknowledge",
 }
-local SYNDROME_NAMES = { [0x1F] = "ACK", [0x60] = "NAK (trimmed)", [0x62] = "NAK (remote access)" }
-local DSCP_TRIMMED = 12
-local OP_WRITE_ONLY, OP_WRITE_ONLY_IMM, OP_ACKNOWLEDGE = 0x0A, 0x0B, 0x11
-local BTH_LEN, RETH_LEN, IMM_LEN, AETH_LEN = 12, 16, 4, 4
-local DATA_EXT_LEN, CTRL_EXT_LEN = 24, 32
+local SYNDROME_NAMES = { [SYNDROME.ACK] = "ACK", [SYNDROME.NAK_SEQ] = "NAK (trimmed)",
+    [SYNDROME.NAK_ACCESS] = "NAK (remote access)" }
 
 local f = {
     opcode = ProtoField.uint8("mrc.opcode", "BTH opcode", base.HEX, OPCODE_NAMES),
@@ -44,12 +61,6 @@ local f = {
     msn = ProtoField.uint24("mrc.aeth.msn", "AETH MSN", base.DEC),
     ext_type = ProtoField.uint8("mrc.type", "Extension type", base.DEC, EXT_NAMES),
     flags = ProtoField.uint8("mrc.flags", "Flags", base.HEX),
-    flag_first = ProtoField.bool("mrc.flags.first", "FIRST (first packet of the message)", 8, nil, 0x01),
-    flag_last = ProtoField.bool("mrc.flags.last", "LAST (last packet of the message)", 8, nil, 0x02),
-    flag_retx = ProtoField.bool("mrc.flags.retx", "RETX (a retransmission)", 8, nil, 0x04),
-    flag_ecn_echo = ProtoField.bool("mrc.flags.ecn_echo", "ECN echo", 8, nil, 0x01),
-    flag_trimmed = ProtoField.bool("mrc.flags.trimmed", "TRIMMED (NACK of a trimmed packet)", 8, nil, 0x01),
-    flag_access = ProtoField.bool("mrc.flags.access", "ACCESS (NACK of a refused packet)", 8, nil, 0x02),
     plane = ProtoField.uint8("mrc.plane_hint", "Plane hint", base.DEC),
     spine = ProtoField.uint8("mrc.spine_hint", "Spine hint (255: within a rack)", base.DEC),
     ev = ProtoField.uint32("mrc.ev", "EV (entropy value)", base.HEX),
@@ -71,14 +82,28 @@ local f = {
     nack_cum = ProtoField.uint32("mrc.nack.cum_psn", "Receiver's cumulative PSN", base.DEC),
     probe_id = ProtoField.uint32("mrc.probe.id", "Probe id", base.DEC),
     probe_src_qp = ProtoField.uint32("mrc.probe.src_qp", "Prober's QP", base.HEX),
-    ep_op = ProtoField.uint8("mrc.ep.op", "Endpoint operation", base.DEC, EP_OPS, 0x0F),
-    ep_svc_valid = ProtoField.bool("mrc.ep.svc_time_valid", "Service time set", 8, nil, 0x80),
+    ep_op = ProtoField.uint8("mrc.ep.op", "Endpoint operation", base.DEC, EP_OPS, EP_OP_MASK),
+    ep_svc_valid = ProtoField.bool("mrc.ep.svc_time_valid", "Service time set", 8, nil,
+        EP_FLAG_SVC_TIME),
     ep_req_id = ProtoField.uint16("mrc.ep.req_id", "Request id", base.DEC),
     ep_port_status = ProtoField.uint32("mrc.ep.port_status", "Port status (bit N: port N up)",
         base.HEX),
     ep_svc_time = ProtoField.uint32("mrc.ep.svc_time", "Responder service time (ns)", base.DEC),
     reserved = ProtoField.bytes("mrc.reserved", "Reserved"),
 }
+-- one bit field per flag, under mrc.flags.<name>
+local FLAG_TEXT = {
+    FIRST = "first packet of the message", LAST = "last packet of the message",
+    RETX = "a retransmission", ECN_ECHO = "the packet acknowledged arrived CE-marked",
+    TRIMMED = "NACK of a trimmed packet", ACCESS = "NACK of a refused packet",
+    LAST_HOP = "NACK of a packet trimmed at the last hop",
+}
+for _, codes in ipairs({ DATA_FLAG, ACK_FLAG, NACK_FLAG }) do
+    for name, mask in pairs(codes) do
+        f["flag_" .. name:lower()] = ProtoField.bool("mrc.flags." .. name:lower(),
+            name .. " (" .. FLAG_TEXT[name] .. ")", 8, nil, mask)
+    end
+end
 local field_list = {}
 for _, field in pairs(f) do table.insert(field_list, field) end
 mrc.fields = field_list
@@ -94,28 +119,38 @@ mrc.experts = { e_truncated, e_bad, e_trimmed }
 local ipv6_dscp = Field.new("ipv6.tclass.dscp")
 -- Wireshark's RoCEv2 dissector (BTH first), as registered on UDP 4791 before this script
 local udp_port = DissectorTable.get("udp.port")
-local rroce = udp_port:get_dissector(4791)
+local rroce = udp_port:get_dissector(ROCEV2_UDP_PORT)
 
 local function truncated(tree, tvb, what)
     tree:add_proto_expert_info(e_truncated, what .. ": " .. tvb:len() .. " bytes")
 end
 
+-- The plane and spine hints and the EV, at the same place in every MRC extension.
+local function hints_and_ev(sub, tvb, ext)
+    sub:add(f.plane, tvb(ext + 2, 1))
+    sub:add(f.spine, tvb(ext + 3, 1))
+    local ev = sub:add(f.ev, tvb(ext + 4, 4))
+    ev:add(f.ev_plane, tvb(ext + 4, 4))
+    ev:add(f.ev_path, tvb(ext + 4, 4))
+    ev:add(f.ev_n, tvb(ext + 4, 4))
+end
+
 local function data_extension(tvb, pinfo, tree, opcode)
-    local ext = BTH_LEN + RETH_LEN + (opcode == OP_WRITE_ONLY_IMM and IMM_LEN or 0)
-    tree:add(f.va, tvb(BTH_LEN, 8))
-    tree:add(f.rkey, tvb(BTH_LEN + 8, 4))
-    tree:add(f.dma_len, tvb(BTH_LEN + 12, 4))
-    if opcode == OP_WRITE_ONLY_IMM then
-        tree:add(f.imm, tvb(BTH_LEN + RETH_LEN, 4))
+    local ext = BTH_BYTES + RETH_BYTES + (opcode == OPCODE.WRITE_ONLY_IMM and IMMDT_BYTES or 0)
+    tree:add(f.va, tvb(BTH_BYTES, 8))
+    tree:add(f.rkey, tvb(BTH_BYTES + 8, 4))
+    tree:add(f.dma_len, tvb(BTH_BYTES + 12, 4))
+    if opcode == OPCODE.WRITE_ONLY_IMM then
+        tree:add(f.imm, tvb(BTH_BYTES + RETH_BYTES, 4))
     end
-    if tvb:len() < ext + DATA_EXT_LEN then
+    if tvb:len() < ext + MRC_DATA_BYTES then
         truncated(tree, tvb, "MRC data extension cut short")
         return
     end
     local ext_type = tvb(ext, 1):uint()
-    local sub = tree:add(mrc, tvb(ext, DATA_EXT_LEN), "MRC data extension")
+    local sub = tree:add(mrc, tvb(ext, MRC_DATA_BYTES), "MRC data extension")
     sub:add(f.ext_type, tvb(ext, 1))
-    if ext_type ~= 1 then
+    if ext_type ~= EXT_TYPE.DATA then
         sub:add_proto_expert_info(e_bad, "data packet with extension type " .. ext_type)
         return
     end
@@ -123,21 +158,17 @@ local function data_extension(tvb, pinfo, tree, opcode)
     flags:add(f.flag_first, tvb(ext + 1, 1))
     flags:add(f.flag_last, tvb(ext + 1, 1))
     flags:add(f.flag_retx, tvb(ext + 1, 1))
-    sub:add(f.plane, tvb(ext + 2, 1))
-    sub:add(f.spine, tvb(ext + 3, 1))
-    local ev = sub:add(f.ev, tvb(ext + 4, 4))
-    ev:add(f.ev_plane, tvb(ext + 4, 4))
-    ev:add(f.ev_path, tvb(ext + 4, 4))
-    ev:add(f.ev_n, tvb(ext + 4, 4))
+    hints_and_ev(sub, tvb, ext)
     sub:add(f.msg_id, tvb(ext + 8, 4))
     sub:add(f.msg_len, tvb(ext + 12, 4))
     sub:add(f.msg_off, tvb(ext + 16, 4))
     sub:add(f.timestamp, tvb(ext + 20, 4))
-    local present = tvb:len() - ext - DATA_EXT_LEN
-    local dma_len = tvb(BTH_LEN + 12, 4):uint()
+    local present = tvb:len() - ext - MRC_DATA_BYTES
+    local dma_len = tvb(BTH_BYTES + 12, 4):uint()
     tree:add(f.payload_len, present):set_generated()
     local dscp = ipv6_dscp()
-    local cut = (dscp ~= nil and dscp.value == DSCP_TRIMMED) or present < dma_len
+    local cut = (dscp ~= nil and (dscp.value == DSCP.TRIMMED or dscp.value == DSCP.TRIMMED_LAST_HOP))
+        or present < dma_len
     tree:add(f.trimmed, cut):set_generated()
     if present > dma_len then
         tree:add_proto_expert_info(e_bad, "payload longer than the RETH DMA length")
@@ -150,40 +181,36 @@ local function data_extension(tvb, pinfo, tree, opcode)
 end
 
 local function control_extension(tvb, pinfo, tree)
-    local ext = BTH_LEN + AETH_LEN
-    tree:add(f.syndrome, tvb(BTH_LEN, 1))
-    tree:add(f.msn, tvb(BTH_LEN + 1, 3))
-    if tvb:len() < ext + CTRL_EXT_LEN then
+    local ext = BTH_BYTES + AETH_BYTES
+    tree:add(f.syndrome, tvb(BTH_BYTES, 1))
+    tree:add(f.msn, tvb(BTH_BYTES + 1, 3))
+    if tvb:len() < ext + MRC_CONTROL_BYTES then
         truncated(tree, tvb, "MRC control extension cut short")
         return
     end
     local ext_type = tvb(ext, 1):uint()
     local name = EXT_NAMES[ext_type]
-    local sub = tree:add(mrc, tvb(ext, CTRL_EXT_LEN), "MRC control extension")
+    local sub = tree:add(mrc, tvb(ext, MRC_CONTROL_BYTES), "MRC control extension")
     sub:add(f.ext_type, tvb(ext, 1))
-    if name == nil or ext_type == 1 then
+    if name == nil or ext_type == EXT_TYPE.DATA then
         sub:add_proto_expert_info(e_bad, "control packet with extension type " .. ext_type)
         return
     end
     local flags = sub:add(f.flags, tvb(ext + 1, 1))
-    if ext_type == 2 then
+    if ext_type == EXT_TYPE.ACK then
         flags:add(f.flag_ecn_echo, tvb(ext + 1, 1))
-    elseif ext_type == 3 then
+    elseif ext_type == EXT_TYPE.NACK then
         flags:add(f.flag_trimmed, tvb(ext + 1, 1))
         flags:add(f.flag_access, tvb(ext + 1, 1))
-    elseif ext_type >= 6 then
+        flags:add(f.flag_last_hop, tvb(ext + 1, 1))
+    elseif ext_type >= EXT_TYPE.EP_REQUEST then
         flags:add(f.ep_op, tvb(ext + 1, 1))
         flags:add(f.ep_svc_valid, tvb(ext + 1, 1))
     end
-    sub:add(f.plane, tvb(ext + 2, 1))
-    sub:add(f.spine, tvb(ext + 3, 1))
-    local ev = sub:add(f.ev, tvb(ext + 4, 4))
-    ev:add(f.ev_plane, tvb(ext + 4, 4))
-    ev:add(f.ev_path, tvb(ext + 4, 4))
-    ev:add(f.ev_n, tvb(ext + 4, 4))
+    hints_and_ev(sub, tvb, ext)
     sub:add(f.timestamp, tvb(ext + 8, 4))
     local detail
-    if ext_type == 2 then
+    if ext_type == EXT_TYPE.ACK then
         sub:add(f.cum_psn, tvb(ext + 12, 4))
         sub:add(f.sack_base, tvb(ext + 16, 4))
         sub:add(f.sack_bitmap, tvb(ext + 20, 8))
@@ -191,17 +218,17 @@ local function control_extension(tvb, pinfo, tree)
         sub:add(f.pkt_count, tvb(ext + 30, 2))
         detail = string.format("cum=%d sack=%d/0x%s", tvb(ext + 12, 4):uint(),
             tvb(ext + 16, 4):uint(), tostring(tvb(ext + 20, 8):bytes():tohex()))
-    elseif ext_type == 3 then
+    elseif ext_type == EXT_TYPE.NACK then
         sub:add(f.nack_psn, tvb(ext + 12, 4))
         sub:add(f.nack_cum, tvb(ext + 16, 4))
         sub:add(f.reserved, tvb(ext + 20, 12))
         detail = string.format("psn=%d", tvb(ext + 12, 4):uint())
-    elseif ext_type >= 6 then
+    elseif ext_type >= EXT_TYPE.EP_REQUEST then
         sub:add(f.ep_req_id, tvb(ext + 12, 2))
         sub:add(f.ep_port_status, tvb(ext + 16, 4))
         sub:add(f.ep_svc_time, tvb(ext + 20, 4))
         sub:add(f.reserved, tvb(ext + 24, 8))
-        local op = EP_OPS[bit.band(tvb(ext + 1, 1):uint(), 0x0F)] or "?"
+        local op = EP_OPS[bit.band(tvb(ext + 1, 1):uint(), EP_OP_MASK)] or "?"
         detail = string.format("%s id=%d ports=0x%x", op, tvb(ext + 12, 2):uint(),
             tvb(ext + 16, 4):uint())
     else
@@ -219,7 +246,7 @@ function mrc.dissector(tvb, pinfo, tree)
         pcall(function() rroce:call(tvb, pinfo, tree) end)
     end
     local root = tree:add(mrc, tvb(), "MRC")
-    if tvb:len() < BTH_LEN then
+    if tvb:len() < BTH_BYTES then
         truncated(root, tvb, "BTH cut short")
         return tvb:len()
     end
@@ -228,15 +255,15 @@ function mrc.dissector(tvb, pinfo, tree)
     root:add(f.dest_qp, tvb(5, 3))
     root:add(f.ack_req, tvb(8, 1):bitfield(0, 1) == 1)
     root:add(f.psn, tvb(9, 3))
-    if opcode == OP_WRITE_ONLY or opcode == OP_WRITE_ONLY_IMM then
-        local need = BTH_LEN + RETH_LEN + (opcode == OP_WRITE_ONLY_IMM and IMM_LEN or 0)
+    if opcode == OPCODE.WRITE_ONLY or opcode == OPCODE.WRITE_ONLY_IMM then
+        local need = BTH_BYTES + RETH_BYTES + (opcode == OPCODE.WRITE_ONLY_IMM and IMMDT_BYTES or 0)
         if tvb:len() < need then
             truncated(root, tvb, "RETH cut short")
             return tvb:len()
         end
         data_extension(tvb, pinfo, root, opcode)
-    elseif opcode == OP_ACKNOWLEDGE then
-        if tvb:len() < BTH_LEN + AETH_LEN then
+    elseif opcode == OPCODE.ACKNOWLEDGE then
+        if tvb:len() < BTH_BYTES + AETH_BYTES then
             truncated(root, tvb, "AETH cut short")
             return tvb:len()
         end
@@ -247,4 +274,4 @@ function mrc.dissector(tvb, pinfo, tree)
     return tvb:len()
 end
 
-udp_port:add(4791, mrc)
+udp_port:add(ROCEV2_UDP_PORT, mrc)
