@@ -12,16 +12,14 @@ from typing import Any
 import pytest
 
 from host.agent.control import ControlServer
-from topologies import Fabric, load_topology
-from topologies.config import shipped_topology
+from topologies import Fabric
 
 
 @pytest.fixture
-def agent_server(tmp_path: Path) -> Iterator[tuple[Any, Any]]:
+def agent_server(fabric: Fabric, tmp_path: Path) -> Iterator[tuple[Any, Any]]:
     from host.agent.agent import Agent, AgentOptions
     from host.agent.commands import Commands
 
-    fabric = Fabric(load_topology(shipped_topology("small")))
     agent = Agent(fabric, AgentOptions(host="h0", control=tmp_path / "h0.sock", ev_count=8))
     server = ControlServer(tmp_path / "h0.sock", Commands(agent).handle)
 
