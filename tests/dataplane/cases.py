@@ -1,7 +1,9 @@
 """The data-plane case table: one line of intent per case, everything else from the fabric model.
 
 A :class:`Case` says which switch of the small fabric the target plays, the table entries that
-switch needs for the case, the frame that comes in on a port, and either the exact frames that
+switch needs for the case (:class:`controller.entries.Entry`: the switch's SIDs and routes are
+the controller's, :func:`controller.entries.sid_entries` and ``lpm_entries``; a case may add
+entries and set default entries), the frame that comes in on a port, and either the exact frames that
 must come out (port, bytes) or the drop reason that must be counted. ``counters`` lists further
 counter cells and the packet count each must move by (0: must not move); ``port_in`` of the
 ingress port, ``port_out`` of every output port and ``drops`` of the reason are implied.
@@ -19,12 +21,13 @@ rate, and the order in which they must leave it (``test_priority.py``).
 from __future__ import annotations
 
 import ipaddress
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
-from controller.p4info import P4Info
+from support.fabric import small_fabric as fabric
+
+from controller.entries import Entry, lpm_entries, sid_entries
 from host.transport import wire
 from p4src.contract import (
     DROP_NO_ROUTE,
@@ -43,7 +46,6 @@ from p4src.contract import (
     SET_PORT_QOS,
     SRV6_END,
     TRIMMED,
-    USID_UN,
     DropReason,
     Dscp,
     Ecn,
@@ -52,9 +54,8 @@ from p4src.contract import (
     PortQosParams,
     params_of,
 )
-from topologies import Fabric, Path, Switch, Tier, load_topology
+from topologies import Fabric, Path, Switch, Tier
 from topologies import usid as usidlib
-from topologies.config import shipped_topology
 
 from . import packets as pk
 
@@ -65,25 +66,6 @@ NOT_IPV6, PARSE_ERROR, SRH_INVALID, HOP_LIMIT, NO_ROUTE, SID_END = tuple(DropRea
 NEVER = QDEPTH_MAX
 #: The switch's port numbers the cases use (the small fabric's T0 has 4, T1 has 2).
 PORTS = (1, 2, 3, 4)
-
-
-@dataclass(frozen=True)
-class Entry:
-    """A table entry in readable form; :meth:`build` makes the P4Runtime message."""
-
-    table: str
-    match: Mapping[str, Any]
-    action: str
-    params: Mapping[str, Any] = field(default_factory=dict)
-
-    def build(self, info: P4Info) -> Any:
-        return info.table_entry(
-            self.table, match=self.match, action=self.action, params=self.params
-        )
-
-    def build_default(self, info: P4Info) -> Any:
-        """The message that makes this the table's default entry (``match`` is not used)."""
-        return info.default_entry(self.table, self.action, self.params)
 
 
 @dataclass(frozen=True)
@@ -117,8 +99,8 @@ class Case:
         """Make the case's entries and defaults the only ones of ``target`` (a DataplaneTarget)."""
         info = target.p4info
         target.install(
-            [entry.build(info) for entry in self.entries],
-            [entry.build_default(info) for entry in self.defaults],
+            [entry.to_proto(info) for entry in self.entries],
+            [entry.to_proto(info) for entry in self.defaults],
         )
 
     def __str__(self) -> str:
@@ -128,56 +110,25 @@ class Case:
 # -- entries from the fabric model -----------------------------------------------------------
 
 
-def sid_entries(sw: Switch) -> tuple[Entry, ...]:
-    """The switch's uN SID (/48) and classic End SID (/128)."""
-    return (
-        Entry(MY_SID, {DST_ADDR: sw.usid_prefix}, USID_UN),
-        Entry(
-            MY_SID,
-            {DST_ADDR: ipaddress.IPv6Network((sw.end_sid, 128))},
-            SRV6_END,
-        ),
-    )
-
-
-def route_entries(fabric: Fabric, sw: Switch) -> tuple[Entry, ...]:
-    """The static routes of the contract: T0 to its NICs and spines, T1 to its leaves."""
-    found = []
-    for port in sw.ports:
-        if fabric.node_kind(port.peer) == "host":
-            nic = fabric.host(port.peer).nic(sw.plane)
-            prefix = usidlib.prefix(fabric.block, nic.usid)
-        else:
-            prefix = fabric.switch(port.peer).usid_prefix
-        found.append(
-            Entry(
-                IPV6_LPM,
-                {DST_ADDR: prefix},
-                SET_NEXT_HOP,
-                params_of(NextHopParams(port.number, port.mac, port.peer_mac)),
-            )
-        )
-    return tuple(found)
-
-
 def qos(
-    port: int, trim: int, ecn: int, ecn_max: int | None = None, slope: int = 0, last_hop: int = 0
+    port: int | None,
+    trim: int,
+    ecn: int,
+    ecn_max: int | None = None,
+    slope: int = 0,
+    last_hop: int = 0,
 ) -> Entry:
-    """Thresholds of one egress port (ECN at a fixed threshold unless ``ecn_max`` is given)."""
-    return Entry(
-        PORT_QOS,
-        {EGRESS_SPEC: port},
-        SET_PORT_QOS,
-        params_of(PortQosParams(trim, ecn, ecn if ecn_max is None else ecn_max, slope, last_hop)),
+    """Thresholds of one egress port (ECN at a fixed threshold unless ``ecn_max`` is given);
+    ``port`` None: the default entry of port_qos."""
+    params = params_of(
+        PortQosParams(trim, ecn, ecn if ecn_max is None else ecn_max, slope, last_hop)
     )
+    if port is None:
+        return Entry.default(PORT_QOS, SET_PORT_QOS, params)
+    return Entry.make(PORT_QOS, {EGRESS_SPEC: port}, SET_PORT_QOS, params)
 
 
 # -- the cases -------------------------------------------------------------------------------
-
-
-@cache
-def fabric() -> Fabric:
-    return Fabric(load_topology(shipped_topology("small")))
 
 
 def _path(src: str, dst: str) -> Path:
@@ -198,8 +149,8 @@ class Builder:
     src: ipaddress.IPv6Address
 
     def tables(self, sw: Switch, *extra: Entry) -> tuple[Entry, ...]:
-        """The switch's SIDs and static routes, then ``extra``."""
-        return sid_entries(sw) + route_entries(self.fabric, sw) + extra
+        """The switch's SIDs and static routes (:mod:`controller.entries`), then ``extra``."""
+        return (*sid_entries(sw), *lpm_entries(self.fabric, sw), *extra)
 
     def frame_in(self, sw: Switch, in_port: int, dst: Any, upper: Any, **ip: Any) -> bytes:
         """A frame as the neighbour on ``in_port`` sends it to ``sw``."""
@@ -475,7 +426,7 @@ def _table_cases(build: Builder, inter: Path) -> tuple[Case, ...]:
     spine_tables = tables(spine)
     back = spine.port(s_in)
     to_source = params_of(NextHopParams(s_in, back.mac, back.peer_mac))
-    exact = Entry(
+    exact = Entry.make(
         IPV6_LPM,
         {DST_ADDR: ipaddress.IPv6Network((shifted, 128))},
         SET_NEXT_HOP,
@@ -588,7 +539,7 @@ def _table_cases(build: Builder, inter: Path) -> tuple[Case, ...]:
             "explicit_drop_route",
             "an ipv6_lpm entry with drop_no_route drops what it matches (NO_ROUTE)",
             spine.name,
-            tables(spine, Entry(IPV6_LPM,
+            tables(spine, Entry.make(IPV6_LPM,
                                 {DST_ADDR: ipaddress.IPv6Network("2001:db8::/32")},
                                 DROP_NO_ROUTE)),
             s_in, frame_in(spine, s_in, unrouted, write),
@@ -603,14 +554,14 @@ def _table_cases(build: Builder, inter: Path) -> tuple[Case, ...]:
             frame_in(spine, s_in, unrouted, write, ecn=Ecn.ECT0, **dscp),
             out=((s_in, frame_out(spine, s_in, unrouted, write, ecn=Ecn.ECT0, **dscp)),),
             counters=((TRIMMED, s_in, 0), (ECN_MARKED, s_in, 0)),
-            defaults=(Entry(IPV6_LPM, {}, SET_NEXT_HOP, to_source),),
+            defaults=(Entry.default(IPV6_LPM, SET_NEXT_HOP, to_source),),
         ),
         Case(
             "my_sid_default_end",
             "my_sid's default set to srv6_end: any destination is an End SID (no SRH: SID_END)",
             spine.name, spine_tables, s_in, frame_in(spine, s_in, unrouted, write),
             drop=SID_END,
-            defaults=(Entry(MY_SID, {}, SRV6_END),),
+            defaults=(Entry.default(MY_SID, SRV6_END),),
         ),
         Case(
             "port_qos_default_for_unlisted_ports",
@@ -619,14 +570,14 @@ def _table_cases(build: Builder, inter: Path) -> tuple[Case, ...]:
             out=((s_out, frame_out(spine, s_out, shifted, pk.mrc_udp(
                 Opcode.WRITE_ONLY, b"", dma_length=256), dscp=Dscp.TRIMMED)),),
             counters=((TRIMMED, s_out, 1),),
-            defaults=(qos(0, 0, 0),),
+            defaults=(qos(None, 0, 0),),
         ),
         # ---- thresholds that leave a packet alone -------------------------------------------
         Case(
             "no_action_qos_entry_never_trims",
             "a port_qos entry with NoAction: no thresholds on that port, never trimmed",
             spine.name,
-            tables(spine, Entry(PORT_QOS, {EGRESS_SPEC: s_out},
+            tables(spine, Entry.make(PORT_QOS, {EGRESS_SPEC: s_out},
                                 NO_ACTION)),
             s_in, frame_in(spine, s_in, inter.carrier, write, **dscp),
             out=((s_out, frame_out(spine, s_out, shifted, write, **dscp)),),

@@ -41,7 +41,7 @@ def setup(target: DataplaneTarget, mode: PortQos) -> tuple[int, int, Any]:
     build = Builder(fab, inter.src_nic.address)
     params = mode.action_params(QUEUE)
     entry = qos(s_out, *PortQosParams(**params)[:4])
-    target.install([e.build(target.p4info) for e in build.tables(spine, entry)])
+    target.install([e.to_proto(target.p4info) for e in build.tables(spine, entry)])
     target.drain()
     return s_in, s_out, (build, spine, inter)
 

@@ -33,7 +33,7 @@ def _flow_label(frame: bytes) -> int | None:
 @pytest.mark.parametrize("burst", burst_cases(), ids=str)
 def test_priority_by_overtaking(shaped_target: DataplaneTarget, burst: Burst) -> None:
     target = shaped_target
-    target.install([entry.build(target.p4info) for entry in burst.entries])
+    target.install([entry.to_proto(target.p4info) for entry in burst.entries])
     target.drain()
     wanted = burst.expected_counters()
     before = {name: target.counters(name) for name in sorted({n for n, _ in wanted})}
