@@ -33,25 +33,72 @@ PATH_LINKS = 4
 PATH_SWITCHES = 3
 
 
+#: the fabric's own fields :meth:`SimFabric.with_` changes in its topology
+_TOPOLOGY_FIELDS = ("racks", "hosts_per_rack", "spines_per_plane", "planes", "mtu", "name")
+
+
+def real_topology(
+    *,
+    racks: int,
+    hosts_per_rack: int,
+    spines_per_plane: int,
+    planes: int = 1,
+    rate_gbps: float = 100.0,
+    hop_latency_us: float = 1.0,
+    mtu: int = 4096,
+    name: str = "sim",
+) -> Topology:
+    """A :class:`topologies.Topology` in real units: link rate = nominal rate (no dilation)."""
+    return parse_topology(
+        {
+            "name": name,
+            "planes": planes,
+            "racks": racks,
+            "spines_per_plane": spines_per_plane,
+            "hosts_per_rack": hosts_per_rack,
+            "link": {
+                "rate_mbps": rate_gbps * 1e3,
+                "delay_us": hop_latency_us,
+                "nominal_rate_gbps": rate_gbps,
+            },
+            "mtu": mtu,
+        }
+    )
+
+
 @dataclass(frozen=True)
 class SimFabric:
-    """A two-tier leaf-spine fabric in real units (see the module docstring)."""
+    """A two-tier leaf-spine fabric in real units (see the module docstring): a topology whose
+    links run at their nominal rate, a switch latency and a queue policy."""
 
-    racks: int  #: leaves per plane (one per rack)
-    hosts_per_rack: int
-    spines_per_plane: int
-    planes: int = 1
-    rate_gbps: float = 100.0  #: every link
-    hop_latency_us: float = 1.0  #: every link, one way (the reference's default)
+    base: Topology  #: the fabric (its queue depth is :meth:`port_queue`'s, see :meth:`topology`)
     switch_latency_us: float = 0.0  #: every switch (the reference's default)
-    mtu: int = 4096  #: MRC payload bytes per data packet
     queues: QueuePolicy = field(default_factory=QueuePolicy)
-    name: str = "sim"
+
+    def __post_init__(self) -> None:
+        if self.base.dilation != 1.0:
+            raise ValueError(
+                f"{self.base.name}: link rate {self.base.link_rate_mbps} Mb/s, nominal "
+                f"{self.base.nominal_rate_gbps} Gb/s: a simulated fabric runs undilated"
+            )
+
+    racks = property(lambda self: self.base.racks, doc="Leaves per plane (one per rack).")
+    hosts_per_rack = property(lambda self: self.base.hosts_per_rack, doc="Hosts per rack.")
+    spines_per_plane = property(lambda self: self.base.spines_per_plane, doc="Spines per plane.")
+    planes = property(lambda self: self.base.planes, doc="Planes (one NIC per host on each).")
+    hosts = property(lambda self: self.base.hosts, doc="Hosts of the fabric.")
+    mtu = property(lambda self: self.base.mtu, doc="MRC payload bytes per data packet.")
+    name = property(lambda self: self.base.name, doc="The fabric's name.")
 
     @property
-    def hosts(self) -> int:
-        """Hosts of the fabric."""
-        return self.racks * self.hosts_per_rack
+    def rate_gbps(self) -> float:
+        """Every link's rate, Gb/s."""
+        return self.base.nominal_rate_gbps
+
+    @property
+    def hop_latency_us(self) -> float:
+        """Every link's one-way latency, microseconds (the reference's default: 1)."""
+        return self.base.link_delay_us
 
     @property
     def frame_bytes(self) -> int:
@@ -64,27 +111,22 @@ class SimFabric:
         return self.rate_gbps * 1e9
 
     def with_(self, **changes: Any) -> SimFabric:
-        """A copy with some fields changed."""
-        return replace(self, **changes)
+        """A copy with some fields changed: the topology's (``racks``, ``hosts_per_rack``,
+        ``spines_per_plane``, ``planes``, ``mtu``, ``name``), ``rate_gbps``,
+        ``hop_latency_us``, ``switch_latency_us`` or ``queues``."""
+        own = {k: changes.pop(k) for k in ("switch_latency_us", "queues") if k in changes}
+        link = {k: changes.pop(k) for k in ("rate_gbps", "hop_latency_us") if k in changes}
+        unknown = sorted(set(changes) - set(_TOPOLOGY_FIELDS))
+        if unknown:
+            raise TypeError(f"SimFabric.with_: no field {unknown[0]!r}")
+        fields = {f: changes.get(f, getattr(self, f)) for f in _TOPOLOGY_FIELDS}
+        fields["rate_gbps"] = link.get("rate_gbps", self.rate_gbps)
+        fields["hop_latency_us"] = link.get("hop_latency_us", self.hop_latency_us)
+        return replace(self, base=real_topology(**fields), **own)
 
     def topology(self) -> Topology:
-        """The fabric as a :class:`topologies.Topology` (undilated: link rate = nominal rate)."""
-        return parse_topology(
-            {
-                "name": self.name,
-                "planes": self.planes,
-                "racks": self.racks,
-                "spines_per_plane": self.spines_per_plane,
-                "hosts_per_rack": self.hosts_per_rack,
-                "link": {
-                    "rate_mbps": self.rate_gbps * 1e3,
-                    "delay_us": self.hop_latency_us,
-                    "nominal_rate_gbps": self.rate_gbps,
-                },
-                "switch": {"queue_depth": max(1, self.port_queue().packets)},
-                "mtu": self.mtu,
-            }
-        )
+        """The fabric as a :class:`topologies.Topology`, its queue depth the ports' size."""
+        return self.base.with_(switch={"queue_depth": max(1, self.port_queue().packets)})
 
     def base_rtt(self) -> float:
         """The unloaded round trip between racks (seconds), as the reference computes it."""
@@ -152,10 +194,13 @@ def leaf_spine(
     per_rack = hosts_per_rack or min(hosts, 1 << math.ceil(math.log2(math.isqrt(hosts - 1) + 1)))
     if hosts % per_rack:
         raise ValueError(f"{hosts} hosts in racks of {per_rack}: expected a multiple")
-    return SimFabric(
+    fields = {k: options.pop(k) for k in ("rate_gbps", "hop_latency_us", "mtu", "name")
+              if k in options}  # fmt: skip
+    base = real_topology(
         racks=hosts // per_rack,
         hosts_per_rack=per_rack,
         spines_per_plane=spines_per_plane or per_rack,
         planes=planes,
-        **options,
+        **fields,
     )
+    return SimFabric(base, **options)
