@@ -2,10 +2,10 @@
 
 - ``cases``       the case table: entries, packet in, packets out or drop, counters that move;
                   and the burst table: frames into a shaped port, the order they must leave in;
-- ``packets``     MRC packet builders (scapy) used by the cases and the kernel peer test;
+- ``packets``     MRC packet builders (scapy), the only ones of the suite (the switchmodel
+                  tests build their frames with them too);
 - ``target``      the target interface every implementation offers (:class:`DataplaneTarget`);
-- ``netns``       network namespaces, veth pairs and AF_PACKET sockets inside a namespace;
 - ``targets_pipeline`` switchmodel's pipeline in this process (no root); ``targets_p4rt``
-                  a switch process on veth pairs, driven over P4Runtime: ``targets_bmv2`` BMv2,
-                  ``targets_model`` mrc-switch.
+                  a switch process on veth pairs (:mod:`targets.lab`), driven over P4Runtime:
+                  ``targets_bmv2`` BMv2, ``targets_model`` mrc-switch.
 """
