@@ -42,6 +42,13 @@ def test_names_are_unique_and_every_drop_reason_is_exercised() -> None:
         assert (case.drop is None) != (not case.out), f"{case.name}: a drop or frames out, not both"
 
 
+def test_entries_and_default_entries_are_kept_apart() -> None:
+    for case in all_cases():
+        assert not any(e.is_default for e in case.entries), f"{case.name}: a default in entries"
+        assert all(e.is_default for e in case.defaults), f"{case.name}: an entry in defaults"
+        assert len({e.table for e in case.defaults}) == len(case.defaults), case.name
+
+
 def test_trimmed_frames_are_the_input_headers_with_lengths_fixed() -> None:
     trimmed = [c for c in all_cases() if any(n == TRIMMED and d == 1 for n, _, d in c.counters)]
     assert len(trimmed) >= 3
