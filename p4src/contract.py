@@ -82,12 +82,12 @@ class MatchKind(enum.IntEnum):
     TERNARY = 4
 
 
-@dataclass(frozen=True)
-class Param:
-    """An action parameter: its P4Info name and width."""
+class Field(NamedTuple):
+    """A match field (with its match kind) or an action parameter (kind None): name and width."""
 
     name: str
     bitwidth: int
+    kind: MatchKind | None = None
 
 
 @dataclass(frozen=True)
@@ -95,54 +95,20 @@ class Action:
     """An action and its parameters, in declaration order."""
 
     name: str
-    params: tuple[Param, ...] = ()
-
-
-@dataclass(frozen=True)
-class MatchField:
-    """The match field of a table (every table of the program has exactly one in P4Info)."""
-
-    name: str
-    bitwidth: int
-    kind: MatchKind
+    params: tuple[Field, ...] = ()
 
 
 @dataclass(frozen=True)
 class Table:
-    """A table: its key, the actions it offers, its default action and its size."""
+    """A table: its key (every table of the program has exactly one match field in P4Info), the
+    actions it offers, its default action, its size and its action profile, if indirect."""
 
     name: str
-    key: MatchField
+    key: Field
     actions: tuple[str, ...]
     default_action: str
     size: int
-    profile: str = ""  #: the action profile of an indirect table ("" for direct actions)
-
-
-@dataclass(frozen=True)
-class Profile:
-    """An action profile with a selector (ECMP groups)."""
-
-    name: str
-    table: str  #: the table it implements
-    size: int
-
-
-@dataclass(frozen=True)
-class Counter:
-    """An indirect PACKETS_AND_BYTES counter array."""
-
-    name: str
-    size: int
-
-
-@dataclass(frozen=True)
-class Register:
-    """A register array of ``bitwidth``-bit cells."""
-
-    name: str
-    bitwidth: int
-    size: int
+    profile: str = ""
 
 
 class NextHopParams(NamedTuple):
@@ -170,18 +136,18 @@ def params_of(data: NamedTuple) -> dict[str, Any]:
     return dict(data._asdict())
 
 
-_DST = MatchField(DST_ADDR, 128, MatchKind.LPM)
+_DST = Field(DST_ADDR, 128, MatchKind.LPM)
 
 ACTIONS: tuple[Action, ...] = (
     Action(NO_ACTION),
     Action(USID_UN),
     Action(SRV6_END),
-    Action(SET_NEXT_HOP, (Param("port", PORT_BITS), Param("smac", 48), Param("dmac", 48))),
+    Action(SET_NEXT_HOP, (Field("port", PORT_BITS), Field("smac", 48), Field("dmac", 48))),
     Action(DROP_NO_ROUTE),
     Action(
         SET_PORT_QOS,
         tuple(
-            Param(name, width)
+            Field(name, width)
             for name, width in zip(PortQosParams._fields, (19, 19, 19, 16, 1), strict=True)
         ),
     ),
@@ -192,24 +158,27 @@ TABLES: tuple[Table, ...] = (
     Table(IPV6_ECMP, _DST, (SET_NEXT_HOP, NO_ACTION), NO_ACTION, 1024, ECMP_SELECTOR),
     Table(
         PORT_QOS,
-        MatchField(EGRESS_SPEC, PORT_BITS, MatchKind.EXACT),
+        Field(EGRESS_SPEC, PORT_BITS, MatchKind.EXACT),
         (SET_PORT_QOS, NO_ACTION),
         NO_ACTION,
         512,
     ),
 )
-PROFILES: tuple[Profile, ...] = (Profile(ECMP_SELECTOR, IPV6_ECMP, 1024),)
-COUNTERS: tuple[Counter, ...] = (
-    Counter(PORT_IN, PORT_COUNT),
-    Counter(TRIMMED, PORT_COUNT),
-    Counter(ECN_MARKED, PORT_COUNT),
-    Counter(DROPS, DROP_REASON_SLOTS),
-    Counter(PORT_OUT, PORT_COUNT),
-)
-REGISTERS: tuple[Register, ...] = (
-    Register(PORT_QDEPTH, QDEPTH_BITS, PORT_COUNT),
-    Register(PORT_ARRIVALS, QDEPTH_BITS, PORT_COUNT),
-)
+#: action profile -> size (its table names it: :attr:`Table.profile`)
+PROFILES: Mapping[str, int] = {ECMP_SELECTOR: 1024}
+#: counter -> size
+COUNTERS: Mapping[str, int] = {
+    PORT_IN: PORT_COUNT,
+    TRIMMED: PORT_COUNT,
+    ECN_MARKED: PORT_COUNT,
+    DROPS: DROP_REASON_SLOTS,
+    PORT_OUT: PORT_COUNT,
+}
+#: register -> (cell width, size)
+REGISTERS: Mapping[str, tuple[int, int]] = {
+    PORT_QDEPTH: (QDEPTH_BITS, PORT_COUNT),
+    PORT_ARRIVALS: (QDEPTH_BITS, PORT_COUNT),
+}
 
 
 def action(name: str) -> Action:
@@ -480,38 +449,39 @@ def p4info_problems(info: Any) -> list[str]:
         got_key = [(m.name, m.bitwidth, m.match_type) for m in found.match_fields]
         if got_key != [(key.name, key.bitwidth, key.kind)]:
             problems.append(
-                f"table {tspec.name} matching {key.kind.name} bit<{key.bitwidth}> {key.name} "
-                f"alone (it has {got_key})"
+                f"table {tspec.name} matching {getattr(key.kind, 'name', '')} "
+                f"bit<{key.bitwidth}> {key.name} alone (it has {got_key})"
             )
         offered = {action_names.get(ref.id) for ref in found.action_refs}
         problems.extend(
             f"action {name} in table {tspec.name}" for name in tspec.actions if name not in offered
         )
     profiles = _by_name(info.action_profiles)
-    for pspec in PROFILES:
-        found = profiles.get(pspec.name)
-        owner = tables.get(pspec.table)
+    for tspec in TABLES:
+        if not tspec.profile:
+            continue
+        found = profiles.get(tspec.profile)
+        owner = tables.get(tspec.name)
         if found is None or not found.with_selector:
-            problems.append(f"action profile {pspec.name} with a selector")
+            problems.append(f"action profile {tspec.profile} with a selector")
         elif owner is not None and owner.implementation_id != found.preamble.id:
-            problems.append(f"table {pspec.table} implemented by {pspec.name}")
+            problems.append(f"table {tspec.name} implemented by {tspec.profile}")
     counters = _by_name(info.counters)
-    for cspec in COUNTERS:
-        found = counters.get(cspec.name)
+    for name, size in COUNTERS.items():
+        found = counters.get(name)
         if found is None:
-            problems.append(f"counter {cspec.name}")
-        elif found.size != cspec.size:
-            problems.append(f"counter {cspec.name} of size {cspec.size} (it has {found.size})")
+            problems.append(f"counter {name}")
+        elif found.size != size:
+            problems.append(f"counter {name} of size {size} (it has {found.size})")
     registers = _by_name(info.registers)
-    for rspec in REGISTERS:
-        found = registers.get(rspec.name)
+    for name, (width, size) in REGISTERS.items():
+        found = registers.get(name)
         if found is None:
-            problems.append(f"register {rspec.name}")
+            problems.append(f"register {name}")
             continue
         shape = (_bitwidth(found.type_spec), int(found.size))
-        if shape != (rspec.bitwidth, rspec.size):
+        if shape != (width, size):
             problems.append(
-                f"register {rspec.name} of bit<{rspec.bitwidth}>[{rspec.size}] "
-                f"(it has bit<{shape[0]}>[{shape[1]}])"
+                f"register {name} of bit<{width}>[{size}] (it has bit<{shape[0]}>[{shape[1]}])"
             )
     return problems

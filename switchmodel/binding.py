@@ -113,22 +113,23 @@ def bind(info: p4i.P4Info) -> Binding:
         )
     profiles_by_name = {p.preamble.name: p for p in info.action_profiles}
     profiles: dict[int, ProfileBinding] = {}
-    for pspec in contract.PROFILES:
-        profile = profiles_by_name[pspec.name]
-        profiles[profile.preamble.id] = ProfileBinding(
-            pspec.name,
-            profile.preamble.id,
-            by_name[pspec.table].preamble.id,
-            int(profile.size) or 1024,
-        )
-    counter_sizes = {c.name: c.size for c in contract.COUNTERS}
+    for spec in contract.TABLES:
+        if spec.profile:
+            profile = profiles_by_name[spec.profile]
+            profiles[profile.preamble.id] = ProfileBinding(
+                spec.profile,
+                profile.preamble.id,
+                by_name[spec.name].preamble.id,
+                int(profile.size) or 1024,
+            )
     counters = {
-        c.preamble.id: (c.preamble.name, counter_sizes[c.preamble.name])
+        c.preamble.id: (c.preamble.name, contract.COUNTERS[c.preamble.name])
         for c in info.counters
-        if c.preamble.name in counter_sizes
+        if c.preamble.name in contract.COUNTERS
     }
-    register_names = {r.name for r in contract.REGISTERS}
     registers = {
-        r.preamble.id: r.preamble.name for r in info.registers if r.preamble.name in register_names
+        r.preamble.id: r.preamble.name
+        for r in info.registers
+        if r.preamble.name in contract.REGISTERS
     }
     return Binding(info, tables, actions, counters, registers, profiles)

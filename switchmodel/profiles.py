@@ -6,7 +6,7 @@ each group -- and the :class:`~switchmodel.tables.EcmpGroup` objects the data pa
 members of a group are ordered as BMv2 orders them: by the handle BMv2 gives a member when it
 is created, the smallest handle not in use (so creation order on a fresh switch, and a handle
 freed by a delete is reused first). With the same writes, both targets therefore pick the same
-member for the same hash (:mod:`switchmodel.ecmp`).
+member for the same hash (:func:`p4src.contract.member_index`).
 
 The rules follow P4Runtime (and what BMv2's server answers): a group may hold only existing
 members, each once; a member still in a group and a group still used by a table entry cannot be
@@ -17,13 +17,15 @@ raised as :class:`ProfileError`.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
+from typing import TypeVar
 
-from google.rpc import code_pb2
-from p4.v1 import p4runtime_pb2 as p4r
-
+from p4src.proto import p4r
+from p4src.proto import rpc_code as code_pb2
 from switchmodel.tables import EcmpGroup, NextHop
+
+_T = TypeVar("_T")
 
 
 class ProfileError(Exception):
@@ -39,7 +41,7 @@ class ProfileError(Exception):
 class _Member:
     handle: int
     hop: NextHop
-    stored: bytes  # the member as one element of ReadResponse.entities
+    stored: p4r.Entity  # the member as a Read returns it
 
 
 @dataclass
@@ -47,11 +49,6 @@ class _Group:
     members: tuple[int, ...]  # member ids, sorted
     data: EcmpGroup = field(default_factory=EcmpGroup)
     users: int = 0  # table entries pointing at the group
-
-
-def _chunk(entity: p4r.Entity) -> bytes:
-    """``entity`` framed as one element of ``ReadResponse.entities``."""
-    return bytes(p4r.ReadResponse(entities=[entity]).SerializeToString())
 
 
 class ProfileState:
@@ -63,6 +60,27 @@ class ProfileState:
         self.size = size
         self._members: dict[int, _Member] = {}
         self._groups: dict[int, _Group] = {}
+
+    def _find(
+        self, store: Mapping[int, _T], key: int, noun: str, kind: int
+    ) -> tuple[str, _T | None]:
+        """How errors name ``noun`` ``key``, and what ``store`` holds under it. Refused: a key
+        below 1, a MODIFY or DELETE of a key not there, an INSERT of one there or into a full
+        profile."""
+        what = f"{self.name} {noun} {key}"
+        if key < 1:
+            raise ProfileError(code_pb2.INVALID_ARGUMENT, f"{what}: expected a {noun} id >= 1")
+        current = store.get(key)
+        if current is None and kind in (p4r.Update.MODIFY, p4r.Update.DELETE):
+            raise ProfileError(code_pb2.NOT_FOUND, f"{what} does not exist")
+        if kind == p4r.Update.INSERT:
+            if current is not None:
+                raise ProfileError(code_pb2.ALREADY_EXISTS, f"{what} already exists")
+            if len(store) >= self.size:
+                raise ProfileError(
+                    code_pb2.RESOURCE_EXHAUSTED, f"{self.name}: full ({self.size} {noun}s)"
+                )
+        return what, current
 
     # -- members -----------------------------------------------------------------------------
 
@@ -77,13 +95,8 @@ class ProfileState:
         """INSERT, MODIFY or DELETE ``member``; ``hop`` is its decoded ``set_next_hop`` (None
         for a DELETE)."""
         member_id = int(member.member_id)
-        what = f"{self.name} member {member_id}"
-        if member_id < 1:
-            raise ProfileError(code_pb2.INVALID_ARGUMENT, f"{what}: expected a member id >= 1")
-        current = self._members.get(member_id)
+        what, current = self._find(self._members, member_id, "member", kind)
         if kind == p4r.Update.DELETE:
-            if current is None:
-                raise ProfileError(code_pb2.NOT_FOUND, f"{what} does not exist")
             holders = sorted(g for g, grp in self._groups.items() if member_id in grp.members)
             if holders:
                 raise ProfileError(
@@ -98,18 +111,11 @@ class ProfileState:
         for param in stored.action_profile_member.action.params:  # canonical, as Reads answer
             param.value = param.value.lstrip(b"\x00") or b"\x00"
         if kind == p4r.Update.INSERT:
-            if current is not None:
-                raise ProfileError(code_pb2.ALREADY_EXISTS, f"{what} already exists")
-            if len(self._members) >= self.size:
-                raise ProfileError(
-                    code_pb2.RESOURCE_EXHAUSTED, f"{self.name}: full ({self.size} members)"
-                )
-            self._members[member_id] = _Member(self._free_handle(), hop, _chunk(stored))
+            self._members[member_id] = _Member(self._free_handle(), hop, stored)
         elif kind == p4r.Update.MODIFY:
-            if current is None:
-                raise ProfileError(code_pb2.NOT_FOUND, f"{what} does not exist")
+            assert current is not None
             current.hop = hop
-            current.stored = _chunk(stored)
+            current.stored = stored
             for group in self._groups.values():
                 if member_id in group.members:
                     self._refresh(group)
@@ -126,13 +132,9 @@ class ProfileState:
     def write_group(self, kind: int, group: p4r.ActionProfileGroup) -> None:
         """INSERT, MODIFY (its member list is replaced) or DELETE ``group``."""
         group_id = int(group.group_id)
-        what = f"{self.name} group {group_id}"
-        if group_id < 1:
-            raise ProfileError(code_pb2.INVALID_ARGUMENT, f"{what}: expected a group id >= 1")
-        current = self._groups.get(group_id)
+        what, current = self._find(self._groups, group_id, "group", kind)
         if kind == p4r.Update.DELETE:
-            if current is None:
-                raise ProfileError(code_pb2.NOT_FOUND, f"{what} does not exist")
+            assert current is not None
             if current.users:
                 raise ProfileError(
                     code_pb2.FAILED_PRECONDITION,
@@ -163,16 +165,9 @@ class ProfileState:
                 f"{what}: {len(ids)} members exceed its max_size {group.max_size}",
             )
         if kind == p4r.Update.INSERT:
-            if current is not None:
-                raise ProfileError(code_pb2.ALREADY_EXISTS, f"{what} already exists")
-            if len(self._groups) >= self.size:
-                raise ProfileError(
-                    code_pb2.RESOURCE_EXHAUSTED, f"{self.name}: full ({self.size} groups)"
-                )
             current = self._groups[group_id] = _Group(tuple(sorted(ids)))
         elif kind == p4r.Update.MODIFY:
-            if current is None:
-                raise ProfileError(code_pb2.NOT_FOUND, f"{what} does not exist")
+            assert current is not None
             current.members = tuple(sorted(ids))
         else:
             raise ProfileError(code_pb2.INVALID_ARGUMENT, f"{what}: update type {kind} unknown")
@@ -195,15 +190,15 @@ class ProfileState:
 
     # -- reads -------------------------------------------------------------------------------
 
-    def read_members(self, member_id: int = 0) -> Iterator[bytes]:
-        """The members (one when ``member_id`` is given), framed for a ReadResponse."""
+    def read_members(self, member_id: int = 0) -> Iterator[p4r.Entity]:
+        """The members (one when ``member_id`` is given), as a Read returns them."""
         for mid in sorted(self._members) if not member_id else [member_id]:
             found = self._members.get(mid)
             if found is not None:
                 yield found.stored
 
-    def read_groups(self, group_id: int = 0) -> Iterator[bytes]:
-        """The groups (one when ``group_id`` is given), framed for a ReadResponse: each with
+    def read_groups(self, group_id: int = 0) -> Iterator[p4r.Entity]:
+        """The groups (one when ``group_id`` is given), as a Read returns them: each with
         its members in id order, weight 1."""
         for gid in sorted(self._groups) if not group_id else [group_id]:
             found = self._groups.get(gid)
@@ -215,4 +210,4 @@ class ProfileState:
             group.group_id = gid
             for member_id in found.members:
                 group.members.add(member_id=member_id, weight=1)
-            yield _chunk(entity)
+            yield entity

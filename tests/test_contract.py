@@ -59,14 +59,13 @@ def test_the_committed_p4info_is_the_contracts_program(info: Any) -> None:
         assert sorted(actions[r.id] for r in found.action_refs) == sorted(spec.actions)
         assert found.size == spec.size
     assert [t.name for t in contract.TABLES] == [t.preamble.name for t in info.tables]
-    assert {c.name: c.size for c in contract.COUNTERS} == {
-        c.preamble.name: c.size for c in info.counters
-    }
+    assert dict(contract.COUNTERS) == {c.preamble.name: c.size for c in info.counters}
     assert all(c.spec.unit == p4i.CounterSpec.BOTH for c in info.counters)
-    assert {(p.name, p.size) for p in contract.PROFILES} == {
+    assert set(contract.PROFILES.items()) == {
         (p.preamble.name, p.size) for p in info.action_profiles
     }
-    assert {r.name for r in contract.REGISTERS} == {r.preamble.name for r in info.registers}
+    assert set(contract.REGISTERS) == {r.preamble.name for r in info.registers}
+    assert {t.profile for t in contract.TABLES if t.profile} == set(contract.PROFILES)
     assert {int(m) for m in contract.MatchKind} <= set(p4i.MatchField.MatchType.values())
     assert contract.MatchKind.LPM == p4i.MatchField.LPM
     assert contract.MatchKind.EXACT == p4i.MatchField.EXACT

@@ -135,11 +135,8 @@ def test_the_pipeline_docs_tables_are_the_contracts() -> None:
     assert [r[0].strip("`") for r in table] == [t.name for t in contract.TABLES]
     for (_, key, actions, default, size), spec in zip(table, contract.TABLES, strict=True):
         field, kind, width = re.match(r"`([\w.]+)` \((\w+), (\d+)\)", key).groups()  # type: ignore[union-attr]
-        assert (field, kind.upper(), int(width)) == (
-            spec.key.name,
-            spec.key.kind.name,
-            spec.key.bitwidth,
-        ), spec.name
+        key_shown = (field, contract.MatchKind[kind.upper()], int(width))
+        assert key_shown == (spec.key.name, spec.key.kind, spec.key.bitwidth), spec.name
         named = re.findall(r"`([\w.]+)(?:\(([^)]*)\))?`", actions)
         assert {name for name, _ in named} == set(spec.actions), spec.name
         for name, params in named:
@@ -154,15 +151,15 @@ def test_the_pipeline_docs_tables_are_the_contracts() -> None:
 def test_the_pipeline_docs_counters_drop_reasons_and_registers_are_the_contracts() -> None:
     text = section(PIPELINE, "Counters (indirect, packets and bytes)")
     counters = {r[0].strip("`"): number(r[1]) for r in rows(text)[1:]}
-    assert counters == {c.name: c.size for c in contract.COUNTERS}
+    assert counters == dict(contract.COUNTERS)
     listed = re.search(r"Drop reasons \(index of `[\w.]+`\): ([^.]*)\.", text.replace("\n", " "))
     assert listed is not None
     reasons = {name: int(index) for index, name in re.findall(r"(\d+) ([A-Z_0-9]+)", listed[1])}
     assert reasons == {r.name: int(r) for r in contract.DropReason}
     registers = section(PIPELINE, "Registers")
-    for spec in contract.REGISTERS:
-        assert f"`{spec.name}`" in registers
-        assert f"`register<bit<{spec.bitwidth}>>({spec.size})`" in registers
+    for name, (width, size) in contract.REGISTERS.items():
+        assert f"`{name}`" in registers
+        assert f"`register<bit<{width}>>({size})`" in registers
 
 
 def test_the_pipeline_docs_code_points_are_the_contracts() -> None:

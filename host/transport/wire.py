@@ -23,25 +23,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Concatenate, ParamSpec
 
+from p4src import contract
 from p4src.contract import (
-    AETH_BYTES,
-    BTH_BYTES,
     EP_FLAG_SVC_TIME,
     EP_OP_MASK,
-    ETHERNET_BYTES,
     ETHERTYPE_IPV6,
-    IMMDT_BYTES,
-    IP_PROTO_ROUTING,
-    IP_PROTO_UDP,
-    IPV6_BYTES,
-    MRC_CONTROL_BYTES,
-    MRC_DATA_BYTES,
-    RETH_BYTES,
-    ROCEV2_UDP_PORT,
-    SRH_FIXED_BYTES,
     SRH_ROUTING_TYPE,
-    SRH_SEGMENT_BYTES,
-    UDP_BYTES,
     AckFlag,
     DataFlag,
     Dscp,
@@ -55,9 +42,9 @@ from p4src.contract import (
 
 # -- code points (p4src/contract.py), as plain integers under the codec's names ----------------
 
-IPPROTO_UDP = IP_PROTO_UDP
-IPPROTO_ROUTING = IP_PROTO_ROUTING
-ROCE_PORT = ROCEV2_UDP_PORT
+IPPROTO_UDP = contract.IP_PROTO_UDP
+IPPROTO_ROUTING = contract.IP_PROTO_ROUTING
+ROCE_PORT = contract.ROCEV2_UDP_PORT
 UDP_SPORT_BASE = 0xC000  # UDP source port = 0xC000 | EV bits 31..20 (UDP format: | EV)
 EV_FLOW_BITS = 20  # an EV's low 20 bits are the flow label, the bits above go into the port
 # EV formats as frame_prefix() takes them (host.transport.evs.EvFormat values)
@@ -109,15 +96,15 @@ QPN_MASK = 0xFFFFFF
 
 # -- sizes and offsets (without an SRH; a prefix with one moves everything after IPv6 by SRH_LEN) --
 
-ETH_LEN = ETHERNET_BYTES
-IPV6_LEN = IPV6_BYTES
-UDP_LEN = UDP_BYTES
-BTH_LEN = BTH_BYTES
-RETH_LEN = RETH_BYTES
-IMM_LEN = IMMDT_BYTES
-AETH_LEN = AETH_BYTES
-DATA_EXT_LEN = MRC_DATA_BYTES
-CTRL_EXT_LEN = MRC_CONTROL_BYTES
+ETH_LEN = contract.ETHERNET_BYTES
+IPV6_LEN = contract.IPV6_BYTES
+UDP_LEN = contract.UDP_BYTES
+BTH_LEN = contract.BTH_BYTES
+RETH_LEN = contract.RETH_BYTES
+IMM_LEN = contract.IMMDT_BYTES
+AETH_LEN = contract.AETH_BYTES
+DATA_EXT_LEN = contract.MRC_DATA_BYTES
+CTRL_EXT_LEN = contract.MRC_CONTROL_BYTES
 OFF_IPV6 = ETH_LEN
 OFF_UDP = ETH_LEN + IPV6_LEN  # 54
 PREFIX_LEN = OFF_UDP + 4  # 58: what frame_prefix() returns (Ethernet, IPv6, UDP ports)
@@ -126,7 +113,7 @@ DATA_HEADER_LEN = OFF_BTH + BTH_LEN + RETH_LEN + DATA_EXT_LEN  # 114
 DATA_IMM_HEADER_LEN = DATA_HEADER_LEN + IMM_LEN  # 118
 CTRL_FRAME_LEN = OFF_BTH + BTH_LEN + AETH_LEN + CTRL_EXT_LEN  # 110
 MAX_FRAME = 9600
-SRH_LEN = SRH_FIXED_BYTES + SRH_SEGMENT_BYTES  # a reduced SRH with one segment
+SRH_LEN = contract.SRH_FIXED_BYTES + contract.SRH_SEGMENT_BYTES  # a reduced SRH with one segment
 
 _ETH = struct.Struct("!6s6sH")
 _IPV6 = struct.Struct("!IHBB16s16s")

@@ -22,9 +22,9 @@ def test_contract_is_complete_and_names_resolve_by_suffix(info: P4Info) -> None:
     for action in contract.ACTIONS:
         assert info.name_of(info.action_id(action.name.split(".")[-1])) == action.name
     for counter in contract.COUNTERS:
-        assert info.name_of(info.counter_id(counter.name.split(".")[-1])) == counter.name
+        assert info.name_of(info.counter_id(counter.split(".")[-1])) == counter
     for register in contract.REGISTERS:
-        assert info.name_of(info.register_id(register.name)) == register.name
+        assert info.name_of(info.register_id(register)) == register
     profile = contract.ECMP_SELECTOR
     assert info.name_of(info.action_profile_id(profile.split(".")[-1])) == profile
     with pytest.raises(P4InfoError, match=f"no table 'ipv4_lpm'.*{contract.IPV6_LPM}"):
