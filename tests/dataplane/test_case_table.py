@@ -49,6 +49,12 @@ def test_entries_and_default_entries_are_kept_apart() -> None:
         assert len({e.table for e in case.defaults}) == len(case.defaults), case.name
 
 
+def test_the_reduced_srh_case_sends_a_reduced_srh() -> None:
+    """RFC 8754's reduced SRH leaves out the first segment: segments left 1, last entry 0."""
+    srh = Ether(case_by_name("reduced_srh_at_an_exhausted_carrier").frame)[IPv6ExtHdrSegmentRouting]
+    assert (srh.segleft, srh.lastentry, len(srh.addresses)) == (1, 0, 1)
+
+
 def test_trimmed_frames_are_the_input_headers_with_lengths_fixed() -> None:
     trimmed = [c for c in all_cases() if any(n == TRIMMED and d == 1 for n, _, d in c.counters)]
     assert len(trimmed) >= 3
