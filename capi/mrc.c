@@ -283,7 +283,6 @@ struct mrc_cq *mrc_cq_create(struct mrc_context *ctx, int cqe, void *cq_context,
 			     struct mrc_comp_channel *channel, int comp_vector, int ev_cq)
 {
 	struct mrc_cq *cq;
-	struct mtb_sb sb;
 	char *reply;
 	uint64_t id;
 
@@ -303,11 +302,9 @@ struct mrc_cq *mrc_cq_create(struct mrc_context *ctx, int cqe, void *cq_context,
 		fail(EINVAL, "%s: the device has one completion vector (0)", "mrc_create_cq");
 		return NULL;
 	}
-	mtb_sb_init(&sb);
-	mtb_sb_printf(&sb, "{\"cmd\":\"%s\",\"cqe\":%d,\"channel\":%llu}",
-		      ev_cq ? "create_ev_cq" : "create_cq", cqe,
-		      channel ? (unsigned long long)channel->id : 0ULL);
-	reply = call(ctx, &sb);
+	reply = mtb_callf(ctx->mtb, "{\"cmd\":\"%s\",\"cqe\":%d,\"channel\":%llu}",
+			  ev_cq ? "create_ev_cq" : "create_cq", cqe,
+			  channel ? (unsigned long long)channel->id : 0ULL);
 	if (!reply)
 		return NULL;
 	if (mtb_json_u64(reply, "cq", &id)) {
@@ -346,7 +343,6 @@ EXPORT struct mrc_cq *mrc_create_cq(struct mrc_context *mrc_ctx, int cqe, void *
 
 EXPORT int mrc_poll_cq(struct mrc_cq *cq, int num_entries, struct ibv_wc *wc)
 {
-	struct mtb_sb sb;
 	const char *cursor, *entry;
 	char *reply;
 	int n = 0;
@@ -360,10 +356,8 @@ EXPORT int mrc_poll_cq(struct mrc_cq *cq, int num_entries, struct ibv_wc *wc)
 		return fail(EINVAL, "%s: expected num_entries >= 0 and a wc array", "mrc_poll_cq");
 	if (num_entries == 0)
 		return 0;
-	mtb_sb_init(&sb);
-	mtb_sb_printf(&sb, "{\"cmd\":\"poll_cq\",\"cq\":%llu,\"n\":%d}",
-		      (unsigned long long)cq->id, num_entries);
-	reply = call(cq->ctx, &sb);
+	reply = mtb_callf(cq->ctx->mtb, "{\"cmd\":\"poll_cq\",\"cq\":%llu,\"n\":%d}",
+			  (unsigned long long)cq->id, num_entries);
 	if (!reply)
 		return -1;
 	cursor = mtb_json_get(reply, "wc");
@@ -389,7 +383,6 @@ EXPORT int mrc_poll_cq(struct mrc_cq *cq, int num_entries, struct ibv_wc *wc)
 EXPORT int mrc_destroy_cq(struct mrc_cq *cq)
 {
 	struct mrc_context *ctx;
-	struct mtb_sb sb;
 
 	if (!cq_check(cq, "mrc_destroy_cq"))
 		return -1;
@@ -397,9 +390,7 @@ EXPORT int mrc_destroy_cq(struct mrc_cq *cq)
 		return fail(EBUSY, "%s: acknowledge every CQ event (mrc_ack_cq_events) first",
 			    "mrc_destroy_cq");
 	ctx = cq->ctx;
-	mtb_sb_init(&sb);
-	mtb_sb_printf(&sb, "{\"cmd\":\"destroy_cq\",\"cq\":%llu}", (unsigned long long)cq->id);
-	if (!call(ctx, &sb))
+	if (!mtb_callf(ctx->mtb, "{\"cmd\":\"destroy_cq\",\"cq\":%llu}", (unsigned long long)cq->id))
 		return -1;
 	pthread_mutex_lock(&ctx->lock);
 	for (struct mrc_cq **p = &ctx->cqs; *p; p = &(*p)->next)
@@ -418,14 +409,11 @@ EXPORT int mrc_destroy_cq(struct mrc_cq *cq)
 
 EXPORT int mrc_req_notify_cq(struct mrc_cq *cq, int solicited_only)
 {
-	struct mtb_sb sb;
 
 	if (!cq_check(cq, "mrc_req_notify_cq"))
 		return EINVAL;
-	mtb_sb_init(&sb);
-	mtb_sb_printf(&sb, "{\"cmd\":\"req_notify_cq\",\"cq\":%llu,\"solicited\":%d}",
-		      (unsigned long long)cq->id, solicited_only ? 1 : 0);
-	return call(cq->ctx, &sb) ? 0 : errno;
+	return mtb_callf(cq->ctx->mtb, "{\"cmd\":\"req_notify_cq\",\"cq\":%llu,\"solicited\":%d}",
+			 (unsigned long long)cq->id, solicited_only ? 1 : 0) ? 0 : errno;
 }
 
 EXPORT int mrc_get_cq_event(struct mrc_comp_channel *channel, struct mrc_cq **cq,
@@ -640,7 +628,6 @@ EXPORT struct mrc_qp *mrc_create_qp(struct mrc_context *mrc_ctx,
 				    struct mrc_qp_init_attr *attr)
 {
 	struct mrc_qp *qp;
-	struct mtb_sb sb;
 	char *reply;
 	uint64_t qpn;
 
@@ -668,16 +655,14 @@ EXPORT struct mrc_qp *mrc_create_qp(struct mrc_context *mrc_ctx,
 		fail(EINVAL, "%s: cap.max_send_wr must be at least 1", "mrc_create_qp");
 		return NULL;
 	}
-	mtb_sb_init(&sb);
-	mtb_sb_printf(&sb, "{\"cmd\":\"create_qp\",\"send_cq\":%llu,\"recv_cq\":%llu,"
-		      "\"max_send_wr\":%u,\"max_recv_wr\":%u,\"max_send_sge\":%u,"
-		      "\"max_recv_sge\":%u,\"max_inline\":%u,\"sq_sig_all\":%d,"
-		      "\"send_ops\":%llu,\"protocol_version\":%u}",
-		      (unsigned long long)attr->send_cq->id, (unsigned long long)attr->recv_cq->id,
-		      attr->cap.max_send_wr, attr->cap.max_recv_wr, attr->cap.max_send_sge,
-		      attr->cap.max_recv_sge, attr->cap.max_inline_data, attr->sq_sig_all ? 1 : 0,
-		      (unsigned long long)attr->send_ops_flags, (unsigned int)attr->protocol_version);
-	reply = call(mrc_ctx, &sb);
+	reply = mtb_callf(mrc_ctx->mtb, "{\"cmd\":\"create_qp\",\"send_cq\":%llu,\"recv_cq\":%llu,"
+			  "\"max_send_wr\":%u,\"max_recv_wr\":%u,\"max_send_sge\":%u,"
+			  "\"max_recv_sge\":%u,\"max_inline\":%u,\"sq_sig_all\":%d,"
+			  "\"send_ops\":%llu,\"protocol_version\":%u}",
+			  (unsigned long long)attr->send_cq->id, (unsigned long long)attr->recv_cq->id,
+			  attr->cap.max_send_wr, attr->cap.max_recv_wr, attr->cap.max_send_sge,
+			  attr->cap.max_recv_sge, attr->cap.max_inline_data, attr->sq_sig_all ? 1 : 0,
+			  (unsigned long long)attr->send_ops_flags, (unsigned int)attr->protocol_version);
 	if (!reply)
 		return NULL;
 	if (mtb_json_u64(reply, "qpn", &qpn)) {
@@ -704,14 +689,11 @@ EXPORT struct mrc_qp *mrc_create_qp(struct mrc_context *mrc_ctx,
 EXPORT int mrc_destroy_qp(struct mrc_qp *qp)
 {
 	struct mrc_context *ctx;
-	struct mtb_sb sb;
 
 	if (!qp_check(qp, "mrc_destroy_qp"))
 		return -1;
 	ctx = qp->ctx;
-	mtb_sb_init(&sb);
-	mtb_sb_printf(&sb, "{\"cmd\":\"destroy_qp\",\"qpn\":%u}", qp->qpn);
-	if (!call(ctx, &sb))
+	if (!mtb_callf(ctx->mtb, "{\"cmd\":\"destroy_qp\",\"qpn\":%u}", qp->qpn))
 		return -1;
 	pthread_mutex_lock(&ctx->lock);
 	for (struct mrc_qp **p = &ctx->qps; *p; p = &(*p)->next)
@@ -855,7 +837,6 @@ EXPORT int mrc_query_qp(struct mrc_qp *qp, struct ibv_qp_attr *vattr, int vattr_
 			struct mrc_qp_attr *mrc_attr, int mrc_attr_mask,
 			struct mrc_qp_init_attr *init_attr)
 {
-	struct mtb_sb sb;
 	char *reply, gid[40] = "";
 	uint64_t v;
 
@@ -865,9 +846,7 @@ EXPORT int mrc_query_qp(struct mrc_qp *qp, struct ibv_qp_attr *vattr, int vattr_
 		fail(EINVAL, "%s: a mask without its attribute structure", "mrc_query_qp");
 		return EINVAL;
 	}
-	mtb_sb_init(&sb);
-	mtb_sb_printf(&sb, "{\"cmd\":\"query_qp\",\"qpn\":%u}", qp->qpn);
-	reply = call(qp->ctx, &sb);
+	reply = mtb_callf(qp->ctx->mtb, "{\"cmd\":\"query_qp\",\"qpn\":%u}", qp->qpn);
 	if (!reply)
 		return errno;
 	if (vattr) {

@@ -111,7 +111,6 @@ EXPORT int mrc_ctl_query_device_ex(struct ibv_context *context, struct mrc_conte
 EXPORT int mrc_ctl_query_port(struct mrc_context *context, uint8_t port_num,
 			      struct mrc_ctl_port_attr *attr, int attr_mask)
 {
-	struct mtb_sb sb;
 	char *reply;
 	int active = 1;
 
@@ -120,10 +119,7 @@ EXPORT int mrc_ctl_query_port(struct mrc_context *context, uint8_t port_num,
 	if (!attr || attr_mask & ~MRC_CTL_PORT_ADMIN_STATE)
 		return fail(EINVAL, "%s: expected attr and mask MRC_CTL_PORT_ADMIN_STATE",
 			    "mrc_ctl_query_port");
-	mtb_sb_init(&sb);
-	mtb_sb_printf(&sb, "{\"cmd\":\"query_port\",\"port\":%u}", port_num);
-	reply = mtb_call(context->mtb, &sb);
-	mtb_sb_free(&sb);
+	reply = mtb_callf(context->mtb, "{\"cmd\":\"query_port\",\"port\":%u}", port_num);
 	if (!reply)
 		return -1;
 	mtb_json_bool(reply, "active", &active);
@@ -136,7 +132,6 @@ EXPORT int mrc_ctl_query_port(struct mrc_context *context, uint8_t port_num,
 EXPORT int mrc_ctl_modify_port(struct mrc_context *context, uint8_t port_num,
 			       struct mrc_ctl_port_attr *attr, int attr_mask)
 {
-	struct mtb_sb sb;
 
 	if (!mrc_ctx_check(context, "mrc_ctl_modify_port"))
 		return -1;
@@ -149,15 +144,8 @@ EXPORT int mrc_ctl_modify_port(struct mrc_context *context, uint8_t port_num,
 	    attr->port_admin_state != MRC_CTL_PORT_ADMIN_DISABLED)
 		return fail(EINVAL, "%s: port_admin_state must be ENABLED or DISABLED",
 			    "mrc_ctl_modify_port");
-	mtb_sb_init(&sb);
-	mtb_sb_printf(&sb, "{\"cmd\":\"modify_port\",\"port\":%u,\"enabled\":%d}", port_num,
-		      attr->port_admin_state == MRC_CTL_PORT_ADMIN_ENABLED ? 1 : 0);
-	if (!mtb_call(context->mtb, &sb)) {
-		mtb_sb_free(&sb);
-		return -1;
-	}
-	mtb_sb_free(&sb);
-	return 0;
+	return mtb_callf(context->mtb, "{\"cmd\":\"modify_port\",\"port\":%u,\"enabled\":%d}",
+			 port_num, attr->port_admin_state == MRC_CTL_PORT_ADMIN_ENABLED ? 1 : 0) ? 0 : -1;
 }
 
 /* -- EV format and EV profiles (host/agent/ocp_profiles.py keeps them) ------------------------- */
@@ -491,15 +479,11 @@ static double num(const char *obj, const char *key)
 static char *cc_call(struct mrc_context *ctx, uint64_t id, const char *op, int mask,
 		     struct mtb_sb *extra)
 {
-	struct mtb_sb sb;
 	char *reply;
 
-	mtb_sb_init(&sb);
-	mtb_sb_printf(&sb, "{\"cmd\":\"cc_profile\",\"op\":\"%s\",\"id\":%llu,\"mask\":%u%s}", op,
-		      (unsigned long long)id, (unsigned int)mask & 0x7fffffffu,
-		      extra && extra->p ? extra->p : "");
-	reply = mtb_call(ctx->mtb, &sb);
-	mtb_sb_free(&sb);
+	reply = mtb_callf(ctx->mtb, "{\"cmd\":\"cc_profile\",\"op\":\"%s\",\"id\":%llu,\"mask\":%u%s}",
+			  op, (unsigned long long)id, (unsigned int)mask & 0x7fffffffu,
+			  extra && extra->p ? extra->p : "");
 	return reply;
 }
 
@@ -632,7 +616,6 @@ EXPORT struct mrc_cq *mrc_ctl_create_ev_event_cq(struct mrc_context *mrc_ctx, in
 EXPORT int mrc_ctl_poll_ev_event(struct mrc_cq *ev_cq, int num_entries,
 				 struct mrc_ctl_ev_event *ev_event)
 {
-	struct mtb_sb sb;
 	const char *cursor, *entry;
 	char *reply;
 	size_t stride;
@@ -652,11 +635,8 @@ EXPORT int mrc_ctl_poll_ev_event(struct mrc_cq *ev_cq, int num_entries,
 	stride = ev_cq->ctx->api_version >= MRC_API_VER(1, 0, 1)
 			 ? sizeof(*ev_event)
 			 : offsetof(struct mrc_ctl_ev_event, state);
-	mtb_sb_init(&sb);
-	mtb_sb_printf(&sb, "{\"cmd\":\"poll_cq\",\"cq\":%llu,\"n\":%d}",
-		      (unsigned long long)ev_cq->id, num_entries);
-	reply = mtb_call(ev_cq->ctx->mtb, &sb);
-	mtb_sb_free(&sb);
+	reply = mtb_callf(ev_cq->ctx->mtb, "{\"cmd\":\"poll_cq\",\"cq\":%llu,\"n\":%d}",
+			  (unsigned long long)ev_cq->id, num_entries);
 	if (!reply)
 		return -errno;
 	cursor = mtb_json_get(reply, "wc");

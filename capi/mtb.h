@@ -13,6 +13,7 @@
 #define MTB_H
 
 #include <pthread.h>
+#include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <infiniband/verbs.h>
@@ -81,6 +82,8 @@ MTB_HIDDEN void mtb_sb_init(struct mtb_sb *sb);
 MTB_HIDDEN void mtb_sb_free(struct mtb_sb *sb);
 MTB_HIDDEN void mtb_sb_printf(struct mtb_sb *sb, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3)));
+MTB_HIDDEN void mtb_sb_vprintf(struct mtb_sb *sb, const char *fmt, va_list ap)
+	__attribute__((format(printf, 2, 0)));
 /*
  * Send the request in sb (a JSON object without the trailing newline) on the context's
  * session connection and wait for the reply. Returns the reply line (valid until the next
@@ -88,6 +91,9 @@ MTB_HIDDEN void mtb_sb_printf(struct mtb_sb *sb, const char *fmt, ...)
  * the agent's message kept for mtb_last_error()) otherwise.
  */
 MTB_HIDDEN char *mtb_call(struct mtb_context *ctx, struct mtb_sb *sb);
+/* mtb_call of a request written by one printf (the request ends with the call). */
+MTB_HIDDEN char *mtb_callf(struct mtb_context *ctx, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
 /* The same on any connection (no lock). */
 MTB_HIDDEN char *mtb_call_conn(struct mtb_conn *conn, struct mtb_sb *sb);
 /* The agent's query_device reply (device limits, as mtb_call returns a reply). */

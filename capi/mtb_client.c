@@ -193,9 +193,9 @@ void mtb_sb_free(struct mtb_sb *sb)
 	mtb_sb_init(sb);
 }
 
-void mtb_sb_printf(struct mtb_sb *sb, const char *fmt, ...)
+void mtb_sb_vprintf(struct mtb_sb *sb, const char *fmt, va_list ap)
 {
-	va_list ap;
+	va_list copy;
 	int n;
 
 	if (sb->failed)
@@ -203,9 +203,9 @@ void mtb_sb_printf(struct mtb_sb *sb, const char *fmt, ...)
 	for (;;) {
 		size_t room = sb->cap - sb->len;
 
-		va_start(ap, fmt);
-		n = vsnprintf(sb->p ? sb->p + sb->len : NULL, room, fmt, ap);
-		va_end(ap);
+		va_copy(copy, ap);
+		n = vsnprintf(sb->p ? sb->p + sb->len : NULL, room, fmt, copy);
+		va_end(copy);
 		if (n < 0) {
 			sb->failed = 1;
 			return;
@@ -227,6 +227,15 @@ void mtb_sb_printf(struct mtb_sb *sb, const char *fmt, ...)
 		sb->p = p;
 		sb->cap = cap;
 	}
+}
+
+void mtb_sb_printf(struct mtb_sb *sb, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	mtb_sb_vprintf(sb, fmt, ap);
+	va_end(ap);
 }
 
 char *mtb_call_conn(struct mtb_conn *conn, struct mtb_sb *sb)
@@ -272,16 +281,27 @@ char *mtb_call(struct mtb_context *ctx, struct mtb_sb *sb)
 	return reply;
 }
 
-char *mtb_query_device(struct mtb_context *ctx)
+char *mtb_callf(struct mtb_context *ctx, const char *fmt, ...)
 {
 	struct mtb_sb sb;
+	va_list ap;
 	char *reply;
+	int err;
 
 	mtb_sb_init(&sb);
-	mtb_sb_printf(&sb, "{\"cmd\":\"query_device\"}");
+	va_start(ap, fmt);
+	mtb_sb_vprintf(&sb, fmt, ap);
+	va_end(ap);
 	reply = mtb_call(ctx, &sb);
+	err = errno;
 	mtb_sb_free(&sb);
+	errno = err;
 	return reply;
+}
+
+char *mtb_query_device(struct mtb_context *ctx)
+{
+	return mtb_callf(ctx, "{\"cmd\":\"query_device\"}");
 }
 
 /* -- JSON ----------------------------------------------------------------------------------- */

@@ -179,7 +179,6 @@ EXPORT struct ibv_context *ibv_open_device(struct ibv_device *device)
 {
 	struct mtb_device *d = (struct mtb_device *)device;
 	struct mtb_context *m;
-	struct mtb_sb sb;
 	char *reply;
 
 	if (!device) {
@@ -196,10 +195,7 @@ EXPORT struct ibv_context *ibv_open_device(struct ibv_device *device)
 	snprintf(m->sock_path, sizeof(m->sock_path), "%s", d->sock_path);
 	if (mtb_connect(&m->conn, m->sock_path) < 0)
 		goto fail;
-	mtb_sb_init(&sb);
-	mtb_sb_printf(&sb, "{\"cmd\":\"hello\",\"device\":\"%s\"}", device->name);
-	reply = mtb_call(m, &sb);
-	mtb_sb_free(&sb);
+	reply = mtb_callf(m, "{\"cmd\":\"hello\",\"device\":\"%s\"}", device->name);
 	if (!reply)
 		goto fail_conn;
 	if (mtb_json_u64(reply, "session", &m->session) || mtb_json_u64(reply, "token", &m->token) ||
@@ -271,7 +267,6 @@ EXPORT int ibv_query_port(struct ibv_context *context, uint8_t port_num,
 {
 	struct ibv_port_attr *attr = (struct ibv_port_attr *)compat;
 	struct mtb_context *m = mtb_from_ibv(context);
-	struct mtb_sb sb;
 	char *reply;
 	int active = 1;
 
@@ -282,10 +277,7 @@ EXPORT int ibv_query_port(struct ibv_context *context, uint8_t port_num,
 			      m->host, m->nports);
 		return EINVAL;
 	}
-	mtb_sb_init(&sb);
-	mtb_sb_printf(&sb, "{\"cmd\":\"query_port\",\"port\":%u}", port_num);
-	reply = mtb_call(m, &sb);
-	mtb_sb_free(&sb);
+	reply = mtb_callf(m, "{\"cmd\":\"query_port\",\"port\":%u}", port_num);
 	if (!reply)
 		return errno;
 	mtb_json_bool(reply, "active", &active);
@@ -356,7 +348,6 @@ EXPORT int ibv_dealloc_pd(struct ibv_pd *pd)
 static struct ibv_mr *reg_mr(struct ibv_pd *pd, void *addr, size_t length, int access)
 {
 	struct mtb_context *m = pd ? mtb_from_ibv(pd->context) : NULL;
-	struct mtb_sb sb;
 	struct ibv_mr *mr;
 	uint64_t lkey = 0, rkey = 0;
 	char *reply;
@@ -370,11 +361,8 @@ static struct ibv_mr *reg_mr(struct ibv_pd *pd, void *addr, size_t length, int a
 			      length);
 		return NULL;
 	}
-	mtb_sb_init(&sb);
-	mtb_sb_printf(&sb, "{\"cmd\":\"reg_mr\",\"addr\":%llu,\"length\":%zu,\"access\":%u}",
-		      (unsigned long long)(uintptr_t)addr, length, (unsigned int)access);
-	reply = mtb_call(m, &sb);
-	mtb_sb_free(&sb);
+	reply = mtb_callf(m, "{\"cmd\":\"reg_mr\",\"addr\":%llu,\"length\":%zu,\"access\":%u}",
+			  (unsigned long long)(uintptr_t)addr, length, (unsigned int)access);
 	if (!reply)
 		return NULL;
 	mtb_json_u64(reply, "lkey", &lkey);
@@ -420,15 +408,11 @@ EXPORT struct ibv_mr *ibv_reg_mr_iova2(struct ibv_pd *pd, void *addr, size_t len
 EXPORT int ibv_dereg_mr(struct ibv_mr *mr)
 {
 	struct mtb_context *m = mr ? mtb_from_ibv(mr->context) : NULL;
-	struct mtb_sb sb;
 	char *reply;
 
 	if (!m)
 		return EINVAL;
-	mtb_sb_init(&sb);
-	mtb_sb_printf(&sb, "{\"cmd\":\"dereg_mr\",\"lkey\":%u}", mr->lkey);
-	reply = mtb_call(m, &sb);
-	mtb_sb_free(&sb);
+	reply = mtb_callf(m, "{\"cmd\":\"dereg_mr\",\"lkey\":%u}", mr->lkey);
 	if (!reply)
 		return errno;
 	((struct mtb_pd *)mr->pd)->mrs--;
