@@ -82,44 +82,39 @@ class LinkFaults:
         return any(start <= now < end for start, end in self.down)
 
 
+@dataclass(eq=False, slots=True)
 class _Port:
     """One direction of a link: a shaped, bounded, two-class egress queue."""
 
-    __slots__ = ("node", "number", "peer", "peer_port", "byte_time", "delay", "depth", "trim_at",
-                 "ecn_at", "high", "low", "busy", "faults", "name", "current", "red", "low_bytes",
-                 "high_bytes", "host", "to_host", "counters", "tx", "rate", "current_low",
-                 "peer_switch")  # fmt: skip
+    node: str
+    number: int
+    peer: str
+    peer_port: int
+    rate: float  #: bits per second
+    delay: float  #: propagation (and the next switch's latency), seconds
+    depth: int  #: threshold discipline: packets the queue holds
+    trim_at: int | None  #: threshold discipline: trim at this depth (None: never)
+    ecn_at: int | None  #: threshold discipline: mark ECN at this depth (None: never)
+    faults: LinkFaults
+    red: PortQueue | None  #: the red discipline's bounds (None: threshold discipline)
+    host: bool  #: a host NIC (the sender's own link)
+    to_host: bool  #: a switch port facing a host (the last hop)
+    byte_time: float = 0.0  #: seconds per byte on the wire
+    high: collections.deque[bytearray] = field(default_factory=collections.deque)
+    low: collections.deque[bytearray] = field(default_factory=collections.deque)
+    low_bytes: int = 0  #: red: data bytes queued, the frame on the wire included
+    high_bytes: int = 0
+    busy: bool = False
+    current: bytearray | None = None  #: the frame being serialised
+    current_low: bool = False  #: ...taken from the data queue
+    peer_switch: _Switch | None = None  #: the switch at the other end, if one is
+    name: str = ""
+    counters: collections.Counter[str] = field(default_factory=collections.Counter)
+    tx: int = 0
 
-    def __init__(
-        self, node: str, number: int, peer: str, peer_port: int, rate: float, delay: float,
-        depth: int, trim_at: int | None, ecn_at: int | None, faults: LinkFaults,
-        red: PortQueue | None, host: bool, to_host: bool,
-    ) -> None:  # fmt: skip
-        self.node = node
-        self.number = number
-        self.peer = peer
-        self.peer_port = peer_port
-        self.rate = rate
-        self.byte_time = 8 / rate
-        self.delay = delay
-        self.depth = depth
-        self.trim_at = trim_at
-        self.ecn_at = ecn_at
-        self.red = red  # the red discipline's bounds (None: threshold discipline)
-        self.high: collections.deque[bytearray] = collections.deque()
-        self.low: collections.deque[bytearray] = collections.deque()
-        self.low_bytes = 0  # red: data bytes queued, the frame on the wire included
-        self.high_bytes = 0
-        self.busy = False
-        self.current: bytearray | None = None  # the frame being serialised
-        self.current_low = False  # ...taken from the data queue
-        self.faults = faults
-        self.host = host  # a host NIC (the sender's own link)
-        self.to_host = to_host  # a switch port facing a host (the last hop)
-        self.peer_switch: _Switch | None = None  # the switch at the other end, if one is
-        self.name = f"{node}-eth{number}" if number else node
-        self.counters: collections.Counter[str] = collections.Counter()
-        self.tx = 0
+    def __post_init__(self) -> None:
+        self.byte_time = 8 / self.rate
+        self.name = f"{self.node}-eth{self.number}" if self.number else self.node
 
 
 class _Switch:
