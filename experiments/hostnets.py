@@ -90,7 +90,7 @@ class BackToBack:
             na, nb = a.nic(plane), b.nic(plane)
             self.lab.add_veth(
                 na.intf, nb.intf, a_netns=self.namespace(a.name), b_netns=self.namespace(b.name),
-                a_mac=na.mac, b_mac=nb.mac, configure=False,
+                macs=(na.mac, nb.mac), configure=False,
             )  # fmt: skip
         return self
 
@@ -205,7 +205,7 @@ class SwitchedRack(BackToBack):
                 port = leaf.port_to(host.name)
                 self.lab.add_veth(
                     nic.intf, port.intf, a_netns=self.namespace(host.name), b_netns=sw_ns,
-                    a_mac=nic.mac, b_mac=port.mac, configure=False,
+                    macs=(nic.mac, port.mac), configure=False,
                 )  # fmt: skip
                 self.lab.configure(port.intf, sw_ns, mtu=self.fabric.topology.link_mtu)
         return self

@@ -175,6 +175,16 @@ class PacketPort:
         self.sock.close()
 
 
+def _veth_end(intf: str, netns: str | None, mac: str | None) -> list[str]:
+    """How ``ip link add`` names one end of a veth pair, its namespace and its MAC."""
+    argv = ["name", intf]
+    if netns is not None:
+        argv += ["netns", netns]
+    if mac is not None:
+        argv += ["address", mac]
+    return argv
+
+
 class NetnsLab:
     """Namespaces and veth pairs made by one test or run; :meth:`cleanup` removes them all."""
 
@@ -196,27 +206,21 @@ class NetnsLab:
         *,
         a_netns: str | None = None,
         b_netns: str | None = None,
-        a_mac: str | None = None,
-        b_mac: str | None = None,
+        macs: tuple[str, str] | None = None,
         mtu: int | None = None,
         configure: bool = True,
     ) -> None:
         """A veth pair ``a`` <-> ``b``, each end made in its namespace (the root namespace for
-        None) with the given MAC; with ``configure`` both ends then get :meth:`configure`.
+        None), with ``macs`` (of ``a``, of ``b``) if given; with ``configure`` both ends then get
+        :meth:`configure`.
 
         The ends are created inside their namespaces, so the same names may be used by several
         labs at once. Without ``configure`` the ends stay as the kernel made them (down, IPv6
         on): for a program that sets its interfaces up itself, such as the host agent.
         """
-        argv = ["ip", "link", "add", a]
-        for flag, value in (("netns", a_netns), ("address", a_mac)):
-            if value is not None:
-                argv += [flag, value]
-        argv += ["type", "veth", "peer", "name", b]
-        for flag, value in (("netns", b_netns), ("address", b_mac)):
-            if value is not None:
-                argv += [flag, value]
-        run(*argv)
+        a_mac, b_mac = macs or (None, None)
+        run("ip", "link", "add", *_veth_end(a, a_netns, a_mac), "type", "veth",
+            "peer", *_veth_end(b, b_netns, b_mac))  # fmt: skip
         self.links.append((a, a_netns))
         if configure:
             self.configure(a, a_netns, mtu)

@@ -74,16 +74,13 @@ class TestbedState:
     def load(cls, path: Path | None = None) -> TestbedState:
         """Read the state file; :class:`StateError` names the file when it is missing or bad."""
         path = path or default_path()
-        try:
-            data = json.loads(path.read_text())
-        except FileNotFoundError:
+        if not path.exists():
             raise StateError(
                 f"{path}: no running testbed (start one with 'mrc-testbed up', "
                 "or give switch addresses with --switch NAME=HOST:PORT)"
-            ) from None
-        except (OSError, ValueError) as exc:
-            raise StateError(f"{path}: not a testbed state file ({exc})") from None
+            )
         try:
+            data = json.loads(path.read_text())
             return cls(
                 topology=data["topology"],
                 target=data["target"],
@@ -92,5 +89,6 @@ class TestbedState:
                 hosts={k: HostState(**v) for k, v in data.get("hosts", {}).items()},
                 processes=list(data.get("processes", [])),
             )
-        except (KeyError, TypeError) as exc:
-            raise StateError(f"{path}: not a testbed state file (missing or bad {exc})") from None
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+            reason = f"missing {exc}" if isinstance(exc, KeyError) else str(exc)
+            raise StateError(f"{path}: not a testbed state file ({reason})") from None
