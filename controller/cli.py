@@ -17,10 +17,12 @@ Every failure ends in one or two lines on stderr: exit status 2 for usage errors
 from __future__ import annotations
 
 import argparse
-import importlib
 import logging
+import os
 import signal
+import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -28,11 +30,14 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+from google.protobuf import text_format
+
 from controller.client import P4RuntimeError, SwitchClient, SwitchUnreachable
 from controller.counters import SwitchCounters, read_counters
 from controller.endpoints import TARGETS, Endpoints, EndpointsError, resolve
 from controller.entries import (
     GROUP,
+    IPV6_LPM,
     MANAGED_PROFILES,
     TABLE_ENTRY,
     Entry,
@@ -40,7 +45,13 @@ from controller.entries import (
     diff,
     fabric_tables,
 )
-from controller.p4info import P4Info, P4InfoError, default_bmv2_json_path, default_p4info_path
+from controller.p4info import (
+    REPO_ROOT,
+    P4Info,
+    P4InfoError,
+    default_bmv2_json_path,
+    default_p4info_path,
+)
 from controller.push import (
     DEFAULT_BATCH,
     PushOptions,
@@ -50,6 +61,7 @@ from controller.push import (
     read_installed,
 )
 from controller.qos import QosError, QosOverrides, default_qos
+from p4src import contract
 from topologies import Fabric, Switch, TopologyError
 
 
@@ -501,7 +513,7 @@ def cmd_set_qos(args: argparse.Namespace) -> int:
             _entries_table(
                 ctx,
                 switch.name,
-                intended.by_table("MrcIngress.port_qos"),
+                intended.by_table(contract.PORT_QOS),
                 f"{switch.name} port_qos (intended)",
             )
         )
@@ -563,45 +575,16 @@ def cmd_watch(args: argparse.Namespace) -> int:
     return 0
 
 
-def shell_namespace() -> dict[str, Any]:
-    """The names a p4runtime-shell session offers (entities by type, P4Info objects, Write)."""
-    from p4runtime_sh import shell
-    from p4runtime_sh.context import P4RuntimeEntity, P4Type
-
-    names = [
-        "TableEntry",
-        "MatchKey",
-        "Action",
-        "CounterEntry",
-        "DirectCounterEntry",
-        "MeterEntry",
-        "DirectMeterEntry",
-        "ActionProfileMember",
-        "GroupMember",
-        "ActionProfileGroup",
-        "OneshotAction",
-        "Oneshot",
-        "Write",
-        "Replica",
-        "MulticastGroupEntry",
-        "CloneSessionEntry",
-        "DigestEntry",
-        "APIVersion",
-        "global_options",
-    ]
-    ns: dict[str, Any] = {n: getattr(shell, n) for n in names if hasattr(shell, n)}
-    ns["p4info"] = shell.context.p4info
-    for kind in P4Type:
-        ns[kind.p4info_name] = shell.P4Objects(kind)
-    builders = {
-        P4RuntimeEntity.table_entry: (P4Type.table, shell.TableEntry),
-        P4RuntimeEntity.counter_entry: (P4Type.counter, shell.CounterEntry),
-        P4RuntimeEntity.direct_counter_entry: (P4Type.direct_counter, shell.DirectCounterEntry),
-        P4RuntimeEntity.meter_entry: (P4Type.meter, shell.MeterEntry),
-    }
-    for entity, (kind, cls) in builders.items():
-        ns[entity.name] = shell.P4RuntimeEntityBuilder(kind, entity, cls)
-    return ns
+def shell_python() -> Path:
+    """The Python of p4runtime-shell's own environment (``.venv-shell``, or $MRC_SHELL_PYTHON)."""
+    given = os.environ.get("MRC_SHELL_PYTHON")
+    python = Path(given) if given else REPO_ROOT / ".venv-shell" / "bin" / "python"
+    if not os.access(python, os.X_OK):
+        raise Failure(
+            f"{python}: no p4runtime-shell environment (./testbed install makes it; "
+            "p4runtime-shell's pins keep it out of the project's own)"
+        )
+    return python
 
 
 def cmd_shell(args: argparse.Namespace) -> int:
@@ -615,33 +598,24 @@ def cmd_shell(args: argparse.Namespace) -> int:
             )
     finally:
         probe.close()
-    from p4runtime_sh import shell
-
-    election = ctx.options.election_id
-    shell.setup(
-        device_id=target.device_id,
-        grpc_addr=target.address,
-        election_id=(election >> 64, election & ((1 << 64) - 1)),
-        config=None,
-        verbose=False,
-    )
-    shell.context.set_p4info(ctx.info.proto)
-    try:
-        ns = shell_namespace()
+    python = shell_python()
+    with tempfile.NamedTemporaryFile("w", prefix="mrc-ctl-shell-", suffix=".txtpb") as p4info:
+        p4info.write(text_format.MessageToString(ctx.info.proto))
+        p4info.flush()
+        command = [
+            str(python),
+            str(Path(__file__).with_name("shell.py")),
+            f"--address={target.address}",
+            f"--device-id={target.device_id}",
+            f"--election-id={ctx.options.election_id}",
+            f"--p4info={p4info.name}",
+            f"--banner=p4runtime-shell on {target.name} ({target.address}, device id "
+            f"{target.device_id}); try: table_entry['{IPV6_LPM}'].read(print)",
+        ]
         if args.code is not None:
-            exec(compile(args.code, "<mrc-ctl shell -c>", "exec"), ns)
-        else:
-            ipython = importlib.import_module("IPython")
-            traitlets = importlib.import_module("traitlets.config")
-            config = traitlets.Config()
-            config.TerminalInteractiveShell.banner1 = (
-                f"p4runtime-shell on {target.name} ({target.address}, device id "
-                f"{target.device_id}); try: table_entry['MrcIngress.ipv6_lpm'].read(print)"
-            )
-            ipython.start_ipython(user_ns=ns, config=config, argv=[])
-    finally:
-        shell.teardown()
-    return 0
+            command.append(f"--command={args.code}")
+        sys.stdout.flush()
+        return subprocess.run(command, check=False).returncode
 
 
 COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {

@@ -1,7 +1,7 @@
 """A P4Runtime client for one switch, on grpcio: arbitration, pipeline, writes, reads.
 
-p4runtime-shell keeps one global client, so the controller, which talks to every switch of a
-fabric at once, has its own: one :class:`SwitchClient` per switch, each with its own gRPC channel
+The controller talks to every switch of a fabric at once (p4runtime-shell keeps one global
+client): one :class:`SwitchClient` per switch, each with its own gRPC channel
 and StreamChannel. The stream is opened in a background thread, which sends the
 MasterArbitrationUpdate (device id, election id) and keeps the stream open for as long as the
 client lives; :meth:`SwitchClient.connect` waits for the arbitration response with a bounded
@@ -33,11 +33,11 @@ from dataclasses import dataclass
 from typing import Any
 
 import grpc
-from google.rpc import code_pb2, status_pb2
-from p4.v1 import p4runtime_pb2 as p4r
-from p4.v1 import p4runtime_pb2_grpc as p4r_grpc
 
 from controller.p4info import P4Info
+from p4src.proto import p4r, p4r_grpc
+from p4src.proto import rpc_code as code_pb2
+from p4src.proto import rpc_status as status_pb2
 
 #: gRPC messages can be large: a read of a full LPM table, a BMv2 JSON.
 MAX_MESSAGE_BYTES = 256 * 1024 * 1024
@@ -54,7 +54,7 @@ _CHANNEL_OPTIONS = [
 ]
 _STREAM_END = object()
 #: Deadline (s) of Write, Read and SetForwardingPipelineConfig: a bulk write or a read of a full
-#: table on a pure-Python target takes seconds; connecting uses the client's own timeout.
+#: table takes seconds on a software target; connecting uses the client's own timeout.
 BULK_DEADLINE = 300.0
 
 
@@ -131,21 +131,6 @@ def _status_details(error: grpc.RpcError) -> Any:
     return None
 
 
-class _LazyUpdates(Sequence[Any]):
-    """Encoded updates, parsed into ``p4r.Update`` only when looked at (for error messages)."""
-
-    def __init__(self, encoded: Sequence[bytes]) -> None:
-        self._encoded = encoded
-
-    def __len__(self) -> int:
-        return len(self._encoded)
-
-    def __getitem__(self, index: Any) -> Any:
-        if isinstance(index, slice):
-            return [p4r.Update.FromString(u) for u in self._encoded[index]]
-        return p4r.Update.FromString(self._encoded[index])
-
-
 class SwitchClient:
     """A P4Runtime session with one switch (one device id), primary by election id."""
 
@@ -169,8 +154,6 @@ class SwitchClient:
         self._requests: queue.Queue[Any] = queue.Queue()
         self._arbitration: queue.Queue[Any] = queue.Queue()
         self._stream_call: Any = None
-        self._write_raw: Any = None
-        self._read_raw: Any = None
         self._reader: threading.Thread | None = None
         self._stream_error: str | None = None
         self._stream_code = ""
@@ -357,36 +340,20 @@ class SwitchClient:
         """
         if not updates:
             return
-        request = p4r.WriteRequest()
-        request.device_id = self.device_id
-        request.election_id.CopyFrom(self._election())
-        request.atomicity = p4r.WriteRequest.CONTINUE_ON_ERROR
+        request = self._write_request()
         request.updates.extend(updates)
+        self._send_write(request)
+
+    def _write_request(self) -> Any:
+        request = p4r.WriteRequest(device_id=self.device_id, election_id=self._election())
+        request.atomicity = p4r.WriteRequest.CONTINUE_ON_ERROR
+        return request
+
+    def _send_write(self, request: Any) -> None:
         try:
             self._stub.Write(request, timeout=max(self.timeout, BULK_DEADLINE))
         except grpc.RpcError as exc:
-            raise self._write_error(updates, exc) from None
-
-    def write_encoded(self, updates: Sequence[bytes]) -> None:
-        """Like :meth:`write`, for updates already encoded (see :mod:`controller.encode`).
-
-        Skips the protobuf runtime on the way out; failed updates are parsed for the error.
-        """
-        if not updates:
-            return
-        from controller.encode import write_request
-
-        if self._write_raw is None:
-            self._write_raw = self._channel.unary_unary(
-                "/p4.v1.P4Runtime/Write",
-                request_serializer=None,
-                response_deserializer=p4r.WriteResponse.FromString,
-            )
-        request = write_request(self.device_id, self.election_id, updates)
-        try:
-            self._write_raw(request, timeout=max(self.timeout, BULK_DEADLINE))
-        except grpc.RpcError as exc:
-            raise self._write_error(_LazyUpdates(updates), exc) from None
+            raise self._write_error(request.updates, exc) from None
 
     def _write_error(self, updates: Sequence[Any], exc: grpc.RpcError) -> Exception:
         status = _status_details(exc)
@@ -426,36 +393,57 @@ class SwitchClient:
             return str(self.p4info.decode_group(entity.action_profile_group))
         return str(which)
 
-    def _updates(self, kind: Any, entries: Iterable[Any]) -> list[Any]:
+    @staticmethod
+    def _set_entity(entity: Any, entry: Any) -> None:
+        """Put ``entry`` (``p4r.TableEntry``, ``ActionProfileMember``, ``ActionProfileGroup`` or
+        ``Entity``) into the ``p4r.Entity`` ``entity``."""
+        if isinstance(entry, p4r.TableEntry):
+            entity.table_entry.CopyFrom(entry)
+        elif isinstance(entry, p4r.Entity):
+            entity.CopyFrom(entry)
+        elif isinstance(entry, p4r.ActionProfileMember):
+            entity.action_profile_member.CopyFrom(entry)
+        elif isinstance(entry, p4r.ActionProfileGroup):
+            entity.action_profile_group.CopyFrom(entry)
+        else:
+            raise TypeError(f"cannot write a {type(entry).__name__} as a P4Runtime entity")
+
+    @classmethod
+    def updates(cls, kind: int, entries: Iterable[Any]) -> list[Any]:
+        """``p4r.Update`` messages of type ``kind`` (``p4r.Update.INSERT``...), one per
+        ``p4r.TableEntry`` (``p4r.ActionProfileMember``, ``p4r.ActionProfileGroup``,
+        ``p4r.Entity``) message."""
         updates = []
         for entry in entries:
-            update = p4r.Update()
-            update.type = kind
-            if isinstance(entry, p4r.Entity):
-                update.entity.CopyFrom(entry)
-            elif isinstance(entry, p4r.ActionProfileMember):
-                update.entity.action_profile_member.CopyFrom(entry)
-            elif isinstance(entry, p4r.ActionProfileGroup):
-                update.entity.action_profile_group.CopyFrom(entry)
-            else:
-                update.entity.table_entry.CopyFrom(entry)
+            update = p4r.Update(type=kind)
+            cls._set_entity(update.entity, entry)
             updates.append(update)
         return updates
+
+    def write_entries(self, kind: int, entries: Iterable[Any]) -> None:
+        """Send one Write request of updates of type ``kind`` (``p4r.Update.INSERT``...), one
+        per ``p4r.TableEntry`` (``p4r.ActionProfileMember``, ``p4r.ActionProfileGroup``,
+        ``p4r.Entity``) message; like :meth:`write`."""
+        request = self._write_request()
+        for entry in entries:
+            self._set_entity(request.updates.add(type=kind).entity, entry)
+        if request.updates:
+            self._send_write(request)
 
     def insert(self, entries: Iterable[Any]) -> None:
         """INSERT these ``p4r.TableEntry`` messages in one Write (``p4r.ActionProfileMember``,
         ``p4r.ActionProfileGroup`` and ``p4r.Entity`` messages too)."""
-        self.write(self._updates(p4r.Update.INSERT, entries))
+        self.write_entries(p4r.Update.INSERT, entries)
 
     def modify(self, entries: Iterable[Any]) -> None:
         """MODIFY these ``p4r.TableEntry`` messages (default entries too; and the other kinds
         :meth:`insert` takes) in one Write."""
-        self.write(self._updates(p4r.Update.MODIFY, entries))
+        self.write_entries(p4r.Update.MODIFY, entries)
 
     def delete(self, entries: Iterable[Any]) -> None:
         """DELETE these ``p4r.TableEntry`` messages (and the other kinds :meth:`insert` takes)
         in one Write."""
-        self.write(self._updates(p4r.Update.DELETE, entries))
+        self.write_entries(p4r.Update.DELETE, entries)
 
     # -- reads -------------------------------------------------------------------------------
 
@@ -471,26 +459,6 @@ class SwitchClient:
         except grpc.RpcError as exc:
             raise self._rpc_error("Read", exc) from None
         return found
-
-    def read_raw(self, entities: Sequence[Any]) -> list[bytes]:
-        """Like :meth:`read`, but the undecoded ``p4r.ReadResponse`` messages.
-
-        Lets a caller that polls (``watch``) compare replies without paying for the protobuf
-        runtime when nothing changed.
-        """
-        if self._read_raw is None:
-            self._read_raw = self._channel.unary_stream(
-                "/p4.v1.P4Runtime/Read",
-                request_serializer=p4r.ReadRequest.SerializeToString,
-                response_deserializer=None,
-            )
-        request = p4r.ReadRequest()
-        request.device_id = self.device_id
-        request.entities.extend(entities)
-        try:
-            return list(self._read_raw(request, timeout=max(self.timeout, BULK_DEADLINE)))
-        except grpc.RpcError as exc:
-            raise self._rpc_error("Read", exc) from None
 
     def _info(self) -> P4Info:
         if self.p4info is None:

@@ -23,11 +23,12 @@ are sent in canonical form (no leading zero bytes), as the P4Runtime specificati
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from google.protobuf import text_format
 
@@ -126,9 +127,21 @@ def encode_value(value: Value, bitwidth: int, what: str) -> bytes:
 
     ``what`` names the field in errors (``MrcIngress.set_next_hop(port)``).
     """
+    encoded = _encoded(value, bitwidth)
+    if isinstance(encoded, str):
+        raise P4InfoError(f"{what}: {encoded}")
+    return encoded
+
+
+@functools.lru_cache(maxsize=1 << 16, typed=True)
+def _encoded(value: Value, bitwidth: int) -> bytes | str:
+    """:func:`encode_value` without the field's name: the bytes, or why ``value`` has none.
+
+    Remembered: a fabric's entries repeat the same ports, MACs and thresholds many times.
+    """
     number: int
     if isinstance(value, bool):
-        raise P4InfoError(f"{what}: {value!r} is not a number, address or byte string")
+        return f"{value!r} is not a number, address or byte string"
     if isinstance(value, int):
         number = value
     elif isinstance(value, bytes):
@@ -148,14 +161,14 @@ def encode_value(value: Value, bitwidth: int, what: str) -> bytes:
             else:
                 number = int(text, 0)
         except ValueError:
-            raise P4InfoError(
-                f"{what}: {value!r} is not a valid value (expected an integer, "
+            return (
+                f"{value!r} is not a valid value (expected an integer, "
                 f"an IPv6 address or a MAC address for a {bitwidth}-bit field)"
-            ) from None
+            )
     else:
-        raise P4InfoError(f"{what}: {value!r} is not a number, address or byte string")
+        return f"{value!r} is not a number, address or byte string"
     if number < 0 or number >= 1 << bitwidth:
-        raise P4InfoError(f"{what}: {value!r} does not fit in {bitwidth} bits")
+        return f"{value!r} does not fit in {bitwidth} bits"
     return canonical(number.to_bytes(max(1, (bitwidth + 7) // 8), "big"))
 
 
@@ -191,12 +204,31 @@ def _refuse_unknown(
         )
 
 
+class _TableSpec(NamedTuple):
+    """What building a table's entries reads of its P4Info, as Python values."""
+
+    id: int
+    name: str
+    implementation_id: int
+    fields: tuple[tuple[str, int, int, int], ...]  # (name, id, match type, bit width)
+
+
+class _ActionSpec(NamedTuple):
+    """What building an action call reads of its P4Info, as Python values."""
+
+    id: int
+    name: str
+    params: tuple[tuple[str, int, int], ...]  # (name, id, bit width)
+
+
 class P4Info:
     """One pipeline's P4Info, indexed by name (immutable once loaded)."""
 
     def __init__(self, proto: Any, source: str = "<memory>") -> None:
         self.proto: Any = proto  # p4i.P4Info
         self.source = source
+        self._tables: dict[str, _TableSpec] = {}  # by the name asked for, looked up once
+        self._actions: dict[str, _ActionSpec] = {}
         # kind -> name (full, or an unambiguous dotted suffix) -> object
         self._names: dict[str, dict[str, Any]] = {}
         self._by_id: dict[int, str] = {}
@@ -315,19 +347,42 @@ class P4Info:
 
     # -- building entries --------------------------------------------------------------------
 
-    def _action_proto(self, action: str, params: Mapping[str, Value]) -> Any:
-        info = self.action(action)
-        msg = p4r.Action()
-        msg.action_id = info.preamble.id
-        _refuse_unknown(params, [p.name for p in info.params], f"action {info.preamble.name}")
-        for p in info.params:
-            if p.name not in params:
-                raise P4InfoError(f"action {info.preamble.name}: parameter '{p.name}' is missing")
-            param = msg.params.add()
-            param.param_id = p.id
-            param.value = encode_value(
-                params[p.name], p.bitwidth, f"{info.preamble.name}({p.name})"
+    def _table_spec(self, table: str) -> _TableSpec:
+        spec = self._tables.get(table)
+        if spec is None:
+            info = self.table(table)
+            fields = tuple(
+                (str(mf.name), int(mf.id), int(mf.match_type), int(mf.bitwidth))
+                for mf in info.match_fields
             )
+            spec = _TableSpec(
+                int(info.preamble.id), str(info.preamble.name), int(info.implementation_id), fields
+            )
+            self._tables[table] = spec
+        return spec
+
+    def _action_spec(self, action: str) -> _ActionSpec:
+        spec = self._actions.get(action)
+        if spec is None:
+            info = self.action(action)
+            params = tuple((str(p.name), int(p.id), int(p.bitwidth)) for p in info.params)
+            spec = _ActionSpec(int(info.preamble.id), str(info.preamble.name), params)
+            self._actions[action] = spec
+        return spec
+
+    def _action_proto(self, action: str, params: Mapping[str, Value], msg: Any = None) -> Any:
+        """A ``p4r.Action`` (or ``msg`` filled in) calling ``action`` with ``params``."""
+        spec = self._action_spec(action)
+        msg = p4r.Action() if msg is None else msg
+        msg.action_id = spec.id
+        if len(params) != len(spec.params):
+            _refuse_unknown(params, [n for n, _, _ in spec.params], f"action {spec.name}")
+        for name, param_id, bitwidth in spec.params:
+            if name not in params:
+                _refuse_unknown(params, [n for n, _, _ in spec.params], f"action {spec.name}")
+                raise P4InfoError(f"action {spec.name}: parameter '{name}' is missing")
+            value = encode_value(params[name], bitwidth, f"{spec.name}({name})")
+            msg.params.add(param_id=param_id, value=value)
         return msg
 
     def table_entry(
@@ -347,45 +402,44 @@ class P4Info:
         With ``group_id`` the entry points at that action profile group (the table must have
         an action profile) and ``action`` and ``params`` are ignored.
         """
-        info = self.table(table)
-        entry = p4r.TableEntry()
-        entry.table_id = info.preamble.id
-        fields = [mf.name for mf in info.match_fields]
-        _refuse_unknown(match, fields, f"table {info.preamble.name}", "match field")
-        for mf in info.match_fields:
-            if mf.name not in match:
+        spec = self._table_spec(table)
+        entry = p4r.TableEntry(table_id=spec.id)
+        if not match.keys() <= {f[0] for f in spec.fields}:
+            _refuse_unknown(match, [f[0] for f in spec.fields], f"table {spec.name}", "match field")
+        for name, field_id, match_type, bitwidth in spec.fields:
+            if name not in match:
                 continue  # a missing field is a wildcard (ternary/LPM/optional)
-            value = match[mf.name]
-            what = f"{info.preamble.name}[{mf.name}]"
-            fm = p4r.FieldMatch()
-            fm.field_id = mf.id
-            if mf.match_type == p4i.MatchField.EXACT:
-                fm.exact.value = encode_value(value, mf.bitwidth, what)
-            elif mf.match_type == p4i.MatchField.LPM:
-                address, prefix_len = _split_prefix(value, mf.bitwidth, what)
+            value = match[name]
+            what = f"{spec.name}[{name}]"
+            if match_type == p4i.MatchField.EXACT:
+                entry.match.add(field_id=field_id).exact.value = encode_value(
+                    value, bitwidth, what
+                )
+            elif match_type == p4i.MatchField.LPM:
+                address, prefix_len = _split_prefix(value, bitwidth, what)
                 if prefix_len == 0:
                     continue
-                fm.lpm.value = canonical(address.to_bytes((mf.bitwidth + 7) // 8, "big"))
+                fm = entry.match.add(field_id=field_id)
+                fm.lpm.value = canonical(address.to_bytes((bitwidth + 7) // 8, "big"))
                 fm.lpm.prefix_len = prefix_len
-            elif mf.match_type == p4i.MatchField.TERNARY:
-                text = str(value)
-                val, sep, mask = text.partition("&&&")
-                fm.ternary.value = encode_value(val, mf.bitwidth, what)
-                fm.ternary.mask = encode_value(
-                    mask if sep else (1 << mf.bitwidth) - 1, mf.bitwidth, what
+            elif match_type == p4i.MatchField.TERNARY:
+                val, sep, mask = str(value).partition("&&&")
+                ternary = p4r.FieldMatch.Ternary(
+                    value=encode_value(val, bitwidth, what),
+                    mask=encode_value(mask if sep else (1 << bitwidth) - 1, bitwidth, what),
                 )
+                entry.match.add(field_id=field_id, ternary=ternary)
             else:
-                raise P4InfoError(f"{what}: match type {mf.match_type} is not supported")
-            entry.match.append(fm)
+                raise P4InfoError(f"{what}: match type {match_type} is not supported")
         if group_id:
-            if not info.implementation_id:
+            if not spec.implementation_id:
                 raise P4InfoError(
-                    f"table {info.preamble.name} has no action profile: group {group_id} "
+                    f"table {spec.name} has no action profile: group {group_id} "
                     "cannot be its action"
                 )
             entry.action.action_profile_group_id = group_id
         else:
-            entry.action.action.CopyFrom(self._action_proto(action, params or {}))
+            self._action_proto(action, params or {}, entry.action.action)
         if priority:
             entry.priority = priority
         return entry

@@ -28,13 +28,9 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from typing import Any
 
-from p4.v1 import p4runtime_pb2 as p4r
-
 from controller.client import P4RuntimeError, SwitchClient, SwitchUnreachable
-from controller.encode import UpdateEncoder
 from controller.entries import (
     GROUP,
-    IPV6_LPM,
     MANAGED_PROFILES,
     MANAGED_TABLES,
     MEMBER,
@@ -45,6 +41,8 @@ from controller.entries import (
     diff,
 )
 from controller.p4info import P4Info
+from p4src.contract import IPV6_LPM
+from p4src.proto import p4r
 
 DEFAULT_BATCH = 500
 
@@ -191,7 +189,6 @@ def write_diff(
     client: SwitchClient, info: P4Info, changes: Diff, batch_size: int = DEFAULT_BATCH
 ) -> tuple[int, int, int, list[str]]:
     """Write a :class:`Diff` in batches; returns (added, modified, deleted, error lines)."""
-    encoder = UpdateEncoder(info)
     errors: list[str] = []
     done = {"delete": 0, "modify": 0, "insert": 0}
 
@@ -213,7 +210,7 @@ def write_diff(
     for name, kind, entries in steps:
         for batch in _batches(entries, batch_size):
             try:
-                client.write_encoded([encoder.update(kind, e) for e in batch])
+                client.write_entries(kind, [e.to_proto(info) for e in batch])
                 done[name] += len(batch)
             except P4RuntimeError as exc:
                 if exc.errors:

@@ -21,8 +21,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Mapping, Sequence
-
-from p4.v1 import p4runtime_pb2 as p4r
+from typing import Any
 
 from controller.client import P4RuntimeError, SwitchClient, SwitchUnreachable
 from controller.entries import SwitchTables, diff
@@ -62,8 +61,8 @@ class SwitchWatch:
         self.backup = False  # another controller with a higher election id is primary
         self.wake = threading.Event()  # set when the session breaks: check at once
         self._patterns = installed_patterns(info)
-        # the raw Read reply last found in sync, and the intended tables it was compared with
-        self._in_sync: tuple[list[bytes] | None, SwitchTables | None] = (None, None)
+        # the entities read when last found in sync, and the intended tables they matched
+        self._in_sync: tuple[list[Any] | None, SwitchTables | None] = (None, None)
         self.pushes: list[PushReport] = []  # every reconcile that wrote something
 
     def _connect(self) -> SwitchClient | None:
@@ -132,20 +131,18 @@ class SwitchWatch:
             ):
                 return self._reconcile("pipeline missing or different")
             try:
-                raw = self.client.read_raw(self._patterns)
+                found = self.client.read(self._patterns)
             except P4RuntimeError as exc:
                 return self._reconcile(f"read refused ({exc.code})")
             intended = self.tables()[self.target.name]
-            if raw == self._in_sync[0] and intended is self._in_sync[1]:
+            if found == self._in_sync[0] and intended is self._in_sync[1]:
                 return None  # the same reply as when last found in sync: nothing to decode
-            installed = decode_entities(
-                self.info, [e for chunk in raw for e in p4r.ReadResponse.FromString(chunk).entities]
-            )
+            installed = decode_entities(self.info, found)
             changes = diff(intended.entries, installed)
             if not changes.empty:
                 self._in_sync = (None, None)
                 return self._reconcile(f"{changes.count} entries differ")
-            self._in_sync = (raw, intended)
+            self._in_sync = (found, intended)
             return None
         except SwitchUnreachable as exc:
             self._drop(exc.reason)

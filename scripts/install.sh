@@ -1,7 +1,8 @@
 #!/bin/sh
 # Install everything mrc-testbed needs on Debian 12 or Ubuntu 22.04/24.04. Idempotent; run as root.
 #
-#   scripts/install.sh              apt packages, the venv at .venv, the project (editable, with test extras)
+#   scripts/install.sh              apt packages, the venv at .venv, the project (editable, with test extras),
+#                                   p4runtime-shell in a venv of its own at .venv-shell (for mrc-ctl shell)
 #   scripts/install.sh --with-bmv2  the same plus p4c, BMv2 (simple_switch_grpc) and PI from p4lang's packages
 #
 # The venv is made from the system python3 with --system-site-packages so that Debian's Mininet
@@ -13,7 +14,7 @@ with_bmv2=0
 for arg in "$@"; do
     case "$arg" in
         --with-bmv2) with_bmv2=1 ;;
-        -h|--help) sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        -h|--help) sed -n '2,10p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) echo "install.sh: unknown option '$arg' (expected --with-bmv2 or --help)" >&2; exit 2 ;;
     esac
 done
@@ -64,6 +65,10 @@ if [ ! -f "$stamp" ] || [ "$here/pyproject.toml" -nt "$stamp" ]; then
     say "python packages (pip install -e '.[test]')"
     "$venv/bin/python" -m pip install -q --upgrade pip >/dev/null \
         || die "pip could not reach the package index (see the messages above)"
+    # an older install had p4runtime-shell and p4runtime here, holding protobuf at 3.20: they
+    # live in .venv-shell now (below), and their descriptors would clash with the project's
+    "$venv/bin/python" -m pip uninstall -q -y p4runtime-shell p4runtime googleapis-common-protos \
+        >/dev/null 2>&1 || true
     "$venv/bin/python" -m pip install -q -e "$here[test]" || die "pip install failed (see the messages above)"
     touch "$stamp"
     say "venv ok"
@@ -72,6 +77,22 @@ else
 fi
 "$venv/bin/python" -c 'import mininet.net' 2>/dev/null \
     || die "the venv cannot import mininet.net: is Debian's python3-mininet installed for /usr/bin/python3?"
+
+# p4runtime-shell, for the interactive 'mrc-ctl shell' only, pins protobuf<3.21, p4runtime 1.4.1,
+# IPython 7 and jedi 0.17: it gets a venv of its own so that its pins do not bind the project.
+shell_venv="$here/.venv-shell"
+if [ ! -x "$shell_venv/bin/python" ] || ! "$shell_venv/bin/python" -c 'import p4runtime_sh.shell' >/dev/null 2>&1; then
+    say "p4runtime-shell in .venv-shell (for mrc-ctl shell)"
+    rm -rf "$shell_venv"
+    /usr/bin/python3 -m venv "$shell_venv" || die "could not create the venv at $shell_venv"
+    "$shell_venv/bin/python" -m pip install -q --upgrade pip >/dev/null \
+        || die "pip could not reach the package index (see the messages above)"
+    "$shell_venv/bin/python" -m pip install -q "p4runtime-shell==0.0.6" \
+        || die "pip install p4runtime-shell failed (see the messages above)"
+    say "p4runtime-shell ok"
+else
+    say "p4runtime-shell ok (already present)"
+fi
 
 # The Wireshark dissector of the MRC headers, where tshark / Wireshark is installed: into the
 # personal Lua plugin folder of the user running this (root), so captures open decoded.

@@ -3,9 +3,8 @@
 :class:`SwitchRuntime` keeps what a P4Runtime server must remember (the committed and the saved
 pipeline config, the table entries as written, in canonical form, and the default entries) and
 translates every change into the :class:`~switchmodel.tables.PipelineState` the data path reads,
-under the data path's lock. Table entries arrive as :class:`~switchmodel.wire.TableEntryData`
-(decoded from the wire by :mod:`switchmodel.wire`, or from a ``p4r.TableEntry``) and are kept as
-the bytes a Read answers with, so neither a write nor a read builds protobuf messages for them.
+under the data path's lock. Table entries are kept as the ``p4r.Entity`` a Read answers with
+(canonical match and parameter values, the other fields as written).
 Action profile members and groups (the ECMP groups of ``ipv6_ecmp``) are kept by
 :mod:`switchmodel.profiles`; ``ipv6_ecmp`` entries point at a group by id.
 
@@ -23,12 +22,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from google.rpc import code_pb2
-from p4.config.v1 import p4info_pb2 as p4i
-from p4.v1 import p4runtime_pb2 as p4r
-
-from switchmodel import contract, wire
-from switchmodel.contract import Binding, ContractError, TableBinding
+from p4src import contract
+from p4src.proto import p4i, p4r
+from p4src.proto import rpc_code as code_pb2
+from switchmodel.binding import Binding, ContractError, TableBinding, bind
 from switchmodel.profiles import ProfileError, ProfileState
 from switchmodel.tables import (
     DROP_NO_ROUTE,
@@ -39,7 +36,6 @@ from switchmodel.tables import (
     SidAction,
     next_hop,
 )
-from switchmodel.wire import TableEntryData
 
 Key = tuple[int, int]  # (value, prefix length); exact keys use the full width as length
 
@@ -100,9 +96,9 @@ class SwitchRuntime:
         self._lock = threading.RLock()  # serialises control-plane operations
         self._committed: _Config | None = None
         self._saved: _Config | None = None
-        # table id -> key -> the entry as one element of ReadResponse.entities
-        self._entries: dict[int, dict[Key, bytes]] = {}
-        self._defaults: dict[int, p4r.TableEntry] = {}
+        # table id -> key -> the entry as a Read returns it
+        self._entries: dict[int, dict[Key, p4r.Entity]] = {}
+        self._defaults: dict[int, p4r.Entity] = {}  # table id -> its default entry, as written
         self._profiles: dict[int, ProfileState] = {}  # action profile id -> its state
         self._group_of: dict[int, dict[Key, int]] = {}  # indirect table id -> key -> group id
 
@@ -138,7 +134,7 @@ class SwitchRuntime:
             if not config.HasField("p4info"):
                 raise _invalid("SetForwardingPipelineConfig: config has no p4info")
             try:
-                binding = contract.bind(config.p4info)
+                binding = bind(config.p4info)
             except ContractError as exc:
                 raise _invalid(str(exc)) from None
             new = _Config(binding, p4r.ForwardingPipelineConfig())
@@ -203,8 +199,7 @@ class SwitchRuntime:
             binding = self._require()
             kind = update.entity.WhichOneof("entity")
             if kind == "table_entry":
-                entry = update.entity.table_entry
-                self._write_table_entry(binding, update.type, wire.table_entry_data(entry), entry)
+                self._write_table_entry(binding, update.type, update.entity.table_entry)
             elif kind == "counter_entry":
                 self._write_counter(binding, update.type, update.entity.counter_entry)
             elif kind == "register_entry":
@@ -217,18 +212,6 @@ class SwitchRuntime:
                 raise RuntimeStatus(
                     code_pb2.UNIMPLEMENTED, f"writing {kind or 'an empty entity'} is not supported"
                 )
-
-    def write_table_entry(
-        self, kind: int, entry: TableEntryData, original: p4r.TableEntry | None = None
-    ) -> None:
-        """Apply one table-entry update of type ``kind`` (RuntimeStatus when refused).
-
-        ``original``: the ``p4r.TableEntry`` ``entry`` was read from, when protobuf parsed it;
-        its other fields (metadata, ...) are kept with the entry and read back. None when
-        :mod:`switchmodel.wire` decoded it (it then has no other fields).
-        """
-        with self._lock:
-            self._write_table_entry(self._require(), kind, entry, original)
 
     def _profile(self, profile_id: int) -> ProfileState:
         profile = self._profiles.get(profile_id)
@@ -249,14 +232,8 @@ class SwitchRuntime:
                     f"{contract.SET_NEXT_HOP}"
                 )
             table = binding.tables[binding.profiles[profile.profile_id].table_id]
-            _name, params = self._action_data(
-                binding,
-                table,
-                wire.table_entry_data(p4r.TableEntry(action=p4r.TableAction(action=member.action))),
-            )
-            hop = next_hop(
-                params["port"], params["smac"].to_bytes(6, "big"), params["dmac"].to_bytes(6, "big")
-            )
+            _name, params = self._action_data(binding, table, member.action)
+            hop = next_hop(**params)
         try:
             with self.target.lock:
                 profile.write_member(kind, member, hop)
@@ -272,13 +249,17 @@ class SwitchRuntime:
             raise RuntimeStatus(exc.code, exc.message) from None
 
     def _write_indirect_entry(
-        self, table: TableBinding, kind: int, key: Key, entry: TableEntryData
+        self, table: TableBinding, kind: int, key: Key, entry: p4r.TableEntry
     ) -> None:
         """INSERT, MODIFY or DELETE an entry of a table with an action selector: its action is
         a group of the table's action profile."""
         profile = self._profile(table.profile_id)
         groups = self._group_of[table.id]
-        if kind != p4r.Update.DELETE and entry.action_kind != "action_profile_group_id":
+        group_id = int(entry.action.action_profile_group_id)
+        if (
+            kind != p4r.Update.DELETE
+            and entry.action.WhichOneof("type") != "action_profile_group_id"
+        ):
             raise _invalid(
                 f"{table.name}: entry {self._describe(table, key)} needs an action profile group "
                 f"of {profile.name} (the table has an action selector)"
@@ -287,7 +268,7 @@ class SwitchRuntime:
             state = self.target.state
             assert state is not None  # committed implies a state
             try:
-                data = profile.use_group(entry.group_id) if kind != p4r.Update.DELETE else None
+                data = profile.use_group(group_id) if kind != p4r.Update.DELETE else None
             except ProfileError as exc:
                 raise RuntimeStatus(exc.code, exc.message) from None
             previous = groups.get(key)
@@ -297,7 +278,7 @@ class SwitchRuntime:
                 groups.pop(key, None)
                 state.ipv6_ecmp.remove(*key)
             else:
-                groups[key] = entry.group_id
+                groups[key] = group_id
                 state.ipv6_ecmp.insert(key[0], key[1], data)
 
     def _table(self, binding: Binding, table_id: int) -> TableBinding:
@@ -306,7 +287,7 @@ class SwitchRuntime:
             raise RuntimeStatus(code_pb2.NOT_FOUND, f"table id {table_id:#x} is not in the P4Info")
         return table
 
-    def _key(self, table: TableBinding, entry: TableEntryData) -> Key:
+    def _key(self, table: TableBinding, entry: p4r.TableEntry) -> Key:
         if entry.priority:
             raise _invalid(f"{table.name}: priority {entry.priority} given, the table has none")
         width = table.width
@@ -320,24 +301,25 @@ class SwitchRuntime:
         if fm.field_id != table.field_id:
             raise _invalid(f"{table.name}: unknown match field id {fm.field_id}")
         what = f"{table.name} match field {fm.field_id}"
+        kind = fm.WhichOneof("field_match_type")
         if table.match_type == p4i.MatchField.LPM:
-            if fm.kind != "lpm":
+            if kind != "lpm":
                 raise _invalid(f"{what}: expected an LPM match")
-            length = fm.prefix_len
+            length = fm.lpm.prefix_len
             if not 0 < length <= width:
                 raise _invalid(f"{what}: prefix length {length}, expected 1..{width}")
-            value = _decode(fm.value, width, what)
+            value = _decode(fm.lpm.value, width, what)
             if value & ((1 << (width - length)) - 1):
                 raise _invalid(f"{what}: value has bits set beyond the /{length} prefix")
             return (value, length)
-        if fm.kind != "exact":
+        if kind != "exact":
             raise _invalid(f"{what}: expected an exact match")
-        return (_decode(fm.value, width, what), width)
+        return (_decode(fm.exact.value, width, what), width)
 
     def _action_data(
-        self, binding: Binding, table: TableBinding, entry: TableEntryData
+        self, binding: Binding, table: TableBinding, action: p4r.Action | None
     ) -> tuple[str, dict[str, int]]:
-        action = entry.action
+        """The name and decoded parameters of a direct action (None: the entry has none)."""
         if action is None:
             raise _invalid(f"{table.name}: entry needs a direct action")
         bound = binding.actions.get(action.action_id)
@@ -346,67 +328,42 @@ class SwitchRuntime:
         if action.action_id not in table.action_ids:
             raise _invalid(f"{table.name}: action '{bound.name}' is not one of the table's actions")
         params: dict[str, int] = {}
-        for param_id, param_value in action.params:
-            spec = bound.params.get(param_id)
+        for param in action.params:
+            spec = bound.params.get(param.param_id)
             if spec is None:
-                raise _invalid(f"{bound.name}: unknown parameter id {param_id}")
+                raise _invalid(f"{bound.name}: unknown parameter id {param.param_id}")
             name, width = spec
             if name in params:
                 raise _invalid(f"{bound.name}: parameter '{name}' given twice")
-            params[name] = _decode(param_value, width, f"{bound.name} parameter '{name}'")
+            params[name] = _decode(param.value, width, f"{bound.name} parameter '{name}'")
         missing = [name for name, _ in bound.params.values() if name not in params]
         if missing:
             raise _invalid(f"{bound.name}: missing parameters {missing}")
         return bound.name, params
 
     @staticmethod
-    def _stored(
-        entry: TableEntryData, key: Key, table: TableBinding, original: p4r.TableEntry | None
-    ) -> bytes:
-        """The entry as a Read returns it: canonical match and parameter values, no counter
-        data, other fields as written; framed as one element of ``ReadResponse.entities``."""
-        value, length = key
-        lpm = table.match_type == p4i.MatchField.LPM
-        if original is None and entry.group_id:
-            original = wire.table_entry_proto(entry._replace(action_kind=None))
-            original.action.action_profile_group_id = entry.group_id
-        if original is None:
-            action = entry.action
-            assert action is not None  # checked by _action_data
-            return wire.table_entry_chunk(
-                wire.encode_table_entry(
-                    entry.table_id,
-                    table.field_id,
-                    lpm,
-                    canonical(value),
-                    length,
-                    action.action_id,
-                    [(pid, canonical(int.from_bytes(v, "big"))) for pid, v in action.params],
-                )
-            )
-        stored = p4r.TableEntry()
-        stored.CopyFrom(original)
-        stored.ClearField("counter_data")
-        del stored.match[:]
-        if not (lpm and length == 0):
-            fm = stored.match.add()
-            fm.field_id = table.field_id
-            if lpm:
-                fm.lpm.value = canonical(value)
-                fm.lpm.prefix_len = length
-            else:
-                fm.exact.value = canonical(value)
-        if stored.HasField("action"):
-            for param in stored.action.action.params:
+    def _stored(entry: p4r.TableEntry) -> p4r.Entity:
+        """The entry as a Read returns it: canonical match and parameter values (the entry has
+        passed :meth:`_key` and :meth:`_action_data`), no counter data, other fields as
+        written."""
+        stored = p4r.Entity(table_entry=entry)
+        written = stored.table_entry
+        if written.HasField("counter_data"):
+            written.ClearField("counter_data")
+        for fm in written.match:
+            match = fm.lpm if fm.WhichOneof("field_match_type") == "lpm" else fm.exact
+            if match.value[:1] == b"\x00" and len(match.value) > 1:
+                match.value = canonical(int.from_bytes(match.value, "big"))
+        for param in written.action.action.params:
+            if param.value[:1] == b"\x00" and len(param.value) > 1:
                 param.value = canonical(int.from_bytes(param.value, "big"))
-        return wire.table_entry_chunk(stored.SerializeToString())
+        return stored
 
     def _write_table_entry(
         self,
         binding: Binding,
         kind: int,
-        entry: TableEntryData,
-        original: p4r.TableEntry | None,
+        entry: p4r.TableEntry,
     ) -> None:
         table = self._table(binding, entry.table_id)
         if entry.is_default_action:
@@ -414,18 +371,13 @@ class SwitchRuntime:
                 raise _invalid(f"{table.name}: the default entry can only be modified")
             if entry.match:
                 raise _invalid(f"{table.name}: a default entry has no match fields")
-            if entry.action_kind is not None:
-                name, params = self._action_data(binding, table, entry)
+            if entry.HasField("action"):
+                name, params = self._action_data(binding, table, _direct(entry))
                 if table.profile_id and name != contract.NO_ACTION:
                     raise _invalid(f"{table.name}: the default action can only be NoAction")
-                if original is not None:
-                    stored = p4r.TableEntry()
-                    stored.CopyFrom(original)
-                else:
-                    stored = wire.table_entry_proto(entry)
-                self._defaults[table.id] = stored
+                self._defaults[table.id] = p4r.Entity(table_entry=entry)
             else:  # reset to the program's default
-                name, params = contract.TABLES[table.name][2], {}
+                name, params = contract.table(table.name).default_action, {}
                 self._defaults.pop(table.id, None)
             self._apply(table, None, name, params)
             return
@@ -442,7 +394,7 @@ class SwitchRuntime:
                     code_pb2.RESOURCE_EXHAUSTED, f"{table.name}: table full ({table.size} entries)"
                 )
             self._set(binding, table, kind, key, entry)
-            entries[key] = self._stored(entry, key, table, original)
+            entries[key] = self._stored(entry)
         elif kind == p4r.Update.MODIFY:
             if key not in entries:
                 raise RuntimeStatus(
@@ -450,7 +402,7 @@ class SwitchRuntime:
                     f"{table.name}: no entry {self._describe(table, key)} to modify",
                 )
             self._set(binding, table, kind, key, entry)
-            entries[key] = self._stored(entry, key, table, original)
+            entries[key] = self._stored(entry)
         elif kind == p4r.Update.DELETE:
             if key not in entries:
                 raise RuntimeStatus(
@@ -463,7 +415,7 @@ class SwitchRuntime:
             raise _invalid(f"{table.name}: update type {kind} is not INSERT, MODIFY or DELETE")
 
     def _set(
-        self, binding: Binding, table: TableBinding, kind: int, key: Key, entry: TableEntryData
+        self, binding: Binding, table: TableBinding, kind: int, key: Key, entry: p4r.TableEntry
     ) -> None:
         """Make the data path see an INSERT, MODIFY or DELETE of the entry at ``key``."""
         if table.profile_id:
@@ -471,7 +423,7 @@ class SwitchRuntime:
         elif kind == p4r.Update.DELETE:
             self._apply(table, key, None, {})
         else:
-            name, params = self._action_data(binding, table, entry)
+            name, params = self._action_data(binding, table, _direct(entry))
             self._apply(table, key, name, params)
 
     @staticmethod
@@ -507,11 +459,7 @@ class SwitchRuntime:
             elif table.name == contract.IPV6_LPM:
                 hop = DROP_NO_ROUTE
                 if action == contract.SET_NEXT_HOP:
-                    hop = next_hop(
-                        params["port"],
-                        params["smac"].to_bytes(6, "big"),
-                        params["dmac"].to_bytes(6, "big"),
-                    )
+                    hop = next_hop(**params)
                 if key is None:
                     state.ipv6_lpm_default = hop
                 elif action is None:
@@ -521,13 +469,7 @@ class SwitchRuntime:
             elif table.name == contract.PORT_QOS:
                 qos = NO_QOS
                 if action == contract.SET_PORT_QOS:
-                    qos = PortQos(
-                        params["trim_threshold"],
-                        params["ecn_threshold"],
-                        params["ecn_max_threshold"],
-                        params["ecn_slope"],
-                        params["last_hop"],
-                    )
+                    qos = PortQos(**params)
                 if key is None:
                     state.port_qos_default = qos
                 elif action is None:
@@ -565,7 +507,7 @@ class SwitchRuntime:
             )
         if entry.data.WhichOneof("data") != "bitstring":
             raise _invalid(f"{name}: expected bitstring data")
-        value = _decode(entry.data.bitstring, contract.REGISTER_WIDTH, name)
+        value = _decode(entry.data.bitstring, contract.QDEPTH_BITS, name)
         with self.target.lock:
             state = self.target.state
             assert state is not None
@@ -586,14 +528,8 @@ class SwitchRuntime:
 
     # -- reads -------------------------------------------------------------------------------
 
-    def read(self, entity: p4r.Entity) -> Iterator[p4r.Entity]:
+    def read(self, entity: p4r.Entity) -> list[p4r.Entity]:
         """The entities matching one read request entity (wildcards expanded)."""
-        chunks = self.read_chunks(entity)
-        return iter(p4r.ReadResponse.FromString(b"".join(chunks)).entities)
-
-    def read_chunks(self, entity: p4r.Entity) -> list[bytes]:
-        """The entities matching one read request entity, each framed as one element of
-        ``ReadResponse.entities``: their concatenation is a serialised ``p4r.ReadResponse``."""
         with self._lock:
             binding = self._require()
             kind = entity.WhichOneof("entity")
@@ -606,16 +542,16 @@ class SwitchRuntime:
             if kind == "action_profile_member":
                 want_member = entity.action_profile_member
                 return [
-                    chunk
+                    found
                     for profile in self._profiles_of(want_member.action_profile_id)
-                    for chunk in profile.read_members(want_member.member_id)
+                    for found in profile.read_members(want_member.member_id)
                 ]
             if kind == "action_profile_group":
                 want_group = entity.action_profile_group
                 return [
-                    chunk
+                    found
                     for profile in self._profiles_of(want_group.action_profile_id)
-                    for chunk in profile.read_groups(want_group.group_id)
+                    for found in profile.read_groups(want_group.group_id)
                 ]
             raise RuntimeStatus(
                 code_pb2.UNIMPLEMENTED, f"reading {kind or 'an empty entity'} is not supported"
@@ -627,7 +563,7 @@ class SwitchRuntime:
             return [self._profile(profile_id)]
         return [self._profiles[pid] for pid in sorted(self._profiles)]
 
-    def _read_tables(self, binding: Binding, want: p4r.TableEntry) -> Iterator[bytes]:
+    def _read_tables(self, binding: Binding, want: p4r.TableEntry) -> Iterator[p4r.Entity]:
         tables = (
             [self._table(binding, want.table_id)]
             if want.table_id
@@ -635,26 +571,28 @@ class SwitchRuntime:
         )
         for table in tables:
             if want.is_default_action:
-                default = self._default_entry(binding, table)
-                yield wire.table_entry_chunk(default.SerializeToString())
+                yield self._default_entry(binding, table)
                 continue
             entries = self._entries[table.id]
             if want.match and want.table_id:
-                key = self._key(table, wire.table_entry_data(want))
+                key = self._key(table, want)
                 if key in entries:
                     yield entries[key]
                 continue
             yield from entries.values()
 
-    def _default_entry(self, binding: Binding, table: TableBinding) -> p4r.TableEntry:
+    def _default_entry(self, binding: Binding, table: TableBinding) -> p4r.Entity:
         stored = self._defaults.get(table.id)
         if stored is not None:
             return stored
-        entry = p4r.TableEntry(table_id=table.id, is_default_action=True)
-        entry.action.action.action_id = binding.action_id(contract.TABLES[table.name][2])
-        return entry
+        entity = p4r.Entity()
+        entry = entity.table_entry
+        entry.table_id = table.id
+        entry.is_default_action = True
+        entry.action.action.action_id = binding.action_id(contract.table(table.name).default_action)
+        return entity
 
-    def _read_counters(self, binding: Binding, want: p4r.CounterEntry) -> Iterator[bytes]:
+    def _read_counters(self, binding: Binding, want: p4r.CounterEntry) -> Iterator[p4r.Entity]:
         ids = [want.counter_id] if want.counter_id else sorted(binding.counters)
         for counter_id in ids:
             with self.target.lock:
@@ -662,9 +600,15 @@ class SwitchRuntime:
                 indices = self._indices(name, array.size, want)
                 cells = [(i, array.packets[i], array.bytes[i]) for i in indices]
             for index, packets, nbytes in cells:
-                yield wire.counter_entry_chunk(counter_id, index, packets, nbytes)
+                yield p4r.Entity(
+                    counter_entry=p4r.CounterEntry(
+                        counter_id=counter_id,
+                        index=p4r.Index(index=index),
+                        data=p4r.CounterData(byte_count=nbytes, packet_count=packets),
+                    )
+                )
 
-    def _read_registers(self, binding: Binding, want: p4r.RegisterEntry) -> Iterator[bytes]:
+    def _read_registers(self, binding: Binding, want: p4r.RegisterEntry) -> Iterator[p4r.Entity]:
         if want.register_id and want.register_id not in binding.registers:
             raise RuntimeStatus(
                 code_pb2.NOT_FOUND, f"register id {want.register_id:#x} is not in the P4Info"
@@ -681,4 +625,14 @@ class SwitchRuntime:
                     (register_id, i, array[i]) for i in self._indices(name, len(array), want)
                 ]
         for register_id, index, value in values:
-            yield wire.register_entry_chunk(register_id, index, canonical(value))
+            entity = p4r.Entity()
+            cell = entity.register_entry
+            cell.register_id = register_id
+            cell.index.index = index
+            cell.data.bitstring = canonical(value)
+            yield entity
+
+
+def _direct(entry: p4r.TableEntry) -> p4r.Action | None:
+    """The direct action of a table entry, None when its action is not one (or is unset)."""
+    return entry.action.action if entry.action.WhichOneof("type") == "action" else None

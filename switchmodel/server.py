@@ -14,32 +14,29 @@ what only the RPC layer knows about:
 - Write errors as the spec asks: RPC status UNKNOWN whose ``grpc-status-details-bin`` carries a
   ``google.rpc.Status`` with one ``p4.v1.Error`` per update, in order (OK for those applied).
 
-Write and Read take their requests as bytes (:func:`add_to_server` registers them so): a Write
-of table entries is decoded by :mod:`switchmodel.wire`, anything else by the protobuf classes;
-bytes neither can parse are refused with INVALID_ARGUMENT. Read answers with the bytes of the
-``p4r.ReadResponse``, assembled from the entries as the runtime stores them.
+Write and Read take their requests as bytes (:func:`add_to_server` registers them so) and parse
+them with the protobuf classes: bytes that are not a protobuf message are refused with
+INVALID_ARGUMENT (gRPC itself would answer INTERNAL).
 
 :func:`serve` starts a gRPC server for a servicer on an address (``host:port``).
 """
 
 from __future__ import annotations
 
-import functools
 import logging
 import queue
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from concurrent import futures
 from dataclasses import dataclass, field
 from typing import Any
 
 import grpc
 from google.protobuf import any_pb2
-from google.rpc import code_pb2, status_pb2
-from p4.v1 import p4runtime_pb2 as p4r
-from p4.v1 import p4runtime_pb2_grpc as p4r_grpc
 
-from switchmodel import wire
+from p4src.proto import p4r, p4r_grpc
+from p4src.proto import rpc_code as code_pb2
+from p4src.proto import rpc_status as status_pb2
 from switchmodel.runtime import RuntimeStatus, SwitchRuntime, Target
 
 log = logging.getLogger("switchmodel.server")
@@ -303,58 +300,37 @@ class P4RuntimeServicer(p4r_grpc.P4RuntimeServicer):
 
     def Write(  # noqa: N802
         self, request: bytes | p4r.WriteRequest, context: grpc.ServicerContext
-    ) -> bytes:
+    ) -> p4r.WriteResponse:
         """Apply the updates in order; per-update errors in the status details.
 
-        ``request``: the serialised ``p4r.WriteRequest`` (or the message); answers the
-        serialised (empty) ``p4r.WriteResponse``.
+        ``request``: the serialised ``p4r.WriteRequest`` (or the message).
         """
-        decoded: wire.WriteRequestData | None = None
         if isinstance(request, bytes):
-            try:
-                decoded = wire.decode_write_request(request)
-            except wire.Unsupported:
-                request = _parse(p4r.WriteRequest, request, context)
-        if decoded is not None:
-            device_id, role = decoded.device_id, decoded.role
-            election, atomicity = decoded.election_id, decoded.atomicity
-        else:
-            assert isinstance(request, p4r.WriteRequest)
-            device_id, role = request.device_id, request.role
-            election, atomicity = election_value(request.election_id), request.atomicity
-        self._check_device(device_id, context)
-        self._check_primary(role, election, context)
-        if atomicity != p4r.WriteRequest.CONTINUE_ON_ERROR:
+            request = _parse(p4r.WriteRequest, request, context)
+        self._check_device(request.device_id, context)
+        self._check_primary(request.role, election_value(request.election_id), context)
+        if request.atomicity != p4r.WriteRequest.CONTINUE_ON_ERROR:
             context.abort(
                 grpc.StatusCode.UNIMPLEMENTED,
-                f"atomicity {p4r.WriteRequest.Atomicity.Name(atomicity)} is not supported",
+                f"atomicity {p4r.WriteRequest.Atomicity.Name(request.atomicity)} is not supported",
             )
         if self.runtime.binding is None:
             context.abort(
                 grpc.StatusCode.FAILED_PRECONDITION, "no forwarding pipeline config has been set"
             )
-        runtime = self.runtime
-        writes: list[Callable[[], None]]
-        if decoded is not None:
-            writes = [
-                functools.partial(runtime.write_table_entry, kind, entry)
-                for kind, entry in decoded.updates
-            ]
-        else:
-            assert isinstance(request, p4r.WriteRequest)
-            writes = [functools.partial(runtime.write, update) for update in request.updates]
+        write = self.runtime.write
         failed: list[tuple[int, int, str]] = []  # (index, code, message) of refused updates
-        for index, write in enumerate(writes):
+        for index, update in enumerate(request.updates):
             try:
-                write()
+                write(update)
             except RuntimeStatus as exc:
                 failed.append((index, exc.code, exc.message))
             except Exception as exc:  # a bug must not cost the other updates their answer
                 log.exception("write: update %d failed unexpectedly", index)
                 failed.append((index, code_pb2.INTERNAL, f"internal error: {exc!r}"))
         if failed:
-            self._refuse_write(len(writes), failed, context)
-        return b""  # an empty p4r.WriteResponse
+            self._refuse_write(len(request.updates), failed, context)
+        return p4r.WriteResponse()
 
     @staticmethod
     def _refuse_write(
@@ -381,22 +357,22 @@ class P4RuntimeServicer(p4r_grpc.P4RuntimeServicer):
 
     def Read(  # noqa: N802
         self, request: bytes | p4r.ReadRequest, context: grpc.ServicerContext
-    ) -> Iterator[bytes]:
+    ) -> Iterator[p4r.ReadResponse]:
         """Table entries, counters and the register (wildcards allowed).
 
-        ``request``: the serialised ``p4r.ReadRequest`` (or the message); yields one serialised
+        ``request``: the serialised ``p4r.ReadRequest`` (or the message); yields one
         ``p4r.ReadResponse``.
         """
         if isinstance(request, bytes):
             request = _parse(p4r.ReadRequest, request, context)
         self._check_device(request.device_id, context)
-        chunks: list[bytes] = []
+        response = p4r.ReadResponse()
         try:
             for entity in request.entities:
-                chunks.extend(self.runtime.read_chunks(entity))
+                response.entities.extend(self.runtime.read(entity))
         except RuntimeStatus as exc:
             context.abort(grpc_status(exc.code), exc.message)
-        yield b"".join(chunks)
+        yield response
 
 
 def _parse(kind: Any, data: bytes, context: grpc.ServicerContext) -> Any:
@@ -411,8 +387,7 @@ def _parse(kind: Any, data: bytes, context: grpc.ServicerContext) -> Any:
 
 
 def _serialize(message: Any) -> bytes:
-    """A response as bytes: already serialised, or a protobuf message."""
-    return message if isinstance(message, bytes) else bytes(message.SerializeToString())
+    return bytes(message.SerializeToString())
 
 
 def _raw(data: bytes) -> bytes:

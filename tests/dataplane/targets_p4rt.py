@@ -25,10 +25,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Generic, Protocol, TypeVar
 
-from p4.v1 import p4runtime_pb2 as p4r
-
 from controller.client import SwitchClient
 from controller.p4info import P4Info
+from p4src.proto import p4r
 from targets.lab import NetnsLab, PacketPort, free_port, netns_available
 from targets.process import SwitchProcess
 
