@@ -158,6 +158,26 @@ static int post_write(struct host *h, struct host *peer, uint64_t wr_id, size_t 
 	return mrc_post_send(h->qp, &wr, bad);
 }
 
+/* A pair whose h0 QP is on EV profile `ev` and CC profile `cc` moves `len` bytes intact. */
+static void profile_data(const char *name, struct host *h0, struct host *h1, uint64_t ev,
+			 uint64_t cc, uint64_t wr_id, size_t len)
+{
+	struct ibv_send_wr *bad;
+	struct ibv_wc wc;
+	int rc, n;
+
+	ev_profile_id = ev;
+	cc_profile_id = cc;
+	pair(h0, h1);
+	ev_profile_id = 0;
+	cc_profile_id = 0;
+	memset(h1->buf, 0x5a, BUF);
+	rc = post_write(h0, h1, wr_id, 0, len, 0, h0->mr->lkey, 0, &bad);
+	n = poll_one(h0->scq, &wc, 30);
+	CHECK(name, rc == 0 && n == 1 && wc.status == IBV_WC_SUCCESS &&
+	      memcmp(h1->buf, h0->buf, len) == 0, "rc %d n %d status %d", rc, n, wc.status);
+}
+
 static int untouched(const uint8_t *p, size_t n)
 {
 	for (size_t i = 0; i < n; i++)
@@ -447,14 +467,7 @@ int main(void)
 	      "rc %d count %d", rc, evp.ev_op.entry_count);
 
 	/* QPs on the profile: data moves with its EVs, which the array then lists */
-	ev_profile_id = 12;
-	pair(&h0, &h1);
-	ev_profile_id = 0;
-	memset(h1.buf, 0x5a, BUF);
-	rc = post_write(&h0, &h1, 21, 0, 20000, 0, h0.mr->lkey, 0, &bad);
-	n = poll_one(h0.scq, &wc, 30);
-	CHECK("ev_profile_data", rc == 0 && n == 1 && wc.status == IBV_WC_SUCCESS &&
-	      memcmp(h1.buf, h0.buf, 20000) == 0, "rc %d n %d status %d", rc, n, wc.status);
+	profile_data("ev_profile_data", &h0, &h1, 12, 0, 21, 20000);
 	evp.ev_op.entry_count = 8;
 	rc = mrc_ctl_query_ev_profile(h0.mrc, 12, &evp, MRC_CTL_EV_PROFILE_EV_OP);
 	uint32_t first_ev = 0;
@@ -509,14 +522,7 @@ int main(void)
 	CHECK("cc_query", rc == 0 && cca.profile_state == MRC_CTL_PROFILE_ONLINE && cca.algorithm &&
 	      strcmp(cca.algorithm, "uet-1.0-nscc") == 0 && got_cfg && got_cfg->max_cwnd == 200000,
 	      "rc %d", rc);
-	cc_profile_id = 21;
-	pair(&h0, &h1);
-	cc_profile_id = 0;
-	memset(h1.buf, 0x5a, BUF);
-	rc = post_write(&h0, &h1, 22, 0, 30000, 0, h0.mr->lkey, 0, &bad);
-	n = poll_one(h0.scq, &wc, 30);
-	CHECK("cc_profile_data", rc == 0 && n == 1 && wc.status == IBV_WC_SUCCESS &&
-	      memcmp(h1.buf, h0.buf, 30000) == 0, "rc %d n %d status %d", rc, n, wc.status);
+	profile_data("cc_profile_data", &h0, &h1, 0, 21, 22, 30000);
 	cca.profile_state = MRC_CTL_PROFILE_OFFLINE;
 	errno = 0;
 	CHECK("cc_profile_busy", mrc_ctl_modify_cc_profile(h0.mrc, 21, &cca,
