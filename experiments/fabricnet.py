@@ -21,7 +21,7 @@ Links are plain veth pairs with no traffic-control buffer: rate and queue depth 
 inside the switch (the process's ``rate_bps`` and ``queue_depth``), because a qdisc on a link is
 a queue the switch cannot see, and trimming and ECN marking would never fire.
 
-Link delay: neither switch launcher delays packets, so a one-way delay is a ``netem delay`` on
+Link delay: neither switch target delays packets, so a one-way delay is a ``netem delay`` on
 each end of a link (each end delays what it sends). ``netem`` is given no rate and a limit far
 above what the delay line ever holds (rate x delay is a few packets): it delays, it never queues
 behind a bottleneck and never drops. With ``link.delay_us: 0`` no qdisc is installed at all.
@@ -112,7 +112,6 @@ class FabricSwitch(MnSwitch):
         params.setdefault("dpid", f"{self.model.device_id:x}")
         params["inNamespace"] = False
         super().__init__(name, **params)
-        self.target = target
         self.process: SwitchProcess = fabric_switch(
             target,
             fabric,
