@@ -329,6 +329,30 @@ class SimNet:
         nic = self.fabric.host(host).nic(plane)
         self.fail_link(host, nic.switch, start, end)
 
+    # -- the same faults as a scenario's phase drives them, at the current simulated time
+    #    (experiments.faults.FaultTarget) ------------------------------------------------------
+
+    def link_down(self, a: str, b: str) -> None:
+        """Fail the link between ``a`` and ``b`` now, until :meth:`link_up`."""
+        self.fail_link(a, b, self.now)
+
+    def link_up(self, a: str, b: str) -> None:
+        """Repair the link between ``a`` and ``b`` now (ends every failure still open)."""
+        faults = self.faults(a, b)
+        faults.down = [(s, min(e, self.now)) if s <= self.now else (s, e) for s, e in faults.down]
+
+    def kill_switches(self, names: Iterable[str]) -> None:
+        """Stop switches now: every link of each is down until :meth:`start_switches`."""
+        for name in names:
+            for port in self.fabric.switch(name).ports:
+                self.link_down(name, port.peer)
+
+    def start_switches(self, names: Iterable[str]) -> None:
+        """Start switches again now (their forwarding is the fabric's: nothing to reinstall)."""
+        for name in names:
+            for port in self.fabric.switch(name).ports:
+                self.link_up(name, port.peer)
+
     def degrade_link(self, a: str, b: str, share: float) -> None:
         """The link between ``a`` and ``b`` runs at ``share`` of its rate, both directions, its
         queues and ECN thresholds scaled alike (the reference's ``-failed``: a link that still

@@ -76,3 +76,17 @@ def test_faults_a_scenario_applies() -> None:
     net.degrade_link("t0-p0-r0", "t1-p0-s1", 0.1)
     with pytest.raises(KeyError):
         net.fail_link("h0", "h1", 0.0)
+
+
+def test_faults_as_a_phase_drives_them() -> None:
+    net = SimNet.build(leaf_spine(16, planes=2))
+    net.run(until=1e-6)
+    net.link_down("t0-p0-r0", "t1-p0-s1")
+    net.kill_switches(["t1-p1-s0"])
+    net.run(until=3e-6)
+    assert net.faults("t0-p0-r0", "t1-p0-s1").is_down(2e-6)
+    assert net.faults("t0-p1-r3", "t1-p1-s0").is_down(2e-6)
+    net.link_up("t0-p0-r0", "t1-p0-s1")
+    net.start_switches(["t1-p1-s0"])
+    for a, b in (("t0-p0-r0", "t1-p0-s1"), ("t0-p1-r3", "t1-p1-s0")):
+        assert net.faults(a, b).is_down(2e-6) and not net.faults(a, b).is_down(3e-6)
