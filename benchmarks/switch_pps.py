@@ -187,7 +187,9 @@ class Bench:
 
         mac = lambda text: bytes.fromhex(text.replace(":", ""))  # noqa: E731
         body = (
-            struct.pack("!BBHII", contract.Opcode.WRITE_ONLY, 0, 0xFFFF, 0x12, 1)  # BTH: WRITE Only, QP 0x12, PSN 1
+            struct.pack(
+                "!BBHII", contract.Opcode.WRITE_ONLY, 0, 0xFFFF, 0x12, 1
+            )  # BTH: WRITE Only, QP 0x12, PSN 1
             + struct.pack("!QII", 0x10000, 0x55, payload)  # RETH
             + bytes([contract.ExtType.DATA])
             + bytes(23)  # MRC data extension
@@ -195,9 +197,17 @@ class Bench:
         )
         udp = struct.pack("!HHHH", 0xC000, contract.ROCEV2_UDP_PORT, 8 + len(body), 0) + body
         tc = contract.Dscp.TRIMMABLE << 2 | contract.Ecn.ECT0
-        ipv6 = struct.pack("!IHBB", 6 << 28 | tc << 20 | 0x12345, len(udp), contract.IP_PROTO_UDP, 64)
+        ipv6 = struct.pack(
+            "!IHBB", 6 << 28 | tc << 20 | 0x12345, len(udp), contract.IP_PROTO_UDP, 64
+        )
         ipv6 += ipaddress.IPv6Address(self.src).packed + ipaddress.IPv6Address(self.carrier).packed
-        return mac(self.in_peer.mac) + mac(self.in_peer.peer_mac) + contract.ETHERTYPE_IPV6.to_bytes(2, "big") + ipv6 + udp
+        return (
+            mac(self.in_peer.mac)
+            + mac(self.in_peer.peer_mac)
+            + contract.ETHERTYPE_IPV6.to_bytes(2, "big")
+            + ipv6
+            + udp
+        )
 
     def measure(self, target: str, pid: int, payload: int, seconds: float) -> Result:
         frame = self.frame(payload)
