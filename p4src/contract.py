@@ -75,11 +75,10 @@ DROP_REASON_SLOTS = 16  #: the size of ``MrcIngress.drops`` (indexed by :class:`
 
 
 class MatchKind(enum.IntEnum):
-    """Match kinds, numbered as P4Info's ``MatchField.MatchType``."""
+    """The match kinds of the program's tables, numbered as P4Info's ``MatchField.MatchType``."""
 
     EXACT = 2
     LPM = 3
-    TERNARY = 4
 
 
 class Field(NamedTuple):

@@ -19,7 +19,14 @@ from typing import Any
 import pytest
 
 from controller.entries import GROUP, MEMBER, TABLE_ENTRY, UPLINKS_GROUP, Entry, switch_tables
-from p4src.contract import ECMP_SELECTOR, SET_NEXT_HOP, member_index
+from p4src.contract import (
+    ECMP_SELECTOR,
+    SET_NEXT_HOP,
+    NextHopParams,
+    Opcode,
+    member_index,
+    params_of,
+)
 from topologies import Switch
 
 from . import packets as pk
@@ -76,7 +83,7 @@ class EcmpCase:
         members = []
         for number in self.member_order:
             port = self.sw.port(number)
-            params = {"port": number, "smac": port.mac, "dmac": port.peer_mac}
+            params = params_of(NextHopParams(number, port.mac, port.peer_mac))
             members.append(Entry.member(ECMP_SELECTOR, number, SET_NEXT_HOP, params))
         group = Entry.group_of(ECMP_SELECTOR, UPLINKS_GROUP, self.member_order)
         rest = [e for e in found if e.kind == TABLE_ENTRY]
@@ -98,7 +105,7 @@ class EcmpCase:
 def _upper(flow: Flow) -> Any:
     if flow.sport is None:
         return b"\x00" * 32  # no next header: no UDP, the hash takes 0 for the port
-    return pk.mrc_udp(pk.OPCODE_WRITE_ONLY, pk.payload_bytes(64), sport=flow.sport)
+    return pk.mrc_udp(Opcode.WRITE_ONLY, pk.payload_bytes(64), sport=flow.sport)
 
 
 def _stev(count: int) -> tuple[Flow, ...]:

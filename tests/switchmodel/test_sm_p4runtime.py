@@ -169,7 +169,9 @@ def test_backup_write_is_permission_denied(switch: InProcessSwitch, client: Swit
         backup.close()
 
 
-def test_wrong_device_id_on_write_is_not_found(switch: InProcessSwitch, client: SwitchClient) -> None:
+def test_wrong_device_id_on_write_is_not_found(
+    switch: InProcessSwitch, client: SwitchClient
+) -> None:
     request = p4r.WriteRequest(device_id=DEVICE + 1)
     request.election_id.low = 10
     request.updates.append(update(p4r.Update.INSERT, entry("fcbb:bb00:100::/48", 1)))
@@ -191,7 +193,9 @@ def _without(kind: str, name: str) -> p4i.P4Info:
     return info
 
 
-def _set_config(switch: InProcessSwitch, info: p4i.P4Info | None, action: int, election: int = 10) -> None:
+def _set_config(
+    switch: InProcessSwitch, info: p4i.P4Info | None, action: int, election: int = 10
+) -> None:
     request = p4r.SetForwardingPipelineConfigRequest(device_id=DEVICE, action=action)
     request.election_id.low = election
     if info is not None:
@@ -226,7 +230,9 @@ def test_pipeline_starts_empty_and_writes_need_one(switch: InProcessSwitch) -> N
         ("actions", contract.SRV6_END),
     ],
 )
-def test_set_pipeline_rejects_missing_objects_by_name(switch: InProcessSwitch, kind: str, name: str) -> None:
+def test_set_pipeline_rejects_missing_objects_by_name(
+    switch: InProcessSwitch, kind: str, name: str
+) -> None:
     with SwitchClient(switch.address, DEVICE, election_id=1) as c:
         request_info = P4Info(_without(kind, name))
         with pytest.raises(P4RuntimeError) as caught:
@@ -454,7 +460,8 @@ def test_counters_and_register_read(switch: InProcessSwitch, client: SwitchClien
 # -- p4runtime-shell -------------------------------------------------------------------------
 
 
-# run by the Python of p4runtime-shell's own environment (controller/shell.py says why)
+# run by the Python of p4runtime-shell's own environment (controller/shell.py says why); the P4
+# names and action parameters are the contract's
 SHELL_SESSION = """
 import json, sys
 import p4runtime_sh.shell as sh
@@ -468,30 +475,38 @@ sh.setup(
     verbose=False,
 )
 try:
-    te = sh.TableEntry("MrcIngress.ipv6_lpm")(action="MrcIngress.set_next_hop")
-    te.match["hdr.ipv6.dst_addr"] = "fcbb:bb00:1400::/48"
-    te.action["port"] = "3"
-    te.action["smac"] = "02:00:00:00:00:01"
-    te.action["dmac"] = "02:00:00:00:00:02"
+    te = sh.TableEntry({lpm!r})(action={next_hop!r})
+    te.match[{dst!r}] = "fcbb:bb00:1400::/48"
+    for name, value in {hop!r}.items():
+        te.action[name] = str(value)
     te.insert()
-    found = list(sh.TableEntry("MrcIngress.ipv6_lpm").read())
-    qos = sh.TableEntry("MrcIngress.port_qos")(action="MrcIngress.set_port_qos")
-    qos.match["standard_metadata.egress_spec"] = "3"
-    qos.action["trim_threshold"] = "8"
-    qos.action["ecn_threshold"] = "4"
-    qos.action["ecn_max_threshold"] = "4"
-    qos.action["ecn_slope"] = "0"
-    qos.action["last_hop"] = "0"
+    found = list(sh.TableEntry({lpm!r}).read())
+    qos = sh.TableEntry({qos!r})(action={set_qos!r})
+    qos.match[{egress!r}] = "3"
+    for name, value in {thresholds!r}.items():
+        qos.action[name] = str(value)
     qos.insert()
-    counters = list(sh.CounterEntry("MrcIngress.port_in").read())
-    print(json.dumps({
+    counters = list(sh.CounterEntry({port_in!r}).read())
+    port = found[0].action[{port!r}].value if found else None
+    print(json.dumps({{
         "found": len(found),
-        "port": int.from_bytes(found[0].action["port"].value, "big") if found else None,
+        "port": int.from_bytes(port, "big") if found else None,
         "counters": len(counters),
-    }))
+    }}))
 finally:
     sh.teardown()
-"""
+""".format(
+    lpm=contract.IPV6_LPM,
+    next_hop=contract.SET_NEXT_HOP,
+    dst=contract.DST_ADDR,
+    hop=contract.params_of(contract.NextHopParams(3, "02:00:00:00:00:01", "02:00:00:00:00:02")),
+    qos=contract.PORT_QOS,
+    set_qos=contract.SET_PORT_QOS,
+    egress=contract.EGRESS_SPEC,
+    thresholds=contract.params_of(contract.PortQosParams(8, 4, 4, 0, 0)),
+    port_in=contract.PORT_IN,
+    port=contract.NextHopParams._fields[0],
+)
 
 
 def test_p4runtime_shell_connects_writes_and_reads(switch: InProcessSwitch, tmp_path: Path) -> None:
