@@ -355,10 +355,11 @@ class Context:
 
     def set_profile_ev_state(
         self, profile_id: int, ev: int, state: EvState, now: float | None = None,
-        reason: str = "operator",
+        reason: str = "operator", wire: int | None = None,
     ) -> None:  # fmt: skip
         """Set the state of EV ``ev`` of a profile (``MRC_CTL_EV_OP_MODIFY_EV_STATE``): as
-        :meth:`set_ev_states` on a QP using the profile."""
+        :meth:`set_ev_states` on a QP using the profile; an EV no QP of the profile has yet is
+        set in the profile by its 32-bit ``wire`` form, when given (KeyError else)."""
         profile = self.ev_profile(profile_id)
         chosen = operator_state(state)
         for qp in self._qps.values():
@@ -369,7 +370,9 @@ class Context:
             except KeyError:  # not in this QP's EVs (explicit SRV6 EVs differ per peer)
                 continue
             return
-        raise KeyError(f"EV {ev:#x}: not in EV profile {profile_id} (or no QP uses it)")
+        if wire is None:
+            raise KeyError(f"EV {ev:#x}: not in EV profile {profile_id} (or no QP uses it)")
+        profile.set_state(wire, chosen, self._at(now))
 
     def set_port_admin(self, plane: int, enabled: bool, now: float | None = None) -> int:
         """The administrative state of this host's port of ``plane`` (``mrc_ctl_modify_port``):

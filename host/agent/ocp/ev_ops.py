@@ -155,15 +155,16 @@ class EvOperations:
                         errno.EINVAL,
                         f"MODIFY_EV_STATE entry {i}: state {state_bit:#x}, expected GOOD, DENIED or UNKNOWN",
                     )
+                known = self._ev_in(profile, value, fmt)  # by the profile: no QP need use it
                 try:
-                    self.context.set_profile_ev_state(profile.core, value, new_state, self.now())
+                    self.context.set_profile_ev_state(
+                        profile.core, value, new_state, self.now(), wire=wire if known else None
+                    )
                 except KeyError:
-                    if not self._ev_in(profile, value, fmt):
-                        raise OcpError(
-                            errno.ENOENT,
-                            f"MODIFY_EV_STATE entry {i}: EV {value:#x} not in profile {pid}",
-                        ) from None
-                    core.set_state(wire, new_state, self.now())  # no QP uses it yet
+                    raise OcpError(
+                        errno.ENOENT,
+                        f"MODIFY_EV_STATE entry {i}: EV {value:#x} not in profile {pid}",
+                    ) from None
             return {"states": states} if op == EvOp.QUERY_STATE else {}
         raise OcpError(
             errno.EINVAL,
