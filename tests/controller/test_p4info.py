@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from controller.p4info import P4Info, P4InfoError, canonical, encode_value
+from controller.p4info import P4Info, P4InfoError, Value, canonical, encode_value
 from p4src import contract
 
 
@@ -56,7 +56,8 @@ def test_entries_round_trip_through_readable_text(info: P4Info) -> None:
     assert entry.action.action.params[0].value == b"\x02"  # canonical: no leading zero byte
     decoded = info.decode(entry)
     assert decoded.match == {contract.DST_ADDR: "fcbb:bb00:c01::/48"}
-    assert decoded.params == contract.params_of(hop._replace(port="2", dmac=hop.dmac.lower()))
+    shown = contract.params_of(hop._replace(dmac=hop.dmac.lower()))
+    assert decoded.params == {name: str(value) for name, value in shown.items()}
     assert info.describe(entry).startswith(
         f"{contract.IPV6_LPM} [{contract.DST_ADDR}=fcbb:bb00:c01::/48]"
     )
@@ -84,7 +85,9 @@ DST = contract.DST_ADDR
         ({}, {**HOP, "vlan": 3}, "no parameter 'vlan'"),
     ],
 )
-def test_bad_values_are_named(info: P4Info, match: dict, params: dict | None, message: str) -> None:  # type: ignore[type-arg]
+def test_bad_values_are_named(
+    info: P4Info, match: dict[str, str], params: dict[str, Value] | None, message: str
+) -> None:
     with pytest.raises(P4InfoError, match=message):
         info.table_entry(
             contract.IPV6_LPM, match, contract.SET_NEXT_HOP, params if params is not None else HOP

@@ -172,7 +172,7 @@ def test_shaped_port_limits_rate_on_veth(make_rig) -> None:  # type: ignore[no-u
     rate = 20_000_000
     rig = make_rig("shp", rate_bps=rate, queue_depth=2000)
     route(rig.client)
-    frame = mrc_frame(DST, dscp=0, payload=bytes(1200))
+    frame = mrc_frame(DST, dscp=contract.Dscp.DEFAULT, payload=bytes(1200))
     count = 500
     for _ in range(count):
         rig.inbound.send(frame)
