@@ -10,7 +10,7 @@ import argparse
 import sys
 from collections.abc import Callable
 
-from experiments import exec_cmd, runner, testbed, topo_cmd
+from experiments import collective_cmd, exec_cmd, runner, testbed, topo_cmd
 from topologies import TopologyError
 
 # Modules that add subcommands; each has register(subparsers).
@@ -19,6 +19,7 @@ COMMAND_MODULES: list[Callable[[argparse._SubParsersAction], None]] = [
     testbed.register,
     runner.register,
     exec_cmd.register,
+    collective_cmd.register,
 ]
 
 

@@ -54,6 +54,60 @@ class FaultMark:
     target: str  # "a <-> b" for a link, the switch name otherwise
 
 
+@dataclass(frozen=True)
+class CollectiveRecord:
+    """One collective of a job's step: kind, size per rank, ranks, start and end (seconds from
+    phase start; end None: it never finished), and nccl-tests' bandwidths in GB/s."""
+
+    kind: str
+    size: int
+    ranks: int
+    start: float
+    end: float | None
+    algbw: float | None = None  # size / time, GB/s
+    busbw: float | None = None  # algbw x the kind's bus factor, GB/s
+
+
+@dataclass
+class StepRecord:
+    """One step of a job (a line of ``steps.jsonl``): its times, its collectives, and what the
+    transport did during it (agent counters summed over the ranks, EVs retired) and the faults
+    that overlapped it (``faults``: "down a <-> b", "kill t1-p0-s0")."""
+
+    step: int
+    start: float
+    end: float | None
+    compute_s: float
+    collectives: list[CollectiveRecord]
+    retransmissions: float = 0.0
+    trims: float = 0.0
+    nacks: float = 0.0
+    rtos: float = 0.0
+    evs_retired: int = 0
+    faults: list[str] = field(default_factory=list)
+
+    @property
+    def time(self) -> float | None:
+        """The step's time (None: it never finished)."""
+        return None if self.end is None else self.end - self.start
+
+    @property
+    def comm_s(self) -> float:
+        """Time spent communicating: the collectives' times, end to end."""
+        return sum(c.end - c.start for c in self.collectives if c.end is not None)
+
+    def as_json(self) -> dict[str, Any]:
+        """The ``steps.jsonl`` line (without the transport)."""
+        return {**asdict(self), "time_s": self.time, "comm_s": self.comm_s}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> StepRecord:
+        """Read a ``steps.jsonl`` line back."""
+        fields = {k: v for k, v in data.items() if k not in ("time_s", "comm_s", "transport")}
+        fields["collectives"] = [CollectiveRecord(**c) for c in data.get("collectives", [])]
+        return cls(**fields)
+
+
 @dataclass
 class TransportResult:
     """Everything recorded for one transport's run (one phase of a scenario)."""
@@ -78,6 +132,8 @@ class TransportResult:
     corrupt: int = 0
     # EV state changes reported by the agents: t, host, qpn, ev, path, old, new, reason
     ev_transitions: list[dict[str, object]] = field(default_factory=list)
+    # a job's steps (collective workloads), in order
+    steps: list[StepRecord] = field(default_factory=list)
 
 
 def flow_name(src: str, dst: str) -> str:

@@ -7,7 +7,9 @@
                          over every sender, one panel per MRC transport;
 - ``switches.png``       trims, ECN marks and drops per switch (from the switch counters);
 - ``fabric.png``         the fabric plane by plane, links coloured by utilisation and failed
-                         links dashed, per transport (:mod:`experiments.fabric_plot`).
+                         links dashed, per transport (:mod:`experiments.fabric_plot`);
+- ``steps.png``          a job's step times over the run, one panel per transport with its
+                         fault-free baseline beside it and its faults marked (a job only).
 """
 
 from __future__ import annotations
@@ -168,16 +170,53 @@ def plot_switches(out: Path, results: Sequence[TransportResult]) -> Path:
     return _save(fig, out / "switches.png")
 
 
+def plot_steps(out: Path, results: Sequence[TransportResult]) -> Path | None:
+    """``steps.png``: step time against the step's start, per transport (its ``-baseline`` run
+    drawn in grey on the same panel), with the transport's faults marked; None without a job."""
+    from experiments.jobs.steps import BASELINE_SUFFIX
+
+    by_name = {r.name: r for r in results}
+    runs = [r for r in results if r.steps and not r.name.endswith(BASELINE_SUFFIX)]
+    runs = runs or [r for r in results if r.steps]
+    if not runs:
+        return None
+    fig, axes = plt.subplots(len(runs), 1, figsize=(11, 3.2 * len(runs)), squeeze=False)
+    for ax, r in zip(axes[:, 0], runs, strict=True):
+        base = by_name.get(r.name + BASELINE_SUFFIX)
+        for run, colour in ((base, "tab:gray"), (r, "tab:blue")):
+            if run is None:
+                continue
+            done = [s for s in run.steps if s.time is not None]
+            ax.plot(
+                [s.start for s in done],
+                [(s.time or 0.0) * 1000 for s in done],
+                marker=".",
+                color=colour,
+                linewidth=1.2,
+                label=run.name,
+            )
+        _fault_markers(ax, r, label=True)
+        ax.set_ylabel("step time (ms)")
+        ax.set_ylim(bottom=0)
+        ax.grid(alpha=0.3)
+        ax.set_title(f"{r.name}: step time over the run", fontsize=10)
+        ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    axes[-1, 0].set_xlabel("step start, since the start of the run (s)")
+    return _save(fig, out / "steps.png")
+
+
 def plot_all(
     out: Path, fabric: Fabric, interval: float, results: Sequence[TransportResult]
 ) -> list[Path]:
-    """Every plot of a results folder."""
+    """Every plot of a results folder (``steps.png`` when there is a job)."""
+    steps = plot_steps(out, results)
     return [
         plot_goodput(out, fabric, interval, results),
         plot_completion_cdf(out, results),
         plot_ev_states(out, results),
         plot_switches(out, results),
         plot_fabric(out, fabric, results),
+        *([steps] if steps is not None else []),
     ]
 
 

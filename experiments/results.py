@@ -15,11 +15,14 @@ A run writes its raw records; :func:`render` (the end of ``mrc-testbed run`` and
     switches.csv         transport, switch, trimmed, ecn_marked, drops
     ports.csv            transport, switch, port, rx_bytes, tx_bytes (per-port byte counters)
     hosts/TRANSPORT.json per-host agent statistics (deltas over the transport's run)
+    steps.jsonl          a job's steps, one JSON line each (experiments.metrics.StepRecord, with
+                         its transport; written when the scenario has a job)
     --- derived ---
     goodput.csv          transport, time_s, goodput_mbps, capacity_mbps
-    metrics.json         per-transport figures (experiments.metrics.TransportMetrics)
-    summary.md           the summary table
-    goodput.png, completion_cdf.png, ev_states.png, switches.png, fabric.png
+    metrics.json         per-transport figures (experiments.metrics.TransportMetrics), and a
+                         job's figures under "jobs" (experiments.jobs.steps.JobSummary)
+    summary.md           the summary table (and the steps table of a job)
+    goodput.png, completion_cdf.png, ev_states.png, switches.png, fabric.png, steps.png
 """
 
 from __future__ import annotations
@@ -32,11 +35,20 @@ from typing import Any
 
 import yaml
 
+from experiments.jobs.steps import (
+    JOB_COLUMNS,
+    JobSummary,
+    annotate,
+    job_rows,
+    markdown_table,
+    summarise_jobs,
+)
 from experiments.metrics import (
     SUMMARY_COLUMNS,
     Completion,
     FaultMark,
     Progress,
+    StepRecord,
     TransportMetrics,
     TransportResult,
     capacity_series,
@@ -148,6 +160,12 @@ def write_raw(
         _write_csv(
             out / name, ["transport", *header], [[r.name, *row] for r in results for row in rows(r)]
         )
+    steps = []
+    for r in results:
+        annotate(r.steps, r.faults, r.ev_transitions)
+        steps += [json.dumps({"transport": r.name, **s.as_json()}) for s in r.steps]
+    if steps:
+        (out / "steps.jsonl").write_text("\n".join(steps) + "\n")
     hosts = out / "hosts"
     hosts.mkdir(exist_ok=True)
     for r in results:
@@ -225,8 +243,13 @@ def load_raw(out: Path) -> tuple[Fabric, float, list[TransportResult]]:
             counts = results[row["transport"]].ports.setdefault(row["switch"], {})
             counts[f"rx/{row['port']}"] = int(row["rx_bytes"])
             counts[f"tx/{row['port']}"] = int(row["tx_bytes"])
-    except (KeyError, ValueError) as exc:
-        raise ResultsError(f"{out}: a CSV file has a bad row ({exc})") from None
+        path = out / "steps.jsonl"
+        lines = path.read_text().splitlines() if path.exists() else []
+        for line in filter(None, lines):
+            step = json.loads(line)
+            results[step["transport"]].steps.append(StepRecord.from_json(step))
+    except (KeyError, ValueError, TypeError) as exc:
+        raise ResultsError(f"{out}: a CSV or JSON-lines file has a bad row ({exc})") from None
     for name, r in results.items():
         path = out / "hosts" / f"{name}.json"
         if path.exists():
@@ -248,23 +271,18 @@ def render(out: Path, plots: bool = True) -> dict[str, TransportMetrics]:
             for (t, g), (_, c) in zip(series, capacity, strict=False)
         ]
     _write_csv(out / "goodput.csv", ["transport", "time_s", "goodput_mbps", "capacity_mbps"], rows)
-    (out / "metrics.json").write_text(
-        json.dumps(
-            {
-                "fabric": fabric.summary(),
-                "interval_s": interval,
-                "transports": {name: m.as_json() for name, m in metrics.items()},
-            },
-            indent=2,
-        )
-        + "\n"
-    )
-    table = summary_rows(metrics)
-    lines = [
-        "| " + " | ".join(SUMMARY_COLUMNS) + " |",
-        "|" + "|".join("---" for _ in SUMMARY_COLUMNS) + "|",
-    ]
-    lines += ["| " + " | ".join(row) + " |" for row in table]
+    jobs = summarise_jobs({r.name: r.steps for r in results})
+    document: dict[str, Any] = {
+        "fabric": fabric.summary(),
+        "interval_s": interval,
+        "transports": {name: m.as_json() for name, m in metrics.items()},
+    }
+    if jobs:
+        document["jobs"] = {name: j.as_json() for name, j in jobs.items()}
+    (out / "metrics.json").write_text(json.dumps(document, indent=2) + "\n")
+    lines = markdown_table(SUMMARY_COLUMNS, summary_rows(metrics))
+    if jobs:
+        lines += ["", "Steps of the job:", "", *markdown_table(JOB_COLUMNS, job_rows(jobs))]
     (out / "summary.md").write_text(
         f"# {out.name}\n\n{fabric.summary()}\n\n" + "\n".join(lines) + "\n"
     )
@@ -275,4 +293,13 @@ def render(out: Path, plots: bool = True) -> dict[str, TransportMetrics]:
     return metrics
 
 
-__all__ = ["EV_STATES", "ResultsError", "load_raw", "render", "write_raw"]
+def load_jobs(out: Path) -> dict[str, JobSummary]:
+    """The job figures :func:`render` wrote to ``metrics.json`` (empty: no job)."""
+    path = out / "metrics.json"
+    if not path.exists():
+        return {}
+    jobs = json.loads(path.read_text()).get("jobs", {})
+    return {name: JobSummary(**figures) for name, figures in jobs.items()}
+
+
+__all__ = ["EV_STATES", "ResultsError", "load_jobs", "load_raw", "render", "write_raw"]

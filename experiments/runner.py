@@ -21,6 +21,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -28,8 +29,9 @@ from typing import Any
 from controller.counters import SwitchCounters
 from experiments.faults import EvFault, Step
 from experiments.flows import flows_for
+from experiments.jobs.steps import BASELINE_SUFFIX, JOB_COLUMNS, job_rows
 from experiments.metrics import FaultMark, TransportMetrics, TransportResult
-from experiments.results import EV_STATES, render, write_raw
+from experiments.results import EV_STATES, load_jobs, render, write_raw
 from experiments.scenario import Scenario, Transport, load_scenario, shipped_scenario
 from experiments.testbed import Testbed
 
@@ -303,8 +305,8 @@ def run_scenario(
         show(describe(scenario))
         bar = _ProgressBar(scenario, enabled=progress)
         with bar:
-            for transport in scenario.transports:
-                phase = Phase(tb, scenario, transport, observers=[bar, *observers])
+            for scenario_run, transport in phases(scenario):
+                phase = Phase(tb, scenario_run, transport, observers=[bar, *observers])
                 results.append(phase.run())
                 errors += [f"{transport.name}: {e}" for e in phase.errors]
         tb.reset_qos()
@@ -321,14 +323,33 @@ def run_scenario(
     return metrics
 
 
+def phases(scenario: Scenario) -> list[tuple[Scenario, Transport]]:
+    """The phases of a run, in order: each transport, after its fault-free baseline
+    (``T-baseline``) when the scenario says ``baseline: true``."""
+    if not scenario.baseline:
+        return [(scenario, t) for t in scenario.transports]
+    quiet = scenario.with_(faults=[])
+    return [
+        pair
+        for t in scenario.transports
+        for pair in ((quiet, replace(t, name=t.name + BASELINE_SUFFIX)), (scenario, t))
+    ]
+
+
 def describe(scenario: Scenario) -> str:
     """One line saying what the scenario does."""
     loads = ", ".join(
         f"{w.kind} {len(w.flows())} flows x {w.total_bytes / (1 << 20):g} MiB"
         for w in scenario.workloads
     )
+    job = scenario.job
+    if job is not None:
+        steps = " + ".join(f"{c.kind} {c.size / (1 << 20):g} MiB" for c in job.collectives)
+        step_text = f"job of {job.steps} steps ({steps}) over {len(job.ranks)} ranks"
+        loads = f"{loads}, {step_text}" if loads else step_text
     faults = "; ".join(f"{f.kind} {f.target} at {f.at_s:g} s" for f in scenario.faults)
     names = " vs ".join(t.name for t in scenario.transports)
+    names += " (each after its fault-free baseline)" if scenario.baseline else ""
     return f"{scenario.name}: {loads}, {names}" + (f"; {faults}" if faults else "")
 
 
@@ -349,6 +370,14 @@ def print_summary(
     for row in summary_rows(metrics):
         table.add_row(*row)
     make_console().print(table)
+    jobs = load_jobs(out)
+    if jobs:
+        steps = Table(title="steps of the job")
+        for column in JOB_COLUMNS:
+            steps.add_column(column)
+        for row in job_rows(jobs):
+            steps.add_row(*row)
+        make_console().print(steps)
 
 
 class _ProgressBar(PhaseObserver):
@@ -360,7 +389,7 @@ class _ProgressBar(PhaseObserver):
         self.bar: Any = None
         self.task: Any = None
         self.transport = ""
-        self.total = scenario.duration_s * len(scenario.transports)
+        self.total = scenario.duration_s * len(phases(scenario))
         self.done = 0.0
 
     def __enter__(self) -> _ProgressBar:

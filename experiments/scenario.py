@@ -47,6 +47,8 @@ from experiments.faults import (
     Step,
     SwitchReboot,
 )
+from experiments.jobs.collectives import KINDS as COLLECTIVE_KINDS
+from experiments.jobs.collectives import Collective, Job
 from host.transport.cc import CcProfile, CcProfileError
 from host.transport.config import STACK_PROFILES, UET_PROFILE
 from topologies import Fabric, Link, Topology, TopologyError, load_topology
@@ -136,6 +138,10 @@ class Scenario:
     base: Path = field(default=Path("."), compare=False)  # where a topology file is looked for
     #: MRC transports: the agents' rules (host.transport.config.STACK_PROFILES)
     stack_profile: str = UET_PROFILE
+    #: a training job of collectives over ranks (None: the workloads' flows alone)
+    job: Job | None = None
+    #: run every transport once more without faults first (``T-baseline``), to compare steps
+    baseline: bool = False
 
     def with_(self, **changes: Any) -> Scenario:
         """A copy with some fields of the scenario file changed (``link_rate_mbps=5``,
@@ -286,7 +292,11 @@ _TOP = (
     "workloads",
     "transports",
     "faults",
+    "job",
+    "baseline",
 )
+_JOB = ("ranks", "steps", "compute_s", "start_s", "collectives")
+_COLLECTIVE = ("kind", "size")
 _WORKLOAD = (
     "kind",
     "message_bytes",
@@ -377,6 +387,34 @@ def _workload(p: _Parser, i: int, value: object, fabric: Fabric) -> Workload:
         else:
             pairs = permutation(hosts, seed, {h.name: h.rack for h in fabric.hosts})
     return Workload(kind, message, total, start, hosts, tuple(pairs), receiver, senders, seed)
+
+
+def _job(p: _Parser, value: object, fabric: Fabric, duration: float) -> Job:
+    """A training job: ranks (hosts, default all), steps, compute time, collectives."""
+    d = p.mapping("job", value, _JOB)
+    all_hosts = tuple(h.name for h in fabric.hosts)
+    ranks = p.hosts("job.ranks", d["ranks"], fabric) if "ranks" in d else all_hosts
+    if len(ranks) < 2:
+        raise p.fail("job.ranks", list(ranks), "at least two hosts")
+    raw = d.get("collectives")
+    if not isinstance(raw, list) or not raw:
+        raise p.fail("job.collectives", raw, "a non-empty list of collectives")
+    collectives = []
+    for i, c in enumerate(raw):
+        f = f"job.collectives[{i}]"
+        m = p.mapping(f, c, _COLLECTIVE)
+        kind = p.choice(f"{f}.kind", m.get("kind"), COLLECTIVE_KINDS)
+        collectives.append(Collective(kind, p.size(f"{f}.size", m.get("size"))))
+    start = p.number("job.start_s", d.get("start_s", 0.0))
+    if start >= duration:
+        raise p.fail("job.start_s", start, f"a time before duration_s ({duration:g} s)")
+    return Job(
+        tuple(ranks),
+        tuple(collectives),
+        steps=p.integer("job.steps", d.get("steps", 10), 1),
+        compute_s=p.number("job.compute_s", d.get("compute_s", 0.0)),
+        start_s=start,
+    )
 
 
 def _cc(p: _Parser, field: str, value: object, mtu: int) -> CcProfile:
@@ -557,9 +595,13 @@ def parse_scenario(data: object, source: str = "<memory>", base: Path | None = N
     duration = p.number("duration_s", d.get("duration_s"), 0.0, strict=True)
     interval = p.number("sample_interval_s", d.get("sample_interval_s", 0.25), 0.05)
 
-    raw_workloads = d.get("workloads")
-    if not isinstance(raw_workloads, list) or not raw_workloads:
-        raise p.fail("workloads", raw_workloads, "a non-empty list of workloads")
+    job = _job(p, d["job"], fabric, duration) if "job" in d else None
+    raw_workloads = d.get("workloads", [] if job is not None else None)
+    if not isinstance(raw_workloads, list) or not (raw_workloads or job):
+        raise p.fail("workloads", raw_workloads, "a non-empty list of workloads (or a job)")
+    baseline = d.get("baseline", False)
+    if not isinstance(baseline, bool):
+        raise p.fail("baseline", baseline, "true or false")
     workloads = tuple(_workload(p, i, w, fabric) for i, w in enumerate(raw_workloads))
     for i, w in enumerate(workloads):
         if w.start_s >= duration:
@@ -577,6 +619,12 @@ def parse_scenario(data: object, source: str = "<memory>", base: Path | None = N
     transports = tuple(
         _transport(p, i, t, default_cc, topo.mtu) for i, t in enumerate(raw_transports)
     )
+    if job is not None and any(t.is_kernel for t in transports):
+        kernel = [t.name for t in transports if t.is_kernel]
+        raise p.fail(
+            "transports", kernel, "MRC transports only with a job: the kernel baselines have "
+            "no WRITE_IMM to chain a collective's steps on"
+        )  # fmt: skip
     names = [t.name for t in transports]
     if len(set(names)) != len(names):
         raise p.fail("transports", names, "distinct transport names (give each a 'name')")
@@ -608,6 +656,8 @@ def parse_scenario(data: object, source: str = "<memory>", base: Path | None = N
         dict(d),
         base,
         stack_profile=stack_profile,
+        job=job,
+        baseline=baseline,
     )
 
 

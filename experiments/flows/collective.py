@@ -1,0 +1,182 @@
+"""A training job's collectives as transfers of the host agents, through their control sockets.
+
+:class:`CollectiveFlows` is the phase's flows when the scenario has a ``job``. It sets the
+agents up as :class:`~experiments.flows.mrc.MrcFlows` does (restart, trimming, CC profile, EV
+format) and registers one receive region per rank. One thread runs the job: per step, the
+compute time, then each collective: every rank's
+:class:`~experiments.jobs.collectives.RankMachine` is started, and every
+:class:`~experiments.jobs.collectives.Send` it asks for becomes a ``transfer`` of one WRITE_IMM
+(``imm``) into the destination rank's region. A waiter thread per transfer (``wait``) reports
+its completion; since a WRITE_IMM completes at its sender only when every byte is acknowledged,
+that is, placed in the receiver's region after the receiver's immediate completion, the same
+report feeds the receiving rank's machine (the control socket has no stream of received
+immediates). The next messages are posted as the machines ask. A step ends when every rank of
+every collective is finished; its record (``steps.jsonl``) carries the agents' counters over
+the step, summed over the ranks.
+
+Progress (placed bytes at each rank) and EV states (towards the ranks each one writes to) are
+sampled as for transfers, so ``goodput.png`` and ``ev_states.png`` show the job too. The bytes
+of a collective are the agent's pattern, not reduced values: the reduction itself is checked by
+``capi/examples/mrc_allreduce.c``.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+from typing import Any
+
+from experiments.flows.base import PhaseView
+from experiments.flows.mrc import MrcFlows
+from experiments.jobs.collectives import Collective, Job, RankMachine, Send, machines
+from experiments.jobs.steps import add_counters, collective_record, transport_counters
+from experiments.metrics import StepRecord
+
+#: one report from a waiter thread: (sending rank, destination rank, immediate, error or None)
+Report = tuple[int, int, int, str | None]
+
+
+class CollectiveFlows(MrcFlows):
+    """The scenario's job, run through the agents' control sockets."""
+
+    def __init__(self, phase: PhaseView) -> None:
+        super().__init__(phase)
+        job = phase.scenario.job
+        if job is None:
+            raise ValueError("collective flows need a scenario with a job")
+        self.job: Job = job
+        self.ranks = list(job.ranks)
+        n = len(self.ranks)
+        self.receivers = sorted({*self.receivers, *self.ranks})
+        every = any(c.kind == "all-to-all" for c in job.collectives)
+        for r, host in enumerate(self.ranks):
+            writes_to = [p for p in self.ranks if p != host] if every else [self.ranks[(r + 1) % n]]
+            mine = self.peers.setdefault(host, [])
+            mine += [p for p in writes_to if p not in mine]
+        self.rank_regions: list[dict[str, Any]] = []
+        self.complete = False
+
+    def prepare(self) -> None:
+        """The agents as for transfers, and one receive region per rank."""
+        super().prepare()
+        n = len(self.ranks)
+        size = max(RankMachine(c, 0, n).region_bytes() for c in self.job.collectives)
+        for r, host in enumerate(self.ranks):
+            with self.client(host) as c:
+                self.rank_regions.append(c.register(f"rank{r}", size))
+
+    def threads(self) -> list[threading.Thread]:
+        """The job's thread (and one per transfer flow of the workloads, if any)."""
+        return [*super().threads(), threading.Thread(target=self._job, daemon=True, name="job")]
+
+    def _counters(self) -> dict[str, float]:
+        total: dict[str, float] = {}
+        for host in self.ranks:
+            try:
+                with self.client(host, timeout=5.0) as c:
+                    core = c.stats().get("stats", {}).get("core", {})
+            except Exception:
+                continue
+            for key, value in transport_counters(core).items():
+                total[key] = total.get(key, 0.0) + value
+        return total
+
+    def _job(self) -> None:
+        phase, job = self.phase, self.job
+        if phase.stop.wait(max(0.0, job.start_s - phase.now())):
+            return
+        try:
+            for k in range(job.steps):
+                start = phase.now()
+                before = self._counters()
+                step = StepRecord(k, start, None, job.compute_s, [])
+                with phase.lock:
+                    phase.result.steps.append(step)
+                if phase.stop.wait(job.compute_s):
+                    return
+                end: float | None = phase.now()
+                for i, collective in enumerate(job.collectives):
+                    began = phase.now()
+                    end = self._collective(collective, k * len(job.collectives) + i)
+                    step.collectives.append(
+                        collective_record(collective, len(self.ranks), began, end)
+                    )
+                    if end is None:
+                        return
+                step.end = end
+                add_counters(step, before, self._counters())
+            self.complete = True
+        except Exception as exc:
+            phase.errors.append(f"job: {exc}")
+
+    def _collective(self, collective: Collective, tag: int) -> float | None:
+        """Run one collective; its end (None: the phase stopped or a transfer failed)."""
+        phase = self.phase
+        ranks = machines(collective, len(self.ranks), tag)
+        reports: queue.Queue[Report] = queue.Queue()
+        clients = [self.client(h) for h in self.ranks]
+        try:
+            for r, m in enumerate(ranks):
+                self._post(clients[r], r, m.start(), reports)
+            while not all(m.finished for m in ranks):
+                if phase.stop.is_set():
+                    return None
+                try:
+                    src, dst, imm, error = reports.get(timeout=0.5)
+                except queue.Empty:
+                    continue
+                if error is not None:
+                    phase.errors.append(f"collective {collective.kind}: {error}")
+                    return None
+                self._post(clients[src], src, ranks[src].on_sent(imm), reports)
+                self._post(clients[dst], dst, ranks[dst].on_received(src, imm), reports)
+            return phase.now()
+        finally:
+            for c in clients:
+                c.close()
+
+    def _post(self, client: Any, src: int, sends: list[Send], reports: queue.Queue[Report]) -> None:
+        for s in sends:
+            region = self.rank_regions[s.dst]
+            reply = client.transfer(
+                self.ranks[s.dst],
+                int(region["addr"]) + s.offset,
+                int(region["rkey"]),
+                s.size,
+                policy=self.phase.transport.kind,
+                message_size=s.size,
+                imm=s.imm,
+                seed=s.imm,
+            )
+            threading.Thread(
+                target=self._wait,
+                args=(src, s, int(reply["transfer"]), reports),
+                daemon=True,
+                name=f"wait{src}-{s.imm:#x}",
+            ).start()
+
+    def _wait(self, src: int, send: Send, transfer: int, reports: queue.Queue[Report]) -> None:
+        phase = self.phase
+        error: str | None = None
+        try:
+            with self.client(self.ranks[src]) as c:
+                while True:
+                    left = phase.scenario.duration_s - phase.now()
+                    if left <= 0 or phase.stop.is_set():
+                        return
+                    reply = c.wait([transfer], timeout=min(left, 1.0))
+                    if reply.get("complete"):
+                        break
+            if reply.get("failed"):
+                summary = reply["transfers"][str(transfer)]
+                error = f"{self.ranks[src]} -> {self.ranks[send.dst]}: {summary.get('error')}"
+        except Exception as exc:
+            error = f"{self.ranks[src]} -> {self.ranks[send.dst]}: {exc}"
+        reports.put((src, send.dst, send.imm, error))
+
+    def finished(self) -> bool:
+        """True when every step of the job ended (and every transfer flow completed)."""
+        return self.complete and super().finished()
+
+
+__all__ = ["CollectiveFlows"]
