@@ -18,7 +18,8 @@ The modules, from the ground up: :mod:`.abi` (the numbers, the error, field vali
 :mod:`.mem`, :mod:`.server`, :mod:`.objects`, :mod:`.qp_states`, the profile stores
 (:mod:`.profiles`, :mod:`.ev_formats`, :mod:`.ev_profiles`, :mod:`.cc_profiles`),
 :mod:`.state` (sessions, the delivery of completions and events, the command rows), the two
-APIs: :mod:`.app_api` (the application's) and :mod:`.ctl_api` (the controller's), and on top
+APIs: :mod:`.app_api` (the application's, its work requests in :mod:`.work`) and
+:mod:`.ctl_api` (the controller's), and on top
 :mod:`.provider`, which dispatches their rows and takes the transport core's events.
 """
 

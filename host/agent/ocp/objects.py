@@ -6,20 +6,25 @@ each with its wire form (the list ``poll_cq`` replies with) written once.
 
 from __future__ import annotations
 
+import errno
 from collections import deque
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from host.agent.ocp.abi import (
     MAX_MPR,
     MAX_WIMM,
+    QPN_MAX,
     EvStateBit,
+    OcpError,
     QpState,
     Reply,
     SendOps,
     WcFlag,
     WcOpcode,
     WcStatus,
+    field_int,
 )
 from host.agent.ocp.mem import AppMemory
 from host.agent.ocp.server import OcpConnection
@@ -206,6 +211,22 @@ class Session:
     def root(self) -> bool:
         """The process runs as root (the controller API's privilege)."""
         return self.conn.uid == 0
+
+    def cq(self, request: Mapping[str, Any], name: str = "cq") -> Cq:
+        """The CQ a request's field ``name`` names (EINVAL naming the field if none)."""
+        cq_id = field_int(request, name)
+        cq = self.cqs.get(cq_id)
+        if cq is None:
+            raise OcpError(errno.EINVAL, f"field '{name}': no CQ {cq_id} in this context")
+        return cq
+
+    def qp(self, request: Mapping[str, Any]) -> Qp:
+        """The QP a request's ``qpn`` names (EINVAL naming the field if none)."""
+        qpn = field_int(request, "qpn", 0, QPN_MAX)
+        qp = self.qps.get(qpn)
+        if qp is None:
+            raise OcpError(errno.EINVAL, f"field 'qpn': no QP {qpn:#x} in this context")
+        return qp
 
     def new_id(self) -> int:
         value = self.next_id
