@@ -412,9 +412,7 @@ class P4Info:
             value = match[name]
             what = f"{spec.name}[{name}]"
             if match_type == p4i.MatchField.EXACT:
-                entry.match.add(field_id=field_id).exact.value = encode_value(
-                    value, bitwidth, what
-                )
+                entry.match.add(field_id=field_id).exact.value = encode_value(value, bitwidth, what)
             elif match_type == p4i.MatchField.LPM:
                 address, prefix_len = _split_prefix(value, bitwidth, what)
                 if prefix_len == 0:
