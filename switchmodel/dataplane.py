@@ -33,9 +33,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from p4src.contract import DropReason
 from switchmodel.pipeline import Forward, count_drop, egress, ingress
 from switchmodel.queues import PortQueue
-from switchmodel.tables import DropReason, PipelineState
+from switchmodel.tables import PipelineState
 from targets.pcap import PcapWriter
 
 log = logging.getLogger("switchmodel.dataplane")
