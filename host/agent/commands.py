@@ -17,6 +17,7 @@ from typing import Any, Protocol
 
 from host.agent.control import (
     BadRequest,
+    CoreDriver,
     Deferred,
     Reply,
     ep_batch_reply,
@@ -38,7 +39,7 @@ from host.agent.data import (
     verify_bytes,
 )
 from host.agent.options import AgentOptions
-from host.transport.api import Context, MemoryRegion, operator_state
+from host.transport.api import MemoryRegion, operator_state
 from host.transport.cc import CcProfile, CcProfileError
 from host.transport.cc.base import PROFILE_KEYS
 from host.transport.endpoint import EndpointError, EpRequest
@@ -60,8 +61,9 @@ class PlaneView(Protocol):
     def nic(self) -> Nic: ...
 
 
-class AgentView(Protocol):
-    """What the commands use of the agent (:class:`host.agent.agent.Agent`)."""
+class AgentView(CoreDriver, Protocol):
+    """What the commands use of the agent (:class:`host.agent.agent.Agent`): its transport
+    (:class:`host.agent.control.CoreDriver`) and the rest below."""
 
     transfers: dict[int, Transfer]
     regions: dict[str, MemoryRegion]
@@ -80,12 +82,7 @@ class AgentView(Protocol):
     def topology(self) -> Topology: ...
     @property
     def planes(self) -> Sequence[PlaneView]: ...
-    @property
-    def context(self) -> Context: ...
-    def now(self) -> float: ...
-    def after_core(self, now: float) -> None: ...
     def start_transfer(self, transfer: Transfer) -> None: ...
-    def add_waiter(self, check: Callable[[float], bool], deadline: float | None) -> None: ...
     def stats(self) -> dict[str, Any]: ...
     def stop(self) -> None: ...
     @property

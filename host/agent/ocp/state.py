@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from host.agent.control import Deferred
+from host.agent.control import CoreDriver, Deferred
 from host.agent.ocp.abi import (
     FIRST_OCP_QPN,
     QPN_MAX,
@@ -28,7 +28,6 @@ from host.agent.ocp.cc_profiles import CcProfileStore
 from host.agent.ocp.ev_profiles import EvProfileStore
 from host.agent.ocp.objects import Cq, EvEvent, Mr, Qp, Session, WorkCompletion
 from host.agent.ocp.server import OcpConnection
-from host.transport.api import Context
 from host.transport.cc import CcProfile
 from host.transport.config import StackConfig
 from topologies import Fabric, Host
@@ -37,21 +36,17 @@ from topologies import Path as TopoPath
 log = logging.getLogger("mrc.host.agent.ocp")
 
 
-class AgentLike(Protocol):
-    """What the provider uses of :class:`host.agent.agent.Agent`."""
+class AgentLike(CoreDriver, Protocol):
+    """What the provider uses of :class:`host.agent.agent.Agent`: its transport
+    (:class:`host.agent.control.CoreDriver`) and the rest below."""
 
     @property
     def fabric(self) -> Fabric: ...
     @property
     def host(self) -> Host: ...
     @property
-    def context(self) -> Context: ...
-    @property
     def cc_profile(self) -> CcProfile: ...
     def fit_cc(self, profile: CcProfile) -> CcProfile: ...
-    def now(self) -> float: ...
-    def after_core(self, now: float) -> None: ...
-    def add_waiter(self, check: Callable[[float], bool], deadline: float | None) -> None: ...
 
 
 class Privilege(enum.Enum):
