@@ -477,17 +477,22 @@ class P4Info:
 
     # -- reading entries ---------------------------------------------------------------------
 
+    def _declared(self, kind: str, name: str, attribute: str) -> dict[int, tuple[str, int]]:
+        """Id -> (name, width) of the match fields or parameters of the object ``kind`` ``name``
+        (empty when the P4Info has no such object)."""
+        try:
+            found = getattr(self._obj(kind, name), attribute)
+        except P4InfoError:
+            return {}
+        return {item.id: (item.name, item.bitwidth) for item in found}
+
     def _decode_action(self, act: Any) -> tuple[str, dict[str, str]]:
         action = self.name_of(act.action_id)
-        try:
-            declared = {p.id: p for p in self.action(action).params}
-        except P4InfoError:
-            declared = {}
+        declared = self._declared("action", action, "params")
         params: dict[str, str] = {}
         for param in act.params:
-            p = declared.get(param.param_id)
-            pname = p.name if p is not None else f"#{param.param_id}"
-            params[pname] = format_value(param.value, p.bitwidth if p is not None else 0)
+            pname, width = declared.get(param.param_id, (f"#{param.param_id}", 0))
+            params[pname] = format_value(param.value, width)
         return action, params
 
     def decode_member(self, member: Any) -> DecodedMember:
@@ -508,16 +513,10 @@ class P4Info:
     def decode(self, entry: Any) -> DecodedEntry:
         """A ``p4r.TableEntry`` in readable form (unknown ids are shown as ``#id``)."""
         table_name = self.name_of(entry.table_id)
-        try:
-            info = self.table(table_name)
-            fields = {mf.id: mf for mf in info.match_fields}
-        except P4InfoError:
-            fields = {}
+        fields = self._declared("table", table_name, "match_fields")
         match: dict[str, str] = {}
         for fm in entry.match:
-            mf = fields.get(fm.field_id)
-            name = mf.name if mf is not None else f"#{fm.field_id}"
-            width = mf.bitwidth if mf is not None else 0
+            name, width = fields.get(fm.field_id, (f"#{fm.field_id}", 0))
             kind = fm.WhichOneof("field_match_type")
             if kind == "exact":
                 match[name] = format_value(fm.exact.value, width)
