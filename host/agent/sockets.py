@@ -183,11 +183,7 @@ class PlaneSocket:
                     return frames, False
                 raise
             frame = bytes(view[:n])
-            if (
-                frame[12:14] == _IPV6_TYPE
-                and n >= 58
-                and ((frame[20] == _UDP and frame[56:58] == _ROCE_PORT) or frame[20] == _ROUTING)
-            ):
+            if is_mrc_frame(frame):
                 frames.append(frame)
                 self.rx_bytes += n
             else:
@@ -216,11 +212,7 @@ class PlaneSocket:
             slot = slot + 1 if slot + 1 < count else 0
             if snaplen < length:
                 self.truncated += 1  # larger than a ring slot: cannot be an MRC frame of ours
-            elif (
-                frame[12:14] == _IPV6_TYPE
-                and snaplen >= 58
-                and ((frame[20] == _UDP and frame[56:58] == _ROCE_PORT) or frame[20] == _ROUTING)
-            ):
+            elif is_mrc_frame(frame):
                 frames.append(frame)
                 self.rx_bytes += snaplen
             else:
