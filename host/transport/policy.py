@@ -22,39 +22,18 @@ class Policy:
     trim_nack: bool  #: the receiver NACKs trimmed packets
 
 
+#: the policies, one row each (the table of docs/host-stack.md)
 POLICIES: dict[str, Policy] = {
     p.name: p
     for p in (
-        Policy("mrc", spray=True, single_ev=None, failover=True, trimmable=True, trim_nack=True),
-        Policy(
-            "single-path",
-            spray=False,
-            single_ev="first",
-            failover=False,
-            trimmable=True,
-            trim_nack=True,
-        ),
-        Policy(
-            "ecmp", spray=False, single_ev="hash", failover=False, trimmable=True, trim_nack=True
-        ),
-        Policy(
-            "spray-no-failover",
-            spray=True,
-            single_ev=None,
-            failover=False,
-            trimmable=True,
-            trim_nack=True,
-        ),
-        Policy(
-            "no-trim-nack",
-            spray=True,
-            single_ev=None,
-            failover=True,
-            trimmable=False,
-            trim_nack=False,
-        ),
+        #      name                 spray  single_ev failover trimmable trim_nack
+        Policy("mrc",               True,  None,     True,    True,     True),
+        Policy("single-path",       False, "first",  False,   True,     True),
+        Policy("ecmp",              False, "hash",   False,   True,     True),
+        Policy("spray-no-failover", True,  None,     False,   True,     True),
+        Policy("no-trim-nack",      True,  None,     True,    False,    False),
     )
-}
+}  # fmt: skip
 
 
 def get_policy(name: str) -> Policy:
