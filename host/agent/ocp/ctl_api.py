@@ -38,6 +38,7 @@ from host.transport.events import EndpointResponse, Event, EvStateChanged
 from host.transport.evs import (
     EvFormat,
     EvFormatProfile,
+    EvProfile,
     EvState,
     ExplicitEvProfile,
     Srv6EvProfile,
@@ -187,13 +188,12 @@ def _event_ev(p: ProviderState, core_id: int, ev: int) -> str:
     """An EV event's ``mrc_ctl_ev_t`` in hex (32 bytes): an EV that is a uSID carrier (an
     explicit SRV6 profile's, ``Srv6EvProfile``'s) in its 16 bytes, with an SRH the carrier
     and the segment; any other the 32-bit value in the first four bytes."""
-    profile: Any = None
+    profile: EvProfile | None = None
     with contextlib.suppress(KeyError):
         profile = p.agent.context.ev_profile(core_id).profile
-    carriers = isinstance(profile, Srv6EvProfile) or (
+    if isinstance(profile, Srv6EvProfile) or (
         isinstance(profile, ExplicitEvProfile) and profile.carriers
-    )
-    if carriers:
+    ):
         raw = ev.to_bytes(32 if profile.fmt.srh else 16, "big")
     else:
         raw = (ev & 0xFFFFFFFF).to_bytes(4, "big")
