@@ -1,0 +1,276 @@
+"""Collectives and training jobs: the rank state machine, step records on the in-memory network,
+the job summary, the job in a scenario and a results folder, and the sweep table (no root)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from experiments.jobs.collectives import (
+    Collective,
+    Job,
+    RankMachine,
+    bus_factor,
+    imm_of,
+    machines,
+    parse_kind,
+)
+from experiments.jobs.sim import run_job
+from experiments.jobs.steps import annotate, fault_intervals, summarise_job
+from experiments.jobs.sweep import format_table, parse_sizes, sweep_rows
+from experiments.metrics import CollectiveRecord, FaultMark, StepRecord, TransportResult
+from experiments.scenario import ScenarioError, parse_scenario, parse_size
+from topologies import Fabric
+
+RANKS = ("h0", "h1", "h2", "h3")
+
+
+def drive(kind: str, n: int) -> list[tuple[int, int, int]]:
+    """Run every rank's machine to the end, delivering messages in posting order; the
+    (src, dst, imm) of every message."""
+    ranks = machines(Collective(kind, 1 << 20), n, tag=7)
+    wire = [(r, s) for r, m in enumerate(ranks) for s in m.start()]
+    log = []
+    while wire:
+        src, send = wire.pop(0)
+        log.append((src, send.dst, send.imm))
+        wire += [(src, s) for s in ranks[src].on_sent(send.imm)]
+        wire += [(send.dst, s) for s in ranks[send.dst].on_received(src, send.imm)]
+    assert all(m.finished for m in ranks)
+    return log
+
+
+@pytest.mark.parametrize(
+    ("kind", "messages"),
+    [("all-reduce", 6), ("all-gather", 3), ("reduce-scatter", 3), ("all-to-all", 3)],
+)
+def test_every_rank_sends_its_messages(kind: str, messages: int) -> None:
+    log = drive(kind, 4)
+    for r in range(4):
+        mine = [(dst, imm) for src, dst, imm in log if src == r]
+        assert len(mine) == messages
+        if kind != "all-to-all":  # a ring: to the right neighbour, steps in order
+            assert [dst for dst, _ in mine] == [(r + 1) % 4] * messages
+            assert [imm for _, imm in mine] == [imm_of(7, s) for s in range(messages)]
+        else:
+            assert sorted(dst for dst, _ in mine) == [d for d in range(4) if d != r]
+
+
+def test_a_ring_step_waits_for_the_previous_immediate() -> None:
+    m = RankMachine(Collective("all-reduce", 4096), rank=1, n=4)
+    first = m.start()
+    assert [(s.dst, s.offset, s.size) for s in first] == [(2, 0, 1024)]
+    assert m.on_sent(first[0].imm) == []  # our own completion sends nothing
+    nxt = m.on_received(0, imm_of(0, 0))
+    assert [(s.dst, s.offset) for s in nxt] == [(2, 1024)]
+    with pytest.raises(ValueError, match="unexpected immediate"):
+        m.on_received(3, imm_of(0, 1))  # not the left neighbour
+    assert not m.finished
+    assert m.region_bytes() == 6 * 1024
+
+
+def test_bus_factors_are_nccl_tests() -> None:
+    assert bus_factor("all-reduce", 4) == pytest.approx(1.5)
+    for kind in ("all-gather", "reduce-scatter", "all-to-all"):
+        assert bus_factor(kind, 4) == pytest.approx(0.75)
+    assert parse_kind("allreduce") == "all-reduce"
+    with pytest.raises(ValueError, match="expected one of"):
+        parse_kind("broadcast")
+
+
+def test_step_records_on_the_in_memory_network(fabric: Fabric) -> None:
+    """Four ranks, a ring all-reduce and an all-to-all per step: every step ends, its
+    collectives carry nccl-tests' bandwidths, steps follow one another after the compute."""
+    job = Job(
+        RANKS,
+        (Collective("all-reduce", 256 << 10), Collective("all-to-all", 64 << 10)),
+        steps=3,
+        compute_s=0.01,
+    )
+    first = run_job(job, fabric, seed=3)
+    assert len(first.steps) == 3
+    for k, step in enumerate(first.steps):
+        assert step.step == k and step.end is not None and step.time is not None
+        assert [c.kind for c in step.collectives] == ["all-reduce", "all-to-all"]
+        assert step.time == pytest.approx(step.compute_s + step.comm_s)
+        for c in step.collectives:
+            assert c.end is not None and c.algbw is not None and c.busbw is not None
+            assert c.algbw == pytest.approx(c.size / (c.end - c.start) / 1e9)
+            assert c.busbw == pytest.approx(c.algbw * bus_factor(c.kind, 4))
+        assert step.faults == [] and step.rtos == 0
+        if k:
+            assert step.start == pytest.approx(first.steps[k - 1].end)
+    again = run_job(job, fabric, seed=3)  # a pure function of its seed
+    assert [s.time for s in again.steps] == [s.time for s in first.steps]
+
+
+def test_a_link_failure_shows_in_the_steps_it_overlaps(fabric: Fabric) -> None:
+    job = Job(RANKS, (Collective("all-reduce", 256 << 10),), steps=6)
+    calm = run_job(job, fabric, seed=1)
+    middle = calm.steps[2]
+    assert middle.end is not None
+    down = (middle.start, middle.end + (middle.end - middle.start))  # steps 2 and 3
+    hurt = run_job(job, fabric, seed=1, failures=[("t0-p0-r0", "t1-p0-s0", *down)])
+    touched = [s.step for s in hurt.steps if s.faults]
+    assert touched and touched[0] == 2
+    assert all(s.faults == ["t0-p0-r0 <-> t1-p0-s0"] for s in hurt.steps if s.step in touched)
+    lost = sum(s.retransmissions + s.evs_retired for s in hurt.steps if s.step in touched)
+    assert lost > 0  # the failure cost packets or EVs in the steps it overlapped
+    summary = summarise_job(hurt.steps, calm.steps)
+    assert summary.finished == 6 and summary.fault_steps == {"t0-p0-r0 <-> t1-p0-s0": touched}
+    assert summary.slowdown is not None and summary.p99_over_baseline is not None
+    assert summary.baseline_mean_s == pytest.approx(
+        sum(s.time or 0 for s in calm.steps) / len(calm.steps)
+    )
+
+
+def test_summary_against_a_baseline_and_recovery_steps() -> None:
+    def steps(times: list[float], hit: set[int]) -> list[StepRecord]:
+        out, t = [], 0.0
+        for k, took in enumerate(times):
+            out.append(StepRecord(k, t, t + took, 0.0, [], faults=["x"] if k in hit else []))
+            t += took
+        return out
+
+    base = steps([1.0] * 6, set())
+    run = steps([1.0, 2.0, 1.5, 1.02, 1.005, 1.0], {1})
+    s = summarise_job(run, base)
+    assert s.step_mean_s == pytest.approx(7.525 / 6)
+    assert s.slowdown == pytest.approx(7.525 / 6 - 1)
+    assert s.step_max_s == 2.0 and s.fault_steps == {"x": [1]}
+    assert s.recovery_steps == {"x": 2}  # steps 2 and 3 slower than 1 %, step 4 within
+
+
+def test_fault_intervals_and_annotation() -> None:
+    marks = [
+        FaultMark(1.0, "down", "a <-> b"),
+        FaultMark(2.0, "up", "a <-> b"),
+        FaultMark(5.0, "kill", "t1-p0-s0"),
+    ]
+    assert fault_intervals(marks, 9.0) == [("a <-> b", 1.0, 2.0), ("t1-p0-s0", 5.0, 9.0)]
+    steps = [StepRecord(k, k * 2.0, k * 2.0 + 2.0, 0.0, []) for k in range(4)]
+    annotate(steps, marks, [{"t": 5.5, "new": "assumed_bad"}, {"t": 5.6, "new": "good"}])
+    # step 1 starts when the link comes back: not overlapped
+    assert [s.faults for s in steps] == [["a <-> b"], [], ["t1-p0-s0"], ["t1-p0-s0"]]
+    assert [s.evs_retired for s in steps] == [0, 0, 1, 0]
+
+
+def test_a_job_in_a_scenario() -> None:
+    s = parse_scenario(
+        {
+            "topology": "small",
+            "duration_s": 30,
+            "baseline": True,
+            "transports": ["mrc", "single-path"],
+            "job": {
+                "ranks": ["h0", "h1", "h2"],
+                "steps": 4,
+                "compute_s": 0.2,
+                "collectives": [{"kind": "all-reduce", "size": "1MiB"}],
+            },
+        }
+    )
+    assert s.job == Job(("h0", "h1", "h2"), (Collective("all-reduce", 1 << 20),), 4, 0.2)
+    assert s.baseline and s.workloads == ()
+    from experiments.runner import phases
+
+    names = [(len(sc.faults), t.name) for sc, t in phases(s)]
+    assert names == [
+        (0, "mrc-baseline"),
+        (0, "mrc"),
+        (0, "single-path-baseline"),
+        (0, "single-path"),
+    ]
+    with pytest.raises(ScenarioError, match="kernel baselines"):
+        s.with_(transports=["mrc", "mptcp"])
+    with pytest.raises(ScenarioError, match=r"job\.collectives\[0\]\.kind"):
+        s.with_(job={"collectives": [{"kind": "broadcast", "size": 1}]})
+    with pytest.raises(ScenarioError, match="job.ranks"):
+        s.with_(job={"ranks": ["h0"], "collectives": [{"kind": "all-reduce", "size": 1}]})
+
+
+def test_steps_in_a_results_folder(tmp_path: Path, fabric: Fabric) -> None:
+    """steps.jsonl is written, read back, summarised into metrics.json and summary.md, and
+    steps.png drawn."""
+    from experiments.results import load_jobs, load_raw, render, write_raw
+
+    job = Job(RANKS, (Collective("all-reduce", 128 << 10),), steps=4)
+    results = []
+    for name, failures in (("mrc-baseline", []), ("mrc", [("t0-p0-r0", "t1-p0-s0", 0.0, 0.05)])):
+        run = run_job(job, fabric, seed=2, failures=failures)
+        r = TransportResult(name=name, kind="mrc", duration=run.end, flows=[])
+        r.steps, r.faults = run.steps, [m for m in run.faults if m.t <= run.end]
+        results.append(r)
+    write_raw(tmp_path, {}, fabric.topology.as_dict(), 0.25, results)
+    lines = (tmp_path / "steps.jsonl").read_text().splitlines()
+    assert len(lines) == 8
+    first = json.loads(lines[4])
+    assert first["transport"] == "mrc" and first["faults"] == ["t0-p0-r0 <-> t1-p0-s0"]
+    assert {"time_s", "comm_s", "retransmissions", "trims", "nacks", "rtos", "evs_retired"} <= set(
+        first
+    )
+    assert set(first["collectives"][0]) >= {"algbw", "busbw", "kind", "size"}
+    _, _, loaded = load_raw(tmp_path)
+    assert [s.time for s in loaded[1].steps] == [s.time for s in results[1].steps]
+    render(tmp_path)
+    jobs = load_jobs(tmp_path)
+    assert jobs["mrc"].baseline_mean_s == jobs["mrc-baseline"].step_mean_s
+    assert jobs["mrc"].fault_steps["t0-p0-r0 <-> t1-p0-s0"][0] == 0
+    assert "Steps of the job" in (tmp_path / "summary.md").read_text()
+    assert (tmp_path / "steps.png").stat().st_size > 0
+
+
+def test_sweep_table_format() -> None:
+    assert parse_sizes("1MiB:8MiB", parse_size) == [1 << 20, 2 << 20, 4 << 20, 8 << 20]
+    assert parse_sizes("4KiB,1MiB", parse_size) == [4096, 1 << 20]
+    job = Job(RANKS, (Collective("all-reduce", 1 << 20), Collective("all-reduce", 2 << 20)), 2)
+    steps = [
+        StepRecord(
+            k,
+            0.0,
+            3.0,
+            0.0,
+            [
+                CollectiveRecord("all-reduce", 1 << 20, 4, 0.0, 0.001),
+                CollectiveRecord("all-reduce", 2 << 20, 4, 0.001, 0.003),
+            ],
+        )
+        for k in range(2)
+    ]
+    rows = sweep_rows(job, steps)
+    assert [r.count for r in rows] == [262144, 524288]
+    assert rows[0].time_us == pytest.approx(1000.0)
+    assert rows[0].algbw == pytest.approx((1 << 20) / 1e-3 / 1e9)
+    assert rows[0].busbw == pytest.approx(rows[0].algbw * 1.5)
+    table = format_table("all-reduce", 4, rows).splitlines()
+    header = next(line for line in table if "size" in line)
+    assert header.split()[1:] == [
+        "size",
+        "count",
+        "type",
+        "redop",
+        "root",
+        "time",
+        "algbw",
+        "busbw",
+    ]
+    data = [line.split() for line in table if not line.startswith("#")]
+    assert data[0] == ["1048576", "262144", "float", "sum", "-1", "1000.0", "1.0486", "1.5729"]
+    assert table[-1].startswith("# Avg bus bandwidth    : 1.5729")
+
+
+def test_sweep_command_writes_csv_and_json(tmp_path: Path) -> None:
+    from experiments.cli import main
+
+    assert main(["collective", "allreduce", "--sizes", "64KiB:128KiB", "--iters", "1",
+                 "--out", str(tmp_path)]) == 0  # fmt: skip
+    csv_lines = (tmp_path / "sweep.csv").read_text().splitlines()
+    assert csv_lines[0].split(",")[:3] == ["size", "count", "type"] and len(csv_lines) == 3
+    doc = json.loads((tmp_path / "sweep.json").read_text())
+    assert doc["collective"] == "all-reduce" and [r["size"] for r in doc["rows"]] == [
+        65536,
+        131072,
+    ]
+    assert all(r["busbw"] > 0 for r in doc["rows"])
