@@ -302,3 +302,48 @@ def test_srv6_probe_answers_come_back_through_the_probed_spine(
         assert answered == 4
     else:
         assert answered < 4  # the hash put an answer on the failed link
+
+
+def test_request_fields_are_checked_when_made(fabric: Fabric) -> None:
+    a, b = fabric.host("h0"), fabric.host("h2")
+    src, dst = a.nic(0).address, b.nic(0).address
+    for args, field in [
+        ((0x10000, src, dst, 1), "req_id"),
+        ((-1, src, dst, 1), "req_id"),
+        ((1, "h0", dst, 1), "sgid"),
+        ((1, src, dst, -1), "ev"),
+        ((1, src, dst, 1, "stev", 0), "port"),
+        ((1, src, dst, 1, "stev", None, 1 << 32), "port_status"),
+        ((1, src, dst, 1, "tcp"), "ev_fmt"),
+    ]:
+        with pytest.raises(EndpointError, match=f"field '{field}'"):
+            EpRequest.parse(*args)  # type: ignore[arg-type]
+    with pytest.raises(EndpointError, match="field 'sgid'"):
+        EpRequest(1, str(src), dst, 1)  # type: ignore[arg-type]  # typed: parse takes text
+    request = EpRequest.parse(1, str(src), dst.packed, 1, "udp", 1)
+    assert (request.sgid, request.dgid, request.ev_fmt.name) == (src, dst, "udp")
+
+
+def test_requests_name_another_host_on_the_same_plane(fabric: Fabric) -> None:
+    """With the fabric's paths the context knows the other hosts' NICs: a request goes to one of
+    them on its source's plane (planes are disjoint), and no source (::) picks that plane."""
+    routes = SpineRoutes.from_paths(
+        p for peer in ("h1", "h2", "h3") for p in fabric.paths("h0", peer)
+    )
+    ctx = Context("h0", fabric.host("h0").nics, routes=routes)
+    a, b = fabric.host("h0"), fabric.host("h2")
+    for args, words in [
+        ((1, a.nic(0).address, "fd00::99", 1), "not another testbed host"),
+        ((1, a.nic(0).address, a.nic(1).address, 1), "not another testbed host"),
+        ((1, a.nic(1).address, b.nic(0).address, 1), "planes are disjoint"),
+    ]:
+        with pytest.raises(EndpointError, match=words) as info:
+            ctx.ep_batch_send("ev_probe", [EpRequest.parse(*args)])
+        assert info.value.index == 0
+    batch = ctx.ep_batch_send("ev_probe", [EpRequest.parse(2, "::", b.nic(1).address, 1)])
+    assert [plane for plane, _ in ctx.frames_to_send(0.0)] == [1]
+    ctx.ep_batch_end(batch)
+    with pytest.raises(EndpointError, match="port_status") as info:
+        ctx.ep_batch_send("port_status_update", [
+            EpRequest.parse(3, a.nic(0).address, b.nic(0).address, 1, port_status=1 << 9),
+        ])  # fmt: skip

@@ -248,3 +248,42 @@ def test_min_active_is_the_profile_s(make_net: Any) -> None:
     net.run(0.5)
     assert flow.sender.ev_table.counts()["good"] >= 6
     assert net.hosts["h0"].stats()["retire_suppressed"] >= 1
+
+
+# -- operator EV states and port administrative state (Context host operations) -------------------
+
+
+def test_set_ev_states_checks_every_ev_before_changing_any(make_net: Any) -> None:
+    net = make_net(seed=2)
+    flow = net.connect("h0", "h2")
+    ctx, qp = net.hosts["h0"], flow.sender
+    evs = [s.ev for s in qp.ev_table.slots[:3]]
+    assert ctx.set_ev_states(qp.qpn, evs, EvState.DENIED) == 3
+    assert all(qp.ev_table.state(ev) is EvState.DENIED for ev in evs)
+    with pytest.raises(KeyError, match="not in this QP"):  # one unknown EV: nothing changes
+        ctx.set_ev_states(qp.qpn, [evs[0], 0xDEAD_BEEF], EvState.UNKNOWN)
+    assert qp.ev_table.state(evs[0]) is EvState.DENIED
+    with pytest.raises(ValueError, match="field 'state'"):  # the transport's own verdict
+        ctx.set_ev_states(qp.qpn, evs, EvState.ASSUMED_BAD)
+    with pytest.raises(ValueError, match="field 'state'"):
+        ctx.set_profile_ev_state(qp.ev_profile.profile_id, evs[0], EvState.ASSUMED_BAD)
+
+
+def test_port_admin_state_is_inherited_by_later_qps(make_net: Any) -> None:
+    net = make_net(seed=2)
+    first = net.connect("h0", "h2").sender
+    ctx = net.hosts["h0"]
+    on_plane_1 = [s.ev for s in first.ev_table.slots if s.plane == 1]
+    assert on_plane_1 and ctx.port_admin(1)
+    assert ctx.set_port_admin(1, False) == len(on_plane_1)
+    assert ctx.set_port_admin(1, False) == 0  # already disabled
+    assert not ctx.port_admin(1)
+    assert all(first.ev_table.state(ev) is EvState.DENIED for ev in on_plane_1)
+    later = net.connect("h0", "h3").sender  # created while the port is disabled
+    assert {s.state for s in later.ev_table.slots if s.plane == 1} == {EvState.DENIED}
+    assert {s.state for s in later.ev_table.slots if s.plane == 0} == {EvState.GOOD}
+    ctx.set_port_admin(1, True)  # released, to be probed back
+    for qp in (first, later):
+        assert {s.state for s in qp.ev_table.slots if s.plane == 1} == {EvState.UNKNOWN}
+    with pytest.raises(ValueError, match="field 'plane'"):
+        ctx.set_port_admin(7, False)

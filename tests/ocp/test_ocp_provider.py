@@ -289,7 +289,7 @@ def core_config(side: Side, qpn: int) -> StackConfig:
     """The transport-core config of ``side``'s QP ``qpn``."""
     _, qp = side.provider.qps[qpn]
     assert qp.core is side.agent.context.qp(qpn)
-    return qp.core.config  # type: ignore[no-any-return]
+    return qp.core.config
 
 
 def test_timeout_retry_and_mpr_reach_the_core_qp(pair: Pair) -> None:
