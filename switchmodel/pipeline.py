@@ -61,16 +61,11 @@ from p4src.contract import (
 )
 from switchmodel.tables import NO_QOS, EcmpGroup, NextHop, PipelineState, SidAction
 
-# code points bound once as plain integers for the per-packet path
-_WRITE_ONLY = int(Opcode.WRITE_ONLY)
-_WRITE_ONLY_IMM = int(Opcode.WRITE_ONLY_IMM)
-_TRIMMABLE = int(Dscp.TRIMMABLE)
-_TRIMMED = int(Dscp.TRIMMED)
-_TRIMMED_LAST_HOP = int(Dscp.TRIMMED_LAST_HOP)
-_CONTROL = int(Dscp.CONTROL)
-_CE = int(Ecn.CE)
-PRIORITY_LOW = int(Priority.LOW)
-PRIORITY_HIGH = int(Priority.HIGH)
+# the code points the per-packet path compares, bound once (looking up an enum member costs more)
+_WRITE_ONLY, _WRITE_ONLY_IMM = Opcode.WRITE_ONLY, Opcode.WRITE_ONLY_IMM
+_TRIMMABLE, _CONTROL, _CE = Dscp.TRIMMABLE, Dscp.CONTROL, Ecn.CE
+_TRIMMED, _TRIMMED_LAST_HOP = Dscp.TRIMMED, Dscp.TRIMMED_LAST_HOP
+PRIORITY_LOW, PRIORITY_HIGH = Priority.LOW, Priority.HIGH
 _dice = random.Random()  # RED's draws, as BMv2's random(): not for security
 
 
@@ -85,12 +80,6 @@ _LOW80 = (1 << 80) - 1
 _LOW96 = (1 << 96) - 1
 _LOW64 = (1 << 64) - 1
 
-_PARSE_ERROR = DropReason.PARSE_ERROR
-_NOT_IPV6 = DropReason.NOT_IPV6
-_SRH_INVALID = DropReason.SRH_INVALID
-_HOP_LIMIT = DropReason.HOP_LIMIT
-_NO_ROUTE = DropReason.NO_ROUTE
-_SID_END = DropReason.SID_END
 _NO_ACTION = SidAction.NO_ACTION
 _USID_UN = SidAction.USID_UN
 _NO_QOS = NO_QOS
@@ -127,11 +116,11 @@ def ingress(frame: bytes | bytearray | memoryview, in_port: int, state: Pipeline
 
     # -- parser ----------------------------------------------------------------------------
     if n < ETHERNET_BYTES:
-        return _drop(state, _PARSE_ERROR, n)
+        return _drop(state, DropReason.PARSE_ERROR, n)
     if (frame[12] << 8 | frame[13]) != ETHERTYPE_IPV6:
-        return _drop(state, _NOT_IPV6, n)
+        return _drop(state, DropReason.NOT_IPV6, n)
     if n < ETHERNET_BYTES + IPV6_BYTES:
-        return _drop(state, _PARSE_ERROR, n)
+        return _drop(state, DropReason.PARSE_ERROR, n)
     vtf, _plen, next_hdr, hop_limit, hi, lo = _IPV6.unpack_from(frame, ETHERNET_BYTES)
     dst = hi << 64 | lo
     off = ETHERNET_BYTES + IPV6_BYTES
@@ -139,7 +128,7 @@ def ingress(frame: bytes | bytearray | memoryview, in_port: int, state: Pipeline
     segments_left = 0
     if next_hdr == IP_PROTO_ROUTING:
         if n < off + SRH_FIXED_BYTES:
-            return _drop(state, _PARSE_ERROR, n)
+            return _drop(state, DropReason.PARSE_ERROR, n)
         next_hdr, ext_len, rtype, segments_left, last_entry, _f, _t = _SRH_FIXED.unpack_from(
             frame, off
         )
@@ -149,33 +138,33 @@ def ingress(frame: bytes | bytearray | memoryview, in_port: int, state: Pipeline
             or ext_len != 2 * (last_entry + 1)
             or segments_left > last_entry + 1  # last_entry + 1: a reduced SRH (RFC 8754)
         ):
-            return _drop(state, _SRH_INVALID, n)
+            return _drop(state, DropReason.SRH_INVALID, n)
         srh_off = off
         off += SRH_FIXED_BYTES + SRH_SEGMENT_BYTES * (last_entry + 1)
         if n < off:
-            return _drop(state, _PARSE_ERROR, n)
+            return _drop(state, DropReason.PARSE_ERROR, n)
     udp_off = -1
     headers_end = -1  # end of the MRC data extension when the packet is MRC data
     if next_hdr == IP_PROTO_UDP:
         if n < off + UDP_BYTES:
-            return _drop(state, _PARSE_ERROR, n)
+            return _drop(state, DropReason.PARSE_ERROR, n)
         udp_off = off
         if (frame[off + 2] << 8 | frame[off + 3]) == ROCEV2_UDP_PORT:
             bth = off + UDP_BYTES
             if n < bth + BTH_BYTES:
-                return _drop(state, _PARSE_ERROR, n)
+                return _drop(state, DropReason.PARSE_ERROR, n)
             opcode = frame[bth]
             if opcode in (_WRITE_ONLY, _WRITE_ONLY_IMM):
                 end = bth + BTH_BYTES + RETH_BYTES + MRC_DATA_BYTES
                 if opcode == _WRITE_ONLY_IMM:
                     end += IMMDT_BYTES
                 if n < end:
-                    return _drop(state, _PARSE_ERROR, n)
+                    return _drop(state, DropReason.PARSE_ERROR, n)
                 headers_end = end
 
     # -- ingress ---------------------------------------------------------------------------
     if hop_limit <= 1:
-        return _drop(state, _HOP_LIMIT, n)
+        return _drop(state, DropReason.HOP_LIMIT, n)
     hop_limit -= 1
 
     new_dst = dst
@@ -197,7 +186,7 @@ def ingress(frame: bytes | bytearray | memoryview, in_port: int, state: Pipeline
             new_dst = shi << 64 | slo
             end_done = True
         else:
-            return _drop(state, _SID_END, n)
+            return _drop(state, DropReason.SID_END, n)
 
     hop: NextHop | None = None
     if state.ipv6_ecmp._probes:
@@ -217,7 +206,7 @@ def ingress(frame: bytes | bytearray | memoryview, in_port: int, state: Pipeline
         hop = state.ipv6_lpm_default
     port = hop.port
     if port < 0:
-        return _drop(state, _NO_ROUTE, n)
+        return _drop(state, DropReason.NO_ROUTE, n)
 
     tc = tc_in = (vtf >> 20) & 0xFF
     dscp = tc >> 2

@@ -96,15 +96,13 @@ QPN_MASK = 0xFFFFFF
 
 # -- sizes and offsets (without an SRH; a prefix with one moves everything after IPv6 by SRH_LEN) --
 
-ETH_LEN = contract.ETHERNET_BYTES
-IPV6_LEN = contract.IPV6_BYTES
-UDP_LEN = contract.UDP_BYTES
-BTH_LEN = contract.BTH_BYTES
-RETH_LEN = contract.RETH_BYTES
-IMM_LEN = contract.IMMDT_BYTES
-AETH_LEN = contract.AETH_BYTES
-DATA_EXT_LEN = contract.MRC_DATA_BYTES
-CTRL_EXT_LEN = contract.MRC_CONTROL_BYTES
+ETH_LEN, IPV6_LEN, UDP_LEN = contract.ETHERNET_BYTES, contract.IPV6_BYTES, contract.UDP_BYTES
+BTH_LEN, RETH_LEN, IMM_LEN = contract.BTH_BYTES, contract.RETH_BYTES, contract.IMMDT_BYTES
+AETH_LEN, DATA_EXT_LEN, CTRL_EXT_LEN = (
+    contract.AETH_BYTES,
+    contract.MRC_DATA_BYTES,
+    contract.MRC_CONTROL_BYTES,
+)
 OFF_IPV6 = ETH_LEN
 OFF_UDP = ETH_LEN + IPV6_LEN  # 54
 PREFIX_LEN = OFF_UDP + 4  # 58: what frame_prefix() returns (Ethernet, IPv6, UDP ports)
