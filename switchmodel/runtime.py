@@ -20,7 +20,7 @@ import ipaddress
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 from p4src import contract
 from p4src.proto import p4i, p4r
@@ -383,36 +383,32 @@ class SwitchRuntime:
             return
         key = self._key(table, entry)
         entries = self._entries[table.id]
-        if kind == p4r.Update.INSERT:
-            if key in entries:
-                raise RuntimeStatus(
-                    code_pb2.ALREADY_EXISTS,
-                    f"{table.name}: entry {self._describe(table, key)} already exists",
-                )
-            if len(entries) >= table.size:
-                raise RuntimeStatus(
-                    code_pb2.RESOURCE_EXHAUSTED, f"{table.name}: table full ({table.size} entries)"
-                )
-            self._set(binding, table, kind, key, entry)
-            entries[key] = self._stored(entry)
-        elif kind == p4r.Update.MODIFY:
-            if key not in entries:
-                raise RuntimeStatus(
-                    code_pb2.NOT_FOUND,
-                    f"{table.name}: no entry {self._describe(table, key)} to modify",
-                )
-            self._set(binding, table, kind, key, entry)
-            entries[key] = self._stored(entry)
-        elif kind == p4r.Update.DELETE:
-            if key not in entries:
-                raise RuntimeStatus(
-                    code_pb2.NOT_FOUND,
-                    f"{table.name}: no entry {self._describe(table, key)} to delete",
-                )
-            self._set(binding, table, kind, key, entry)
+        verb = {
+            p4r.Update.INSERT: "insert",
+            p4r.Update.MODIFY: "modify",
+            p4r.Update.DELETE: "delete",
+        }
+        if kind not in verb:
+            raise _invalid(f"{table.name}: update type {kind} is not INSERT, MODIFY or DELETE")
+        if kind == p4r.Update.INSERT and key in entries:
+            raise RuntimeStatus(
+                code_pb2.ALREADY_EXISTS,
+                f"{table.name}: entry {self._describe(table, key)} already exists",
+            )
+        if kind != p4r.Update.INSERT and key not in entries:
+            raise RuntimeStatus(
+                code_pb2.NOT_FOUND,
+                f"{table.name}: no entry {self._describe(table, key)} to {verb[kind]}",
+            )
+        if kind == p4r.Update.INSERT and len(entries) >= table.size:
+            raise RuntimeStatus(
+                code_pb2.RESOURCE_EXHAUSTED, f"{table.name}: table full ({table.size} entries)"
+            )
+        self._set(binding, table, kind, key, entry)
+        if kind == p4r.Update.DELETE:
             del entries[key]
         else:
-            raise _invalid(f"{table.name}: update type {kind} is not INSERT, MODIFY or DELETE")
+            entries[key] = self._stored(entry)
 
     def _set(
         self, binding: Binding, table: TableBinding, kind: int, key: Key, entry: p4r.TableEntry
@@ -445,37 +441,36 @@ class SwitchRuntime:
             state = self.target.state
             if state is None:  # pragma: no cover - committed implies a state
                 return
+            data: Any  # the action data the pipeline reads for this table
             if table.name == contract.MY_SID:
-                sid = {
+                data = {
                     contract.USID_UN: SidAction.USID_UN,
                     contract.SRV6_END: SidAction.SRV6_END,
                 }.get(action or "", SidAction.NO_ACTION)
-                if key is None:
-                    state.my_sid_default = sid
-                elif action is None:
-                    state.my_sid.remove(*key)
-                else:
-                    state.my_sid.insert(key[0], key[1], sid)
             elif table.name == contract.IPV6_LPM:
-                hop = DROP_NO_ROUTE
-                if action == contract.SET_NEXT_HOP:
-                    hop = next_hop(**params)
-                if key is None:
-                    state.ipv6_lpm_default = hop
-                elif action is None:
-                    state.ipv6_lpm.remove(*key)
-                else:
-                    state.ipv6_lpm.insert(key[0], key[1], hop)
+                data = next_hop(**params) if action == contract.SET_NEXT_HOP else DROP_NO_ROUTE
             elif table.name == contract.PORT_QOS:
-                qos = NO_QOS
-                if action == contract.SET_PORT_QOS:
-                    qos = PortQos(**params)
-                if key is None:
-                    state.port_qos_default = qos
-                elif action is None:
+                data = PortQos(**params) if action == contract.SET_PORT_QOS else NO_QOS
+            else:
+                return
+            if key is None:  # the default entry
+                if table.name == contract.MY_SID:
+                    state.my_sid_default = data
+                elif table.name == contract.IPV6_LPM:
+                    state.ipv6_lpm_default = data
+                else:
+                    state.port_qos_default = data
+            elif table.name == contract.PORT_QOS:
+                if action is None:
                     del state.port_qos.entries[key[0]]
                 else:
-                    state.port_qos.entries[key[0]] = qos
+                    state.port_qos.entries[key[0]] = data
+            else:
+                lpm = state.my_sid if table.name == contract.MY_SID else state.ipv6_lpm
+                if action is None:
+                    lpm.remove(*key)
+                else:
+                    lpm.insert(*key, data)
 
     def _counter_array(self, binding: Binding, counter_id: int) -> tuple[str, CounterArray]:
         found = binding.counters.get(counter_id)

@@ -397,33 +397,22 @@ def _raw(data: bytes) -> bytes:
 def add_to_server(servicer: P4RuntimeServicer, server: Any) -> None:
     """Register ``servicer`` as the p4.v1.P4Runtime service of ``server``, Write and Read
     taking their requests as bytes."""
+    unary, stream = grpc.unary_unary_rpc_method_handler, grpc.unary_stream_rpc_method_handler
+    methods: dict[str, tuple[Any, Any]] = {  # name -> (handler kind, request class or None)
+        "Write": (unary, None),
+        "Read": (stream, None),
+        "SetForwardingPipelineConfig": (unary, p4r.SetForwardingPipelineConfigRequest),
+        "GetForwardingPipelineConfig": (unary, p4r.GetForwardingPipelineConfigRequest),
+        "StreamChannel": (grpc.stream_stream_rpc_method_handler, p4r.StreamMessageRequest),
+        "Capabilities": (unary, p4r.CapabilitiesRequest),
+    }
     handlers = {
-        "Write": grpc.unary_unary_rpc_method_handler(
-            servicer.Write, request_deserializer=_raw, response_serializer=_serialize
-        ),
-        "Read": grpc.unary_stream_rpc_method_handler(
-            servicer.Read, request_deserializer=_raw, response_serializer=_serialize
-        ),
-        "SetForwardingPipelineConfig": grpc.unary_unary_rpc_method_handler(
-            servicer.SetForwardingPipelineConfig,
-            request_deserializer=p4r.SetForwardingPipelineConfigRequest.FromString,
+        name: kind(
+            getattr(servicer, name),
+            request_deserializer=_raw if request is None else request.FromString,
             response_serializer=_serialize,
-        ),
-        "GetForwardingPipelineConfig": grpc.unary_unary_rpc_method_handler(
-            servicer.GetForwardingPipelineConfig,
-            request_deserializer=p4r.GetForwardingPipelineConfigRequest.FromString,
-            response_serializer=_serialize,
-        ),
-        "StreamChannel": grpc.stream_stream_rpc_method_handler(
-            servicer.StreamChannel,
-            request_deserializer=p4r.StreamMessageRequest.FromString,
-            response_serializer=_serialize,
-        ),
-        "Capabilities": grpc.unary_unary_rpc_method_handler(
-            servicer.Capabilities,
-            request_deserializer=p4r.CapabilitiesRequest.FromString,
-            response_serializer=_serialize,
-        ),
+        )
+        for name, (kind, request) in methods.items()
     }
     server.add_generic_rpc_handlers(
         (grpc.method_handlers_generic_handler("p4.v1.P4Runtime", handlers),)

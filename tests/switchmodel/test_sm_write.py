@@ -32,11 +32,9 @@ from switchmodel.server import P4RuntimeServicer, serve
 DEVICE = 9
 ELECTION = 5
 INFO = P4Info.load()
-LPM = contract.IPV6_LPM
-SID = contract.MY_SID
-QOS = contract.PORT_QOS
-DST = contract.DST_ADDR
-TABLE_IDS = [INFO.table_id(name) for name in (LPM, SID, QOS)]
+TABLE_IDS = [
+    INFO.table_id(name) for name in (contract.IPV6_LPM, contract.MY_SID, contract.PORT_QOS)
+]
 ACTION_IDS = [a.preamble.id for a in INFO.proto.actions]
 # a field the p4.v1 schema does not have (number 15, varint 1): protobuf keeps it as an unknown
 # field and ignores it
@@ -191,8 +189,8 @@ def pair() -> Iterator[tuple[Served, Served]]:
 @st.composite
 def plausible_updates(draw: Any) -> p4r.Update:
     """Updates of the program's tables, often valid, often not."""
-    name = draw(st.sampled_from([LPM, SID, QOS]))
-    if name == QOS:
+    name = draw(st.sampled_from([contract.IPV6_LPM, contract.MY_SID, contract.PORT_QOS]))
+    if name == contract.PORT_QOS:
         match = {contract.EGRESS_SPEC: draw(st.integers(0, 3))}
         action, params = (
             contract.SET_PORT_QOS,
@@ -200,8 +198,8 @@ def plausible_updates(draw: Any) -> p4r.Update:
         )
     else:
         prefix = draw(st.sampled_from(["fcbb:bb00:100::/48", "fcbb:bb00:200::/48", "::/0"]))
-        match = {DST: prefix}
-        if name == LPM:
+        match = {contract.DST_ADDR: prefix}
+        if name == contract.IPV6_LPM:
             action = contract.SET_NEXT_HOP
             params = contract.params_of(contract.NextHopParams(draw(st.integers(1, 3)), 1, 2))
         else:
@@ -280,8 +278,8 @@ def test_bulk_writes_read_back(pair: tuple[Served, Served]) -> None:
     served.reset()
     entries = [
         Entry.make(
-            LPM,
-            {DST: f"2001:db8:{i:x}::/48"},
+            contract.IPV6_LPM,
+            {contract.DST_ADDR: f"2001:db8:{i:x}::/48"},
             contract.SET_NEXT_HOP,
             contract.params_of(
                 contract.NextHopParams(1 + i % 8, "02:00:00:00:00:01", "02:00:00:00:00:02")
@@ -310,7 +308,9 @@ def test_bulk_writes_read_back(pair: tuple[Served, Served]) -> None:
 def test_fields_the_switch_does_not_interpret_are_kept(pair: tuple[Served, Served]) -> None:
     served, _ = pair
     served.reset()
-    te = INFO.table_entry(LPM, {DST: "fcbb:bb00:300::/48"}, contract.DROP_NO_ROUTE, {})
+    te = INFO.table_entry(
+        contract.IPV6_LPM, {contract.DST_ADDR: "fcbb:bb00:300::/48"}, contract.DROP_NO_ROUTE, {}
+    )
     te.controller_metadata = 77
     te.metadata = b"cookie"
     te.counter_data.packet_count = 5  # not stored: the switch has no direct counter
@@ -344,7 +344,9 @@ def test_malformed_requests_are_invalid_argument(
 
 def test_device_arbitration_and_atomicity_are_checked(pair: tuple[Served, Served]) -> None:
     served, _ = pair
-    te = INFO.table_entry(LPM, {DST: "fcbb:bb00:400::/48"}, contract.DROP_NO_ROUTE, {})
+    te = INFO.table_entry(
+        contract.IPV6_LPM, {contract.DST_ADDR: "fcbb:bb00:400::/48"}, contract.DROP_NO_ROUTE, {}
+    )
     for device, election, expected in (
         (DEVICE, ELECTION + 1, "PERMISSION_DENIED"),
         (DEVICE + 1, ELECTION, "NOT_FOUND"),
