@@ -225,10 +225,10 @@ class Dscp(enum.IntEnum):
 class Ecn(enum.IntEnum):
     """ECN code points (the lower 2 bits of the IPv6 traffic class)."""
 
-    NOT_ECT = 0b00
+    NOT_ECT = 0b00  #: not ECN-capable: MRC control
     ECT1 = 0b01
-    ECT0 = 0b10
-    CE = 0b11
+    ECT0 = 0b10  #: ECN-capable: MRC data
+    CE = 0b11  #: congestion experienced: set by a switch
 
 
 class Priority(enum.IntEnum):

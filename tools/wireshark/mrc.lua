@@ -49,16 +49,19 @@ local SYNDROME_NAMES = { [SYNDROME.ACK] = "ACK", [SYNDROME.NAK_SEQ] = "NAK (trim
     [SYNDROME.NAK_ACCESS] = "NAK (remote access)" }
 
 local f = {
+    -- BTH
     opcode = ProtoField.uint8("mrc.opcode", "BTH opcode", base.HEX, OPCODE_NAMES),
     dest_qp = ProtoField.uint24("mrc.dest_qp", "Destination QP", base.HEX),
     psn = ProtoField.uint24("mrc.psn", "PSN", base.DEC),
     ack_req = ProtoField.bool("mrc.ack_req", "ACK requested"),
+    -- RETH and ImmDt (data), AETH (control)
     va = ProtoField.uint64("mrc.reth.va", "Remote address (RETH)", base.HEX),
     rkey = ProtoField.uint32("mrc.reth.rkey", "Remote key (RETH)", base.HEX),
     dma_len = ProtoField.uint32("mrc.reth.dma_length", "DMA length (RETH)", base.DEC),
     imm = ProtoField.uint32("mrc.imm", "Immediate data", base.HEX),
     syndrome = ProtoField.uint8("mrc.aeth.syndrome", "AETH syndrome", base.HEX, SYNDROME_NAMES),
     msn = ProtoField.uint24("mrc.aeth.msn", "AETH MSN", base.DEC),
+    -- the head of every MRC extension
     ext_type = ProtoField.uint8("mrc.type", "Extension type", base.DEC, EXT_NAMES),
     flags = ProtoField.uint8("mrc.flags", "Flags", base.HEX),
     plane = ProtoField.uint8("mrc.plane_hint", "Plane hint", base.DEC),
@@ -67,21 +70,25 @@ local f = {
     ev_plane = ProtoField.uint32("mrc.ev.plane", "EV plane (bits 31-28)", base.DEC, nil, 0xF0000000),
     ev_path = ProtoField.uint32("mrc.ev.spine", "EV spine + 1 (bits 27-20)", base.DEC, nil, 0x0FF00000),
     ev_n = ProtoField.uint32("mrc.ev.n", "EV number (bits 19-0)", base.DEC, nil, 0x000FFFFF),
+    -- the MRC data extension
     msg_id = ProtoField.uint32("mrc.msg.id", "Message id", base.DEC),
     msg_len = ProtoField.uint32("mrc.msg.length", "Message length", base.DEC),
     msg_off = ProtoField.uint32("mrc.msg.offset", "Message offset", base.DEC),
     timestamp = ProtoField.uint32("mrc.timestamp", "Timestamp (ns mod 2^32)", base.DEC),
     payload_len = ProtoField.uint32("mrc.payload_length", "Payload bytes present", base.DEC),
     trimmed = ProtoField.bool("mrc.trimmed", "Trimmed by a switch"),
+    -- ACK
     cum_psn = ProtoField.uint32("mrc.ack.cum_psn", "Cumulative PSN (next expected)", base.DEC),
     sack_base = ProtoField.uint32("mrc.sack.base", "SACK base PSN", base.DEC),
     sack_bitmap = ProtoField.uint64("mrc.sack.bitmap", "SACK bitmap", base.HEX),
     ce_count = ProtoField.uint16("mrc.ack.ce_count", "CE-marked packets", base.DEC),
     pkt_count = ProtoField.uint16("mrc.ack.pkt_count", "Packets acknowledged", base.DEC),
+    -- NACK, PROBE and PROBE_REPLY
     nack_psn = ProtoField.uint32("mrc.nack.psn", "NACKed PSN", base.DEC),
     nack_cum = ProtoField.uint32("mrc.nack.cum_psn", "Receiver's cumulative PSN", base.DEC),
     probe_id = ProtoField.uint32("mrc.probe.id", "Probe id", base.DEC),
     probe_src_qp = ProtoField.uint32("mrc.probe.src_qp", "Prober's QP", base.HEX),
+    -- EP_REQUEST and EP_RESPONSE
     ep_op = ProtoField.uint8("mrc.ep.op", "Endpoint operation", base.DEC, EP_OPS, EP_OP_MASK),
     ep_svc_valid = ProtoField.bool("mrc.ep.svc_time_valid", "Service time set", 8, nil,
         EP_FLAG_SVC_TIME),
