@@ -19,6 +19,7 @@ import logging
 import signal
 import sys
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from types import FrameType
 from typing import TYPE_CHECKING
@@ -62,7 +63,7 @@ def _port_rate(text: str) -> tuple[int, float]:
     return int(port), _rate(rate)
 
 
-def _positive(what: str):  # type: ignore[no-untyped-def]
+def _positive(what: str) -> Callable[[str], int]:
     def parse(text: str) -> int:
         if not text.isdigit() or int(text) < 1:
             raise argparse.ArgumentTypeError(f"'{text}': expected {what} (an integer >= 1)")
