@@ -8,5 +8,7 @@ beside it. Modules:
   the controller, both switch targets, the host stack and the tests (imports nothing of the
   project);
 - ``compile`` -- compiling the program with p4c, the committed outputs and the check that they
-  are p4c's (``./testbed p4 [--check]``, or ``python -m p4src.compile [--check]``).
+  are p4c's (``./testbed p4 [--check]``, or ``python -m p4src.compile [--check]``);
+- ``proto`` -- the P4Runtime and P4Info protobuf classes, generated for current protobuf, that
+  the controller and the switchmodel speak.
 """
