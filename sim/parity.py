@@ -238,6 +238,7 @@ def run_sim(exp: Experiment, *, seed: int = 1) -> Figures:
         config=config,
         until=exp.end_us * 1e-6,
         seed=seed,
+        barriers={t.id: t.count for t in exp.matrix.triggers if t.kind == "barrier"},
     )
     fcts = [f.fct * 1e6 for f in result.flows if f.fct is not None]
     changes = result.summary()["changes"]

@@ -14,7 +14,7 @@ window changes by cause (:data:`host.transport.cc.nscc.CHANGE_CAUSES`).
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -107,8 +107,12 @@ def run_flows(
     config: StackConfig | None = None,
     until: float = 1.0,
     seed: int = 1,
+    barriers: Mapping[int, int] | None = None,
 ) -> FlowsResult:
-    """Run ``connections`` on ``net`` (see the module docstring); times in seconds."""
+    """Run ``connections`` on ``net`` (see the module docstring); times in seconds.
+
+    A trigger fires when a flow that names it as ``send_done_trigger`` completes; a trigger of
+    ``barriers`` (id -> count) fires only once that many such flows completed."""
     cpu = time.process_time()
     fabric = net.fabric
     config = config or StackConfig(mtu=fabric.topology.mtu)
@@ -133,6 +137,7 @@ def run_flows(
     flows: list[FlowResult] = []
     senders: list[tuple[QueuePair, FlowResult]] = []
     by_trigger: dict[int, list[int]] = {}
+    activations: dict[int, int] = {}
     for n, conn in enumerate(connections):
         src, dst = context(conn.src), context(conn.dst)
         if dst.host not in regions:
@@ -181,6 +186,10 @@ def run_flows(
                 flows[n].finished = completion.time
                 remaining -= 1
                 fired = connections[n].send_done_trigger
+                if fired is not None and barriers and fired in barriers:
+                    activations[fired] = activations.get(fired, 0) + 1
+                    if activations[fired] < barriers[fired]:
+                        continue
                 for m in by_trigger.pop(fired, []) if fired is not None else []:
                     start(m, net.now)
         if remaining == done_before and net.now >= until:

@@ -90,3 +90,19 @@ def test_faults_as_a_phase_drives_them() -> None:
     net.start_switches(["t1-p1-s0"])
     for a, b in (("t0-p0-r0", "t1-p0-s1"), ("t0-p1-r3", "t1-p1-s0")):
         assert net.faults(a, b).is_down(2e-6) and not net.faults(a, b).is_down(3e-6)
+
+
+def test_flows_wait_for_their_trigger() -> None:
+    spec = leaf_spine(16)
+    conns = [
+        Connection(0, 5, 100_000, send_done_trigger=1),
+        Connection(1, 5, 100_000, send_done_trigger=1),
+        Connection(2, 6, 100_000, start=None, trigger=1),
+    ]
+    for barriers, waits_for in (({}, 1), ({1: 2}, 2)):
+        result = run_flows(SimNet.build(spec), conns, cc=spec.nscc_profile(), until=1e-3,
+                           barriers=barriers)  # fmt: skip
+        first, second, chained = result.flows
+        assert chained.started is not None and first.finished and second.finished
+        done = sorted([first.finished, second.finished])
+        assert chained.started == done[waits_for - 1]
