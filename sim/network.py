@@ -48,7 +48,7 @@ from typing import TYPE_CHECKING
 
 from host.transport import wire
 from host.transport.api import Context
-from p4src.contract import ROCEV2_UDP_PORT, member_index
+from p4src.contract import ETHERTYPE_IPV6, ROCEV2_UDP_PORT, member_index
 from sim.queues import PortQueue, QueuePolicy
 from topologies import Fabric
 from topologies.usid import BLOCK_BITS, USID_BITS
@@ -60,6 +60,7 @@ HOST_QUEUE = 1 << 16  # packets a host NIC may queue (the sender's window is the
 NIC_SLOTS = 2  # red discipline: data frames a host NIC holds (the one on the wire and the next)
 
 _ROCE_PORT = ROCEV2_UDP_PORT.to_bytes(2, "big")  # UDP destination port of MRC frames
+_IPV6_TYPE = ETHERTYPE_IPV6.to_bytes(2, "big")
 _ARG_BITS = 128 - BLOCK_BITS - USID_BITS  # carrier bits after the active uSID
 _ARG_MASK = (1 << _ARG_BITS) - 1
 _USID_MASK = (1 << USID_BITS) - 1
@@ -650,7 +651,7 @@ class SimNet:
     def _switch(self, switch: _Switch, frame: bytearray) -> None:
         counters = self.counters
         counters["switched"] += 1
-        if len(frame) < 54 or frame[12:14] != b"\x86\xdd":
+        if len(frame) < 54 or frame[12:14] != _IPV6_TYPE:
             counters["drop_not_ipv6"] += 1
             return
         if frame[21] <= 1:

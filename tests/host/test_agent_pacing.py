@@ -6,6 +6,7 @@ import pytest
 
 from host.agent.pacing import CATCH_UP, EARLY, PREAMBLE_AND_GAP, NicWire, is_control
 from host.transport import wire
+from p4src.contract import ETHERTYPE_IPV6
 
 RATE = 10e6  # b/s
 FRAME = 4096 + 200
@@ -13,7 +14,7 @@ FRAME = 4096 + 200
 
 def frame(dscp: int, size: int = FRAME) -> bytearray:
     out = bytearray(size)
-    out[12:14] = b"\x86\xdd"
+    out[12:14] = ETHERTYPE_IPV6.to_bytes(2, "big")
     tc = dscp << 2
     out[14] = 0x60 | tc >> 4
     out[15] = (tc & 0x0F) << 4

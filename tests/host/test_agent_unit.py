@@ -34,7 +34,7 @@ from host.agent.data import pattern, sha256_hex, verify_bytes
 from host.agent.ocp.server import OcpConnection, OcpServer
 from host.agent.sockets import is_mrc_frame
 from host.transport.policy import POLICIES
-from p4src.contract import IP_PROTO_ROUTING, IP_PROTO_UDP, ROCEV2_UDP_PORT
+from p4src.contract import ETHERTYPE_IPV6, IP_PROTO_ROUTING, IP_PROTO_UDP, ROCEV2_UDP_PORT
 from targets.pcap import PcapWriter
 from topologies import Fabric
 
@@ -290,7 +290,7 @@ def test_pcap_writer_writes_readable_records(tmp_path: Path) -> None:
 
 
 def test_prefilter_accepts_only_ipv6_udp_4791_or_srh() -> None:
-    eth = b"\x02" * 12 + b"\x86\xdd"
+    eth = b"\x02" * 12 + ETHERTYPE_IPV6.to_bytes(2, "big")
 
     def ipv6(next_header: int, dport: int) -> bytes:
         header = bytes([0x60, 0, 0, 0, 0, 16, next_header, 64]) + b"\x00" * 32
