@@ -16,21 +16,21 @@ headers, ACKs and NACKs:
 - the high-priority queue is served first.
 
 :class:`QueuePolicy` describes that; :meth:`QueuePolicy.resolve` turns it into byte bounds for
-one fabric (:class:`PortQueue`). ``QueuePolicy(discipline="threshold")`` is the P4 program's
-own discipline (trim and ECN decided at enqueue against packet-count thresholds), the one the
+one fabric (:class:`PortQueue`); the arithmetic (round trip, BDP, thresholds) is
+:mod:`topologies.operating`'s, which the emulated switches use too.
+``QueuePolicy(discipline="threshold")`` is the P4 program's own discipline (trim and ECN decided at enqueue against packet-count thresholds), the one the
 emulated switches run and :class:`sim.network.SimNet`'s ``trim_threshold`` / ``ecn_threshold``
 options describe.
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, replace
 from typing import Any
 
+from topologies.operating import REFERENCE_ACK_BYTES, bdp_packets, bdp_queue, unloaded_rtt
+
 DISCIPLINES = ("red", "threshold")
-#: bytes of an ACK in the reference's round-trip arithmetic (``UecBasePacket::get_ack_size``)
-REFERENCE_ACK_BYTES = 64
 
 
 @dataclass(frozen=True)
@@ -62,17 +62,19 @@ class QueuePolicy:
 
     def resolve(self, *, bdp_packets: int, frame_bytes: int) -> PortQueue:
         """Byte bounds for a fabric whose BDP is ``bdp_packets`` frames of ``frame_bytes``."""
-        size = (
-            self.packets if self.packets is not None else math.ceil(bdp_packets * self.bdp_factor)
+        queue = bdp_queue(
+            bdp_packets,
+            bdp_factor=self.bdp_factor,
+            ecn_low=self.ecn_low,
+            ecn_high=self.ecn_high,
+            packets=self.packets,
         )
-        low = math.ceil(bdp_packets * self.ecn_low)
-        high = min(size, math.ceil(bdp_packets * self.ecn_high))
         return PortQueue(
-            size_bytes=size * frame_bytes,
-            ecn_low_bytes=min(low, high) * frame_bytes,
-            ecn_high_bytes=high * frame_bytes,
+            size_bytes=queue.packets * frame_bytes,
+            ecn_low_bytes=queue.ecn_low * frame_bytes,
+            ecn_high_bytes=queue.ecn_high * frame_bytes,
             trim=self.trim,
-            packets=size,
+            packets=queue.packets,
         )
 
 
@@ -87,14 +89,11 @@ class PortQueue:
     packets: int  #: capacity in full-size packets (for reports)
 
 
-def bdp_packets(rtt: float, rate_bps: float, frame_bytes: int) -> int:
-    """The reference's BDP in whole data packets: ``ceil(rtt x rate / 8 / frame)``."""
-    return math.ceil(rtt * rate_bps / 8 / frame_bytes - 1e-9)
-
-
-def unloaded_rtt(*, links: int, hop_latency: float, switch_latency: float, switches: int,
-                 rate_bps: float, frame_bytes: int, ack_bytes: int = REFERENCE_ACK_BYTES) -> float:  # fmt: skip
-    """The reference's ``network_max_unloaded_rtt`` (seconds): ``links`` links one way, each
-    crossed by a data frame and an ACK, and ``switches`` switch latencies each way."""
-    wire = links * (frame_bytes + ack_bytes) * 8 / rate_bps
-    return 2 * (links * hop_latency + switches * switch_latency) + wire
+__all__ = [
+    "DISCIPLINES",
+    "REFERENCE_ACK_BYTES",
+    "PortQueue",
+    "QueuePolicy",
+    "bdp_packets",
+    "unloaded_rtt",
+]
