@@ -21,6 +21,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
+from topologies.operating import LEGACY_PROFILE, UET_PROFILE
+
 ACK_TIMEOUT_UNIT = 1.024e-6  # seconds: the MRC ACK timeout is 1.024 us x 2^t
 STEERING_MODES = ("weights", "halve")  # how congestion feedback steers spraying
 
@@ -35,12 +37,10 @@ LIVE_FIELDS = (
     "tlp", "rx_window", "max_outstanding", "ack_ce_at_once",
 )  # fmt: skip
 
-#: the default stack profile: NSCC fed as the UET reference simulator feeds it
-UET_PROFILE = "uet"
-#: the stack profile that keeps the testbed's earlier rules (before NSCC was fed as UET feeds
-#: it), so that the two can be compared: select it with ``StackConfig.profile``, ``mrc-host
-#: --stack-profile`` or a scenario's ``stack_profile``
-LEGACY_PROFILE = "testbed-2026"
+# The profile names are the fabric's too (topologies.operating): ``uet``, the default, feeds
+# NSCC as the UET reference simulator feeds it; ``testbed-2026`` keeps the testbed's earlier rules,
+# so that the two can be compared (``StackConfig.profile``, ``mrc-host --stack-profile`` or a
+# scenario's ``stack_profile``).
 #: each named stack profile: the fields whose values differ from the defaults
 STACK_PROFILES: Mapping[str, Mapping[str, Any]] = {
     UET_PROFILE: {},
