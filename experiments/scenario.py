@@ -619,12 +619,6 @@ def parse_scenario(data: object, source: str = "<memory>", base: Path | None = N
     transports = tuple(
         _transport(p, i, t, default_cc, topo.mtu) for i, t in enumerate(raw_transports)
     )
-    if job is not None and any(t.is_kernel for t in transports):
-        kernel = [t.name for t in transports if t.is_kernel]
-        raise p.fail(
-            "transports", kernel, "MRC transports only with a job: the kernel baselines have "
-            "no WRITE_IMM to chain a collective's steps on"
-        )  # fmt: skip
     names = [t.name for t in transports]
     if len(set(names)) != len(names):
         raise p.fail("transports", names, "distinct transport names (give each a 'name')")

@@ -1,32 +1,45 @@
-"""A training job's collectives as transfers of the host agents, through their control sockets.
+"""A training job's collectives as the phase's flows: through the host agents, or over kernel
+TCP / MPTCP.
 
-:class:`CollectiveFlows` is the phase's flows when the scenario has a ``job``. It sets the
-agents up as :class:`~experiments.flows.mrc.MrcFlows` does (restart, trimming, CC profile, EV
-format) and registers one receive region per rank. One thread runs the job: per step, the
-compute time, then each collective: every rank's
+:class:`JobDriver` is the step loop both share: per step, the compute time, then each
+collective; a step ends when every rank of every collective is finished, and its record
+(``steps.jsonl``) carries the transport's counters over the step, summed over the ranks.
+
+:class:`CollectiveFlows` (MRC transports) sets the agents up as
+:class:`~experiments.flows.mrc.MrcFlows` does (restart, trimming, CC profile, EV format) and
+registers one receive region per rank. In each collective every rank's
 :class:`~experiments.jobs.collectives.RankMachine` is started, and every
 :class:`~experiments.jobs.collectives.Send` it asks for becomes a ``transfer`` of one WRITE_IMM
 (``imm``) into the destination rank's region. A waiter thread per transfer (``wait``) reports
 its completion; since a WRITE_IMM completes at its sender only when every byte is acknowledged,
 that is, placed in the receiver's region after the receiver's immediate completion, the same
 report feeds the receiving rank's machine (the control socket has no stream of received
-immediates). The next messages are posted as the machines ask. A step ends when every rank of
-every collective is finished; its record (``steps.jsonl``) carries the agents' counters over
-the step, summed over the ranks.
-
-Progress (placed bytes at each rank) and EV states (towards the ranks each one writes to) are
-sampled as for transfers, so ``goodput.png`` and ``ev_states.png`` show the job too. The bytes
-of a collective are the agent's pattern, not reduced values: the reduction itself is checked by
+immediates). The next messages are posted as the machines ask. Progress (placed bytes at each
+rank) and EV states (towards the ranks each one writes to) are sampled as for transfers, so
+``goodput.png`` and ``ev_states.png`` show the job too. The bytes of a collective are the
+agent's pattern, not reduced values: the reduction itself is checked by
 ``capi/examples/mrc_allreduce.c``.
+
+:class:`KernelCollectiveFlows` (``tcp``, ``mptcp``) puts the kernel on the NICs as
+:class:`~experiments.flows.kernel.KernelFlows` does and starts one rank program per host
+(:mod:`experiments.flows.kernel_rank`: the same machines over streams, a header per message
+standing for the immediate), connected over the hosts' plane-0 addresses (MPTCP adds a subflow
+per plane); each collective is a line to every rank program, and it ends when every one
+answered. Its step counters are the namespaces' TCP retransmitted segments and timeouts.
 """
 
 from __future__ import annotations
 
+import json
 import queue
+import subprocess
+import sys
 import threading
+from abc import ABC, abstractmethod
 from typing import Any
 
 from experiments.flows.base import PhaseView
+from experiments.flows.kernel import KernelFlows, netstat
 from experiments.flows.mrc import MrcFlows
 from experiments.jobs.collectives import Collective, Job, RankMachine, Send, machines
 from experiments.jobs.steps import add_counters, collective_record, transport_counters
@@ -36,7 +49,55 @@ from experiments.metrics import StepRecord
 Report = tuple[int, int, int, str | None]
 
 
-class CollectiveFlows(MrcFlows):
+class JobDriver(ABC):
+    """The step loop of a scenario's job, shared by the agents' and the kernel's flows: per
+    step the compute time, then each collective (:meth:`_collective`), the transport's
+    counters (:meth:`_counters`) read around the step."""
+
+    phase: PhaseView
+    job: Job
+    ranks: list[str]
+    complete: bool
+
+    @abstractmethod
+    def _collective(self, collective: Collective, tag: int) -> float | None:
+        """Run one collective over the ranks; its end (None: stopped or failed)."""
+
+    @abstractmethod
+    def _counters(self) -> dict[str, float]:
+        """The transport's counters summed over the ranks (retransmissions, trims, ...)."""
+
+    def _job(self) -> None:
+        """Run every step; ``complete`` once the last one ended."""
+        phase, job = self.phase, self.job
+        if phase.stop.wait(max(0.0, job.start_s - phase.now())):
+            return
+        try:
+            for k in range(job.steps):
+                start = phase.now()
+                before = self._counters()
+                step = StepRecord(k, start, None, job.compute_s, [])
+                with phase.lock:
+                    phase.result.steps.append(step)
+                if phase.stop.wait(job.compute_s):
+                    return
+                end: float | None = phase.now()
+                for i, collective in enumerate(job.collectives):
+                    began = phase.now()
+                    end = self._collective(collective, k * len(job.collectives) + i)
+                    step.collectives.append(
+                        collective_record(collective, len(self.ranks), began, end)
+                    )
+                    if end is None:
+                        return
+                step.end = end
+                add_counters(step, before, self._counters())
+            self.complete = True
+        except Exception as exc:
+            phase.errors.append(f"job: {exc}")
+
+
+class CollectiveFlows(JobDriver, MrcFlows):
     """The scenario's job, run through the agents' control sockets."""
 
     def __init__(self, phase: PhaseView) -> None:
@@ -80,34 +141,6 @@ class CollectiveFlows(MrcFlows):
             for key, value in transport_counters(core).items():
                 total[key] = total.get(key, 0.0) + value
         return total
-
-    def _job(self) -> None:
-        phase, job = self.phase, self.job
-        if phase.stop.wait(max(0.0, job.start_s - phase.now())):
-            return
-        try:
-            for k in range(job.steps):
-                start = phase.now()
-                before = self._counters()
-                step = StepRecord(k, start, None, job.compute_s, [])
-                with phase.lock:
-                    phase.result.steps.append(step)
-                if phase.stop.wait(job.compute_s):
-                    return
-                end: float | None = phase.now()
-                for i, collective in enumerate(job.collectives):
-                    began = phase.now()
-                    end = self._collective(collective, k * len(job.collectives) + i)
-                    step.collectives.append(
-                        collective_record(collective, len(self.ranks), began, end)
-                    )
-                    if end is None:
-                        return
-                step.end = end
-                add_counters(step, before, self._counters())
-            self.complete = True
-        except Exception as exc:
-            phase.errors.append(f"job: {exc}")
 
     def _collective(self, collective: Collective, tag: int) -> float | None:
         """Run one collective; its end (None: the phase stopped or a transfer failed)."""
@@ -179,4 +212,112 @@ class CollectiveFlows(MrcFlows):
         return self.complete and super().finished()
 
 
-__all__ = ["CollectiveFlows"]
+class KernelCollectiveFlows(JobDriver, KernelFlows):
+    """The scenario's job over kernel TCP or MPTCP: one rank program
+    (:mod:`experiments.flows.kernel_rank`) per host, told each collective on its standard
+    input; a collective ends when every rank reported it finished."""
+
+    def __init__(self, phase: PhaseView) -> None:
+        super().__init__(phase)
+        job = phase.scenario.job
+        if job is None:
+            raise ValueError("collective flows need a scenario with a job")
+        self.job = job
+        self.ranks = list(job.ranks)
+        self.complete = False
+        self.rank_procs: list[subprocess.Popen[bytes]] = []
+        self.lines: list[queue.Queue[dict[str, Any]]] = []
+
+    def threads(self) -> list[threading.Thread]:
+        """The job's thread (and the transfer flows' starter)."""
+        return [*super().threads(), threading.Thread(target=self._job, daemon=True, name="job")]
+
+    def _job(self) -> None:
+        """Start the rank programs, wait until every one is connected, run the steps."""
+        phase = self.phase
+        addrs = ",".join(str(self.fabric.host(h).nic(0).address) for h in self.ranks)
+        every = any(c.kind == "all-to-all" for c in self.job.collectives)
+        for r, host in enumerate(self.ranks):
+            argv = [
+                sys.executable, "-m", "experiments.flows.kernel_rank", "--rank", str(r),
+                "--addrs", addrs, "--port", str(RANK_PORT), "--proto", self.proto,
+                "--timeout", f"{phase.scenario.duration_s:g}", *(["--all-pairs"] if every else []),
+            ]  # fmt: skip
+            log = open(self.dir / f"rank{r}.log", "wb")  # noqa: SIM115 -- owned by the child
+            proc = self.node(host).popen(
+                argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log
+            )
+            log.close()
+            self.rank_procs.append(proc)
+            lines: queue.Queue[dict[str, Any]] = queue.Queue()
+            self.lines.append(lines)
+            threading.Thread(target=_read_json, args=(proc, lines), daemon=True).start()
+        for r, lines in enumerate(self.lines):
+            if self._next(lines, "ready") is None:
+                phase.errors.append(f"job: rank {r} ({self.ranks[r]}) never connected")
+                return
+        super()._job()
+
+    def _next(self, lines: queue.Queue[dict[str, Any]], key: str) -> dict[str, Any] | None:
+        while not self.phase.stop.is_set():
+            try:
+                record = lines.get(timeout=0.5)
+            except queue.Empty:
+                continue
+            if key in record:
+                return record
+            if "error" in record or "eof" in record:
+                return None
+        return None
+
+    def _collective(self, collective: Collective, tag: int) -> float | None:
+        for proc in self.rank_procs:
+            assert proc.stdin is not None
+            proc.stdin.write(f"run {collective.kind} {collective.size} {tag}\n".encode())
+            proc.stdin.flush()
+        for r, lines in enumerate(self.lines):
+            if self._next(lines, "tag") is None:
+                self.phase.errors.append(f"collective {collective.kind}: rank {r} failed")
+                return None
+        return self.phase.now()
+
+    def _counters(self) -> dict[str, float]:
+        total = {"retransmissions": 0.0, "rtos": 0.0}
+        for host in self.ranks:
+            counts = netstat(self.node(host))
+            total["retransmissions"] += counts.get("RetransSegs", 0.0)
+            total["rtos"] += counts.get("TCPTimeouts", 0.0)
+        return total
+
+    def finished(self) -> bool:
+        """True when every step of the job ended (and every transfer flow completed)."""
+        return self.complete and super().finished()
+
+    def finish(self) -> None:
+        """Stop the rank programs, then as for transfer flows."""
+        for proc in self.rank_procs:
+            if proc.poll() is None:
+                proc.terminate()
+        for proc in self.rank_procs:
+            try:
+                proc.wait(3.0)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+        super().finish()
+
+
+RANK_PORT = 46000  # the kernel rank programs' port
+
+
+def _read_json(proc: subprocess.Popen[bytes], lines: queue.Queue[dict[str, Any]]) -> None:
+    """Every JSON line a rank program prints, then ``{"eof": ...}``."""
+    assert proc.stdout is not None
+    for raw in proc.stdout:
+        try:
+            lines.put(json.loads(raw))
+        except ValueError:
+            continue
+    lines.put({"eof": True})
+
+
+__all__ = ["CollectiveFlows", "JobDriver", "KernelCollectiveFlows"]

@@ -98,7 +98,7 @@ def _read_lines(path: Path) -> list[dict[str, Any]]:
     return out
 
 
-def _netstat(node: HostHandle) -> dict[str, float]:
+def netstat(node: HostHandle) -> dict[str, float]:
     """TCP retransmission timeouts and retransmitted segments of a namespace."""
     out: dict[str, float] = {}
     text = node.cmd("cat /proc/net/netstat /proc/net/snmp")
@@ -142,7 +142,7 @@ class KernelFlows(Flows):
                 out = node.cmd(cmd).strip()
                 if out and "rror" in out:
                     raise RuntimeError(f"{host.name}: '{cmd}' failed: {out}")
-            self.netstat_before[host.name] = _netstat(node)
+            self.netstat_before[host.name] = netstat(node)
 
     def threads(self) -> list[threading.Thread]:
         """One thread starting the flows at their times."""
@@ -243,7 +243,7 @@ class KernelFlows(Flows):
                     )
                 )
         for host in self.fabric.hosts:
-            after = _netstat(self.node(host.name))
+            after = netstat(self.node(host.name))
             before = self.netstat_before.get(host.name, {})
             phase.result.hosts[host.name] = {
                 "rtos": after.get("TCPTimeouts", 0.0) - before.get("TCPTimeouts", 0.0),
