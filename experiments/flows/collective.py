@@ -294,15 +294,8 @@ class KernelCollectiveFlows(JobDriver, KernelFlows):
         return self.complete and super().finished()
 
     def finish(self) -> None:
-        """Stop the rank programs, then as for transfer flows."""
-        for proc in self.rank_procs:
-            if proc.poll() is None:
-                proc.terminate()
-        for proc in self.rank_procs:
-            try:
-                proc.wait(3.0)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+        """Stop the rank programs with the transfer flows' processes; record as for those."""
+        self.processes += self.rank_procs
         super().finish()
 
 

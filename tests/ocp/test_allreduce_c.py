@@ -24,6 +24,9 @@ RANKS = ("h0", "h1", "h2", "h3")
 def test_ring_allreduce_on_four_hosts(running: Any, tmp_path: Path) -> None:  # noqa: F811
     example = str(ROOT / "build" / "capi" / "mrc_allreduce")
     count, iters = 65536, 3  # 256 KiB of floats per rank, 64 KiB chunks
+    ring = ",".join(RANKS)
+    options = ["-H", ring, "-r", str(tmp_path), "-c", str(count), "-i", str(iters), "-t", "200"]
+    out = {"stdout": subprocess.PIPE, "stderr": subprocess.STDOUT, "text": True}
     procs = {
         host: subprocess.Popen(
             [
@@ -36,22 +39,11 @@ def test_ring_allreduce_on_four_hosts(running: Any, tmp_path: Path) -> None:  # 
                 example,
                 "-n",
                 host,
-                "-H",
-                ",".join(RANKS),
-                "-r",
-                str(tmp_path),
-                "-c",
-                str(count),
-                "-i",
-                str(iters),
-                "-t",
-                "200",
+                *options,
             ],
             cwd=ROOT,
             env=running.env(),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
+            **out,
         )  # fmt: skip
         for host in RANKS
     }
