@@ -1,8 +1,8 @@
 """A P4Runtime client for one switch, on grpcio: arbitration, pipeline, writes, reads.
 
-The controller talks to every switch of a fabric at once (p4runtime-shell keeps one global
-client): one :class:`SwitchClient` per switch, each with its own gRPC channel
-and StreamChannel. The stream is opened in a background thread, which sends the
+The controller talks to every switch of a fabric at once, so it holds one :class:`SwitchClient`
+per switch (p4runtime-shell keeps one global client), each with its own gRPC channel and
+StreamChannel. The stream is opened in a background thread, which sends the
 MasterArbitrationUpdate (device id, election id) and keeps the stream open for as long as the
 client lives; :meth:`SwitchClient.connect` waits for the arbitration response with a bounded
 timeout.

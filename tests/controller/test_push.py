@@ -445,6 +445,14 @@ def test_dry_run_prints_the_entries_without_connecting(
     assert "t1-p1-s1 (intended)" in out and "fcbb:bb00:1801::/48" in out
 
 
+def test_shell_without_its_environment_says_how_to_make_it(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("MRC_SHELL_PYTHON", str(tmp_path / "no-python"))
+    with pytest.raises(cli.Failure, match=r"no-python: no p4runtime-shell environment .*install"):
+        cli.shell_python()
+
+
 def test_shell_runs_p4runtime_shell_on_a_switch(
     model_fabric: ModelFabric, info: P4Info, capfd: pytest.CaptureFixture[str]
 ) -> None:
