@@ -59,6 +59,15 @@ class JobDriver(ABC):
     ranks: list[str]
     complete: bool
 
+    def _take_job(self, phase: PhaseView) -> Job:
+        """The scenario's job, its ranks, and not complete yet."""
+        if phase.scenario.job is None:
+            raise ValueError("collective flows need a scenario with a job")
+        self.job = phase.scenario.job
+        self.ranks = list(self.job.ranks)
+        self.complete = False
+        return self.job
+
     @abstractmethod
     def _collective(self, collective: Collective, tag: int) -> float | None:
         """Run one collective over the ranks; its end (None: stopped or failed)."""
@@ -102,11 +111,7 @@ class CollectiveFlows(JobDriver, MrcFlows):
 
     def __init__(self, phase: PhaseView) -> None:
         super().__init__(phase)
-        job = phase.scenario.job
-        if job is None:
-            raise ValueError("collective flows need a scenario with a job")
-        self.job: Job = job
-        self.ranks = list(job.ranks)
+        job = self._take_job(phase)
         n = len(self.ranks)
         self.receivers = sorted({*self.receivers, *self.ranks})
         every = any(c.kind == "all-to-all" for c in job.collectives)
@@ -115,7 +120,6 @@ class CollectiveFlows(JobDriver, MrcFlows):
             mine = self.peers.setdefault(host, [])
             mine += [p for p in writes_to if p not in mine]
         self.rank_regions: list[dict[str, Any]] = []
-        self.complete = False
 
     def prepare(self) -> None:
         """The agents as for transfers, and one receive region per rank."""
@@ -219,12 +223,7 @@ class KernelCollectiveFlows(JobDriver, KernelFlows):
 
     def __init__(self, phase: PhaseView) -> None:
         super().__init__(phase)
-        job = phase.scenario.job
-        if job is None:
-            raise ValueError("collective flows need a scenario with a job")
-        self.job = job
-        self.ranks = list(job.ranks)
-        self.complete = False
+        self._take_job(phase)
         self.rank_procs: list[subprocess.Popen[bytes]] = []
         self.lines: list[queue.Queue[dict[str, Any]]] = []
 
