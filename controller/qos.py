@@ -9,15 +9,21 @@ ways of trimming and two of ECN marking, in packets of the port's data queue:
   ``ecn``, a probability rising linearly from 0 at ``ecn`` to ``ecn_pmax`` just below
   ``ecn_max``, every ECT packet from ``ecn_max`` on.
 
-The default (:func:`default_qos`) trims at half the queue and marks ECN at a quarter; the
-UET-like pair (:func:`uet_qos`: trim when full, RED between a fifth and four fifths of the queue)
-is one ``set-qos`` away. Measured with time dilation and NSCC (benchmarks/fabric.py, 10 Mb/s,
-switchmodel): the UET-like default gave the same small-fabric permutation (0.93) and failover,
-but the default fabric's permutation fell to 0.80 with 32 EVs retired (0.93 and none with the
-thresholds): full queues there hold 220 ms of data per hop, and packets behind them look lost
-to the SACK rule. So the thresholds stay the default. ``mrc-ctl set-qos`` records overrides, per switch or per port, in a
-small JSON file kept next to the testbed state file (:func:`overrides_path`), so that every
-later ``push`` and ``watch`` keeps them::
+The default (:func:`default_qos`) is the topology's profile's (:mod:`topologies.operating`):
+
+- ``uet`` (:func:`uet_qos`), UET's operating point derived from the fabric's bandwidth-delay
+  product as its reference simulator derives it: the queue holds 1 BDP and trims only when
+  full, ECN is RED from 0.2 BDP (probability 0) to 0.8 BDP (probability 1 and above). The P4
+  program decides ECN when a packet is *queued*, on the depth it finds (the reference decides
+  when a packet leaves, on the depth behind it): a testbed choice, the same on BMv2 and the
+  switchmodel. Small and default fabrics (100 Gb/s real, 1 us per link): a BDP of 28 frames,
+  RED from 6 to 23 packets, trim at 28;
+- ``testbed-2026`` (:func:`threshold_qos`), the earlier settings: trim at half the queue, mark
+  ECN at a quarter (32 and 16 of 64 packets).
+
+``mrc-ctl set-qos`` records overrides, per switch or per port, in a small JSON file kept next
+to the testbed state file (:func:`overrides_path`), so that every later ``push`` and ``watch``
+keeps them::
 
     {"t0-p0-r0": {"*": {"trim": 16, "ecn": 4}, "3": {"trim_mode": "full", "trim": 64,
                   "ecn_mode": "red", "ecn": 8, "ecn_max": 40, "ecn_pmax": 1.0}}}
@@ -37,6 +43,7 @@ from typing import Any
 
 from p4src.contract import QDEPTH_MAX, PortQosParams, params_of
 from topologies import Topology
+from topologies.operating import UET_PROFILE
 
 ALL_PORTS = "*"
 OVERRIDES_FILE = "qos-overrides.json"
@@ -126,27 +133,29 @@ QOS_FIELDS = frozenset({"trim", "ecn", "trim_mode", "ecn_mode", "ecn_max", "ecn_
 
 
 def default_qos(topology: Topology) -> PortQos:
-    """The default: trim at half the queue, mark ECN at a quarter (:func:`threshold_qos`)."""
-    return threshold_qos(topology)
+    """The topology's profile's thresholds: :func:`uet_qos` (``uet``) or :func:`threshold_qos`
+    (``testbed-2026``)."""
+    return uet_qos(topology) if topology.profile == UET_PROFILE else threshold_qos(topology)
 
 
 def uet_qos(topology: Topology) -> PortQos:
-    """UET-like: trim only when the data queue is full; ECN RED from a fifth of the queue
-    (probability 0) to four fifths (probability 1 and above)."""
-    depth = topology.queue_depth
-    low = max(1, depth // 5)
+    """UET's operating point: trim only when the data queue is full; ECN RED from 0.2 BDP
+    (probability 0) to 0.8 BDP (probability 1 and above), both within the queue
+    (:attr:`topologies.Topology.bdp_queue`)."""
+    queue = topology.bdp_queue
+    low = max(1, queue.ecn_low)
     return PortQos(
-        trim=depth,
+        trim=topology.queue_depth,
         ecn=low,
         trim_mode="full",
         ecn_mode="red",
-        ecn_max=max(low + 1, depth * 4 // 5),
+        ecn_max=max(low + 1, queue.ecn_high),
         ecn_pmax=1.0,
     )
 
 
 def threshold_qos(topology: Topology) -> PortQos:
-    """The fixed-threshold alternative: trim at half the queue, mark ECN at a quarter."""
+    """The fixed thresholds of ``testbed-2026``: trim at half the queue, mark ECN at a quarter."""
     depth = topology.queue_depth
     return PortQos(trim=max(1, depth // 2), ecn=max(1, depth // 4))
 

@@ -53,6 +53,7 @@ from host.transport.cc import CcProfile, CcProfileError
 from host.transport.config import STACK_PROFILES, UET_PROFILE
 from topologies import Fabric, Link, Topology, TopologyError, load_topology
 from topologies.config import FieldError, read_yaml_file, shipped_topology
+from topologies.operating import FABRIC_PROFILES
 
 WORKLOAD_KINDS = ("permutation", "incast", "all-to-all")
 # MRC agent policies (the host agent's transport variants) and the kernel baselines.
@@ -281,7 +282,9 @@ _TOP = (
     "topology",
     "link_rate_mbps",
     "link_delay_us",
+    "link_latency_us",
     "nominal_rate_gbps",
+    "fabric_profile",
     "cc",
     "stack_profile",
     "queue_depth",
@@ -326,15 +329,20 @@ def _topology(p: _Parser, data: Mapping[str, Any], base: Path) -> Topology:
     try:
         topo = load_topology(path)
         changes: dict[str, Any] = {}
-        link = {
-            "rate_mbps": topo.link_rate_mbps,
-            "delay_us": topo.link_delay_us,
-            "nominal_rate_gbps": topo.nominal_rate_gbps,
-        }
+        link = dict(topo.as_dict()["link"])  # latency and delay only where the file gives them
         if "link_rate_mbps" in data:
             link["rate_mbps"] = p.number("link_rate_mbps", data["link_rate_mbps"], 0.0, strict=True)
-        if "link_delay_us" in data:
+        if "link_delay_us" in data:  # emulated
+            link.pop("latency_us", None)
             link["delay_us"] = p.number("link_delay_us", data["link_delay_us"])
+        if "link_latency_us" in data:  # real
+            link.pop("delay_us", None)
+            link["latency_us"] = p.number("link_latency_us", data["link_latency_us"])
+        # the switches' operating point: fabric_profile, else the stack profile's name
+        profile = data.get("fabric_profile", data.get("stack_profile"))
+        if profile is not None:
+            key = "fabric_profile" if "fabric_profile" in data else "stack_profile"
+            changes["profile"] = p.choice(key, profile, list(FABRIC_PROFILES))
         if "nominal_rate_gbps" in data:
             link["nominal_rate_gbps"] = p.number(
                 "nominal_rate_gbps", data["nominal_rate_gbps"], 0.0, strict=True

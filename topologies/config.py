@@ -7,14 +7,22 @@ A topology file describes one two-tier multi-plane fabric::
     racks: 2               # one T0 (leaf) per rack per plane
     spines_per_plane: 2    # T1 switches per plane; every T0 links to every T1 of its plane
     hosts_per_rack: 2
+    profile: uet           # the switches' operating point (topologies.operating): uet or
+                           # testbed-2026
     link:
       rate_mbps: 100       # every link, shaped inside the switch (the emulated rate)
-      delay_us: 50         # one-way propagation delay of every link (emulated)
       nominal_rate_gbps: 100  # the rate of the real fabric the emulation stands for
+      latency_us: 1        # one-way latency of every link in the real fabric (uet: 1)
+      # delay_us: 50       # or: one-way delay of every link, emulated (testbed-2026: 50)
     switch:
-      queue_depth: 64      # packets per egress queue
+      queue_depth: 28      # packets per egress queue (uet: 1 BDP; testbed-2026: 64)
     mtu: 4096              # MRC payload bytes per packet (RDMA-sized)
     usid_block: fcbb:bb00::/32
+
+Left out, ``latency_us``, ``delay_us`` and ``queue_depth`` are the profile's: with ``uet`` a
+latency of 1 us per link (:data:`~topologies.operating.HOP_LATENCY_US`), dilated for the
+emulation, and a queue of one bandwidth-delay product (:attr:`Topology.bdp_packets`); with
+``testbed-2026`` 50 us of emulated delay and 64 packets.
 
 :func:`load_topology` returns an immutable :class:`Topology`; every error raised is a
 :class:`TopologyError` that names the file, the field, the value and what was expected.
@@ -31,6 +39,18 @@ from typing import Any
 
 import yaml
 
+from topologies.operating import (
+    HOP_LATENCY_US,
+    LEGACY_DELAY_US,
+    LEGACY_QUEUE_DEPTH,
+    UET_PROFILE,
+    BdpQueue,
+    bdp_packets,
+    bdp_queue,
+    check_profile,
+    unloaded_rtt,
+)
+
 # The uSID encoding (see topologies.usid) leaves 4 bits for the plane and 10 for the index.
 MAX_PLANES = 16
 MAX_INDEX = 1 << 10
@@ -42,6 +62,7 @@ MAX_HEADER_BYTES = 14 + 40 + 8 + 4 * 16 + 8 + 12 + 16 + 4 + 24
 MAX_LINK_MTU = 9500
 CONTROL_FRAME_BYTES = 128  # an ACK, NACK or probe frame of the host stack, rounded up
 BASE_RTT_LINKS = 4  # links a packet crosses between racks: NIC, leaf, spine, leaf, NIC
+BASE_RTT_SWITCHES = 3  # switches on that path: leaf, spine, leaf
 
 
 class FieldError(ValueError):
@@ -97,12 +118,14 @@ class Topology:
     spines_per_plane: int
     hosts_per_rack: int
     link_rate_mbps: float
-    link_delay_us: float
-    queue_depth: int
     nominal_rate_gbps: float
     mtu: int
     usid_block: ipaddress.IPv6Network
     source: str = "<memory>"
+    profile: str = UET_PROFILE  #: the switches' operating point (topologies.operating)
+    latency_us: float | None = None  #: the file's ``link.latency_us`` (real), None: the profile's
+    delay_us: float | None = None  #: the file's ``link.delay_us`` (emulated), None: not given
+    queue_packets: int | None = None  #: the file's ``switch.queue_depth``, None: the profile's
 
     @property
     def hosts(self) -> int:
@@ -114,6 +137,63 @@ class Topology:
         """How many times slower the emulated fabric runs than the real one it stands for:
         nominal (real) link rate / emulated link rate. Protocol timers are dilated by it."""
         return self.nominal_rate_gbps * 1e3 / self.link_rate_mbps
+
+    @property
+    def hop_latency_us(self) -> float:
+        """One link's one-way latency in the real fabric, microseconds: ``link.latency_us``,
+        or ``link.delay_us`` undilated, or the profile's (uet: 1; testbed-2026: 50 us emulated)."""
+        if self.delay_us is not None:
+            return self.delay_us / self.dilation
+        if self.latency_us is not None:
+            return self.latency_us
+        if self.profile == UET_PROFILE:
+            return HOP_LATENCY_US
+        return LEGACY_DELAY_US / self.dilation
+
+    @property
+    def link_delay_us(self) -> float:
+        """One link's one-way delay in the emulation, microseconds: the real latency dilated."""
+        if self.delay_us is not None:
+            return self.delay_us
+        if self.latency_us is None and self.profile != UET_PROFILE:
+            return LEGACY_DELAY_US
+        return self.hop_latency_us * self.dilation
+
+    @property
+    def real_base_rtt(self) -> float:
+        """The unloaded round trip between racks in the real fabric (seconds), as UET's reference
+        simulator computes it (:func:`topologies.operating.unloaded_rtt`): four links each way at
+        the nominal rate, each crossed by a full-size data frame and an ACK, and their latency."""
+        return unloaded_rtt(
+            links=BASE_RTT_LINKS,
+            hop_latency=self.hop_latency_us * 1e-6,
+            switch_latency=0.0,
+            switches=BASE_RTT_SWITCHES,
+            rate_bps=self.nominal_rate_gbps * 1e9,
+            frame_bytes=self.link_mtu + 14,
+        )
+
+    @property
+    def bdp_packets(self) -> int:
+        """One link's bandwidth-delay product in full-size frames (the same number in the real
+        fabric and in the emulation, whose rate and latencies are dilated alike)."""
+        return bdp_packets(self.real_base_rtt, self.nominal_rate_gbps * 1e9, self.link_mtu + 14)
+
+    @property
+    def bdp_queue(self) -> BdpQueue:
+        """Every egress port's queue and RED thresholds derived from the BDP, in packets: the
+        queue is :attr:`queue_depth`, RED runs between 0.2 and 0.8 BDP."""
+        return bdp_queue(self.bdp_packets, packets=self.queue_depth)
+
+    @property
+    def queue_depth(self) -> int:
+        """Packets per egress queue: ``switch.queue_depth``, or the profile's (uet: 1 BDP;
+        testbed-2026: 64)."""
+        if self.queue_packets is not None:
+            return self.queue_packets
+        if self.profile == UET_PROFILE:
+            return bdp_queue(self.bdp_packets).packets
+        return LEGACY_QUEUE_DEPTH
 
     @property
     def base_rtt(self) -> float:
@@ -144,19 +224,26 @@ class Topology:
         return parse_topology(data, self.source)
 
     def as_dict(self) -> dict[str, Any]:
-        """The flat field dictionary that :func:`parse_topology` accepts back."""
+        """The flat field dictionary that :func:`parse_topology` accepts back (the latency and
+        queue depth only where given, so that the profile's follow a changed rate or profile)."""
+        link: dict[str, Any] = {
+            "rate_mbps": self.link_rate_mbps,
+            "nominal_rate_gbps": self.nominal_rate_gbps,
+        }
+        if self.latency_us is not None:
+            link["latency_us"] = self.latency_us
+        if self.delay_us is not None:
+            link["delay_us"] = self.delay_us
+        switch = {} if self.queue_packets is None else {"queue_depth": self.queue_packets}
         return {
             "name": self.name,
+            "profile": self.profile,
             "planes": self.planes,
             "racks": self.racks,
             "spines_per_plane": self.spines_per_plane,
             "hosts_per_rack": self.hosts_per_rack,
-            "link": {
-                "rate_mbps": self.link_rate_mbps,
-                "delay_us": self.link_delay_us,
-                "nominal_rate_gbps": self.nominal_rate_gbps,
-            },
-            "switch": {"queue_depth": self.queue_depth},
+            "link": link,
+            "switch": switch,
             "mtu": self.mtu,
             "usid_block": str(self.usid_block),
         }
@@ -173,10 +260,11 @@ _TOP_FIELDS = {
     "mtu",
     "usid_block",
     "description",
+    "profile",
 }
 _DEFAULTS: dict[str, Any] = {
-    "link": {"rate_mbps": 100.0, "delay_us": 50.0, "nominal_rate_gbps": 100.0},
-    "switch": {"queue_depth": 64},
+    "link": {"rate_mbps": 100.0, "latency_us": None, "delay_us": None, "nominal_rate_gbps": 100.0},
+    "switch": {"queue_depth": None},
     "mtu": 4096,
     "usid_block": "fcbb:bb00::/32",
 }
@@ -264,10 +352,26 @@ def parse_topology(data: object, source: str = "<memory>") -> Topology:
 
     link = section("link")
     rate = number("link.rate_mbps", link["rate_mbps"], 0.0, strict=True)
-    delay = number("link.delay_us", link["delay_us"], 0.0, strict=False)
+    latency = link["latency_us"]
+    if latency is not None:
+        latency = number("link.latency_us", latency, 0.0, strict=False)
+    delay = link["delay_us"]
+    if delay is not None:
+        delay = number("link.delay_us", delay, 0.0, strict=False)
+        if latency is not None:
+            raise TopologyError(
+                source, "link.delay_us", delay, "no value beside link.latency_us (give one)"
+            )
     nominal = number("link.nominal_rate_gbps", link["nominal_rate_gbps"], 0.0, strict=True)
     switch = section("switch")
-    queue_depth = integer("switch.queue_depth", switch["queue_depth"], 1, 1 << 18)
+    queue_depth = switch["queue_depth"]
+    if queue_depth is not None:
+        queue_depth = integer("switch.queue_depth", queue_depth, 1, 1 << 18)
+    profile = data.get("profile", UET_PROFILE)
+    try:
+        check_profile(str(profile))
+    except ValueError:
+        raise TopologyError(source, "profile", profile, "uet or testbed-2026") from None
     mtu = integer("mtu", data.get("mtu", _DEFAULTS["mtu"]), 256, MAX_LINK_MTU - MAX_HEADER_BYTES)
 
     block_text = data.get("usid_block", _DEFAULTS["usid_block"])
@@ -287,12 +391,14 @@ def parse_topology(data: object, source: str = "<memory>") -> Topology:
         spines_per_plane=spines,
         hosts_per_rack=hosts_per_rack,
         link_rate_mbps=rate,
-        link_delay_us=delay,
-        queue_depth=queue_depth,
         nominal_rate_gbps=nominal,
         mtu=mtu,
         usid_block=block,
         source=source,
+        profile=str(profile),
+        latency_us=latency,
+        delay_us=delay,
+        queue_packets=queue_depth,
     )
 
 

@@ -337,23 +337,28 @@ def test_ecmp_entries_build_p4runtime_messages() -> None:
     assert str(route) == "ipv6_ecmp [hdr.ipv6.dst_addr=fcbb:bb00:c02::/48] -> group 1"
 
 
-def test_qos_defaults_follow_queue_depth() -> None:
-    """The default: trim at half the queue, ECN at a quarter; UET-like: trim only when the
-    queue is full, ECN RED from 1/5 to 4/5 of the queue."""
+def test_qos_defaults_follow_the_profile() -> None:
+    """uet (the default): trim only when the queue (1 BDP) is full, ECN RED from 0.2 to 0.8 BDP;
+    testbed-2026: trim at half the queue, ECN at a quarter."""
     topo = small_fabric().topology
-    depth = topo.queue_depth
-    assert default_qos(topo) == threshold_qos(topo)
-    qos = uet_qos(topo)
+    # 100 Gb/s, 1 us per link, 4 links each way, a 4,318-byte frame and a 64-byte ACK per link:
+    # RTT = 8 us + 4 x 4,382 x 8 / 100e9 s = 9.402 us; x 100 Gb/s / 8 = 117,528 B = 27.2
+    # frames -> a BDP of 28; RED from ceil(5.6) = 6 to ceil(22.4) = 23; trim when 28 are queued
+    assert topo.queue_depth == 28
+    qos = default_qos(topo)
+    assert qos == uet_qos(topo)
     assert (qos.trim_mode, qos.ecn_mode) == ("full", "red")
-    assert (qos.ecn, qos.ecn_max, qos.ecn_pmax) == (depth // 5, depth * 4 // 5, 1.0)
-    assert qos.action_params(depth) == contract.params_of(
-        contract.PortQosParams(
-            depth, depth // 5, depth * 4 // 5, round(65536 / (depth * 4 // 5 - depth // 5)), 0
-        )
+    assert (qos.trim, qos.ecn, qos.ecn_max, qos.ecn_pmax) == (28, 6, 23, 1.0)
+    assert qos.action_params(28) == contract.params_of(
+        contract.PortQosParams(28, 6, 23, round(65536 / (23 - 6)), 0)
     )
     tiny = uet_qos(topo.with_(switch={"queue_depth": 1}))
     assert (tiny.ecn, tiny.ecn_max) == (1, 2)
-    fixed = threshold_qos(topo)
+    legacy = topo.with_(profile="testbed-2026")
+    depth = legacy.queue_depth
+    assert depth == 64
+    assert default_qos(legacy) == threshold_qos(legacy)
+    fixed = threshold_qos(legacy)
     assert fixed == PortQos(trim=depth // 2, ecn=depth // 4)
     assert fixed.action_params(depth) == contract.params_of(
         contract.PortQosParams(depth // 2, depth // 4, depth // 4, 0, 0)

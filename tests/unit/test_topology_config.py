@@ -23,7 +23,8 @@ def test_defaults_fill_optional_sections() -> None:
     topo = parse_topology(BASE)
     assert topo.mtu == 4096
     assert str(topo.usid_block) == "fcbb:bb00::/32"
-    assert topo.queue_depth == 64
+    assert topo.queue_depth == topo.bdp_packets == 28  # the uet profile's: 1 BDP
+    assert parse_topology({**BASE, "profile": "testbed-2026"}).queue_depth == 64
     assert topo.link_mtu > topo.mtu
 
 
@@ -52,6 +53,9 @@ def test_with_returns_a_validated_copy() -> None:
         ({"mtu": 100}, "mtu", "between 256"),
         ({"link": {"rate_mbps": 0}}, "link.rate_mbps", "> 0"),
         ({"link": {"delay_us": -1}}, "link.delay_us", ">= 0"),
+        ({"link": {"latency_us": -1}}, "link.latency_us", ">= 0"),
+        ({"link": {"latency_us": 1, "delay_us": 50}}, "link.delay_us", "beside"),
+        ({"profile": "fast"}, "profile", "uet or testbed-2026"),
         ({"link": {"speed": 1}}, "link.speed", "one of"),
         ({"link": 5}, "link", "a mapping"),
         ({"switch": {"queue_depth": 0}}, "switch.queue_depth", "between 1"),
