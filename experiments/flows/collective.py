@@ -83,8 +83,8 @@ class JobDriver(ABC):
             return
         try:
             for k in range(job.steps):
+                before = self._counters()  # read between steps: not in the step's time
                 start = phase.now()
-                before = self._counters()
                 step = StepRecord(k, start, None, job.compute_s, [])
                 with phase.lock:
                     phase.result.steps.append(step)
