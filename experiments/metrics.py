@@ -20,6 +20,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from experiments.fidelity import FidelitySample, judge
 from topologies import Fabric, Tier
 
 RECOVERY_LEVEL = 0.9
@@ -134,6 +135,8 @@ class TransportResult:
     ev_transitions: list[dict[str, object]] = field(default_factory=list)
     # a job's steps (collective workloads), in order
     steps: list[StepRecord] = field(default_factory=list)
+    # per sampling interval: CPU and lags of every switch, agent and the machine
+    fidelity: list[FidelitySample] = field(default_factory=list)
 
 
 def flow_name(src: str, dst: str) -> str:
@@ -413,6 +416,13 @@ class TransportMetrics:
     agent_min_rtt_s: float | None
     recovery: tuple[Recovery, ...]
     planes_bytes: dict[str, int]
+    # the verdict on the run's fidelity (experiments.fidelity.Verdict.as_json)
+    fidelity: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def faithful(self) -> bool:
+        """False when the machine fell behind during the phase (see experiments.fidelity)."""
+        return bool(self.fidelity.get("faithful", True))
 
     def as_json(self) -> dict[str, Any]:
         """The ``metrics.json`` entry."""
@@ -512,6 +522,7 @@ def summarise(fabric: Fabric, result: TransportResult, interval: float) -> Trans
         agent_min_rtt_s=result.base_rtt_s,
         recovery=tuple(recoveries),
         planes_bytes=dict(result.planes),
+        fidelity=judge(result.fidelity, fabric.topology.frame_time).as_json(),
     )
 
 
@@ -576,6 +587,7 @@ def summary_rows(metrics: Mapping[str, TransportMetrics]) -> list[list[str]]:
                 str(m.switch_totals.get("trimmed", 0)),
                 rec_text,
                 ev_text,
+                m.fidelity.get("verdict", "-"),
             ]
         )
     return rows
@@ -591,4 +603,5 @@ SUMMARY_COLUMNS = [
     "trims",
     "goodput recovery",
     "EV failover p50",
+    "fidelity",
 ]

@@ -1,7 +1,8 @@
 """PNG plots of a results folder (matplotlib, Agg backend, no display needed).
 
 - ``goodput.png``        aggregate goodput over time per transport, the capacity that survives
-                         the faults as a dashed line, faults as vertical markers;
+                         the faults as a dashed line, faults as vertical markers, the intervals
+                         where the machine fell behind (not faithful) shaded in its colour;
 - ``completion_cdf.png`` CDF of message completion times per transport;
 - ``ev_states.png``      EVs per state (GOOD / ASSUMED_BAD / UNKNOWN / DENIED) over time, summed
                          over every sender, one panel per MRC transport;
@@ -23,6 +24,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402 -- after choosing the backend
 
+from experiments.fidelity import judge  # noqa: E402
 from experiments.metrics import (  # noqa: E402
     TransportResult,
     capacity_series,
@@ -73,7 +75,15 @@ def plot_goodput(
     fig, ax = plt.subplots(figsize=(11, 4.5))
     for i, r in enumerate(results):
         series = goodput_series(r.progress, r.duration, interval)
-        ax.plot([t for t, _ in series], [g / 1e6 for _, g in series], label=r.name, linewidth=1.6)
+        (line,) = ax.plot(
+            [t for t, _ in series], [g / 1e6 for _, g in series], label=r.name, linewidth=1.6
+        )
+        behind = judge(r.fidelity, fabric.topology.frame_time).intervals
+        for k, (start, end) in enumerate(behind):
+            ax.axvspan(
+                start, end, color=line.get_color(), alpha=0.15, linewidth=0,
+                label=f"{r.name}: not faithful (CPU-bound)" if k == 0 else None,
+            )  # fmt: skip
         if i == 0:
             longest = max(x.duration for x in results)
             cap = capacity_series(fabric, r.flows, r.faults, longest, interval)

@@ -15,13 +15,18 @@ A run writes its raw records; :func:`render` (the end of ``mrc-testbed run`` and
     switches.csv         transport, switch, trimmed, ecn_marked, drops
     ports.csv            transport, switch, port, rx_bytes, tx_bytes (per-port byte counters)
     hosts/TRANSPORT.json per-host agent statistics (deltas over the transport's run)
+    fidelity.csv         transport, time_s, kind, name, cpu, thread_cpu, lag_s, gap_s (per
+                         sampling interval, every switch, agent and the machine:
+                         experiments.fidelity.FidelitySample)
     steps.jsonl          a job's steps, one JSON line each (experiments.metrics.StepRecord, with
                          its transport; written when the scenario has a job)
     --- derived ---
     goodput.csv          transport, time_s, goodput_mbps, capacity_mbps
-    metrics.json         per-transport figures (experiments.metrics.TransportMetrics), and a
-                         job's figures under "jobs" (experiments.jobs.steps.JobSummary)
-    summary.md           the summary table (and the steps table of a job)
+    metrics.json         per-transport figures (experiments.metrics.TransportMetrics, with
+                         its fidelity verdict), and a job's figures under "jobs"
+                         (experiments.jobs.steps.JobSummary)
+    summary.md           the summary table, a warning per unfaithful transport (and the steps
+                         table of a job)
     goodput.png, completion_cdf.png, ev_states.png, switches.png, fabric.png, steps.png
 """
 
@@ -29,12 +34,13 @@ from __future__ import annotations
 
 import csv
 import json
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from experiments.fidelity import FIDELITY_COLUMNS, FidelitySample
 from experiments.jobs.steps import (
     JOB_COLUMNS,
     JobSummary,
@@ -125,6 +131,7 @@ _RAW_TABLES: list[tuple[str, list[str], Callable[[TransportResult], Iterable[lis
         list(TRANSITION_FIELDS),
         lambda r: ([tr.get(k, "") for k in TRANSITION_FIELDS] for tr in r.ev_transitions),
     ),
+    ("fidelity.csv", list(FIDELITY_COLUMNS), lambda r: (s.row() for s in r.fidelity)),
 ]
 
 
@@ -243,6 +250,8 @@ def load_raw(out: Path) -> tuple[Fabric, float, list[TransportResult]]:
             counts = results[row["transport"]].ports.setdefault(row["switch"], {})
             counts[f"rx/{row['port']}"] = int(row["rx_bytes"])
             counts[f"tx/{row['port']}"] = int(row["tx_bytes"])
+        for row in _read_csv(out, "fidelity.csv"):
+            results[row["transport"]].fidelity.append(FidelitySample.from_row(row))
         path = out / "steps.jsonl"
         lines = path.read_text().splitlines() if path.exists() else []
         for line in filter(None, lines):
@@ -280,7 +289,7 @@ def render(out: Path, plots: bool = True) -> dict[str, TransportMetrics]:
     if jobs:
         document["jobs"] = {name: j.as_json() for name, j in jobs.items()}
     (out / "metrics.json").write_text(json.dumps(document, indent=2) + "\n")
-    lines = markdown_table(SUMMARY_COLUMNS, summary_rows(metrics))
+    lines = markdown_table(SUMMARY_COLUMNS, summary_rows(metrics)) + fidelity_warnings(metrics)
     if jobs:
         lines += ["", "Steps of the job:", "", *markdown_table(JOB_COLUMNS, job_rows(jobs))]
     (out / "summary.md").write_text(
@@ -293,6 +302,16 @@ def render(out: Path, plots: bool = True) -> dict[str, TransportMetrics]:
     return metrics
 
 
+def fidelity_warnings(metrics: Mapping[str, TransportMetrics]) -> list[str]:
+    """A paragraph per transport whose run was not faithful (none when all were)."""
+    return [
+        f"\n**{name} was not faithful**: {m.fidelity['verdict']}. While the machine was behind,"
+        " its figures measure the emulator, not MRC (see fidelity.csv)."
+        for name, m in metrics.items()
+        if not m.faithful
+    ]
+
+
 def load_jobs(out: Path) -> dict[str, JobSummary]:
     """The job figures :func:`render` wrote to ``metrics.json`` (empty: no job)."""
     path = out / "metrics.json"
@@ -302,4 +321,12 @@ def load_jobs(out: Path) -> dict[str, JobSummary]:
     return {name: JobSummary(**figures) for name, figures in jobs.items()}
 
 
-__all__ = ["EV_STATES", "ResultsError", "load_jobs", "load_raw", "render", "write_raw"]
+__all__ = [
+    "EV_STATES",
+    "ResultsError",
+    "fidelity_warnings",
+    "load_jobs",
+    "load_raw",
+    "render",
+    "write_raw",
+]

@@ -3,7 +3,9 @@
 Each transport of the scenario runs in turn on the same fabric (a *phase*): the agents are
 restarted so every phase starts clean, the workload's flows start at their times, the faults
 fire at theirs, and a sampler records delivered bytes and EV states every
-``sample_interval_s``; switch counters and agent statistics are read before and after. A phase ends when every flow completed or at ``duration_s``; then every
+``sample_interval_s``, with the CPU and lags of every switch and agent
+(:class:`experiments.fidelity.FidelitySampler`: was the run faithful?); switch counters and
+agent statistics are read before and after. A phase ends when every flow completed or at ``duration_s``; then every
 fault is undone (links up, switches started) before the next phase.
 
 Classes and functions:
@@ -11,6 +13,7 @@ Classes and functions:
 - :class:`Phase` -- one transport's run, through the flows of its transport
   (:mod:`experiments.flows`); :class:`FaultLedger` -- the testbed as its faults act on it;
 - :func:`run_scenario` -- the whole run into a results folder (see :mod:`experiments.results`);
+- :func:`unfaithful` -- the transports whose run was not faithful (``--strict`` fails on them);
 - :func:`register` -- the ``run`` and ``report`` subcommands.
 """
 
@@ -28,6 +31,7 @@ from typing import Any
 
 from controller.counters import SwitchCounters
 from experiments.faults import EvFault, Step
+from experiments.fidelity import FidelitySampler
 from experiments.flows import flows_for
 from experiments.jobs.steps import BASELINE_SUFFIX, JOB_COLUMNS, job_rows
 from experiments.metrics import FaultMark, TransportMetrics, TransportResult
@@ -304,9 +308,10 @@ def run_scenario(
             tb.up(progress=show)
         show(describe(scenario))
         bar = _ProgressBar(scenario, enabled=progress)
+        sampler = _FidelityObserver()
         with bar:
             for scenario_run, transport in phases(scenario):
-                phase = Phase(tb, scenario_run, transport, observers=[bar, *observers])
+                phase = Phase(tb, scenario_run, transport, observers=[bar, sampler, *observers])
                 results.append(phase.run())
                 errors += [f"{transport.name}: {e}" for e in phase.errors]
         tb.reset_qos()
@@ -321,6 +326,14 @@ def run_scenario(
         show(f"warning: {error}")
     print_summary(out, metrics, show)
     return metrics
+
+
+UNFAITHFUL_EXIT = 3  # the exit status of a run --strict found unfaithful
+
+
+def unfaithful(metrics: Mapping[str, TransportMetrics]) -> list[str]:
+    """``"T: CPU-bound from t=..."`` for every transport whose run was not faithful."""
+    return [f"{name}: {m.fidelity['verdict']}" for name, m in metrics.items() if not m.faithful]
 
 
 def phases(scenario: Scenario) -> list[tuple[Scenario, Transport]]:
@@ -380,6 +393,11 @@ def print_summary(
         make_console().print(steps)
 
 
+class _FidelityObserver(FidelitySampler, PhaseObserver):
+    """The fidelity sampler as the phase observer it is (experiments.fidelity does not
+    import this module)."""
+
+
 class _ProgressBar(PhaseObserver):
     """A rich progress bar over the scenario's phases (or nothing when disabled)."""
 
@@ -434,19 +452,27 @@ def default_out(scenario: Scenario) -> Path:
 
 
 def run_file(
-    path: Path, target: str = "auto", out: Path | None = None, progress: bool = True
+    path: Path,
+    target: str = "auto",
+    out: Path | None = None,
+    progress: bool = True,
+    strict: bool = False,
 ) -> int:
-    """Run the scenario file ``path`` on a fresh testbed (as root); exit status."""
+    """Run the scenario file ``path`` on a fresh testbed (as root); exit status
+    (:data:`UNFAITHFUL_EXIT` when ``strict`` and a transport's run was not faithful)."""
     from experiments.testbed import STARTUP_ERRORS, require_root
 
     scenario = load_scenario(path)
     try:
         require_root(f"mrc-testbed run {scenario.name}")
-        run_scenario(scenario, out or default_out(scenario), target, progress=progress)
+        metrics = run_scenario(scenario, out or default_out(scenario), target, progress=progress)
     except STARTUP_ERRORS as exc:
         print(f"mrc-testbed: {exc}", file=sys.stderr)
         return 1
-    return 0
+    behind = unfaithful(metrics)
+    for line in behind:
+        print(f"mrc-testbed: not faithful: {line}", file=sys.stderr)
+    return UNFAITHFUL_EXIT if strict and behind else 0
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -454,7 +480,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     path = Path(args.scenario)
     if not path.exists() and not path.suffix and shipped_scenario(args.scenario).exists():
         path = shipped_scenario(args.scenario)
-    return run_file(path, args.target, Path(args.out) if args.out else None, not args.no_progress)
+    return run_file(
+        path, args.target, Path(args.out) if args.out else None, not args.no_progress, args.strict
+    )
 
 
 def cmd_report(args: argparse.Namespace) -> int:
@@ -482,6 +510,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         parser.add_argument("--out", help="results folder (default: results/NAME-TIMESTAMP)")
         parser.add_argument("--target", default="auto", choices=["auto", "bmv2", "model"])
         parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+        parser.add_argument(
+            "--strict",
+            action="store_true",
+            help=f"exit {UNFAITHFUL_EXIT} when the machine fell behind (a run not faithful)",
+        )
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
@@ -491,6 +524,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
         target=args.target,
         out=Path(args.out) if args.out else None,
         progress=not args.no_progress,
+        strict=args.strict,
     )
 
 
@@ -502,4 +536,5 @@ __all__ = [
     "register",
     "run_scenario",
     "run_file",
+    "unfaithful",
 ]

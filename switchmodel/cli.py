@@ -25,7 +25,7 @@ from types import FrameType
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from switchmodel.dataplane import PortConfig
+    from switchmodel.dataplane import DataPlane, PortConfig
 
 MAX_PORT = 510  # bit<9> ports; 511 is the drop port
 IFNAME_MAX = 15
@@ -150,6 +150,14 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="FILE",
         help="profile the data path (cProfile) and write the stats to FILE at exit",
     )
+    parser.add_argument(
+        "--stats-file",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="rewrite FILE (JSON) every 0.1 s with the service lag of the queues "
+        "(read by a run's fidelity sampler)",
+    )
     parser.add_argument("--log-level", choices=LOG_LEVELS, default="info")
     parser.add_argument("--log-file", type=Path, default=None, help="log here instead of stderr")
     return parser
@@ -242,8 +250,11 @@ def main(argv: list[str] | None = None) -> int:
         args.queue_depth,
     )
     try:
-        while not stop.wait(3600):
-            pass
+        if args.stats_file is None:
+            while not stop.wait(3600):
+                pass
+        else:
+            _write_stats(dataplane, args.stats_file, stop)
     finally:
         log.info("stopping")
         server.stop(grace=0.5).wait()
@@ -251,6 +262,31 @@ def main(argv: list[str] | None = None) -> int:
             log.info("port %d (%s): %s", number, ports[number].intf, stats)
         dataplane.stop()
     return 0
+
+
+STATS_INTERVAL = 0.1  # seconds between --stats-file rewrites
+STATS_WINDOWS = 20  # the service lag of this many intervals is in the file
+
+
+def _write_stats(dataplane: DataPlane, path: Path, stop: threading.Event) -> None:
+    """Rewrite ``path`` atomically every :data:`STATS_INTERVAL` until ``stop``: the queues'
+    service lag (``windows``: the end time and largest lag of each recent interval, on the
+    monotonic clock, so a reader at any pace finds the largest lag of its own interval)."""
+    import json
+    import time
+    from collections import deque
+
+    windows: deque[tuple[float, float]] = deque(maxlen=STATS_WINDOWS)
+    tmp = path.with_name(path.name + ".tmp")
+    while not stop.wait(STATS_INTERVAL):
+        figures = dataplane.service_figures()
+        windows.append((time.monotonic(), figures.pop("service_lag_max_s")))
+        try:
+            tmp.write_text(json.dumps({**figures, "windows": list(windows)}) + "\n")
+            tmp.replace(path)
+        except OSError as exc:
+            log.warning("stats file %s: %s", path, exc.strerror)
+            return
 
 
 if __name__ == "__main__":

@@ -9,7 +9,11 @@ transmissions ignored) and runs one thread with a :mod:`selectors` loop:
 - the select timeout is the earliest time a shaped queue may send again, so an idle switch
   sleeps in the kernel (no polling) and a busy one wakes when its token buckets allow;
 - a packet leaving a queue goes through :func:`switchmodel.pipeline.egress` (``port_qdepth``
-  and ``port_out``) and is sent on the egress port's socket.
+  and ``port_out``) and is sent on the egress port's socket;
+- a port with a latency (:attr:`PortConfig.latency_s`, the fabric's per-hop latency where the
+  kernel has no ``netem``) puts what leaves its queue in a :class:`~switchmodel.queues.DelayLine`
+  and sends it from there when its time comes: a frame leaves no earlier than the latency after
+  it left the queue (the select timeout includes the next frame's time).
 
 The :class:`~switchmodel.tables.PipelineState` is shared with the P4Runtime server: both hold
 :attr:`DataPlane.lock` while they touch it (the data path for one batch at a time). Until a
@@ -35,7 +39,7 @@ from pathlib import Path
 
 from p4src.contract import DropReason
 from switchmodel.pipeline import Forward, count_drop, egress, ingress
-from switchmodel.queues import PortQueue
+from switchmodel.queues import DelayLine, PortQueue
 from switchmodel.tables import PipelineState
 from targets.pcap import PcapWriter
 
@@ -73,6 +77,7 @@ class PortConfig:
     intf: str
     rate_bps: float = 0.0  # 0: not shaped
     mtu: int | None = None  # None: the interface's MTU
+    latency_s: float = 0.0  # the link's latency, applied before the wire (0: none)
 
 
 @dataclass
@@ -86,6 +91,7 @@ class _Port:
     pcap_in: PcapWriter | None = None
     pcap_out: PcapWriter | None = None
     blocked: bool = False
+    delay: DelayLine[bytearray] | None = None  # frames that left the queue, not yet on the wire
     rx_frames: int = 0
     tx_frames: int = 0
     tx_errors: int = 0
@@ -173,6 +179,12 @@ class DataPlane:
         self._profile = profile
         self._trace = False  # log every transmitted frame (at debug level)
         self.unknown_port_drops = 0
+        #: service lag: how much later than its shaped time the loop served a queue that was
+        #: due (the largest since start, since the last service_figures(), their sum, count)
+        self.service_lag_max = 0.0
+        self.service_lag_window = 0.0
+        self.service_lag_total = 0.0
+        self.service_late = 0
 
     # -- life cycle --------------------------------------------------------------------------
 
@@ -190,6 +202,7 @@ class DataPlane:
                     queue=PortQueue(self.priorities, self.queue_depth, config.rate_bps, now=now),
                     max_frame=mtu + ETH_HEADER,
                     filter_outgoing=filter_outgoing,
+                    delay=DelayLine(config.latency_s) if config.latency_s > 0 else None,
                 )
                 if self._pcap_dir is not None:
                     self._pcap_dir.mkdir(parents=True, exist_ok=True)
@@ -277,6 +290,7 @@ class DataPlane:
         select = self._selector.select
         next_flush = monotonic() + PCAP_FLUSH_INTERVAL if self._pcap_dir is not None else None
         timeout: float | None = None
+        due: float | None = None  # when a shaped queue may next send
         while not self._stopping:
             events = select(timeout)
             for key, mask in events:
@@ -290,13 +304,34 @@ class DataPlane:
                 if mask & selectors.EVENT_READ:
                     self._receive(port)
             now = monotonic()
+            if due is not None and now > due:
+                self._served_late(now - due)
             timeout = self._transmit(now)
+            due = None if timeout is None else now + timeout
             if next_flush is not None:
                 if now >= next_flush:
                     self._flush_pcaps()
                     next_flush = now + PCAP_FLUSH_INTERVAL
                 wait = next_flush - now
                 timeout = wait if timeout is None or wait < timeout else timeout
+
+    def _served_late(self, lag: float) -> None:
+        self.service_lag_total += lag
+        self.service_late += 1
+        if lag > self.service_lag_window:
+            self.service_lag_window = lag
+            self.service_lag_max = max(self.service_lag_max, lag)
+
+    def service_figures(self) -> dict[str, float]:
+        """Service lag (seconds a due queue was served late): the largest since the previous
+        call, the largest since start, the sum and the count of late services."""
+        window, self.service_lag_window = self.service_lag_window, 0.0
+        return {
+            "service_lag_max_s": window,
+            "service_lag_max_ever_s": self.service_lag_max,
+            "service_lag_total_s": self.service_lag_total,
+            "service_late": self.service_late,
+        }
 
     def _drain_wake(self) -> None:
         try:
@@ -349,7 +384,10 @@ class DataPlane:
                     self.unknown_port_drops += 1
                     continue
                 queue = target.queue
-                if not target.blocked and queue.admit(len(out), now):
+                if target.delay is not None and queue.admit(len(out), now):
+                    target.delay.put(out, now)  # left the queue at once: on the wire later
+                    egress(state, out_port, priority, 0, n)
+                elif not target.blocked and queue.admit(len(out), now):
                     # cut-through: the port is idle, the packet leaves at once (deq_qdepth 0)
                     try:
                         target.sock.send(out)
@@ -378,6 +416,10 @@ class DataPlane:
         """Send what the queues allow at ``now``; the select timeout until the next chance."""
         earliest: float | None = None
         for port in self._ports.values():
+            if port.delay is not None:
+                due = self._release(port, now)
+                if due is not None and (earliest is None or due < earliest):
+                    earliest = due
             queue = port.queue
             if not queue.length or port.blocked:
                 continue
@@ -390,6 +432,11 @@ class DataPlane:
                     if item is None:
                         break
                     frame, length, priority, enq_qdepth = item
+                    if port.delay is not None:
+                        port.delay.put(frame, now)  # left the queue: on the wire later
+                        if state is not None:
+                            egress(state, port.number, priority, queue.depth_of(priority), length)
+                        continue
                     try:
                         sock.send(frame)
                     except BlockingIOError:
@@ -416,6 +463,31 @@ class DataPlane:
         if earliest is None:
             return None
         return max(0.0, earliest - now)
+
+    def _release(self, port: _Port, now: float) -> float | None:
+        """Send the frames of ``port``'s delay line whose time has come; when the next is due."""
+        line = port.delay
+        assert line is not None
+        while not port.blocked:
+            frame = line.pop(now)
+            if frame is None:
+                break
+            try:
+                port.sock.send(frame)
+            except BlockingIOError:
+                line.put_back(frame, now)
+                self._block(port)
+                break
+            except OSError as exc:
+                port.tx_errors += 1  # the link lost it (egress saw it leave the queue)
+                log.debug("port %d (%s): send failed: %s", port.number, port.intf, exc)
+                continue
+            port.tx_frames += 1
+            if port.pcap_out is not None:
+                port.pcap_out.write(frame)
+            if self._trace:
+                log.debug(TX_TRACE, port.number, -1, len(frame), -1)
+        return None if port.blocked else line.next_due()
 
     def _block(self, port: _Port) -> None:
         """The port's socket is full: wait until it is writable before sending more."""

@@ -90,4 +90,9 @@ class ModelSwitch(SwitchProcess):
             argv += ["--mtu", str(self.mtu)]
         if self.pcap_dir is not None:
             argv += ["--pcap", str(self.pcap_dir)]
-        return argv
+        return [*argv, "--stats-file", str(self.stats_path)]
+
+    @property
+    def stats_path(self) -> Path:
+        """``NAME.stats.json`` beside the log: the queues' service lag (``--stats-file``)."""
+        return self._log_dir() / f"{self.name}.stats.json"

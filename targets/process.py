@@ -149,6 +149,12 @@ class SwitchProcess(abc.ABC):
         """The file that receives the process's standard output and error."""
         return self._log_dir() / f"{self.name}.log"
 
+    @property
+    def stats_path(self) -> Path | None:
+        """A JSON file the process rewrites with its service lag while it runs (None: the
+        target writes none; read by experiments.fidelity)."""
+        return None
+
     def _log_dir(self) -> Path:
         if self.log_dir is not None:
             return Path(self.log_dir)

@@ -46,7 +46,7 @@ from host.agent.linkwatch import LinkWatch
 from host.agent.nic_setup import NicSetup, SetupError, prepare_nic, require_interface
 from host.agent.ocp import OcpProvider, ocp_socket_path
 from host.agent.options import DEFAULT_CONTROL_DIR, AgentOptions, default_control_path
-from host.agent.pacing import NicWire
+from host.agent.pacing import LagMeter, NicWire
 from host.agent.sockets import BATCH, PlaneSocket
 from host.transport import api
 from host.transport.api import MemoryRegion
@@ -175,6 +175,7 @@ class Agent:
         self.ev_event_seq = 0
         self.received_imm: deque[dict[str, Any]] = deque(maxlen=MAX_EVENT_LOG)
         self.loop_wakeups = 0
+        self.loop_gap = LagMeter()  # wake-ups later than the select timeout asked for
         self.timer_runs = 0
         self.core_errors = 0
         self.direct_accepted = 0  # frames accepted with uSIDs left (direct mode)
@@ -429,11 +430,14 @@ class Agent:
     def step(self) -> None:
         """Wait for one round of readiness or the next timer, then run the core on it."""
         timeout = self._select_timeout()
+        due = None if timeout is None else self.now() + timeout
         try:
             ready = self.selector.select(timeout)
         except InterruptedError:
             ready = []
         self.loop_wakeups += 1
+        if due is not None:
+            self.loop_gap.add(self.now() - due)  # woke later than it asked: not scheduled
         self._readable.clear()
         for key, mask in ready:
             key.data(mask)
@@ -742,6 +746,14 @@ class Agent:
                 "control_errors": self.control.errors if self.control else 0,
                 "pcap_frames": self.pcap.frames if self.pcap else 0,
             },
+            "fidelity": {
+                "loop_gap": self.loop_gap.as_dict(),
+                "pacing_lag": {
+                    str(p.nic.plane): p.wire.lag.as_dict()
+                    for p in self.planes
+                    if p.wire is not None
+                },
+            },
             "events": list(self.event_log),
             "received_imm": list(self.received_imm),
             "transfer_totals": self._transfer_totals(),
@@ -750,6 +762,20 @@ class Agent:
                 str(i): self.transfers[i].summary(now)
                 for i in sorted(self._running_ids() | set(self._finished))
             },
+        }
+
+    def fidelity(self) -> dict[str, float]:
+        """The largest loop scheduling gap and pacing lag since the previous call (a sampler's
+        window, see experiments.fidelity), with the CPU seconds the agent used so far."""
+        cpu = os.times()
+        wires = [p.wire for p in self.planes if p.wire is not None]
+        return {
+            "time": self.now(),
+            "cpu_s": cpu.user + cpu.system,
+            "loop_gap_max_s": self.loop_gap.take(),
+            "pacing_lag_max_s": max((w.lag.take() for w in wires), default=0.0),
+            "pacing_late": sum(w.lag.late for w in wires),
+            "loop_late": self.loop_gap.late,
         }
 
     def _running_ids(self) -> set[int]:

@@ -84,6 +84,7 @@ class AgentView(CoreDriver, Protocol):
     def planes(self) -> Sequence[PlaneView]: ...
     def start_transfer(self, transfer: Transfer) -> None: ...
     def stats(self) -> dict[str, Any]: ...
+    def fidelity(self) -> dict[str, float]: ...
     def stop(self) -> None: ...
     @property
     def cc_profile(self) -> CcProfile: ...
@@ -112,6 +113,7 @@ class Commands:
             "write": self.transfer,
             "wait": self.wait,
             "stats": self.stats,
+            "fidelity": self.fidelity,
             "paths": self.paths,
             "set-ev": self.set_ev,
             "cc-profile": self.cc_profile,
@@ -338,6 +340,12 @@ class Commands:
         """All statistics of the agent and the core."""
         reject_unknown(request, set())
         return {"ok": True, "stats": self.agent.stats()}
+
+    def fidelity(self, request: Mapping[str, Any]) -> Reply:
+        """The largest loop scheduling gap and pacing lag since the previous ``fidelity``
+        request, and the agent's CPU seconds (read every interval by a run's sampler)."""
+        reject_unknown(request, set())
+        return {"ok": True, **self.agent.fidelity()}
 
     # -- regions ------------------------------------------------------------------------------
 

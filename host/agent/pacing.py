@@ -9,6 +9,11 @@ keeps the time the wire is busy until; the agent sends data frames when it is fr
 rest, in order, until then. Control frames (ACKs, NACKs, probes: the DSCP of the high-priority
 class, as the switches classify them) go first, ahead of waiting data, and take their own time
 on the wire. Time is passed in; nothing here reads a clock.
+
+:class:`LagMeter` counts how late something ran against its time: the wire's frames against
+their pacing time (a frame that waited leaves when its turn comes; later than that is *pacing
+lag*), and the agent's loop against the time it asked to wake up at (a *scheduling gap*). A
+machine that keeps up shows lags of a timer's slack; one that does not shows lags of frames.
 """
 
 from __future__ import annotations
@@ -35,6 +40,37 @@ def is_control(frame: bytes | bytearray) -> bool:
     return traffic_class >> 2 == wire.DSCP_CONTROL
 
 
+class LagMeter:
+    """How late events ran against their due time: the total, the count of late ones, the
+    largest since start and the largest since the last :meth:`take` (a sampler's window)."""
+
+    def __init__(self) -> None:
+        self.total = 0.0  #: seconds of lag summed over every event
+        self.late = 0  #: events that ran after their due time
+        self.max = 0.0  #: the largest lag since start
+        self.window_max = 0.0  #: the largest lag since the last take()
+
+    def add(self, lag: float) -> None:
+        """One event that ran ``lag`` seconds after its due time (ignored when not late)."""
+        if lag <= 0.0:
+            return
+        self.total += lag
+        self.late += 1
+        if lag > self.window_max:
+            self.window_max = lag
+            if lag > self.max:
+                self.max = lag
+
+    def take(self) -> float:
+        """The largest lag since the previous call (and start a new window)."""
+        value, self.window_max = self.window_max, 0.0
+        return value
+
+    def as_dict(self) -> dict[str, float]:
+        """The figures since start (JSON-ready)."""
+        return {"lag_total_s": self.total, "late": self.late, "lag_max_s": self.max}
+
+
 class NicWire:
     """One NIC's transmit side: data frames wait for the wire, control frames jump the line."""
 
@@ -48,6 +84,7 @@ class NicWire:
         self.free_at = 0.0  #: when the wire has sent everything given to it so far
         self.waiting: deque[bytes | bytearray] = deque()  #: data frames not yet on the wire
         self.held = 0  #: data frames that had to wait (statistics)
+        self.lag = LagMeter()  #: waiting frames put on the wire later than their turn
 
     def offer(self, frame: bytes | bytearray, now: float) -> bool:
         """A frame to send at ``now``: True if it may go on the wire now (its time is taken),
@@ -64,6 +101,7 @@ class NicWire:
         out: list[bytes | bytearray] = []
         waiting = self.waiting
         while waiting and self.free_at <= now + self.early:
+            self.lag.add(now - (self.free_at - self.early))  # its turn came at free_at - early
             frame = waiting.popleft()
             self._take(len(frame), now)
             out.append(frame)
