@@ -118,7 +118,7 @@ class EpRequest:
             raise EndpointError(
                 "field 'ev_fmt': expected an EvFormatProfile (EpRequest.parse takes names)"
             )
-        _check_int("ev", self.ev, self.ev)  # an integer >= 0; its width by the format below
+        _check_int("ev", self.ev, None)  # its width is the format's, below
         fmt = self.ev_fmt
         if fmt.mode is EvFormat.SRV6:
             if fmt.srh and (self.ev >> 256 or not self.ev >> 128 or not self.ev & ((1 << 128) - 1)):
@@ -155,9 +155,14 @@ class EpRequest:
                    port_status)  # fmt: skip
 
 
-def _check_int(name: str, value: object, high: int, low: int = 0) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
-        raise EndpointError(f"field '{name}': expected an integer in {low}..{high}, got {value!r}")
+def _check_int(name: str, value: object, high: int | None, low: int = 0) -> None:
+    """Refuse a field that is not an integer in ``low..high`` (``high`` None: no bound)."""
+    if (
+        isinstance(value, bool) or not isinstance(value, int) or value < low
+        or (high is not None and value > high)
+    ):  # fmt: skip
+        bounds = f"in {low}..{high}" if high is not None else f">= {low}"
+        raise EndpointError(f"field '{name}': expected an integer {bounds}, got {value!r}")
 
 
 def _address(name: str, value: object) -> ipaddress.IPv6Address:
