@@ -4,7 +4,8 @@
 
     mrc-switch -i 1@t0-p0-r0-eth1 -i 2@t0-p0-r0-eth2 --device-id 1 --grpc-addr 127.0.0.1:50001 \\
         --priority-queues 2 --port-rate-bps 100000000 --queue-depth 64 [--port-rate-bps-of 2=1e9] \\
-        [--mtu BYTES] [--pcap DIR] [--log-level info] [--log-file FILE]
+        [--port-latency-us US] [--port-latency-us-of 1=2] [--mtu BYTES] [--pcap DIR] \
+        [--log-level info] [--log-file FILE]
 
 The switch starts without a pipeline (as BMv2 ``--no-p4``): it drops every frame and counts
 nothing until a controller sets the mrc_switch P4Info with SetForwardingPipelineConfig. Once
@@ -61,6 +62,23 @@ def _port_rate(text: str) -> tuple[int, float]:
     if not sep or not port.isdigit():
         raise argparse.ArgumentTypeError(f"'{text}': expected PORT=BITS_PER_SECOND")
     return int(port), _rate(rate)
+
+
+def _latency(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"'{text}': expected a latency in microseconds") from None
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f"'{text}': expected a latency >= 0 microseconds")
+    return value
+
+
+def _port_latency(text: str) -> tuple[int, float]:
+    port, sep, latency = text.partition("=")
+    if not sep or not port.isdigit():
+        raise argparse.ArgumentTypeError(f"'{text}': expected PORT=MICROSECONDS")
+    return int(port), _latency(latency)
 
 
 def _positive(what: str) -> Callable[[str], int]:
@@ -124,6 +142,22 @@ def build_parser() -> argparse.ArgumentParser:
         help="shape one port differently (repeatable)",
     )
     parser.add_argument(
+        "--port-latency-us",
+        type=_latency,
+        default=0.0,
+        metavar="US",
+        help="hold what leaves every egress port US microseconds before the wire: the link's "
+        "latency, where the kernel has no netem (default 0)",
+    )
+    parser.add_argument(
+        "--port-latency-us-of",
+        type=_port_latency,
+        action="append",
+        default=[],
+        metavar="PORT=US",
+        help="one port's latency (repeatable)",
+    )
+    parser.add_argument(
         "--queue-depth",
         type=_positive("a depth in packets"),
         default=64,
@@ -155,8 +189,8 @@ def build_parser() -> argparse.ArgumentParser:
         type=Path,
         default=None,
         metavar="FILE",
-        help="rewrite FILE (JSON) every 0.1 s with the service lag of the queues "
-        "(read by a run's fidelity sampler)",
+        help="rewrite FILE (JSON) every 0.1 s with the service lag of the queues and the "
+        "process's scheduling gap (read by a run's fidelity sampler)",
     )
     parser.add_argument("--log-level", choices=LOG_LEVELS, default="info")
     parser.add_argument("--log-file", type=Path, default=None, help="log here instead of stderr")
@@ -174,11 +208,21 @@ def _check(parser: argparse.ArgumentParser, args: argparse.Namespace) -> dict[in
         if intf in seen:
             parser.error(f"-i: interface '{intf}' given twice")
         seen.add(intf)
-        ports[number] = PortConfig(number, intf, rate_bps=args.port_rate_bps, mtu=args.mtu)
+        ports[number] = PortConfig(
+            number,
+            intf,
+            rate_bps=args.port_rate_bps,
+            mtu=args.mtu,
+            latency_s=args.port_latency_us * 1e-6,
+        )
     for number, rate in args.port_rate_bps_of:
         if number not in ports:
             parser.error(f"--port-rate-bps-of: port {number} is not one of the -i ports")
         ports[number].rate_bps = rate
+    for number, latency in args.port_latency_us_of:
+        if number not in ports:
+            parser.error(f"--port-latency-us-of: port {number} is not one of the -i ports")
+        ports[number].latency_s = latency * 1e-6
     if args.device_id < 0:
         parser.error(f"--device-id {args.device_id}: expected >= 0")
     return ports
@@ -270,17 +314,23 @@ STATS_WINDOWS = 20  # the service lag of this many intervals is in the file
 
 def _write_stats(dataplane: DataPlane, path: Path, stop: threading.Event) -> None:
     """Rewrite ``path`` atomically every :data:`STATS_INTERVAL` until ``stop``: the queues'
-    service lag (``windows``: the end time and largest lag of each recent interval, on the
-    monotonic clock, so a reader at any pace finds the largest lag of its own interval)."""
+    service lag and the process's scheduling gap (``windows``: the end time, the largest
+    service lag and how much later than asked this writer woke up, of each recent interval,
+    on the monotonic clock, so a reader at any pace finds the figures of its own interval).
+    The gap shows a process that gets no CPU (starved, throttled, stopped) even when its
+    queues are empty."""
     import json
     import time
     from collections import deque
 
-    windows: deque[tuple[float, float]] = deque(maxlen=STATS_WINDOWS)
+    windows: deque[tuple[float, float, float]] = deque(maxlen=STATS_WINDOWS)
     tmp = path.with_name(path.name + ".tmp")
+    last = time.monotonic()
     while not stop.wait(STATS_INTERVAL):
+        now = time.monotonic()
+        gap, last = max(0.0, now - last - STATS_INTERVAL), now
         figures = dataplane.service_figures()
-        windows.append((time.monotonic(), figures.pop("service_lag_max_s")))
+        windows.append((now, figures.pop("service_lag_max_s"), gap))
         try:
             tmp.write_text(json.dumps({**figures, "windows": list(windows)}) + "\n")
             tmp.replace(path)

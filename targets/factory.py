@@ -59,6 +59,16 @@ def grpc_addr(device_id: int, base_port: int = GRPC_BASE_PORT) -> str:
     return f"127.0.0.1:{base_port + device_id}"
 
 
+def port_latencies(fabric: Fabric, name: str, delay_us: float) -> dict[int, float]:
+    """The latency (us) switch ``name``'s delay lines apply on each port, so that every path
+    gets ``delay_us`` per link: a port facing a switch delays what it sends by one link's
+    delay, a port facing a host by two (that link's both ways: hosts send at once)."""
+    return {
+        port.number: delay_us * (2 if port.peer_port == 0 else 1)
+        for port in fabric.switch(name).ports
+    }
+
+
 def fabric_switch(
     target: str,
     fabric: Fabric,
@@ -116,4 +126,5 @@ __all__ = [
     "choose_target",
     "fabric_switch",
     "grpc_addr",
+    "port_latencies",
 ]

@@ -4,7 +4,9 @@
 same configuration as :class:`targets.bmv2.Bmv2Switch` (ports, device id, gRPC address, priority
 queues, rate, queue depth, MTU, pcap and log directories) turned into an ``mrc-switch`` command
 line.
-Shaping and queue depth are command-line options here, so nothing is configured after start.
+Shaping, queue depth and the ports' latency (``port_latency_us``: the switchmodel's delay lines,
+used where the kernel has no ``netem``) are command-line options here, so nothing is configured
+after start.
 ``netns`` (or any ``wrapper`` command such as ``["mnexec", "-a", PID]``) runs it inside a
 network namespace::
 
@@ -46,6 +48,8 @@ class ModelSwitch(SwitchProcess):
     kind = "switchmodel"
 
     port_rates: Mapping[int, int] = field(default_factory=dict)  # port -> its own rate
+    #: port -> the latency (us) its delay line holds frames before the wire (none: no delay line)
+    port_latency_us: Mapping[int, float] = field(default_factory=dict)
     log_level: str = "info"
     netns: str | None = None  # run inside this network namespace
     wrapper: Sequence[str] = ()  # or inside this command, e.g. ["mnexec", "-a", PID]
@@ -59,6 +63,15 @@ class ModelSwitch(SwitchProcess):
                 raise SwitchConfigError(f"switch {name}: port_rates: port {number} is not a port")
             if rate <= 0:
                 raise SwitchConfigError(f"switch {name}: port_rates[{number}] {rate}: expected > 0")
+        for number, latency in self.port_latency_us.items():
+            if number not in self.ports:
+                raise SwitchConfigError(
+                    f"switch {name}: port_latency_us: port {number} is not a port"
+                )
+            if not latency >= 0:
+                raise SwitchConfigError(
+                    f"switch {name}: port_latency_us[{number}] {latency}: expected >= 0"
+                )
         if self.log_level not in LOG_LEVELS:
             raise SwitchConfigError(
                 f"switch {name}: log_level {self.log_level!r}: expected one of "
@@ -84,6 +97,8 @@ class ModelSwitch(SwitchProcess):
             argv += ["--port-rate-bps", str(self.rate_bps)]
         for number, rate in sorted(self.port_rates.items()):
             argv += ["--port-rate-bps-of", f"{number}={rate}"]
+        for number, latency in sorted(self.port_latency_us.items()):
+            argv += ["--port-latency-us-of", f"{number}={latency:g}"]
         if self.queue_depth is not None:
             argv += ["--queue-depth", str(self.queue_depth)]
         if self.mtu is not None:
