@@ -160,6 +160,33 @@ def threshold_qos(topology: Topology) -> PortQos:
     return PortQos(trim=max(1, depth // 2), ecn=max(1, depth // 4))
 
 
+def operating_point(topology: Topology) -> dict[str, Any]:
+    """The switches' operating point (JSON-ready): the profile, the BDP, the queue, the default
+    thresholds and the per-link latency in real and emulated microseconds."""
+    return {
+        "profile": topology.profile,
+        "bdp_packets": topology.bdp_packets,
+        "queue_depth": topology.queue_depth,
+        "qos": default_qos(topology).as_json(),
+        "hop_latency_us": topology.hop_latency_us,
+        "link_delay_us": topology.link_delay_us,
+    }
+
+
+def describe_operating_point(point: Mapping[str, Any]) -> str:
+    """One line for people, from :func:`operating_point` and what applies the latency
+    (``latency_by``)."""
+    qos = PortQos(**point["qos"]).describe()
+    latency = (
+        f"{point['hop_latency_us']:g} us per link ({point['link_delay_us']:g} us emulated), "
+        f"applied by {point.get('latency_by', 'none')}"
+    )
+    return (
+        f"operating point {point['profile']}: BDP {point['bdp_packets']} packets, queues of "
+        f"{point['queue_depth']}, {qos}; latency {latency}"
+    )
+
+
 def overrides_path(state_path: Path) -> Path:
     """Where the overrides of the testbed whose state file is ``state_path`` are kept."""
     return state_path.with_name(OVERRIDES_FILE)

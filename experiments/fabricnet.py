@@ -21,12 +21,18 @@ Links are plain veth pairs with no traffic-control buffer: rate and queue depth 
 inside the switch (the process's ``rate_bps`` and ``queue_depth``), because a qdisc on a link is
 a queue the switch cannot see, and trimming and ECN marking would never fire.
 
-Link delay: neither switch target delays packets, so a one-way delay is a ``netem delay`` on
-each end of a link (each end delays what it sends). ``netem`` is given no rate and a limit far
-above what the delay line ever holds (rate x delay is a few packets): it delays, it never queues
-behind a bottleneck and never drops. With ``link.delay_us: 0`` no qdisc is installed at all.
-A kernel without ``sch_netem`` gets no delay line: :attr:`FabricNet.delay_applied` is then
-False and the testbed says so (the switches' own forwarding latency is then the link delay).
+Link delay (the topology's per-link latency, dilated: :attr:`topologies.Topology.link_delay_us`)
+is applied by one of three mechanisms, named by :attr:`FabricNet.latency_by`:
+
+- ``netem``: a ``netem delay`` on each end of a link (each end delays what it sends). ``netem``
+  is given no rate and a limit far above what the delay line ever holds (rate x delay is a few
+  packets): it delays, it never queues behind a bottleneck and never drops;
+- ``switch``: a kernel without ``sch_netem`` and the switchmodel: the switches' own delay lines
+  (:func:`targets.factory.port_latencies`: one link's delay on a port facing a switch, two on a
+  port facing a host, so that every path has its links' latency);
+- ``agents``: a kernel without ``sch_netem`` and BMv2, which cannot delay: the host agents add
+  the whole path's latency (:attr:`FabricNet.path_delay_us`) to what they send;
+- ``none``: the topology has no link delay.
 
 ``targets.factory.choose_target("auto")`` resolves the target before the network is built.
 """
@@ -45,9 +51,11 @@ from mininet.net import Mininet
 from mininet.node import Host
 from mininet.node import Switch as MnSwitch
 
-from targets.factory import GRPC_BASE_PORT, fabric_switch, grpc_addr
+from targets.factory import GRPC_BASE_PORT, fabric_switch, grpc_addr, port_latencies
+from targets.model import ModelSwitch
 from targets.process import SwitchProcess
 from topologies import Fabric
+from topologies.config import BASE_RTT_LINKS
 
 NETEM_LIMIT = 100_000  # packets: never reached by a delay line (see the module docstring)
 #: the qdisc of a failed BMv2 link end: it holds nothing, so it drops every frame sent on it
@@ -244,6 +252,8 @@ class FabricNet:
         )
         self.switches: dict[str, FabricSwitch] = {}
         self.hosts: dict[str, FabricHost] = {}
+        #: what applies the links' latency: "netem", "switch", "agents" or "none" (after build)
+        self.latency_by = "none"
 
     def grpc_addr(self, name: str) -> str:
         """P4Runtime address of switch ``name``."""
@@ -290,10 +300,32 @@ class FabricNet:
                 params2=dict(params),
             )
         self.net.build()
+        self.latency_by = self._apply_latency()
+
+    def _apply_latency(self) -> str:
+        """Give the links' latency to the switches where netem could not (see the module
+        docstring); the mechanism that applies it."""
+        delay = self.fabric.topology.link_delay_us
+        if delay <= 0:
+            return "none"
+        if FabricIntf.netem_available:
+            return "netem"
+        if self.options.target != "model":
+            return "agents"
+        for name, node in self.switches.items():
+            if isinstance(node.process, ModelSwitch):
+                node.process.port_latency_us = port_latencies(self.fabric, name, delay)
+        return "switch"
+
+    @property
+    def path_delay_us(self) -> float:
+        """The emulated one-way latency of a path between racks (every link's delay)."""
+        return BASE_RTT_LINKS * self.fabric.topology.link_delay_us
 
     @property
     def delay_applied(self) -> bool:
-        """False when the topology asks for a link delay that the kernel could not apply."""
+        """False when the topology asks for a link delay that netem could not apply (the
+        switches or the agents then apply it: :attr:`latency_by`)."""
         return self.fabric.topology.link_delay_us <= 0 or FabricIntf.netem_available
 
     def _mac_of(self, node: str, port: int, intf: str) -> str:

@@ -36,6 +36,7 @@ from typing import IO, TYPE_CHECKING, Any
 import yaml
 
 from controller.push import PushReport, SwitchAddress
+from controller.qos import describe_operating_point, operating_point
 from experiments.control import ControlError, FabricControl
 from p4src.contract import QDEPTH_MAX
 from targets.state import HostState, StateError, SwitchState, TestbedState, default_path
@@ -204,6 +205,17 @@ class Testbed:
         return self._net
 
     @property
+    def latency_by(self) -> str:
+        """What applies the links' latency: ``netem``, ``switch`` (the switchmodel's delay
+        lines), ``agents`` (BMv2: the host agents, the whole path's) or ``none``."""
+        return self._net.latency_by if self._net is not None else "none"
+
+    def operating_point(self) -> dict[str, Any]:
+        """The switches' queue, thresholds and latency, and what applies the latency (for a
+        run's results)."""
+        return {**operating_point(self.topology), "latency_by": self.latency_by}
+
+    @property
     def mininet(self) -> Mininet:
         """Mininet's own network object (for its CLI)."""
         return self.network.net
@@ -309,8 +321,7 @@ class Testbed:
         )
         started = time.monotonic()
         net.build()
-        if not net.delay_applied:
-            say("link delay: this kernel has no netem; links carry no added delay")
+        say(describe_operating_point(self.operating_point()))
         self._save_state()
         net.start()
         say(f"switches: {len(net.switches)} serving P4Runtime ({time.monotonic() - started:.1f} s)")
