@@ -10,8 +10,9 @@ phase of a run records, per sampling interval (:class:`FidelitySample`, ``fideli
 - the agents' *pacing lag* (a frame that waited for the wire left later than its turn) and
   *loop scheduling gap* (the event loop woke later than it asked to), from their ``fidelity``
   control command;
-- the switch model's *service lag* (a shaped queue that was due was served later), from the
-  file each ``mrc-switch --stats-file`` rewrites.
+- the switch model's *service lag* (a shaped queue that was due was served later) and
+  scheduling gap (its stats writer woke later than asked), from the file each
+  ``mrc-switch --stats-file`` rewrites. BMv2 writes no such file: its CPU figures stand alone.
 
 :func:`judge` turns the samples of one phase into a :class:`Verdict`: "faithful", or
 "CPU-bound from t=1.2 s (switch t1-p0-s0 at 98 % of a core)". An interval is *behind* when a
@@ -139,7 +140,7 @@ def behind(sample: FidelitySample, frame_time: float, limits: Thresholds) -> str
         what = "served its queues" if sample.kind == "switch" else "paced frames"
         return f"{who} {what} {_ms(sample.lag_s)} late"
     if sample.gap_s >= limits.gap_frames * frame_time:
-        return f"{who} loop woke {_ms(sample.gap_s)} late"
+        return f"{who} woke {_ms(sample.gap_s)} late"
     return None
 
 
@@ -250,16 +251,17 @@ def machine_ticks() -> tuple[int, int]:
     return sum(values) - idle, sum(values)
 
 
-def switch_lag(path: Path | None, since: float, until: float) -> float:
-    """The largest service lag a switch's stats file reports for intervals ending in
-    (``since``, ``until``] (monotonic clock; 0 when it has no file)."""
+def switch_lag(path: Path | None, since: float, until: float) -> tuple[float, float]:
+    """The largest service lag and scheduling gap a switch's stats file reports for intervals
+    ending in (``since``, ``until``] (monotonic clock; zeros when it has no file)."""
     if path is None:
-        return 0.0
+        return 0.0, 0.0
     try:
         windows = json.loads(path.read_text()).get("windows", [])
     except (OSError, ValueError):
-        return 0.0
-    return max((float(lag) for end, lag in windows if since < end <= until + 0.05), default=0.0)
+        return 0.0, 0.0
+    mine = [(float(lag), float(gap)) for end, lag, gap in windows if since < end <= until]
+    return max((w[0] for w in mine), default=0.0), max((w[1] for w in mine), default=0.0)
 
 
 @dataclass
@@ -317,8 +319,8 @@ class FidelitySampler:
             busiest = max((n - seen.threads.get(tid, 0) for tid, n in ticks[1].items()), default=0)
             thread_cpu = busiest / wall
             if proc.kind == "switch":
-                lag = switch_lag(switches.get(proc.name), last or now, now)
-                out.append(FidelitySample(t, "switch", proc.name, cpu, thread_cpu, lag))
+                lag, gap = switch_lag(switches.get(proc.name), last or now, now)
+                out.append(FidelitySample(t, "switch", proc.name, cpu, thread_cpu, lag, gap))
             else:
                 lag, gap = agents.get(proc.name, (0.0, 0.0))
                 out.append(FidelitySample(t, "agent", proc.name, cpu, thread_cpu, lag, gap))
