@@ -341,8 +341,8 @@ def test_qos_defaults_follow_the_profile() -> None:
     """uet (the default): trim only when the queue (1 BDP) is full, ECN RED from 0.2 to 0.8 BDP;
     testbed-2026: trim at half the queue, ECN at a quarter."""
     topo = small_fabric().topology
-    # 100 Gb/s, 1 us per link, 4 links each way, a 4,318-byte frame and a 64-byte ACK per link:
-    # RTT = 8 us + 4 x 4,382 x 8 / 100e9 s = 9.402 us; x 100 Gb/s / 8 = 117,528 B = 27.2
+    # 100 Gb/s, 1 us per link, 4 links each way, a 4,286-byte frame and a 64-byte ACK per link:
+    # RTT = 8 us + 4 x 4,350 x 8 / 100e9 s = 9.392 us; x 100 Gb/s / 8 = 117,400 B = 27.4
     # frames -> a BDP of 28; RED from ceil(5.6) = 6 to ceil(22.4) = 23; trim when 28 are queued
     assert topo.queue_depth == 28
     qos = default_qos(topo)

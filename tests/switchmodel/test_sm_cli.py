@@ -30,6 +30,8 @@ def run_switch(*args: str, timeout: float = 20.0) -> subprocess.CompletedProcess
         (["-i", "1@a", "--queue-depth", "0"], "expected a depth in packets"),
         (["-i", "1@a", "--port-rate-bps", "fast"], "expected a rate in bits per second"),
         (["-i", "1@a", "--port-rate-bps-of", "3=1000"], "port 3 is not one of the -i ports"),
+        (["-i", "1@a", "--port-latency-us-of", "3=1"], "port 3 is not one of the -i ports"),
+        (["-i", "1@a", "--port-latency-us", "-1"], "expected a latency >= 0"),
         (["-i", "1@a", "--grpc-addr", "nowhere"], "expected HOST:PORT"),
     ],
 )
@@ -74,6 +76,7 @@ def test_model_switch_command_line() -> None:
         rate_bps=100_000_000,
         queue_depth=64,
         port_rates={2: 10_000_000},
+        port_latency_us={1: 2000.0, 2: 1000.0},
         mtu=4282,
         pcap_dir="caps",
         netns="smx",
@@ -88,6 +91,7 @@ def test_model_switch_command_line() -> None:
         "--priority-queues 2",
         "--port-rate-bps 100000000",
         "--port-rate-bps-of 2=10000000",
+        "--port-latency-us-of 1=2000 --port-latency-us-of 2=1000",
         "--queue-depth 64",
         "--mtu 4282",
         "--pcap caps",
@@ -95,6 +99,7 @@ def test_model_switch_command_line() -> None:
         assert part in text
     parsed = build_parser().parse_args(argv[4 + len(mrc_switch_command()) :])
     assert parsed.interface == [(1, "t0-p0-r0-eth1"), (2, "t0-p0-r0-eth2")]
+    assert parsed.port_latency_us_of == [(1, 2000.0), (2, 1000.0)]
 
 
 def test_model_switch_rejects_bad_options() -> None:

@@ -9,7 +9,7 @@ from support.fabric import small_fabric
 
 from p4src.contract import DropReason
 from switchmodel.pipeline import Forward, count_drop, egress, ingress
-from switchmodel.queues import PortQueue
+from switchmodel.queues import DelayLine, PortQueue
 from switchmodel.tables import PipelineState, PortQos, next_hop
 
 FABRIC = small_fabric()
@@ -155,3 +155,24 @@ def test_congested_port_with_thresholds_trims_instead() -> None:
     assert queue.depth_of(1) == 8 and state.counters.drops.packets[DropReason.QUEUE_FULL] == 2
     high = [queue.dequeue(now + 10) for _ in range(3)]
     assert all(item is not None and len(item[0]) < 200 for item in high)  # headers only, first
+
+
+def test_delay_line_releases_in_order_no_earlier_than_the_latency() -> None:
+    line: DelayLine[str] = DelayLine(0.001)
+    assert line.next_due() is None and line.pop(5.0) is None
+    line.put("a", 1.0)
+    line.put("b", 1.0005)
+    assert len(line) == 2
+    assert line.next_due() == pytest.approx(1.001)
+    assert line.pop(1.0009) is None  # not before the latency
+    assert line.pop(1.001) == "a"
+    assert line.pop(1.0012) is None and line.next_due() == pytest.approx(1.0015)
+    assert line.pop(1.1) == "b"
+    line.put("c", 2.0)
+    got = line.pop(2.001)
+    assert got == "c"
+    line.put_back(got, 2.001)  # a send that would block: it stays first, due at once
+    line.put("d", 2.001)
+    assert (line.pop(2.001), line.pop(2.0015), line.pop(2.002)) == ("c", None, "d")
+    with pytest.raises(ValueError, match="latency -1"):
+        DelayLine(-1)

@@ -246,3 +246,26 @@ def test_packets_lost_on_a_down_link_still_leave_the_queue(make_rig) -> None:  #
     rig.inbound.send(frame)
     got = rig.outbound.recv(5.0)
     assert got is not None and IPv6(got[14:]).tc >> 2 == 10 and len(got) == len(frame)
+
+
+def test_delay_line_holds_frames_for_the_latency(make_rig) -> None:  # type: ignore[no-untyped-def]
+    """A port with a latency (the fabric's per-link latency where the kernel has no netem)
+    sends nothing earlier than that latency after the frame left its queue."""
+    latency = 0.2  # seconds: far above the loop's and the veth's own latency
+    rig = make_rig("dly", port_latency_us={2: latency * 1e6})
+    assert "--port-latency-us-of" in rig.switch.command()
+    route(rig.client)
+    frame = mrc_frame(DST, hop_limit=9)
+    sent = []
+    for _ in range(3):
+        sent.append(time.monotonic())
+        rig.inbound.send(frame)
+        time.sleep(0.02)
+    for i in range(3):
+        got = rig.outbound.recv(5.0)
+        arrived = time.monotonic()
+        assert got == mrc_frame(DST, hop_limit=8, src_mac=OUT_SMAC, dst_mac=OUT_DMAC)
+        assert arrived - sent[i] >= latency, f"frame {i} after {arrived - sent[i]:.3f} s"
+    # in order, and no frame was held much beyond the latency (the switch's timer slack)
+    assert arrived - sent[-1] < latency + 0.5
+    assert rig.client.read_counter(contract.PORT_OUT)[2][0] == 3
