@@ -175,11 +175,21 @@ JOB_COLUMNS = [
     "p99 / baseline p99",
     "busbw (GB/s)",
     "steps hit by faults",
+    "steps to recover (max)",
 ]
 
 
 def _ms(value: float | None) -> str:
     return "-" if value is None else f"{value * 1000:.1f} ms"
+
+
+def _recovered(steps: Mapping[str, int | None]) -> str:
+    """The slowest recovery over the faults: ``3``, ``never`` (within the run), ``-`` (none)."""
+    if not steps:
+        return "-"
+    if any(n is None for n in steps.values()):
+        return "never"
+    return str(max(n for n in steps.values() if n is not None))
 
 
 def job_rows(summaries: Mapping[str, JobSummary]) -> list[list[str]]:
@@ -200,6 +210,7 @@ def job_rows(summaries: Mapping[str, JobSummary]) -> list[list[str]]:
                 "-" if s.p99_over_baseline is None else f"{s.p99_over_baseline:.2f}",
                 "-" if s.busbw_mean is None else f"{s.busbw_mean:.4f}",
                 str(len(hit)),
+                _recovered(s.recovery_steps),
             ]
         )
     return rows
