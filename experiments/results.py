@@ -5,7 +5,9 @@ A run writes its raw records; :func:`render` (the end of ``mrc-testbed run`` and
 
     scenario.yaml        the scenario as run (with its topology overrides)
     topology.yaml        the effective topology
-    run.json             transports, their flows, duration, sampling interval, base RTTs
+    run.json             transports, their flows, duration, sampling interval, base RTTs, the
+                         switches' operating point and what applied the links' latency
+                         (controller.qos.operating_point, with latency_by)
     progress.csv         transport, time_s, flow, delivered_bytes   (cumulative, per flow)
     completions.csv      transport, flow, message, size, start_s, end_s
     faults.csv           transport, time_s, action, target
@@ -40,6 +42,7 @@ from typing import Any
 
 import yaml
 
+from controller.qos import describe_operating_point
 from experiments.fidelity import FIDELITY_COLUMNS, FidelitySample
 from experiments.jobs.steps import (
     JOB_COLUMNS,
@@ -141,8 +144,11 @@ def write_raw(
     topology: dict[str, Any],
     interval: float,
     results: Sequence[TransportResult],
+    *,
+    operating_point: Mapping[str, Any] | None = None,
 ) -> None:
-    """Write what was recorded (everything :func:`render` needs)."""
+    """Write what was recorded (everything :func:`render` needs); ``operating_point``: the
+    switches' queue, thresholds and latency and what applied it (``Testbed.operating_point``)."""
     out.mkdir(parents=True, exist_ok=True)
     (out / "scenario.yaml").write_text(yaml.safe_dump(scenario_raw, sort_keys=False))
     (out / "topology.yaml").write_text(yaml.safe_dump(topology, sort_keys=False))
@@ -162,6 +168,8 @@ def write_raw(
             for r in results
         ],
     }
+    if operating_point is not None:
+        run["operating_point"] = dict(operating_point)
     (out / "run.json").write_text(json.dumps(run, indent=2) + "\n")
     for name, header, rows in _RAW_TABLES:
         _write_csv(
@@ -281,20 +289,22 @@ def render(out: Path, plots: bool = True) -> dict[str, TransportMetrics]:
         ]
     _write_csv(out / "goodput.csv", ["transport", "time_s", "goodput_mbps", "capacity_mbps"], rows)
     jobs = summarise_jobs({r.name: r.steps for r in results})
+    point = json.loads((out / "run.json").read_text()).get("operating_point")
     document: dict[str, Any] = {
         "fabric": fabric.summary(),
         "interval_s": interval,
         "transports": {name: m.as_json() for name, m in metrics.items()},
     }
+    if point is not None:
+        document["operating_point"] = point
     if jobs:
         document["jobs"] = {name: j.as_json() for name, j in jobs.items()}
     (out / "metrics.json").write_text(json.dumps(document, indent=2) + "\n")
     lines = markdown_table(SUMMARY_COLUMNS, summary_rows(metrics)) + fidelity_warnings(metrics)
     if jobs:
         lines += ["", "Steps of the job:", "", *markdown_table(JOB_COLUMNS, job_rows(jobs))]
-    (out / "summary.md").write_text(
-        f"# {out.name}\n\n{fabric.summary()}\n\n" + "\n".join(lines) + "\n"
-    )
+    head = fabric.summary() + (f"\n\n{describe_operating_point(point)}" if point else "")
+    (out / "summary.md").write_text(f"# {out.name}\n\n{head}\n\n" + "\n".join(lines) + "\n")
     if plots:
         from experiments.plots import plot_all
 

@@ -307,6 +307,7 @@ def run_scenario(
         if own:
             tb.up(progress=show)
         show(describe(scenario))
+        point = tb.operating_point()  # while up: what applies the latency is known
         bar = _ProgressBar(scenario, enabled=progress)
         sampler = _FidelityObserver()
         with bar:
@@ -319,8 +320,9 @@ def run_scenario(
         if own:
             tb.down()
     write_raw(
-        out, dict(scenario.raw), scenario.topology.as_dict(), scenario.sample_interval_s, results
-    )
+        out, dict(scenario.raw), scenario.topology.as_dict(), scenario.sample_interval_s, results,
+        operating_point=point,
+    )  # fmt: skip
     metrics = render(out)
     for error in errors:
         show(f"warning: {error}")

@@ -3,6 +3,7 @@ the per-link latency dilated for the emulation, and the testbed-2026 profile bes
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -111,3 +112,20 @@ def test_switch_delay_lines_give_every_path_its_links_latency() -> None:
     # host -> leaf -> spine -> leaf -> host: the first leaf's uplink, the spine, the last
     # leaf's host port (two links' worth) = four links, as netem on every link end gives
     assert delay + delay + 2 * delay == 4 * delay
+
+
+def test_a_run_records_its_operating_point(tmp_path: Path) -> None:
+    from test_scenario_results import synthetic
+
+    from experiments.results import render, write_raw
+
+    topo = load_topology(shipped_topology("small"))
+    point = {**operating_point(topo), "latency_by": "switch"}
+    write_raw(tmp_path, {"name": "p"}, topo.as_dict(), 0.1, [synthetic("mrc", 140e6, False)],
+              operating_point=point)  # fmt: skip
+    render(tmp_path, plots=False)
+    assert json.loads((tmp_path / "run.json").read_text())["operating_point"] == point
+    assert json.loads((tmp_path / "metrics.json").read_text())["operating_point"] == point
+    summary = (tmp_path / "summary.md").read_text()
+    assert "operating point uet: BDP 28 packets, queues of 28" in summary
+    assert "1 us per link (1000 us emulated), applied by switch" in summary
