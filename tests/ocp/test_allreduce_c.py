@@ -1,6 +1,10 @@
-"""The C ring all-reduce (``capi/examples/mrc_allreduce.c``) on the four hosts of the small
-fabric: ``mrc-testbed exec`` runs one rank on every host, the ranks write WRITE_IMMs to their
-ring neighbours across the switches, and each checks the reduced values of every iteration.
+"""Ring all-reduces on the four hosts of the small fabric.
+
+- The C program (``capi/examples/mrc_allreduce.c``): ``mrc-testbed exec`` runs one rank on every
+  host, the ranks write WRITE_IMMs to their ring neighbours across the switches, and each checks
+  the reduced values of every iteration.
+- A scenario's job through the agents (``experiments.flows.collective.CollectiveFlows``): every
+  step ends, with nccl-tests' bandwidths, in ``steps.jsonl``.
 
 The fabric is the one of ``test_ocp_fabric.py`` (the switch model, needs root and Mininet; the
 same reasons to skip).
@@ -54,3 +58,32 @@ def test_ring_allreduce_on_four_hosts(running: Any, tmp_path: Path) -> None:  # 
         lines = [line for line in outs[host].splitlines() if "allreduce 262144 B" in line]
         assert len(lines) == iters, outs[host]
         assert all("busbw" in line for line in lines)
+
+
+def test_a_job_through_the_agents(running: Any, tmp_path: Path) -> None:  # noqa: F811
+    from experiments.jobs.steps import BASELINE_SUFFIX
+    from experiments.results import load_jobs, load_raw
+    from experiments.runner import run_scenario
+    from experiments.scenario import parse_scenario
+
+    scenario = parse_scenario(
+        {
+            "topology": "small",
+            "duration_s": 60,
+            "baseline": True,
+            "job": {"steps": 3, "collectives": [{"kind": "all-reduce", "size": "256KiB"}]},
+            "faults": [{"kind": "link_down", "at_s": 0.5, "link": ["t0-p0-r0", "t1-p0-s0"]}],
+        }
+    )
+    run_scenario(scenario, tmp_path, testbed=running, progress=False, show=lambda _m: None)
+    _, _, results = load_raw(tmp_path)
+    assert [r.name for r in results] == ["mrc" + BASELINE_SUFFIX, "mrc"]
+    for r in results:
+        assert [s.step for s in r.steps] == [0, 1, 2], r.name
+        for step in r.steps:
+            assert step.end is not None and len(step.collectives) == 1
+            assert step.collectives[0].busbw is not None and step.collectives[0].busbw > 0
+    assert any(s.faults for s in results[1].steps)  # the link stayed down from 0.5 s
+    assert not any(s.faults for s in results[0].steps)
+    jobs = load_jobs(tmp_path)
+    assert jobs["mrc"].baseline_mean_s == jobs["mrc" + BASELINE_SUFFIX].step_mean_s
