@@ -374,6 +374,8 @@ class Testbed:
                 str(sock),
                 *self.agent_args,
             ]
+            if self.latency_by == "agents":  # BMv2 without netem: the path's latency
+                argv += ["--path-latency-us", f"{self.network.path_delay_us:g}"]
             self.agents[name] = self.host(name).popen(
                 argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=self.env()
             )

@@ -11,7 +11,7 @@ transmissions ignored) and runs one thread with a :mod:`selectors` loop:
 - a packet leaving a queue goes through :func:`switchmodel.pipeline.egress` (``port_qdepth``
   and ``port_out``) and is sent on the egress port's socket;
 - a port with a latency (:attr:`PortConfig.latency_s`, the fabric's per-hop latency where the
-  kernel has no ``netem``) puts what leaves its queue in a :class:`~switchmodel.queues.DelayLine`
+  kernel has no ``netem``) puts what leaves its queue in a :class:`~targets.delayline.DelayLine`
   and sends it from there when its time comes: a frame leaves no earlier than the latency after
   it left the queue (the select timeout includes the next frame's time).
 
@@ -39,8 +39,9 @@ from pathlib import Path
 
 from p4src.contract import DropReason
 from switchmodel.pipeline import Forward, count_drop, egress, ingress
-from switchmodel.queues import DelayLine, PortQueue
+from switchmodel.queues import PortQueue
 from switchmodel.tables import PipelineState
+from targets.delayline import DelayLine
 from targets.pcap import PcapWriter
 
 log = logging.getLogger("switchmodel.dataplane")

@@ -14,10 +14,6 @@ rate is in bits per second instead of packets per second:
   one packet after another). The bucket fills up to ``burst_bits`` while the port is idle, which
   lets an event loop with millisecond timers keep the configured rate.
 
-:class:`DelayLine` is the latency of a port's link: what leaves the queue goes on the wire
-``latency`` seconds later, in order (the switch applies the fabric's per-hop latency itself where
-the kernel has no ``netem``).
-
 Time is passed in (seconds, any monotonic origin); nothing here reads a clock or sleeps.
 """
 
@@ -145,36 +141,3 @@ class PortQueue(Generic[T]):
     def depth_of(self, priority: int) -> int:
         """Packets queued at ``priority``."""
         return len(self._fifos[priority])
-
-
-class DelayLine(Generic[T]):
-    """A fixed latency before the wire: items leave in order, each ``latency`` seconds after
-    it was put in (one link's latency: a FIFO, as a cable is)."""
-
-    def __init__(self, latency: float) -> None:
-        if latency < 0:
-            raise ValueError(f"latency {latency} s: expected >= 0")
-        self.latency = latency
-        self._line: deque[tuple[float, T]] = deque()
-
-    def __len__(self) -> int:
-        return len(self._line)
-
-    def put(self, item: T, now: float) -> None:
-        """``item`` left the queue at ``now``: it may go on the wire from ``now + latency``."""
-        self._line.append((now + self.latency, item))
-
-    def pop(self, now: float) -> T | None:
-        """The oldest item if its time has come at ``now``, else None."""
-        line = self._line
-        if line and line[0][0] <= now:
-            return line.popleft()[1]
-        return None
-
-    def put_back(self, item: T, now: float) -> None:
-        """Return an item :meth:`pop` gave out but that could not be sent (it stays first)."""
-        self._line.appendleft((now, item))
-
-    def next_due(self) -> float | None:
-        """When the oldest item may leave, or None (empty)."""
-        return self._line[0][0] if self._line else None

@@ -11,6 +11,8 @@ A target is a program that runs the P4 program of ``p4src/`` behind P4Runtime: B
   target (one mapping, one gRPC port base), and :func:`~targets.factory.choose_target`;
 - ``state``   -- the state file of a running testbed (what ``mrc-testbed up`` started);
 - ``pcap``    -- the pcap writer of the switchmodel's and the host agent's captures;
+- ``delayline`` -- a link's latency as a delay line, applied by the switchmodel's ports and
+  the host agents' NICs where the kernel has no ``netem``;
 - ``lab``     -- network-namespace labs (namespaces, veth pairs, packet sockets that remove
   exactly what they made) for tests, the agent networks and the benchmarks.
 

@@ -68,6 +68,7 @@ from host.transport.events import (
 )
 from host.transport.evs import EvFormatProfile, GeneratedEvProfile, format_profile
 from host.transport.policy import POLICIES
+from targets.delayline import DelayLine
 from targets.pcap import PcapWriter
 from topologies import Fabric, Host, Nic
 from topologies import usid as usidlib
@@ -121,6 +122,8 @@ class PlaneNic:
     mac: bytes  # the NIC MAC, 6 bytes
     ready: Callable[[int], None] | None = None  # the selector callback of the socket
     wire: NicWire | None = None  # the link-rate pacing of data frames (None: not paced)
+    #: the path's latency before the socket (None: frames are sent at once)
+    delay: DelayLine[bytes | bytearray] | None = None
 
 
 @dataclass
@@ -325,6 +328,8 @@ class Agent:
             plane = PlaneNic(
                 nic, sock, done, nic.address.packed, bytes.fromhex(nic.mac.replace(":", ""))
             )
+            if self.options.path_latency_us > 0:
+                plane.delay = DelayLine(self.options.path_latency_us * 1e-6)
             if self.options.pace:
                 plane.wire = NicWire(
                     self.topology.link_rate_mbps * 1e6, self.topology.link_mtu + 14
@@ -462,6 +467,9 @@ class Agent:
             due = plane.wire.next_release() if plane.wire is not None else None
             if due is not None and (timer is None or due < timer):
                 timer = due
+            due = plane.delay.next_due() if plane.delay is not None else None
+            if due is not None and (timer is None or due < timer):
+                timer = due
         timeout = None if timer is None else max(timer - self.now(), 0.0)
         if self.options.stats_file is not None:
             left = self._stats_written + STATS_FILE_INTERVAL - self.now()
@@ -591,8 +599,17 @@ class Agent:
             if plane.wire is not None and plane.wire.waiting:
                 for frame in plane.wire.release(now):
                     self._transmit(plane, frame)
+            if plane.delay is not None:
+                while (late := plane.delay.pop(now)) is not None:
+                    self._send_now(plane, late)
 
     def _transmit(self, plane: PlaneNic, frame: bytes | bytearray) -> None:
+        if plane.delay is not None:  # the path's latency first (options.path_latency_us)
+            plane.delay.put(frame, self.now())
+            return
+        self._send_now(plane, frame)
+
+    def _send_now(self, plane: PlaneNic, frame: bytes | bytearray) -> None:
         if self.pcap is not None:
             self.pcap.write(frame, time.time())
         if not plane.sock.send(frame) and len(plane.sock.backlog) == 1:

@@ -9,8 +9,9 @@ from support.fabric import small_fabric
 
 from p4src.contract import DropReason
 from switchmodel.pipeline import Forward, count_drop, egress, ingress
-from switchmodel.queues import DelayLine, PortQueue
+from switchmodel.queues import PortQueue
 from switchmodel.tables import PipelineState, PortQos, next_hop
+from targets.delayline import DelayLine
 
 FABRIC = small_fabric()
 DST = FABRIC.host("h0").nic(0).address
