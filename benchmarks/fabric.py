@@ -25,7 +25,9 @@ experiment runner, each a scenario of its own:
    and an agent spend on a packet (the dilation holds while that margin is well above 1).
 
 Figures are printed side by side, one column per target, and written to ``--out`` (JSON) with
-the results folders.
+the results folders. Every run is strict: one whose machine fell behind (not faithful, see
+``experiments/fidelity.py``) stops the benchmark with exit status 3 rather than report the
+emulator's figure as MRC's.
 
     sudo .venv/bin/python benchmarks/fabric.py [--rate 10] [--size 8MiB] [--target both] [--out DIR]
         [--only permutation,default,failure,incast] [--default-rates 5]
@@ -43,7 +45,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from experiments.runner import Phase, PhaseObserver, run_scenario
+from experiments.runner import UNFAITHFUL_EXIT, Phase, PhaseObserver, UnfaithfulRun, run_scenario
 from experiments.scenario import Scenario, parse_scenario
 from experiments.testbed import Testbed
 from targets.bmv2 import missing_tools
@@ -259,9 +261,13 @@ def main(argv: list[str] | None = None) -> int:
     }
     for target in targets:
         print(f"measuring on {target} ...", file=sys.stderr)
-        figures["targets"][target] = measure(
-            target, args.rate, args.size, out / target, only, args.default_rates
-        )
+        try:
+            figures["targets"][target] = measure(
+                target, args.rate, args.size, out / target, only, args.default_rates
+            )
+        except UnfaithfulRun as exc:
+            print(f"benchmarks/fabric.py: {exc}", file=sys.stderr)
+            return UNFAITHFUL_EXIT
     (out / "fabric.json").write_text(json.dumps(figures, indent=2) + "\n")
     report(figures)
     print(f"results: {out}")
@@ -325,7 +331,7 @@ def measure(
     def run(scenario: Scenario, name: str) -> dict[str, dict[str, Any]]:
         """Run ``scenario`` metered; its metrics as metrics.json holds them."""
         metrics = run_scenario(scenario, out / name, testbed=testbed, progress=False,
-                               show=quiet, observers=[metered])  # fmt: skip
+                               show=quiet, observers=[metered], strict=True)  # fmt: skip
         return {k: v.as_json() for k, v in metrics.items()}
 
     def rebuild(topology: Any) -> Testbed:

@@ -25,7 +25,9 @@ reports them side by side with every time also in base RTTs and in real-fabric t
 
 The default fabric runs 20 processes (16 switches, 4 agents): at 10 Mb/s they need most of
 two cores, so the incident runs at ``--incident-rate`` (5 Mb/s) with its 128 MiB flows and a
-duration long enough for MPTCP to finish; the shipped scenario's fault times are kept.
+duration long enough for MPTCP to finish; the shipped scenario's fault times are kept. Every
+run is strict: one whose machine fell behind (not faithful, see ``experiments/fidelity.py``)
+stops the benchmark with exit status 3 rather than report the emulator's figure as MRC's.
 """
 
 from __future__ import annotations
@@ -41,7 +43,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from experiments.runner import run_scenario  # noqa: E402
+from experiments.runner import UNFAITHFUL_EXIT, UnfaithfulRun, run_scenario  # noqa: E402
 from experiments.scenario import Scenario, load_scenario, shipped_scenario  # noqa: E402
 
 MEASUREMENTS = ("spraying", "plane", "incident")
@@ -93,7 +95,7 @@ def incident(rate: float) -> Scenario:
 def run(name: str, scenario: Scenario, target: str, out: Path) -> dict[str, Any]:
     print(f"== {name}: {scenario.topology.name} fabric at {scenario.topology.link_rate_mbps:g} "
           f"Mb/s, dilation {scenario.topology.dilation:g}", flush=True)  # fmt: skip
-    metrics = run_scenario(scenario, out / name, target, state_path=out / "state.json")
+    metrics = run_scenario(scenario, out / name, target, state_path=out / "state.json", strict=True)
     return {k: v.as_json() for k, v in metrics.items()}
 
 
@@ -244,7 +246,11 @@ def main(argv: list[str] | None = None) -> int:
               "incident": (incident, args.incident_rate)}  # fmt: skip
     for name in only:
         make, rate = makers[name]
-        figures[name] = failover_rows(run(name, make(rate), args.target, out))
+        try:
+            figures[name] = failover_rows(run(name, make(rate), args.target, out))
+        except UnfaithfulRun as exc:
+            print(f"benchmarks/failures.py: {exc}", file=sys.stderr)
+            return UNFAITHFUL_EXIT
     titles = {
         "spraying": "one leaf-spine link failed (small fabric), SRv6 vs STEV/ECMP spraying",
         "plane": "plane 1 lost (every spine killed), small fabric",

@@ -293,9 +293,12 @@ def run_scenario(
     progress: bool = True,
     testbed: Testbed | None = None,
     observers: Sequence[PhaseObserver] = (),
+    strict: bool = False,
 ) -> dict[str, TransportMetrics]:
     """Run every transport of ``scenario`` and write the results folder ``out``; each phase
-    tells ``observers`` (and the progress bar) when it starts, samples and ends."""
+    tells ``observers`` (and the progress bar) when it starts, samples and ends. ``strict``:
+    raise :class:`UnfaithfulRun` (after writing the folder) when a transport's run was not
+    faithful, so that a CPU-bound figure is never taken for MRC's."""
     own = testbed is None
     tb = testbed or Testbed(
         scenario.topology, target, state_path=state_path,
@@ -327,10 +330,17 @@ def run_scenario(
     for error in errors:
         show(f"warning: {error}")
     print_summary(out, metrics, show)
+    behind = unfaithful(metrics)
+    if strict and behind:
+        raise UnfaithfulRun(f"{out}: not faithful: " + "; ".join(behind))
     return metrics
 
 
 UNFAITHFUL_EXIT = 3  # the exit status of a run --strict found unfaithful
+
+
+class UnfaithfulRun(RuntimeError):
+    """A strict run fell behind: its figures measure the emulator, not MRC."""
 
 
 def unfaithful(metrics: Mapping[str, TransportMetrics]) -> list[str]:
@@ -534,6 +544,8 @@ __all__ = [
     "FaultLedger",
     "Phase",
     "PhaseObserver",
+    "UNFAITHFUL_EXIT",
+    "UnfaithfulRun",
     "counter_rows",
     "register",
     "run_scenario",

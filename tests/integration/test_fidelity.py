@@ -1,0 +1,104 @@
+"""A run that falls behind says so: a switch stopped and resumed on purpose (80 ms of every
+100 ms, like a process that gets a fifth of a core) for part of a run is flagged in
+metrics.json, summary.md and fidelity.csv, and ``mrc-testbed run --strict`` exits non-zero."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import signal
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from experiments import cli, runner
+from experiments.runner import UNFAITHFUL_EXIT, Phase, PhaseObserver
+
+pytestmark = [pytest.mark.mininet, pytest.mark.slow]
+
+THROTTLED = "t1-p0-s0"
+FROM_S, UNTIL_S = 1.0, 2.5  # seconds of the phase the switch is throttled
+STOPPED_S, RUNNING_S = 0.08, 0.02
+
+SCENARIO = {
+    "name": "throttled",
+    "topology": "small",
+    "link_rate_mbps": 20,
+    "link_delay_us": 0,
+    "duration_s": 4,
+    "transports": ["mrc"],
+    "workloads": [
+        {"kind": "permutation", "message_bytes": "256KiB", "total_bytes": "16MiB", "start_s": 0.2}
+    ],
+}
+
+
+class Throttle(PhaseObserver):
+    """Stops and resumes one switch process from FROM_S to UNTIL_S of every phase."""
+
+    def __init__(self, switch: str) -> None:
+        self.switch = switch
+        self.thread: threading.Thread | None = None
+
+    def started(self, phase: Phase) -> None:
+        pid = phase.testbed.switch(self.switch).process.pid
+        assert pid
+        self.thread = threading.Thread(target=self._run, args=(phase, pid), daemon=True)
+        self.thread.start()
+
+    def _run(self, phase: Phase, pid: int) -> None:
+        while not phase.t0:  # the phase has not started its clock yet
+            time.sleep(0.01)
+        try:
+            while phase.now() < UNTIL_S and not phase.stop.is_set():
+                if phase.now() < FROM_S:
+                    time.sleep(0.01)
+                    continue
+                os.kill(pid, signal.SIGSTOP)
+                time.sleep(STOPPED_S)
+                os.kill(pid, signal.SIGCONT)
+                time.sleep(RUNNING_S)
+        finally:
+            os.kill(pid, signal.SIGCONT)
+
+    def finished(self, phase: Phase) -> None:
+        if self.thread is not None:
+            self.thread.join()
+
+
+def test_a_throttled_switch_is_flagged_and_strict_fails(
+    testbed: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if testbed.target != "model":
+        pytest.skip("BMv2 reports no service lag or scheduling gap: only its CPU is measured")
+    path = tmp_path / "throttled.yaml"
+    path.write_text(yaml.safe_dump(SCENARIO))
+    out = tmp_path / "out"
+    lines: list[str] = []
+    real = runner.run_scenario
+
+    def on_the_testbed(scenario: Any, folder: Path, target: str = "auto", **kw: Any) -> Any:
+        return real(
+            scenario, folder, testbed=testbed, progress=False, show=lines.append,
+            observers=[Throttle(THROTTLED)],
+        )  # fmt: skip
+
+    monkeypatch.setattr(runner, "run_scenario", on_the_testbed)
+    status = cli.main(["run", str(path), "--strict", "--no-progress", "--out", str(out)])
+    assert status == UNFAITHFUL_EXIT, lines
+    fidelity = json.loads((out / "metrics.json").read_text())["transports"]["mrc"]["fidelity"]
+    assert not fidelity["faithful"] and fidelity["verdict"].startswith("CPU-bound from t=")
+    # a behind interval overlaps the throttled time
+    assert any(start < UNTIL_S and end > FROM_S for start, end in fidelity["intervals"])
+    assert "**mrc was not faithful**" in (out / "summary.md").read_text()
+    # the switch itself says it was not scheduled: gaps of about the time it was stopped
+    with (out / "fidelity.csv").open() as f:
+        rows = [r for r in csv.DictReader(f) if r["name"] == THROTTLED]
+    during = [float(r["gap_s"]) for r in rows if FROM_S + 0.3 < float(r["time_s"]) <= UNTIL_S]
+    assert during and max(during) >= STOPPED_S * 0.6, rows
+    assert sum(g >= STOPPED_S * 0.4 for g in during) >= len(during) // 2, during
