@@ -6,7 +6,10 @@ from which :class:`~topologies.fabric.Fabric` derives everything else exactly on
 - ``config``  -- the topology file schema, loading and validation (errors name the field);
 - ``usid``    -- the 16-bit uSID encoding (plane | tier | index) and carrier arithmetic;
 - ``fabric``  -- switches, hosts, NICs, links, port numbers, MACs, addresses and paths;
-- ``scale``   -- the two-tier multi-plane scale arithmetic (``mrc-testbed topo scale``).
+- ``scale``   -- the two-tier multi-plane scale arithmetic (``mrc-testbed topo scale``);
+- ``operating`` -- the switches' operating point: the BDP, a 1-BDP queue with RED ECN between
+  0.2 and 0.8 BDP as UET's reference simulator derives them, and the profiles ``uet`` and
+  ``testbed-2026`` (shared by the emulated targets and the ``sim`` target).
 
 This package is the fabric model alone: it runs nothing. The switch processes, the state file of
 a running testbed and the namespace labs are in ``targets``; the Mininet network is built in
