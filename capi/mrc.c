@@ -720,13 +720,16 @@ EXPORT int mrc_get_qpn(struct mrc_qp *qp, uint32_t *qpn)
 	return 0;
 }
 
-#define IBV_UNSUPPORTED (IBV_QP_PORT | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | \
-			 IBV_QP_MIN_RNR_TIMER | IBV_QP_MAX_QP_RD_ATOMIC | \
-			 IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_ALT_PATH | IBV_QP_PATH_MIG_STATE | \
-			 IBV_QP_QKEY | IBV_QP_CAP | IBV_QP_EN_SQD_ASYNC_NOTIFY)
+/* verbs attributes MRC QPs refuse; those MRC leaves unused (port, access flags, P_Key, path
+ * MTU, RNR, RD_ATOMIC, timeout and retry count) go to the agent, which maps IBV_QP_TIMEOUT and
+ * IBV_QP_RETRY_CNT to their MRC counterparts and ignores the others with a line in its log */
+#define IBV_UNSUPPORTED (IBV_QP_ALT_PATH | IBV_QP_PATH_MIG_STATE | IBV_QP_QKEY | IBV_QP_CAP | \
+			 IBV_QP_EN_SQD_ASYNC_NOTIFY)
 #define IBV_ACCEPTED (IBV_QP_STATE | IBV_QP_CUR_STATE | IBV_QP_AV | IBV_QP_DEST_QPN | \
 		      IBV_QP_RQ_PSN | IBV_QP_SQ_PSN | IBV_QP_ACCESS_FLAGS | IBV_QP_PKEY_INDEX | \
-		      IBV_QP_PATH_MTU)
+		      IBV_QP_PATH_MTU | IBV_QP_PORT | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | \
+		      IBV_QP_RNR_RETRY | IBV_QP_MIN_RNR_TIMER | IBV_QP_MAX_QP_RD_ATOMIC | \
+		      IBV_QP_MAX_DEST_RD_ATOMIC)
 #define MRC_MASK_ALL (MRC_QP_MAX_WIMM | MRC_QP_MAX_WIMM_DEST | MRC_QP_MPR | MRC_QP_MPR_DEST | \
 		      MRC_QP_TIMEOUT | MRC_QP_EV_PROFILE_ID | MRC_QP_CC_PROFILE_ID | MRC_QP_HINT | \
 		      MRC_QP_RETRY_CNT | MRC_QP_CAP | MRC_QP_VENDOR_CFG)
@@ -745,8 +748,7 @@ EXPORT int mrc_modify_qp(struct mrc_qp *qp, struct ibv_qp_attr *vattr, int vattr
 	}
 	if (vattr_mask & IBV_UNSUPPORTED) {
 		mtb_set_error(EINVAL, "mrc_modify_qp: ibv attribute mask %#x not supported by MRC "
-			      "QPs (IBV_QP_PORT, _TIMEOUT, _RETRY_CNT, RNR, RD_ATOMIC, ALT_PATH, "
-			      "PATH_MIG_STATE, QKEY, CAP); use the MRC attributes",
+			      "QPs (IBV_QP_ALT_PATH, PATH_MIG_STATE, QKEY, CAP)",
 			      vattr_mask & IBV_UNSUPPORTED);
 		return EINVAL;
 	}
@@ -794,6 +796,26 @@ EXPORT int mrc_modify_qp(struct mrc_qp *qp, struct ibv_qp_attr *vattr, int vattr
 		mtb_sb_printf(&sb, ",\"rq_psn\":%u", vattr->rq_psn);
 	if (vattr_mask & IBV_QP_SQ_PSN)
 		mtb_sb_printf(&sb, ",\"sq_psn\":%u", vattr->sq_psn);
+	if (vattr_mask & IBV_QP_PORT)
+		mtb_sb_printf(&sb, ",\"ibv_port\":%u", vattr->port_num);
+	if (vattr_mask & IBV_QP_ACCESS_FLAGS)
+		mtb_sb_printf(&sb, ",\"ibv_access_flags\":%u", vattr->qp_access_flags);
+	if (vattr_mask & IBV_QP_PKEY_INDEX)
+		mtb_sb_printf(&sb, ",\"ibv_pkey_index\":%u", vattr->pkey_index);
+	if (vattr_mask & IBV_QP_PATH_MTU)
+		mtb_sb_printf(&sb, ",\"ibv_path_mtu\":%d", (int)vattr->path_mtu);
+	if (vattr_mask & IBV_QP_MIN_RNR_TIMER)
+		mtb_sb_printf(&sb, ",\"ibv_min_rnr_timer\":%u", vattr->min_rnr_timer);
+	if (vattr_mask & IBV_QP_MAX_DEST_RD_ATOMIC)
+		mtb_sb_printf(&sb, ",\"ibv_max_dest_rd_atomic\":%u", vattr->max_dest_rd_atomic);
+	if (vattr_mask & IBV_QP_TIMEOUT)
+		mtb_sb_printf(&sb, ",\"ibv_timeout\":%u", vattr->timeout);
+	if (vattr_mask & IBV_QP_RETRY_CNT)
+		mtb_sb_printf(&sb, ",\"ibv_retry_cnt\":%u", vattr->retry_cnt);
+	if (vattr_mask & IBV_QP_RNR_RETRY)
+		mtb_sb_printf(&sb, ",\"ibv_rnr_retry\":%u", vattr->rnr_retry);
+	if (vattr_mask & IBV_QP_MAX_QP_RD_ATOMIC)
+		mtb_sb_printf(&sb, ",\"ibv_max_rd_atomic\":%u", vattr->max_rd_atomic);
 	if (mrc_attr_mask & MRC_QP_MAX_WIMM)
 		mtb_sb_printf(&sb, ",\"max_wimm\":%u", mrc_attr->wimm.max_wimm);
 	if (mrc_attr_mask & MRC_QP_MAX_WIMM_DEST)

@@ -46,6 +46,7 @@ struct mtb_port {
 	int plane;
 	int active;
 	int mtu;
+	int gid_tbl_len; /* every index holds the plane address (as a RoCEv2 NIC's defaults) */
 	char intf[32];
 };
 

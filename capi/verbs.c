@@ -9,7 +9,8 @@
  * libibverbs' version names (libibverbs.map), so references bound at link time resolve.
  *
  * One device per testbed host, named after the host; one port per plane NIC; each port's GID
- * table holds the plane address of its NIC (index 0). Memory registration goes to the host's
+ * table is a RoCEv2 NIC's length (the agent's gid_tbl_len) and every index holds the plane
+ * address of its NIC, so the index an application uses by default (0, 1 or 3) resolves. Memory registration goes to the host's
  * agent, which reads and writes the registered buffer in place (docs/ocp-api.md).
  */
 #define _GNU_SOURCE
@@ -167,6 +168,9 @@ static int parse_ports(struct mtb_context *m, const char *reply)
 		v = 4096;
 		mtb_json_i64(port, "mtu", &v);
 		p->mtu = (int)v;
+		v = 1;
+		mtb_json_i64(port, "gid_tbl_len", &v);
+		p->gid_tbl_len = (int)v;
 		mtb_json_bool(port, "active", &active);
 		p->active = active;
 		mtb_json_str(port, "intf", p->intf, sizeof(p->intf));
@@ -286,7 +290,7 @@ EXPORT int ibv_query_port(struct ibv_context *context, uint8_t port_num,
 	attr->state = active ? IBV_PORT_ACTIVE : IBV_PORT_DOWN;
 	attr->max_mtu = IBV_MTU_4096;
 	attr->active_mtu = IBV_MTU_4096;
-	attr->gid_tbl_len = 1;
+	attr->gid_tbl_len = m->ports[port_num - 1].gid_tbl_len;
 	attr->max_msg_sz = 1U << 31;
 	attr->pkey_tbl_len = 1;
 	attr->active_width = 1;	/* 1x */
@@ -303,10 +307,11 @@ EXPORT int ibv_query_gid(struct ibv_context *context, uint8_t port_num, int inde
 
 	if (!m)
 		return -1;
-	if (!gid || port_num < 1 || port_num > m->nports || index != 0) {
+	if (!gid || port_num < 1 || port_num > m->nports || index < 0 ||
+	    index >= m->ports[port_num - 1].gid_tbl_len) {
 		mtb_set_error(EINVAL, "ibv_query_gid: port %u index %d: %s has ports 1..%d, "
-			      "each with one GID (index 0, the plane address)", port_num, index,
-			      m->host, m->nports);
+			      "each with GID indexes 0..%d (the plane address)", port_num, index,
+			      m->host, m->nports, m->nports ? m->ports[0].gid_tbl_len - 1 : 0);
 		return -1;
 	}
 	memcpy(gid->raw, m->ports[port_num - 1].gid, 16);

@@ -16,6 +16,7 @@ from host.agent.ocp.objects import Cq, Qp
 from host.agent.ocp.qp_states import (
     LIMITS,
     TRANSITIONS,
+    VERBS_ONLY,
     QpAttr,
     check_modify,
     check_transition,
@@ -23,13 +24,19 @@ from host.agent.ocp.qp_states import (
 from host.transport.config import StackConfig
 
 S = QpState
-INIT = "ev_profile cc_profile hint"
-RTR = "max_wimm_dest mpr_dest cap dgid dest_qpn rq_psn max_wimm mpr sq_psn"
-RTS = "max_wimm mpr timeout retry_linear retry_exp sq_psn cap"
+INIT = "ev_profile cc_profile hint ibv_port ibv_access_flags ibv_pkey_index"
+RTR = (
+    "max_wimm_dest mpr_dest cap dgid dest_qpn rq_psn max_wimm mpr sq_psn ibv_path_mtu "
+    "ibv_min_rnr_timer ibv_max_dest_rd_atomic ibv_access_flags ibv_pkey_index"
+)
+RTS = (
+    "max_wimm mpr timeout retry_linear retry_exp sq_psn cap ibv_timeout ibv_retry_cnt "
+    "ibv_rnr_retry ibv_max_rd_atomic ibv_access_flags"
+)
 #: (from, to) -> (required attributes, every attribute taken), as mrc.h and verbs say; any pair
 #: not here is refused
 EXPECTED: dict[tuple[QpState, QpState], tuple[str, str]] = {
-    (S.RESET, S.INIT): ("ev_profile cc_profile", INIT),
+    (S.RESET, S.INIT): ("", INIT),  # no profile ids: profile 0 of each
     (S.INIT, S.INIT): ("", INIT),
     (S.INIT, S.RTR): ("dgid dest_qpn", RTR),
     (S.RTR, S.RTS): ("", RTS),
@@ -99,7 +106,7 @@ def qp_in(state: QpState) -> Qp:
 
 def modify(current: QpState, **request: Any) -> Mapping[str, Any]:
     change = check_modify(qp_in(current), {"cmd": "modify_qp", "qpn": 0x10000, **request}, Host())
-    return {"old": change.old, "new": change.new, **change.values}
+    return {"old": change.old, "new": change.new, "notes": change.notes, **change.values}
 
 
 #: (state the QP is in, the request, the errno and words of the error; None: accepted)
@@ -146,7 +153,12 @@ def test_every_attribute_range(attr: QpAttr) -> None:
     for value in (low, high):
         if attr is QpAttr.CAP and value == high:
             continue  # every bit: refused below, as the device has no dynamic MPR
-        assert modify(old, **{**base, attr.field: value})[attr.field] == value
+        out = modify(old, **{**base, attr.field: value})
+        if attr in VERBS_ONLY:  # taken out of the values, mapped or ignored, and logged
+            assert attr.field not in out
+            assert any(n.startswith(f"IBV_QP_{attr.field[4:].upper()} ") for n in out["notes"])
+        else:
+            assert out[attr.field] == value
     for value in (low - 1, high + 1):
         with pytest.raises(OcpError, match=f"field '{attr.field}'"):
             modify(old, **{**base, attr.field: value})

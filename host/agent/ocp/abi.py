@@ -251,6 +251,10 @@ MAX_MESSAGE = 1 << 31
 MAX_TIMEOUT = 24
 MAX_RETRY_LINEAR = 7
 MAX_RETRY_EXP = 25
+#: entries of each port's GID table: a RoCEv2 NIC lists link-local and IPv4-mapped GIDs (RoCE v1
+#: and v2) before the one applications use, index 3 by default; every index here holds the
+#: plane address, so whichever an application picks is the NIC's
+GID_TABLE_LEN = 4
 MAX_BACKOFF_EXP = 31  # the backoff ceiling's largest exponent (StackConfig.max_backoff_exp)
 FIRST_OCP_QPN = 0x10000
 QPN_MAX = (1 << 24) - 1

@@ -241,6 +241,8 @@ def modify_qp(p: ProviderState, session: Session, request: Mapping[str, Any]) ->
     qp = session.qp(request)
     try:
         change = check_modify(qp, request, p)
+        for note in change.notes:
+            log.info("ocp: QP %#x: %s", qp.qpn, note)
         return {"ok": True, **_apply(p, session, qp, change).describe()}
     except OcpError as exc:
         raise exc.prefixed("modify_qp") from None

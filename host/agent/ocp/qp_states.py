@@ -7,6 +7,12 @@ responder's attributes and the peer, RTS the requestor's; verbs: INIT -> RTR nee
 and IBV_QP_DEST_QPN); a pair that is not there is refused. :func:`check_modify` validates a
 request against the QP and the host and returns a :class:`QpChange` describing what to do,
 without changing anything; the provider applies it.
+
+RESET -> INIT requires nothing: a QP given no EV or CC profile id runs on profile 0 of each,
+the host's own, as a provider's defaults would. The verbs attributes ``mrc.h`` leaves to MRC
+counterparts or does not use are accepted where verbs takes them (:data:`VERBS_ONLY`):
+IBV_QP_TIMEOUT and IBV_QP_RETRY_CNT become MRC_QP_TIMEOUT and the linear MRC_QP_RETRY_CNT, the
+others are ignored, and :attr:`QpChange.notes` says so for the agent's log.
 """
 
 from __future__ import annotations
@@ -58,6 +64,17 @@ class QpAttr(enum.IntFlag):
     DEST_QPN = enum.auto()  #: IBV_QP_DEST_QPN
     RQ_PSN = enum.auto()  #: IBV_QP_RQ_PSN
     SQ_PSN = enum.auto()  #: IBV_QP_SQ_PSN
+    # verbs attributes MRC leaves unused, accepted where verbs takes them (see VERBS_ONLY)
+    IBV_PORT = enum.auto()  #: IBV_QP_PORT (ignored: an MRC QP uses every port)
+    IBV_ACCESS_FLAGS = enum.auto()  #: IBV_QP_ACCESS_FLAGS (ignored: the MR's flags apply)
+    IBV_PKEY_INDEX = enum.auto()  #: IBV_QP_PKEY_INDEX (ignored: no partitions)
+    IBV_PATH_MTU = enum.auto()  #: IBV_QP_PATH_MTU (ignored: the fabric's MTU applies)
+    IBV_MIN_RNR_TIMER = enum.auto()  #: IBV_QP_MIN_RNR_TIMER (ignored: MRC has no RNR)
+    IBV_MAX_DEST_RD_ATOMIC = enum.auto()  #: IBV_QP_MAX_DEST_RD_ATOMIC (ignored: no READ)
+    IBV_TIMEOUT = enum.auto()  #: IBV_QP_TIMEOUT (mapped to MRC_QP_TIMEOUT)
+    IBV_RETRY_CNT = enum.auto()  #: IBV_QP_RETRY_CNT (mapped to MRC_QP_RETRY_CNT, linear)
+    IBV_RNR_RETRY = enum.auto()  #: IBV_QP_RNR_RETRY (ignored: MRC has no RNR)
+    IBV_MAX_RD_ATOMIC = enum.auto()  #: IBV_QP_MAX_QP_RD_ATOMIC (ignored: no READ)
 
     @property
     def field(self) -> str:
@@ -78,10 +95,25 @@ class QpAttr(enum.IntFlag):
 
 A = QpAttr
 S = QpState
-INIT_ATTRS = A.EV_PROFILE | A.CC_PROFILE | A.HINT
+INIT_ATTRS = (
+    A.EV_PROFILE | A.CC_PROFILE | A.HINT | A.IBV_PORT | A.IBV_ACCESS_FLAGS | A.IBV_PKEY_INDEX
+)
 RTR_ATTRS = (A.MAX_WIMM_DEST | A.MPR_DEST | A.CAP | A.DGID | A.DEST_QPN | A.RQ_PSN | A.MAX_WIMM
-             | A.MPR | A.SQ_PSN)  # fmt: skip
-RTS_ATTRS = A.MAX_WIMM | A.MPR | A.TIMEOUT | A.RETRY_LINEAR | A.RETRY_EXP | A.SQ_PSN | A.CAP
+             | A.MPR | A.SQ_PSN | A.IBV_PATH_MTU | A.IBV_MIN_RNR_TIMER | A.IBV_MAX_DEST_RD_ATOMIC
+             | A.IBV_ACCESS_FLAGS | A.IBV_PKEY_INDEX)  # fmt: skip
+RTS_ATTRS = (A.MAX_WIMM | A.MPR | A.TIMEOUT | A.RETRY_LINEAR | A.RETRY_EXP | A.SQ_PSN | A.CAP
+             | A.IBV_TIMEOUT | A.IBV_RETRY_CNT | A.IBV_RNR_RETRY | A.IBV_MAX_RD_ATOMIC
+             | A.IBV_ACCESS_FLAGS)  # fmt: skip
+#: the verbs attributes and what the provider does with them: the MRC attribute one maps to
+#: (``mrc.h`` names MRC_QP_TIMEOUT and MRC_QP_RETRY_CNT as their counterparts), or None for
+#: one that is accepted and ignored with a line in the agent's log
+VERBS_ONLY: dict[QpAttr, QpAttr | None] = {
+    A.IBV_PORT: None, A.IBV_ACCESS_FLAGS: None, A.IBV_PKEY_INDEX: None, A.IBV_PATH_MTU: None,
+    A.IBV_MIN_RNR_TIMER: None, A.IBV_MAX_DEST_RD_ATOMIC: None, A.IBV_RNR_RETRY: None,
+    A.IBV_MAX_RD_ATOMIC: None, A.IBV_TIMEOUT: A.TIMEOUT, A.IBV_RETRY_CNT: A.RETRY_LINEAR,
+}  # fmt: skip
+#: verbs' ACK timeout is 4.096 us x 2^t, MRC's 1.024 us x 2^t: the same time is t + 2 in MRC's
+VERBS_TIMEOUT_SHIFT = 2
 
 
 @dataclass(frozen=True)
@@ -94,7 +126,7 @@ class Transition:
 
 #: every allowed (from, to); any state may go to RESET or ERR, with no attributes
 TRANSITIONS: dict[tuple[QpState, QpState], Transition] = {
-    (S.RESET, S.INIT): Transition(A.EV_PROFILE | A.CC_PROFILE, INIT_ATTRS),
+    (S.RESET, S.INIT): Transition(A.NONE, INIT_ATTRS),  # no profile ids: profile 0
     (S.INIT, S.INIT): Transition(A.NONE, INIT_ATTRS),
     (S.INIT, S.RTR): Transition(A.DGID | A.DEST_QPN, RTR_ATTRS),
     (S.RTR, S.RTS): Transition(A.NONE, RTS_ATTRS),
@@ -111,7 +143,10 @@ LIMITS: dict[QpAttr, tuple[int, int]] = {
     A.MPR_DEST: (1, MAX_MPR), A.TIMEOUT: (0, MAX_TIMEOUT),
     A.RETRY_LINEAR: (0, MAX_RETRY_LINEAR), A.RETRY_EXP: (0, MAX_RETRY_EXP),
     A.CAP: (0, U32_MAX), A.DEST_QPN: (1, QPN_MAX), A.RQ_PSN: (0, QPN_MAX),
-    A.SQ_PSN: (0, QPN_MAX),
+    A.SQ_PSN: (0, QPN_MAX), A.IBV_PORT: (1, 255), A.IBV_ACCESS_FLAGS: (0, U32_MAX),
+    A.IBV_PKEY_INDEX: (0, 0xFFFF), A.IBV_PATH_MTU: (1, 5), A.IBV_MIN_RNR_TIMER: (0, 31),
+    A.IBV_MAX_DEST_RD_ATOMIC: (0, 255), A.IBV_TIMEOUT: (0, 31), A.IBV_RETRY_CNT: (0, 7),
+    A.IBV_RNR_RETRY: (0, 7), A.IBV_MAX_RD_ATOMIC: (0, 255),
 }  # fmt: skip
 #: the capabilities a QP may set (the device does not advertise dynamic MPR)
 QP_CAPS = QpCap.TRIM_NACK_DEST_UNSUPPORTED | QpCap.SVC_TIME_DEST_UNSUPPORTED
@@ -173,6 +208,8 @@ class QpChange:
     values: dict[str, Any] = field(default_factory=dict)
     remote_host: str | None = None
     config: StackConfig | None = None
+    #: what became of the verbs attributes MRC leaves unused (a line each for the agent's log)
+    notes: tuple[str, ...] = ()
 
     @property
     def makes_core(self) -> bool:
@@ -207,8 +244,7 @@ def check_transition(old: QpState, new: QpState, given: QpAttr) -> None:
         raise OcpError(
             errno.EINVAL,
             f"{old.name} -> {new.name} needs {', '.join(missing.fields())} "
-            "(RESET -> INIT: the EV and CC profile ids; INIT -> RTR: IBV_QP_AV, the peer's "
-            "GID, and IBV_QP_DEST_QPN)",
+            "(INIT -> RTR: IBV_QP_AV, the peer's GID, and IBV_QP_DEST_QPN)",
         )
 
 
@@ -232,6 +268,10 @@ def check_modify(qp: Qp, request: Mapping[str, Any], host: QpHost) -> QpChange:
     for attr, (low, high) in LIMITS.items():
         if attr in given:
             values[attr.field] = field_int(request, attr.field, low, high)
+    notes = _verbs_only(values)
+    if (old, new) == (QpState.RESET, QpState.INIT):  # no profile ids: the host's, profile 0
+        values.setdefault("ev_profile", 0)
+        values.setdefault("cc_profile", 0)
     if "ev_profile" in values:
         host.check_ev_profile(values["ev_profile"])
     if "cc_profile" in values:
@@ -266,7 +306,31 @@ def check_modify(qp: Qp, request: Mapping[str, Any], host: QpHost) -> QpChange:
             config = core_config(host.host_config, **attrs)
         except ConfigError as exc:
             raise OcpError(errno.EINVAL, str(exc)) from None
-    return QpChange(old, new, values, remote_host, config)
+    return QpChange(old, new, values, remote_host, config, notes)
+
+
+def _verbs_only(values: dict[str, Any]) -> tuple[str, ...]:
+    """Take the verbs attributes MRC leaves unused out of ``values``: map IBV_QP_TIMEOUT and
+    IBV_QP_RETRY_CNT to their MRC counterparts (unless the request gives those too, which win),
+    ignore the others; a line for the log about each."""
+    notes: list[str] = []
+    for attr, mrc in VERBS_ONLY.items():
+        if attr.field not in values:
+            continue
+        value = values.pop(attr.field)
+        verbs = f"IBV_QP_{attr.field.removeprefix('ibv_').upper()} {value}"
+        if mrc is None:
+            notes.append(f"{verbs} ignored (MRC QPs do not use it)")
+        elif mrc.field in values:
+            notes.append(f"{verbs} ignored: the request gives {mrc.field} too")
+        elif attr is A.IBV_TIMEOUT and value == 0:
+            notes.append(f"{verbs} (no timeout) ignored: MRC QPs always have an ACK timeout")
+        else:
+            if attr is A.IBV_TIMEOUT:
+                value = min(value + VERBS_TIMEOUT_SHIFT, MAX_TIMEOUT)
+            values[mrc.field] = value
+            notes.append(f"{verbs} mapped to {mrc.field} {value}")
+    return tuple(notes)
 
 
 def _gid(value: object) -> bytes:

@@ -17,6 +17,7 @@ from typing import Any, Protocol
 from host.agent.control import CoreDriver, Deferred
 from host.agent.ocp.abi import (
     FIRST_OCP_QPN,
+    GID_TABLE_LEN,
     QPN_MAX,
     AsyncEvent,
     OcpError,
@@ -167,6 +168,7 @@ class ProviderState:
                 "port": nic.plane + 1, "plane": nic.plane, "intf": nic.intf,
                 "gid": nic.address.packed.hex(), "address": str(nic.address), "mac": nic.mac,
                 "active": context.port_admin(nic.plane), "mtu": context.config.mtu,
+                "gid_tbl_len": GID_TABLE_LEN,
             }
             for nic in self.agent.host.nics
         ]  # fmt: skip

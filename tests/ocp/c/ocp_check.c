@@ -258,9 +258,9 @@ int main(void)
 	CHECK("reset_to_rts", qp && mrc_modify_qp(qp, &va, IBV_QP_STATE, &ma, 0) == EINVAL,
 	      "RESET -> RTS accepted");
 	va.qp_state = IBV_QPS_INIT;
-	CHECK("ibv_qp_port", mrc_modify_qp(qp, &va, IBV_QP_STATE | IBV_QP_PORT, &ma,
-					   MRC_QP_EV_PROFILE_ID | MRC_QP_CC_PROFILE_ID) == EINVAL,
-	      "IBV_QP_PORT accepted");
+	CHECK("ibv_qp_alt_path", mrc_modify_qp(qp, &va, IBV_QP_STATE | IBV_QP_ALT_PATH, &ma,
+					       MRC_QP_EV_PROFILE_ID | MRC_QP_CC_PROFILE_ID) == EINVAL,
+	      "IBV_QP_ALT_PATH accepted");
 	ma.profile.ev_profile_id = 42;
 	CHECK("unknown_profile", mrc_modify_qp(qp, &va, IBV_QP_STATE, &ma,
 					       MRC_QP_EV_PROFILE_ID | MRC_QP_CC_PROFILE_ID) == EINVAL,
