@@ -36,25 +36,10 @@
  * algbw x 2(n-1)/n, as nccl-tests); the last line is "NAME: done, reduced values checked".
  */
 #define _GNU_SOURCE
-#include <errno.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <time.h>
-#include <unistd.h>
-
-#include "mrc.h"
+#define EXAMPLE "mrc_allreduce"
+#include "mrc_example.h"
 
 #define MAX_RANKS 64
-
-#define CHECK(cond, ...)                                                         \
-	do {                                                                     \
-		if (!(cond)) {                                                   \
-			fprintf(stderr, "mrc_allreduce: " __VA_ARGS__);         \
-			fprintf(stderr, " (%s)\n", strerror(errno));             \
-			exit(1);                                                 \
-		}                                                                \
-	} while (0)
 
 struct neighbour {
 	uint32_t qpn_left, qpn_right; /* its QPs towards its own left and right neighbours */
@@ -77,14 +62,6 @@ struct rank {
 	struct neighbour lnb, rnb;
 	double deadline;
 };
-
-static double now(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 static void post_recv(struct rank *k)
 {
@@ -181,59 +158,16 @@ static void allreduce(struct rank *k, uint32_t iter)
 	}
 }
 
-static void write_file(const char *dir, const char *name, const char *suffix, const char *text)
-{
-	char path[512], tmp[520];
-	FILE *f;
-
-	snprintf(path, sizeof(path), "%s/%s.%s", dir, name, suffix);
-	snprintf(tmp, sizeof(tmp), "%s.tmp", path);
-	f = fopen(tmp, "w");
-	CHECK(f, "cannot write %s", tmp);
-	fputs(text, f);
-	fclose(f);
-	CHECK(rename(tmp, path) == 0, "rename %s", tmp);
-}
-
 static void read_neighbour(struct rank *k, const char *host, struct neighbour *nb)
 {
-	char path[512], line[256], hex[40];
+	char line[256], hex[40];
 	unsigned long long addr;
-	FILE *f;
 
-	snprintf(path, sizeof(path), "%s/%s.qp", k->dir, host);
-	for (;;) {
-		f = fopen(path, "r");
-		if (f) {
-			int ok = fgets(line, sizeof(line), f) != NULL;
-
-			fclose(f);
-			if (ok && sscanf(line, "%u %u %32s %llu %u", &nb->qpn_left, &nb->qpn_right,
-					 hex, &addr, &nb->rkey) == 5) {
-				for (int i = 0; i < 16; i++) {
-					unsigned int b;
-
-					sscanf(hex + 2 * i, "%2x", &b);
-					nb->gid.raw[i] = (uint8_t)b;
-				}
-				nb->addr = addr;
-				return;
-			}
-		}
-		CHECK(now() < k->deadline, "no rendezvous file %s", path);
-		usleep(10000);
-	}
-}
-
-static void wait_ready(struct rank *k, const char *host)
-{
-	char path[512];
-
-	snprintf(path, sizeof(path), "%s/%s.ready", k->dir, host);
-	while (access(path, F_OK) != 0) {
-		CHECK(now() < k->deadline, "%s never got ready (no %s)", host, path);
-		usleep(10000);
-	}
+	wait_file(k->dir, host, "qp", k->deadline, line, sizeof(line));
+	CHECK(sscanf(line, "%u %u %32s %llu %u", &nb->qpn_left, &nb->qpn_right, hex, &addr,
+		     &nb->rkey) == 5, "%s's rendezvous file: %s", host, line);
+	hex_to_gid(hex, &nb->gid);
+	nb->addr = addr;
 }
 
 static struct mrc_qp *make_qp(struct rank *k)
@@ -244,40 +178,10 @@ static struct mrc_qp *make_qp(struct rank *k)
 		.send_ops_flags = IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM,
 	};
 	struct mrc_qp *qp = mrc_create_qp(k->mrc, &qattr);
-	struct ibv_qp_attr va = {.qp_state = IBV_QPS_INIT};
-	struct mrc_qp_attr ma = {.qp_hint = NULL};
-	int rc;
 
 	CHECK(qp, "mrc_create_qp");
-	/* RESET -> INIT: the host's own EV and CC profiles (0), no hint */
-	rc = mrc_modify_qp(qp, &va, IBV_QP_STATE, &ma,
-			   MRC_QP_EV_PROFILE_ID | MRC_QP_CC_PROFILE_ID | MRC_QP_HINT);
-	errno = rc;
-	CHECK(rc == 0, "RESET -> INIT");
+	init_qp(qp);
 	return qp;
-}
-
-/* INIT -> RTR -> RTS towards a neighbour's QP */
-static void connect_qp(struct mrc_qp *qp, uint32_t qpn, const union ibv_gid *gid)
-{
-	struct ibv_qp_attr va = {.qp_state = IBV_QPS_RTR, .dest_qp_num = qpn};
-	struct mrc_qp_attr ma = {.wimm.max_wimm_dest = 64};
-	int rc;
-
-	va.ah_attr.is_global = 1;
-	va.ah_attr.grh.dgid = *gid;
-	rc = mrc_modify_qp(qp, &va, IBV_QP_STATE | IBV_QP_AV | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN,
-			   &ma, MRC_QP_MAX_WIMM_DEST);
-	errno = rc;
-	CHECK(rc == 0, "INIT -> RTR");
-	/* ACK timeout 1.024 us x 2^7 (real-fabric time), retries without limit */
-	va = (struct ibv_qp_attr){.qp_state = IBV_QPS_RTS};
-	ma = (struct mrc_qp_attr){.wimm.max_wimm = 64, .timeout = 7,
-				  .retry = {.linear_cnt = 7, .exp_cnt = 25}};
-	rc = mrc_modify_qp(qp, &va, IBV_QP_STATE | IBV_QP_SQ_PSN, &ma,
-			   MRC_QP_MAX_WIMM | MRC_QP_TIMEOUT | MRC_QP_RETRY_CNT);
-	errno = rc;
-	CHECK(rc == 0, "RTR -> RTS");
 }
 
 static void fill(struct rank *k)
@@ -305,7 +209,7 @@ int main(int argc, char **argv)
 {
 	const char *device = NULL, *hosts[MAX_RANKS];
 	char *list = NULL;
-	int iters = 5, op, n_dev;
+	int iters = 5, op;
 	double timeout = 200;
 	struct rank k = {.count = 262144, .me = -1};
 
@@ -343,43 +247,17 @@ int main(int argc, char **argv)
 	const char *left_host = hosts[(k.me + n - 1) % n], *right_host = hosts[(k.me + 1) % n];
 
 	/* device, PD, memory */
-	struct ibv_device **devs = ibv_get_device_list(&n_dev);
-
-	CHECK(devs && n_dev > 0, "no verbs device (run inside a testbed host: mrc-testbed exec)");
-	struct ibv_device *dev = devs[0];
-
-	for (int i = 0; device && devs[i]; i++)
-		if (strcmp(ibv_get_device_name(devs[i]), device) == 0)
-			dev = devs[i];
-	k.ibv = ibv_open_device(dev);
-	CHECK(k.ibv, "ibv_open_device %s", ibv_get_device_name(dev));
-	ibv_free_device_list(devs);
-	struct mrc_device_attr dattr;
-	int supported = 0;
-
-	CHECK(mrc_query_device(k.ibv, &dattr, &supported) == 0 && supported,
-	      "the device does not support MRC");
+	k.ibv = open_mrc_device(device);
 	k.pd = ibv_alloc_pd(k.ibv);
 	CHECK(k.pd, "ibv_alloc_pd");
 	size_t slots = (size_t)steps * k.chunk * sizeof(float);
 
 	k.data = malloc(k.count * sizeof(float));
-	k.sbuf = aligned_alloc(4096, (slots + 4095) / 4096 * 4096);
-	k.rbuf = aligned_alloc(4096, (slots + 4095) / 4096 * 4096);
-	CHECK(k.data && k.sbuf && k.rbuf, "buffers of %zu bytes", slots);
-	memset(k.rbuf, 0, slots);
-	k.smr = ibv_reg_mr(k.pd, k.sbuf, slots, IBV_ACCESS_LOCAL_WRITE);
-	k.rmr = ibv_reg_mr(k.pd, k.rbuf, slots, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
-	CHECK(k.smr && k.rmr, "ibv_reg_mr");
+	CHECK(k.data, "a vector of %zu floats", k.count);
+	open_buffers(k.pd, slots, (void **)&k.sbuf, (void **)&k.rbuf, &k.smr, &k.rmr);
 
 	/* MRC context, CQs, a QP per neighbour */
-	struct mrc_context_attr cattr = {.mrc_api_version_used = MRC_API_CURRENT_VERSION};
-
-	k.mrc = mrc_create_context(k.ibv, &cattr);
-	CHECK(k.mrc, "mrc_create_context");
-	k.scq = mrc_create_cq(k.mrc, 1024, NULL, NULL, 0);
-	k.rcq = mrc_create_cq(k.mrc, 1024, NULL, NULL, 0);
-	CHECK(k.scq && k.rcq, "mrc_create_cq");
+	k.mrc = open_mrc_context(k.ibv, 1024, 1024, &k.scq, &k.rcq);
 	k.left = make_qp(&k);
 	k.right = make_qp(&k);
 	for (int i = 0; i < steps; i++) /* receives before the left neighbour can write */
@@ -388,22 +266,22 @@ int main(int argc, char **argv)
 	/* rendezvous: our QPs, GID and receive buffer; then the neighbours' */
 	union ibv_gid gid;
 	uint32_t qpn_left, qpn_right;
-	char text[256], *at = text;
+	char text[256], hex[33];
 
 	CHECK(ibv_query_gid(k.ibv, 1, 0, &gid) == 0, "ibv_query_gid");
 	CHECK(mrc_get_qpn(k.left, &qpn_left) == 0 && mrc_get_qpn(k.right, &qpn_right) == 0,
 	      "mrc_get_qpn");
-	at += sprintf(at, "%u %u ", qpn_left, qpn_right);
-	for (int i = 0; i < 16; i++)
-		at += sprintf(at, "%02x", gid.raw[i]);
-	sprintf(at, " %llu %u\n", (unsigned long long)(uintptr_t)k.rbuf, k.rmr->rkey);
+	gid_to_hex(&gid, hex);
+	snprintf(text, sizeof(text), "%u %u %s %llu %u\n", qpn_left, qpn_right, hex,
+		 (unsigned long long)(uintptr_t)k.rbuf, k.rmr->rkey);
 	write_file(k.dir, k.name, "qp", text);
 	read_neighbour(&k, left_host, &k.lnb);
 	read_neighbour(&k, right_host, &k.rnb);
 	connect_qp(k.left, k.lnb.qpn_right, &k.lnb.gid);
 	connect_qp(k.right, k.rnb.qpn_left, &k.rnb.gid);
 	write_file(k.dir, k.name, "ready", "");
-	wait_ready(&k, right_host); /* its QP from us is in RTR: our writes will be taken */
+	/* the right neighbour's QP from us is in RTR: our writes will be taken */
+	wait_file(k.dir, right_host, "ready", k.deadline, NULL, 0);
 	printf("%s: rank %d of %d, writes to %s (QP %#x -> %#x), receives from %s (QP %#x)\n",
 	       k.name, k.me, n, right_host, qpn_right, k.rnb.qpn_left, left_host, qpn_left);
 
@@ -425,22 +303,10 @@ int main(int argc, char **argv)
 	/* the left neighbour's last WRITE_IMM completes when we acknowledge it: keep our QPs
 	 * until it says it is done */
 	write_file(k.dir, k.name, "done", "");
-	char done[512];
-
-	snprintf(done, sizeof(done), "%s/%s.done", k.dir, left_host);
-	while (access(done, F_OK) != 0) {
-		CHECK(now() < k.deadline, "%s never finished (no %s)", left_host, done);
-		usleep(10000);
-	}
+	wait_file(k.dir, left_host, "done", k.deadline, NULL, 0);
 
 	CHECK(mrc_destroy_qp(k.left) == 0 && mrc_destroy_qp(k.right) == 0, "mrc_destroy_qp");
-	CHECK(mrc_destroy_cq(k.scq) == 0 && mrc_destroy_cq(k.rcq) == 0, "mrc_destroy_cq");
-	CHECK(mrc_destroy_context(k.mrc) == 0, "mrc_destroy_context");
-	CHECK(ibv_dereg_mr(k.smr) == 0 && ibv_dereg_mr(k.rmr) == 0, "ibv_dereg_mr");
-	CHECK(ibv_dealloc_pd(k.pd) == 0, "ibv_dealloc_pd");
-	CHECK(ibv_close_device(k.ibv) == 0, "ibv_close_device");
+	close_all(k.mrc, k.scq, k.rcq, k.smr, k.rmr, k.pd, k.ibv);
 	free(k.data);
-	free(k.sbuf);
-	free(k.rbuf);
 	return 0;
 }

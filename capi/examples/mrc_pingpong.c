@@ -19,23 +19,8 @@
  * first WRITE to the peer's answer that it checked every byte.
  */
 #define _GNU_SOURCE
-#include <errno.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
-#include <time.h>
-#include <unistd.h>
-
-#include "mrc.h"
-
-#define CHECK(cond, ...)                                                         \
-	do {                                                                     \
-		if (!(cond)) {                                                   \
-			fprintf(stderr, "mrc_pingpong: " __VA_ARGS__);          \
-			fprintf(stderr, " (%s)\n", strerror(errno));             \
-			exit(1);                                                 \
-		}                                                                \
-	} while (0)
+#define EXAMPLE "mrc_pingpong"
+#include "mrc_example.h"
 
 struct peer_info {
 	uint32_t qpn;
@@ -57,14 +42,6 @@ struct end {
 	double deadline;
 	int recvs_posted;
 };
-
-static double now(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 /* the byte at offset i of message (tag) from side (who) */
 static uint8_t pattern(uint32_t tag, int who, size_t i)
@@ -149,113 +126,37 @@ static struct ibv_wc wait_wc(struct end *e, enum ibv_wc_opcode opcode)
 
 static void rendezvous(struct end *e, const char *dir, const char *name, const char *peer)
 {
-	char path[512], tmp[520], line[256];
-	struct peer_info me = {0};
+	char text[256], line[256], hex[40];
+	unsigned long long addr;
 	union ibv_gid gid;
-	FILE *f;
+	uint32_t qpn;
 
 	CHECK(ibv_query_gid(e->ibv, 1, 0, &gid) == 0, "ibv_query_gid");
-	CHECK(mrc_get_qpn(e->qp, &me.qpn) == 0, "mrc_get_qpn");
-	snprintf(path, sizeof(path), "%s/%s.qp", dir, name);
-	snprintf(tmp, sizeof(tmp), "%s.tmp", path);
-	f = fopen(tmp, "w");
-	CHECK(f, "cannot write %s", tmp);
-	fprintf(f, "%u ", me.qpn);
-	for (int i = 0; i < 16; i++)
-		fprintf(f, "%02x", gid.raw[i]);
-	fprintf(f, " %llu %u\n", (unsigned long long)(uintptr_t)e->rbuf, e->rmr->rkey);
-	fclose(f);
-	CHECK(rename(tmp, path) == 0, "rename %s", tmp);
-
-	snprintf(path, sizeof(path), "%s/%s.qp", dir, peer);
-	for (;;) {
-		f = fopen(path, "r");
-		if (f && fgets(line, sizeof(line), f)) {
-			char hex[40];
-			unsigned long long addr;
-
-			fclose(f);
-			if (sscanf(line, "%u %32s %llu %u", &e->peer.qpn, hex, &addr, &e->peer.rkey) == 4) {
-				for (int i = 0; i < 16; i++) {
-					unsigned int b;
-
-					sscanf(hex + 2 * i, "%2x", &b);
-					e->peer.gid.raw[i] = (uint8_t)b;
-				}
-				e->peer.addr = addr;
-				return;
-			}
-		} else if (f) {
-			fclose(f);
-		}
-		CHECK(now() < e->deadline, "no rendezvous file %s from the peer", path);
-		usleep(10000);
-	}
+	CHECK(mrc_get_qpn(e->qp, &qpn) == 0, "mrc_get_qpn");
+	gid_to_hex(&gid, hex);
+	snprintf(text, sizeof(text), "%u %s %llu %u\n", qpn, hex,
+		 (unsigned long long)(uintptr_t)e->rbuf, e->rmr->rkey);
+	write_file(dir, name, "qp", text);
+	wait_file(dir, peer, "qp", e->deadline, line, sizeof(line));
+	CHECK(sscanf(line, "%u %32s %llu %u", &e->peer.qpn, hex, &addr, &e->peer.rkey) == 4,
+	      "%s's rendezvous file: %s", peer, line);
+	hex_to_gid(hex, &e->peer.gid);
+	e->peer.addr = addr;
 }
 
 /* After RTS: say so in DIR/NAME.ready and wait for the peer's. A WRITE that reaches a QP not
  * yet in RTR is dropped (as on any RDMA NIC) and only its ACK timeout would send it again. */
 static void barrier(struct end *e, const char *dir, const char *name, const char *peer)
 {
-	char path[512];
-	FILE *f;
-
-	snprintf(path, sizeof(path), "%s/%s.ready", dir, name);
-	f = fopen(path, "w");
-	CHECK(f, "cannot write %s", path);
-	fclose(f);
-	snprintf(path, sizeof(path), "%s/%s.ready", dir, peer);
-	while (access(path, F_OK) != 0) {
-		CHECK(now() < e->deadline, "the peer never got ready (no %s)", path);
-		usleep(10000);
-	}
-}
-
-/* RESET -> INIT: the host's own EV and CC profiles (0), no hint */
-static void init_qp(struct end *e)
-{
-	struct ibv_qp_attr va = {.qp_state = IBV_QPS_INIT};
-	struct mrc_qp_attr ma = {.qp_hint = NULL};
-	int rc;
-
-	rc = mrc_modify_qp(e->qp, &va, IBV_QP_STATE, &ma,
-			   MRC_QP_EV_PROFILE_ID | MRC_QP_CC_PROFILE_ID | MRC_QP_HINT);
-	errno = rc;
-	CHECK(rc == 0, "RESET -> INIT");
-}
-
-/* INIT -> RTR -> RTS towards the peer */
-static void connect_qp(struct end *e)
-{
-	struct ibv_qp_attr va;
-	struct mrc_qp_attr ma;
-	int rc;
-
-	va = (struct ibv_qp_attr){.qp_state = IBV_QPS_RTR, .dest_qp_num = e->peer.qpn};
-	va.ah_attr.is_global = 1;
-	va.ah_attr.grh.dgid = e->peer.gid;
-	ma = (struct mrc_qp_attr){.wimm.max_wimm_dest = 64};
-	rc = mrc_modify_qp(e->qp, &va, IBV_QP_STATE | IBV_QP_AV | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN,
-			   &ma, MRC_QP_MAX_WIMM_DEST);
-	errno = rc;
-	CHECK(rc == 0, "INIT -> RTR");
-
-	/* ACK timeout 1.024 us x 2^7 = 131 us: tens of round trips of a fabric whose RTT is a few
-	 * microseconds (the testbed honours it in real-fabric time); retries without limit */
-	va = (struct ibv_qp_attr){.qp_state = IBV_QPS_RTS};
-	ma = (struct mrc_qp_attr){.wimm.max_wimm = 64, .timeout = 7,
-				  .retry = {.linear_cnt = 7, .exp_cnt = 25}};
-	rc = mrc_modify_qp(e->qp, &va, IBV_QP_STATE | IBV_QP_SQ_PSN, &ma,
-			   MRC_QP_MAX_WIMM | MRC_QP_TIMEOUT | MRC_QP_RETRY_CNT);
-	errno = rc;
-	CHECK(rc == 0, "RTR -> RTS");
+	write_file(dir, name, "ready", "");
+	wait_file(dir, peer, "ready", e->deadline, NULL, 0);
 }
 
 int main(int argc, char **argv)
 {
 	const char *name = NULL, *peer = NULL, *dir = NULL, *device = NULL;
 	size_t max = 1 << 20, volume = 0;
-	int iters = 100, op, n;
+	int iters = 100, op;
 	double timeout = 120;
 	struct end e = {0};
 
@@ -287,42 +188,14 @@ int main(int argc, char **argv)
 	int first = strcmp(name, peer) < 0;
 
 	/* device, PD, memory */
-	struct ibv_device **list = ibv_get_device_list(&n);
-
-	CHECK(list && n > 0, "no verbs device (run inside a testbed host: mrc-testbed exec)");
-	struct ibv_device *dev = list[0];
-
-	for (int i = 0; device && list[i]; i++)
-		if (strcmp(ibv_get_device_name(list[i]), device) == 0)
-			dev = list[i];
-	e.ibv = ibv_open_device(dev);
-	CHECK(e.ibv, "ibv_open_device %s", ibv_get_device_name(dev));
-	ibv_free_device_list(list);
-
-	struct mrc_device_attr dattr;
-	int supported = 0;
-
-	CHECK(mrc_query_device(e.ibv, &dattr, &supported) == 0 && supported,
-	      "the device does not support MRC");
+	e.ibv = open_mrc_device(device);
 	e.pd = ibv_alloc_pd(e.ibv);
 	CHECK(e.pd, "ibv_alloc_pd");
 	e.size = max;
-	e.sbuf = aligned_alloc(4096, max);
-	e.rbuf = aligned_alloc(4096, max);
-	CHECK(e.sbuf && e.rbuf, "buffers of %zu bytes", max);
-	memset(e.rbuf, 0, max);
-	e.smr = ibv_reg_mr(e.pd, e.sbuf, max, IBV_ACCESS_LOCAL_WRITE);
-	e.rmr = ibv_reg_mr(e.pd, e.rbuf, max, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
-	CHECK(e.smr && e.rmr, "ibv_reg_mr");
+	open_buffers(e.pd, max, (void **)&e.sbuf, (void **)&e.rbuf, &e.smr, &e.rmr);
 
 	/* MRC context, CQ, QP */
-	struct mrc_context_attr cattr = {.mrc_api_version_used = MRC_API_CURRENT_VERSION};
-
-	e.mrc = mrc_create_context(e.ibv, &cattr);
-	CHECK(e.mrc, "mrc_create_context");
-	e.scq = mrc_create_cq(e.mrc, 1024, NULL, NULL, 0);
-	e.rcq = mrc_create_cq(e.mrc, 64, NULL, NULL, 0);
-	CHECK(e.scq && e.rcq, "mrc_create_cq");
+	e.mrc = open_mrc_context(e.ibv, 1024, 64, &e.scq, &e.rcq);
 	struct mrc_qp_init_attr qattr = {
 		.send_cq = e.scq, .recv_cq = e.rcq, .sq_sig_all = 1, .pd = e.pd,
 		.cap = {.max_send_wr = 256, .max_recv_wr = 64, .max_send_sge = 1, .max_recv_sge = 1},
@@ -330,11 +203,11 @@ int main(int argc, char **argv)
 	};
 	e.qp = mrc_create_qp(e.mrc, &qattr);
 	CHECK(e.qp, "mrc_create_qp");
-	init_qp(&e);
+	init_qp(e.qp);
 	for (int i = 0; i < 4; i++) /* receives before the peer can write */
 		post_recv(&e);
 	rendezvous(&e, dir, name, peer);
-	connect_qp(&e);
+	connect_qp(e.qp, e.peer.qpn, &e.peer.gid);
 	barrier(&e, dir, name, peer);
 	uint32_t qpn;
 
@@ -417,12 +290,6 @@ int main(int argc, char **argv)
 
 	/* clean up */
 	CHECK(mrc_destroy_qp(e.qp) == 0, "mrc_destroy_qp");
-	CHECK(mrc_destroy_cq(e.scq) == 0 && mrc_destroy_cq(e.rcq) == 0, "mrc_destroy_cq");
-	CHECK(mrc_destroy_context(e.mrc) == 0, "mrc_destroy_context");
-	CHECK(ibv_dereg_mr(e.smr) == 0 && ibv_dereg_mr(e.rmr) == 0, "ibv_dereg_mr");
-	CHECK(ibv_dealloc_pd(e.pd) == 0, "ibv_dealloc_pd");
-	CHECK(ibv_close_device(e.ibv) == 0, "ibv_close_device");
-	free(e.sbuf);
-	free(e.rbuf);
+	close_all(e.mrc, e.scq, e.rcq, e.smr, e.rmr, e.pd, e.ibv);
 	return 0;
 }
