@@ -47,38 +47,55 @@ def _interface(text: str) -> tuple[int, str]:
     return port, intf
 
 
-def _rate(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"'{text}': expected a rate in bits per second") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"'{text}': expected a rate >= 0 (0 = not shaped)")
-    return value
+def _non_negative(what: str, unit: str, zero: str) -> Callable[[str], float]:
+    """A parser of a number >= 0 (``what`` in ``unit``; ``zero``: what 0 means)."""
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"'{text}': expected {what} in {unit}") from None
+        if not value >= 0:
+            raise argparse.ArgumentTypeError(f"'{text}': expected {what} >= 0 ({zero})")
+        return value
+
+    return parse
 
 
-def _port_rate(text: str) -> tuple[int, float]:
-    port, sep, rate = text.partition("=")
-    if not sep or not port.isdigit():
-        raise argparse.ArgumentTypeError(f"'{text}': expected PORT=BITS_PER_SECOND")
-    return int(port), _rate(rate)
+_rate = _non_negative("a rate", "bits per second", "0 = not shaped")
+_latency = _non_negative("a latency", "microseconds", "0 = none")
 
 
-def _latency(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"'{text}': expected a latency in microseconds") from None
-    if not value >= 0:
-        raise argparse.ArgumentTypeError(f"'{text}': expected a latency >= 0 microseconds")
-    return value
+def _per_port(value: Callable[[str], float], form: str) -> Callable[[str], tuple[int, float]]:
+    """A parser of ``PORT=VALUE`` (``form`` names VALUE in the message)."""
+
+    def parse(text: str) -> tuple[int, float]:
+        port, sep, rest = text.partition("=")
+        if not sep or not port.isdigit():
+            raise argparse.ArgumentTypeError(f"'{text}': expected PORT={form}")
+        return int(port), value(rest)
+
+    return parse
 
 
-def _port_latency(text: str) -> tuple[int, float]:
-    port, sep, latency = text.partition("=")
-    if not sep or not port.isdigit():
-        raise argparse.ArgumentTypeError(f"'{text}': expected PORT=MICROSECONDS")
-    return int(port), _latency(latency)
+def _add_port_option(
+    parser: argparse.ArgumentParser,
+    flag: str,
+    value: Callable[[str], float],
+    form: str,
+    every: str,
+    metavar: str,
+) -> None:
+    """``--FLAG VALUE`` for every port (default 0) and ``--FLAG-of PORT=VALUE`` (repeatable)."""
+    parser.add_argument(flag, type=value, default=0.0, metavar=metavar, help=every)
+    parser.add_argument(
+        f"{flag}-of",
+        type=_per_port(value, form),
+        action="append",
+        default=[],
+        metavar=f"PORT={metavar}",
+        help="one port's value (repeatable)",
+    )
 
 
 def _positive(what: str) -> Callable[[str], int]:
@@ -126,37 +143,15 @@ def build_parser() -> argparse.ArgumentParser:
         default=2,
         help="strict-priority queues per egress port (default 2: priority 1 is served first)",
     )
-    parser.add_argument(
-        "--port-rate-bps",
-        type=_rate,
-        default=0.0,
-        metavar="BPS",
-        help="shape every egress port to BPS bits/s (default 0: not shaped)",
-    )
-    parser.add_argument(
-        "--port-rate-bps-of",
-        type=_port_rate,
-        action="append",
-        default=[],
-        metavar="PORT=BPS",
-        help="shape one port differently (repeatable)",
-    )
-    parser.add_argument(
-        "--port-latency-us",
-        type=_latency,
-        default=0.0,
-        metavar="US",
-        help="hold what leaves every egress port US microseconds before the wire: the link's "
-        "latency, where the kernel has no netem (default 0)",
-    )
-    parser.add_argument(
-        "--port-latency-us-of",
-        type=_port_latency,
-        action="append",
-        default=[],
-        metavar="PORT=US",
-        help="one port's latency (repeatable)",
-    )
+    _add_port_option(
+        parser, "--port-rate-bps", _rate, "BITS_PER_SECOND",
+        "shape every egress port to BPS bits/s (default 0: not shaped)", "BPS",
+    )  # fmt: skip
+    _add_port_option(
+        parser, "--port-latency-us", _latency, "MICROSECONDS",
+        "hold what leaves every egress port US microseconds before the wire: the link's "
+        "latency, where the kernel has no netem (default 0)", "US",
+    )  # fmt: skip
     parser.add_argument(
         "--queue-depth",
         type=_positive("a depth in packets"),
@@ -208,13 +203,8 @@ def _check(parser: argparse.ArgumentParser, args: argparse.Namespace) -> dict[in
         if intf in seen:
             parser.error(f"-i: interface '{intf}' given twice")
         seen.add(intf)
-        ports[number] = PortConfig(
-            number,
-            intf,
-            rate_bps=args.port_rate_bps,
-            mtu=args.mtu,
-            latency_s=args.port_latency_us * 1e-6,
-        )
+        latency = args.port_latency_us * 1e-6
+        ports[number] = PortConfig(number, intf, args.port_rate_bps, args.mtu, latency)
     for number, rate in args.port_rate_bps_of:
         if number not in ports:
             parser.error(f"--port-rate-bps-of: port {number} is not one of the -i ports")
