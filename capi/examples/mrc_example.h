@@ -1,11 +1,13 @@
 /*
  * What the OCP MRC API examples share: a fatal check, the clock, opening the verbs device that
- * supports MRC, registered buffers, the MRC context with its CQs, the QP's state changes (RESET -> INIT with the host's profiles, INIT -> RTR ->
- * RTS towards a peer QP) and the rendezvous files through which the ends meet (testbed hosts
+ * supports MRC, registered buffers, the MRC context with its CQs, the QP's state changes
+ * (RESET -> INIT with the host's profiles, INIT -> RTR -> RTS towards a peer QP) and the
+ * rendezvous files through which the ends meet (testbed hosts
  * share the file system).
  *
  * An example defines EXAMPLE (its name, the prefix of its error lines) before including this
- * header; every function is static, so each example stays one translation unit.
+ * header; every function is static inline, so each example stays one translation unit and
+ * need not use them all.
  */
 #ifndef MRC_EXAMPLE_H
 #define MRC_EXAMPLE_H
@@ -32,7 +34,7 @@
 		}                                                                \
 	} while (0)
 
-static double now(void)
+static inline double now(void)
 {
 	struct timespec ts;
 
@@ -41,7 +43,7 @@ static double now(void)
 }
 
 /* The verbs device named `name` (NULL: the first), opened; it must support MRC. */
-static struct ibv_context *open_mrc_device(const char *name)
+static inline struct ibv_context *open_mrc_device(const char *name)
 {
 	int n;
 	struct ibv_device **list = ibv_get_device_list(&n);
@@ -66,8 +68,8 @@ static struct ibv_context *open_mrc_device(const char *name)
 
 /* A send and a receive buffer of `size` bytes, page-aligned, registered in `pd` (the receive
  * one zeroed and remotely writable) */
-static void open_buffers(struct ibv_pd *pd, size_t size, void **sbuf, void **rbuf,
-			 struct ibv_mr **smr, struct ibv_mr **rmr)
+static inline void open_buffers(struct ibv_pd *pd, size_t size, void **sbuf, void **rbuf,
+				struct ibv_mr **smr, struct ibv_mr **rmr)
 {
 	size_t pages = (size + 4095) / 4096 * 4096;
 
@@ -81,8 +83,9 @@ static void open_buffers(struct ibv_pd *pd, size_t size, void **sbuf, void **rbu
 }
 
 /* The MRC context of `ibv`, with a send and a receive CQ */
-static struct mrc_context *open_mrc_context(struct ibv_context *ibv, int send_cqe, int recv_cqe,
-					    struct mrc_cq **scq, struct mrc_cq **rcq)
+static inline struct mrc_context *open_mrc_context(struct ibv_context *ibv, int send_cqe,
+						   int recv_cqe, struct mrc_cq **scq,
+						   struct mrc_cq **rcq)
 {
 	struct mrc_context_attr cattr = {.mrc_api_version_used = MRC_API_CURRENT_VERSION};
 	struct mrc_context *mrc = mrc_create_context(ibv, &cattr);
@@ -96,9 +99,9 @@ static struct mrc_context *open_mrc_context(struct ibv_context *ibv, int send_cq
 
 /* Undo open_mrc_context, open_buffers (the buffers freed too), the PD and open_mrc_device;
  * the QPs must be destroyed first */
-static void close_all(struct mrc_context *mrc, struct mrc_cq *scq, struct mrc_cq *rcq,
-		      struct ibv_mr *smr, struct ibv_mr *rmr, struct ibv_pd *pd,
-		      struct ibv_context *ibv)
+static inline void close_all(struct mrc_context *mrc, struct mrc_cq *scq, struct mrc_cq *rcq,
+			     struct ibv_mr *smr, struct ibv_mr *rmr, struct ibv_pd *pd,
+			     struct ibv_context *ibv)
 {
 	void *sbuf = smr->addr, *rbuf = rmr->addr;
 
@@ -112,7 +115,7 @@ static void close_all(struct mrc_context *mrc, struct mrc_cq *scq, struct mrc_cq
 }
 
 /* RESET -> INIT: the host's own EV and CC profiles (0), no hint */
-static void init_qp(struct mrc_qp *qp)
+static inline void init_qp(struct mrc_qp *qp)
 {
 	struct ibv_qp_attr va = {.qp_state = IBV_QPS_INIT};
 	struct mrc_qp_attr ma = {.qp_hint = NULL};
@@ -125,7 +128,7 @@ static void init_qp(struct mrc_qp *qp)
 }
 
 /* INIT -> RTR -> RTS towards the peer's QP `qpn` at `gid` */
-static void connect_qp(struct mrc_qp *qp, uint32_t qpn, const union ibv_gid *gid)
+static inline void connect_qp(struct mrc_qp *qp, uint32_t qpn, const union ibv_gid *gid)
 {
 	struct ibv_qp_attr va = {.qp_state = IBV_QPS_RTR, .dest_qp_num = qpn};
 	struct mrc_qp_attr ma = {.wimm.max_wimm_dest = 64};
@@ -150,7 +153,8 @@ static void connect_qp(struct mrc_qp *qp, uint32_t qpn, const union ibv_gid *gid
 }
 
 /* DIR/NAME.SUFFIX holding `text`, written whole (through a temporary file and a rename) */
-static void write_file(const char *dir, const char *name, const char *suffix, const char *text)
+static inline void write_file(const char *dir, const char *name, const char *suffix,
+			      const char *text)
 {
 	char path[512], tmp[520];
 	FILE *f;
@@ -166,8 +170,8 @@ static void write_file(const char *dir, const char *name, const char *suffix, co
 
 /* Wait until DIR/NAME.SUFFIX exists (give up at `deadline`); with `line`, read its first line
  * (at most `size` bytes) once it has one. */
-static void wait_file(const char *dir, const char *name, const char *suffix, double deadline,
-		      char *line, size_t size)
+static inline void wait_file(const char *dir, const char *name, const char *suffix,
+			     double deadline, char *line, size_t size)
 {
 	char path[512];
 
@@ -188,13 +192,13 @@ static void wait_file(const char *dir, const char *name, const char *suffix, dou
 }
 
 /* A GID as 32 hex digits (`hex` holds at least 33 bytes), and back */
-static void gid_to_hex(const union ibv_gid *gid, char *hex)
+static inline void gid_to_hex(const union ibv_gid *gid, char *hex)
 {
 	for (int i = 0; i < 16; i++)
 		sprintf(hex + 2 * i, "%02x", gid->raw[i]);
 }
 
-static void hex_to_gid(const char *hex, union ibv_gid *gid)
+static inline void hex_to_gid(const char *hex, union ibv_gid *gid)
 {
 	for (int i = 0; i < 16; i++) {
 		unsigned int b;
