@@ -647,14 +647,9 @@ def main(argv: list[str] | None = None) -> int:
         TopologyError,
         P4InfoError,
         QosError,
-        SwitchUnreachable,
+        P4RuntimeError,
+        OSError,  # SwitchUnreachable too, and e.g. an overrides file that cannot be written
     ) as exc:
-        print(f"mrc-ctl: error: {exc}", file=sys.stderr)
-        return 1
-    except P4RuntimeError as exc:
-        print(f"mrc-ctl: error: {exc}", file=sys.stderr)
-        return 1
-    except OSError as exc:  # e.g. the overrides file cannot be written
         print(f"mrc-ctl: error: {exc}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:

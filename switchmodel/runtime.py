@@ -534,20 +534,12 @@ class SwitchRuntime:
                 return list(self._read_counters(binding, entity.counter_entry))
             if kind == "register_entry":
                 return list(self._read_registers(binding, entity.register_entry))
-            if kind == "action_profile_member":
-                want_member = entity.action_profile_member
-                return [
-                    found
-                    for profile in self._profiles_of(want_member.action_profile_id)
-                    for found in profile.read_members(want_member.member_id)
-                ]
-            if kind == "action_profile_group":
-                want_group = entity.action_profile_group
-                return [
-                    found
-                    for profile in self._profiles_of(want_group.action_profile_id)
-                    for found in profile.read_groups(want_group.group_id)
-                ]
+            if kind in ("action_profile_member", "action_profile_group"):
+                want = getattr(entity, kind)
+                profiles = self._profiles_of(want.action_profile_id)
+                if kind == "action_profile_member":
+                    return [m for profile in profiles for m in profile.read_members(want.member_id)]
+                return [g for profile in profiles for g in profile.read_groups(want.group_id)]
             raise RuntimeStatus(
                 code_pb2.UNIMPLEMENTED, f"reading {kind or 'an empty entity'} is not supported"
             )
