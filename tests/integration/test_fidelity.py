@@ -1,5 +1,5 @@
-"""A run that falls behind says so: a switch stopped and resumed on purpose (80 ms of every
-100 ms, like a process that gets a fifth of a core) for part of a run is flagged in
+"""A run that falls behind says so: a switch stopped and resumed on purpose (200 ms of every
+220 ms, like a process that gets a tenth of a core) for part of a run is flagged in
 metrics.json, summary.md and fidelity.csv, and ``mrc-testbed run --strict`` exits non-zero."""
 
 from __future__ import annotations
@@ -23,7 +23,9 @@ pytestmark = [pytest.mark.mininet, pytest.mark.slow]
 
 THROTTLED = "t1-p0-s0"
 FROM_S, UNTIL_S = 1.0, 2.5  # seconds of the phase the switch is throttled
-STOPPED_S, RUNNING_S = 0.08, 0.02
+# not a divisor of the switch's 0.1 s stats interval, or its writer would always wake in the
+# running slot: each of its wake-ups falls in a stop and comes about 120 ms late
+STOPPED_S, RUNNING_S = 0.2, 0.02
 
 SCENARIO = {
     "name": "throttled",
@@ -100,5 +102,4 @@ def test_a_throttled_switch_is_flagged_and_strict_fails(
     with (out / "fidelity.csv").open() as f:
         rows = [r for r in csv.DictReader(f) if r["name"] == THROTTLED]
     during = [float(r["gap_s"]) for r in rows if FROM_S + 0.3 < float(r["time_s"]) <= UNTIL_S]
-    assert during and max(during) >= STOPPED_S * 0.6, rows
-    assert sum(g >= STOPPED_S * 0.4 for g in during) >= len(during) // 2, during
+    assert during and min(during) >= 0.05, during
