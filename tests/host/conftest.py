@@ -1,12 +1,15 @@
-"""Fixtures for the transport-core tests: an in-memory network of hosts on the small fabric
-(the suite-wide ``fabric`` fixture of ``tests/conftest.py``)."""
+"""Fixtures for the transport-core tests: an in-memory network of hosts on the small fabric,
+at the ``testbed-2026`` operating point the tests' figures were set on (``fabric`` here
+replaces the suite-wide one of ``tests/conftest.py``)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import cache
 
 import pytest
+from support.fabric import small_fabric
 
 from host.transport.api import CompletionQueue, Context, MemoryRegion, QueuePair
 from host.transport.cc import CcProfile
@@ -15,6 +18,7 @@ from host.transport.config import StackConfig
 from host.transport.events import Completion, Event
 from sim.network import SimNet
 from topologies import Fabric
+from topologies.operating import LEGACY_PROFILE
 
 REGION_ADDR = 0x7F00_0000_0000
 REGION_LEN = 1 << 23
@@ -92,6 +96,20 @@ class Net:
         """Let every host send."""
         for name in self.hosts:
             self.sim.kick(name)
+
+
+@cache
+def legacy_small_fabric() -> Fabric:
+    """The shipped small fabric with the ``testbed-2026`` profile (built once)."""
+    return Fabric(small_fabric().topology.with_(profile=LEGACY_PROFILE))
+
+
+@pytest.fixture(scope="session")
+def fabric() -> Fabric:
+    """The small fabric at the ``testbed-2026`` operating point (50 us of emulated delay per
+    link, 64-packet queues): the in-memory networks of these tests and the figures they check
+    (packets in flight on a failed path, retransmissions) were set on it."""
+    return legacy_small_fabric()
 
 
 @pytest.fixture
