@@ -10,7 +10,8 @@ them into Mininet nodes and veth pairs. Classes:
   process of its target on its interfaces (:func:`targets.factory.fabric_switch`: BMv2's
   ``simple_switch_grpc`` or the switchmodel's ``mrc-switch``);
 - :class:`FabricHost` -- a Mininet ``Host`` with one NIC per plane (``h0-p0``, ``h0-p1``...)
-  and no IPv4 address; the host agent owns the NICs;
+  and no IPv4 address on them (the host agent owns the NICs), and ``mgmt0`` on the management
+  network (:mod:`experiments.mgmtnet`: IPv4 and IPv6, every host's name in its /etc/hosts);
 - :class:`FabricNet` -- the network: :meth:`FabricNet.build` makes it from a fabric,
   :meth:`FabricNet.start` starts every switch and waits until they serve P4Runtime, and
   :meth:`FabricNet.link_down` / :meth:`FabricNet.reboot` are the fault primitives (a failed
@@ -51,6 +52,7 @@ from mininet.net import Mininet
 from mininet.node import Host
 from mininet.node import Switch as MnSwitch
 
+from experiments.mgmtnet import ManagementNet
 from targets.factory import GRPC_BASE_PORT, fabric_switch, grpc_addr, port_latencies
 from targets.model import ModelSwitch
 from targets.process import SwitchProcess
@@ -254,6 +256,8 @@ class FabricNet:
         self.hosts: dict[str, FabricHost] = {}
         #: what applies the links' latency: "netem", "switch", "agents" or "none" (after build)
         self.latency_by = "none"
+        #: the hosts' management network (after build)
+        self.mgmt: ManagementNet | None = None
 
     def grpc_addr(self, name: str) -> str:
         """P4Runtime address of switch ``name``."""
@@ -300,6 +304,8 @@ class FabricNet:
                 params2=dict(params),
             )
         self.net.build()
+        self.mgmt = ManagementNet(self.hosts, self.options.run_dir)
+        self.mgmt.up()
         self.latency_by = self._apply_latency()
 
     def _apply_latency(self) -> str:
@@ -351,6 +357,8 @@ class FabricNet:
         for switch in self.switches.values():
             with contextlib.suppress(Exception):
                 switch.process.stop()
+        if self.mgmt is not None:
+            self.mgmt.down()
         self.net.stop()
 
     # -- faults ------------------------------------------------------------------------------

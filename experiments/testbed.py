@@ -38,6 +38,7 @@ import yaml
 from controller.push import PushReport, SwitchAddress
 from controller.qos import describe_operating_point, operating_point
 from experiments.control import ControlError, FabricControl
+from experiments.mgmtnet import SWITCH_NODE
 from p4src.contract import QDEPTH_MAX
 from targets.state import HostState, StateError, SwitchState, TestbedState, default_path
 from topologies import Fabric, Topology, load_topology
@@ -600,8 +601,8 @@ def fabric_interface_names(fabric: Fabric) -> list[str]:
 
 
 def node_names(fabric: Fabric) -> list[str]:
-    """Every Mininet node name of ``fabric``."""
-    return [s.name for s in fabric.switches] + [h.name for h in fabric.hosts]
+    """Every Mininet node name of ``fabric`` (with the management network's switch node)."""
+    return [s.name for s in fabric.switches] + [h.name for h in fabric.hosts] + [SWITCH_NODE]
 
 
 def sweep(fabric: Fabric, run_dir: Path, say: Progress | None = None) -> list[str]:
