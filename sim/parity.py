@@ -69,7 +69,13 @@ class Experiment:
     def htsim_args(self) -> list[str]:
         """The reference's arguments (``-topo`` is added by :func:`sim.htsim.run_htsim`)."""
         args = [*self.reference_args, "-end", f"{self.end_us:g}", "-paths", str(self.paths)]
-        args += ["-mtu", str(self.fabric.frame_bytes)]
+        # the hosts' NIC rate (the topology file sets the switches' links only)
+        args += [
+            "-mtu",
+            str(self.fabric.frame_bytes),
+            "-linkspeed",
+            f"{self.fabric.rate_gbps * 1e3:g}",
+        ]
         if self.failed:
             args += ["-failed", str(self.failed)]
         if self.fabric.queues.packets is not None:
