@@ -23,7 +23,10 @@ Profiles (after ``mrc_ctl_ev_profile_attr``):
 - :class:`ExplicitEvProfile` -- given EVs: ``(ev, path_index)`` (SRV6) or ``(ev, plane)``
   (STEV / UDP); with ``carriers`` (SRV6) ``(carrier, plane)``, each EV a path's uSID carrier
   (with an SRH the 256-bit split, as for :class:`Srv6EvProfile`) that the QP's paths must hold:
-  the slot takes the path the carrier is (:func:`carrier_path`);
+  the slot takes the path the carrier is (:func:`carrier_path`). With fields, each EV is
+  expanded through them as generated ones are (:func:`expand_ev`: a fixed locator field and
+  16-bit uSID fields make compact EVs whole carriers); the wire carries the expanded form, the
+  profile keeps the EVs as given;
 - :class:`Srv6EvProfile` -- one EV per path, the EV *is* the path's 128-bit uSID carrier (its
   32-bit wire form is the CRC-32 of the carrier); with ``srh=True`` the 256-bit value
   ``srh_carrier << 128 | srh_segment`` (the OCP layout: the SRv6 address, then the SRH segment).
@@ -225,36 +228,74 @@ class EvField:
         return out
 
 
-def generate_evs(fields: Sequence[EvField], fmt: EvFormatProfile, count: int) -> list[int]:
-    """The first ``count`` EVs a generated profile gives: every combination of the fields'
-    values (the last field varying fastest), each field expanded and placed in its format
-    field (zero-filled when the format field is wider), the first field most significant."""
+def _checked_widths(fields: Sequence[EvField], fmt: EvFormatProfile) -> tuple[int, ...]:
+    """The format field widths ``fields`` go into, after refusing fields the OCP API refuses
+    (more fields than the format has, a field wider than its format field, bad values)."""
     widths = fmt.widths
-    if not fields:
-        fields = (EvField(fmt.width, min_val=1),)
-        widths = (fmt.width,)
     if len(fields) > len(widths):
         raise EvProfileError(
             f"{len(fields)} EV fields: the {fmt.mode.value} format profile has {len(widths)}"
         )
     for i, (field_, width) in enumerate(zip(fields, widths, strict=False)):
         field_.check(i, width)
+    return widths
+
+
+def _concat(fields: Sequence[EvField], widths: Sequence[int], values: Sequence[int]) -> int:
+    """Each field's value expanded (:meth:`EvField.expand`) and placed in its format field,
+    zero-filled when the format field is wider, the first field most significant; format
+    fields with no profile field are zero."""
+    ev = 0
+    for i, (field_, value) in enumerate(zip(fields, values, strict=True)):
+        ev |= field_.expand(value) << sum(widths[i + 1 :])
+    return ev
+
+
+def generate_evs(fields: Sequence[EvField], fmt: EvFormatProfile, count: int) -> list[int]:
+    """The first ``count`` EVs a generated profile gives: every combination of the fields'
+    values (the last field varying fastest), expanded and concatenated (:func:`_concat`)."""
+    widths: tuple[int, ...] = (fmt.width,)
+    if not fields:
+        fields = (EvField(fmt.width, min_val=1),)
+    else:
+        widths = _checked_widths(fields, fmt)
     spans = [f.top - f.min_val + 1 for f in fields]
     total = 1
     for span in spans:
         total *= span
     if not 1 <= count <= total:
         raise EvProfileError(f"generated EV count {count}: the EV fields give 1..{total} EVs")
-    shifts = [sum(widths[i + 1 :]) for i in range(len(fields))]
     out = []
     for n in range(count):
-        ev = 0
+        values = [0] * len(fields)
         rest = n
         for i in range(len(fields) - 1, -1, -1):
             rest, digit = divmod(rest, spans[i])
-            ev |= fields[i].expand(fields[i].min_val + digit) << shifts[i]
-        out.append(ev)
+            values[i] = fields[i].min_val + digit
+        out.append(_concat(fields, widths, values))
     return out
+
+
+def expand_ev(fields: Sequence[EvField], fmt: EvFormatProfile, ev: int) -> int:
+    """An explicit EV as the wire carries it, expanded through its profile's ``fields`` as
+    ``mrc_ctl.h`` defines: each field starts from its ``init_val`` and the bits set in its mask
+    take the EV's next most significant bits (the EV is as wide as all the masks' bits
+    together: the first field takes the top ones); the fields are then concatenated
+    (:func:`_concat`). A fixed field (mask 0) takes none. No fields: the EV as it is (the
+    identity expansion)."""
+    if not fields:
+        return ev
+    widths = _checked_widths(fields, fmt)
+    bits = sum(f.gen_bits for f in fields)
+    if not 0 <= ev < 1 << bits:
+        raise EvProfileError(
+            f"EV {ev:#x}: wider than the {bits} bits its profile's field masks take"
+        )
+    values = []
+    for field_ in fields:
+        bits -= field_.gen_bits
+        values.append(ev >> bits & ((1 << field_.gen_bits) - 1))
+    return _concat(fields, widths, values)
 
 
 @dataclass(frozen=True)
@@ -271,15 +312,24 @@ class GeneratedEvProfile:
 @dataclass(frozen=True)
 class ExplicitEvProfile:
     """Exactly these EVs: ``(ev, path_index)`` pairs (SRV6) or ``(ev, plane)`` pairs (STEV,
-    UDP), EVs unique values of the format's width. With ``carriers`` (SRV6 only) the pairs are
-    ``(carrier, plane)``: each EV is the uSID carrier of one of the QP's paths on that plane
-    (with an SRH ``srh_carrier << 128 | srh_segment``, :func:`srv6_ev`), and its slot is that
-    path's."""
+    UDP), EVs unique values of the format's width once expanded. With ``carriers`` (SRV6 only)
+    the pairs are ``(carrier, plane)``: each EV expands to the uSID carrier of one of the QP's
+    paths on that plane (with an SRH ``srh_carrier << 128 | srh_segment``, :func:`srv6_ev`),
+    and its slot is that path's.
+
+    With ``fields`` each EV is expanded through them (:func:`expand_ev`) into what the wire
+    carries, as generated EVs are; the profile's EVs (its slots' ``ev``, its operations and
+    events) stay as given. No fields: the EVs are already expanded (the identity)."""
 
     evs: tuple[tuple[int, int], ...]
     fmt: EvFormatProfile = SRV6_FORMAT
     min_active: int | None = None  #: ev_min_active (None: the context's)
     carriers: bool = False  #: SRV6: the EVs are the paths' carriers, not numbers bound to paths
+    fields: tuple[EvField, ...] = ()  #: the profile's mrc_ctl_ev_fields (none: the identity)
+
+    def expanded(self, ev: int) -> int:
+        """``ev`` as the wire carries it (:func:`expand_ev` through :attr:`fields`)."""
+        return expand_ev(self.fields, self.fmt, ev)
 
 
 @dataclass(frozen=True)
@@ -489,13 +539,14 @@ def _hashed_triples(paths: Sequence[Path], profile: EvProfile, default_count: in
             raise EvProfileError("explicit EV profile with no EVs: expected (ev, plane) pairs")
         out = []
         for ev, plane in profile.evs:
-            if not 0 <= ev < top:
+            wire = profile.expanded(ev)
+            if not 0 <= wire < top:
                 raise EvProfileError(
                     f"EV {ev:#x}: expected a {fmt.width}-bit value ({fmt.mode.value} format)"
                 )
             if plane not in planes:
                 raise EvProfileError(f"EV {ev:#x} on plane {plane}: expected one of {order}")
-            out.append((ev, ev, planes[plane]))
+            out.append((ev, wire, planes[plane]))
         return out
     raise EvProfileError(f"EV profile {profile!r}: the {fmt.mode.value} format needs a "
                          "generated or explicit profile")  # fmt: skip
@@ -512,13 +563,14 @@ def _carrier_triples(paths: Sequence[Path], profile: ExplicitEvProfile
     width = SRV6_SRH_MAX_WIDTH if srh else FORMAT_MAX_WIDTH[EvFormat.SRV6]
     out = []
     for i, (ev, plane) in enumerate(profile.evs):
-        if not 0 <= ev < 1 << width:
+        carrier = profile.expanded(ev)
+        if not 0 <= carrier < 1 << width:
             raise EvProfileError(f"EV {i}: expected a {width}-bit value ({profile.fmt.name})")
-        index = carrier_path(paths, ev, plane, srh)
+        index = carrier_path(paths, carrier, plane, srh)
         if index is None:
             dst = paths[0].dst
             raise EvProfileError(
-                f"EV {i} ({_srv6_text(ev, srh)}) on plane {plane}: no path to {dst} has it "
+                f"EV {i} ({_srv6_text(carrier, srh)}) on plane {plane}: no path to {dst} has it "
                 f"as its {'carrier and SRH segment' if srh else 'carrier'}"
             )
         out.append((ev, zlib.crc32(srv6_ev(paths[index], srh)[1]), index))
@@ -562,11 +614,12 @@ def build_slots(paths: Sequence[Path], profile: EvProfile, default_count: int) -
             raise EvProfileError("explicit EV profile with no EVs: expected (ev, path_index) pairs")
         triples = []
         for ev, index in profile.evs:
-            if not 0 <= ev < 1 << 32:
+            wire = profile.expanded(ev)
+            if not 0 <= wire < 1 << 32:
                 raise EvProfileError(f"EV {ev:#x}: expected a 32-bit value")
             if not 0 <= index < len(paths):
                 raise EvProfileError(f"EV {ev:#x} on path {index}: expected 0..{len(paths) - 1}")
-            triples.append((ev, ev, index))
+            triples.append((ev, wire, index))
     elif isinstance(profile, Srv6EvProfile):
         triples = []
         for index, path in enumerate(paths):

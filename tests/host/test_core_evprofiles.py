@@ -4,11 +4,16 @@ states shared by every QP of a profile, ev_min_active per profile."""
 
 from __future__ import annotations
 
+import dataclasses
+import ipaddress
+import math
 from typing import Any
 
 import pytest
 
 from host.transport import wire
+from host.transport.cc import CcProfile
+from host.transport.cc.fabric import fabric_cc_profile
 from host.transport.events import EvStateChanged
 from host.transport.evs import (
     EvField,
@@ -18,7 +23,9 @@ from host.transport.evs import (
     EvState,
     ExplicitEvProfile,
     GeneratedEvProfile,
+    expand_ev,
     generate_evs,
+    srv6_ev,
 )
 from topologies import Fabric
 
@@ -74,7 +81,7 @@ def test_format_widths_are_bounded() -> None:
     with pytest.raises(EvProfileError, match="at most 32 bits"):
         EvFormatProfile(EvFormat.STEV, (20, 20))
     with pytest.raises(EvProfileError, match="at most 16 bits"):
-        EvFormatProfile("udp", (17,))
+        EvFormatProfile("udp", (17,))  # type: ignore[arg-type]
     with pytest.raises(EvProfileError, match="expected one of srv6, stev, udp"):
         EvFormatProfile("vxlan")  # type: ignore[arg-type]
 
@@ -287,3 +294,184 @@ def test_port_admin_state_is_inherited_by_later_qps(make_net: Any) -> None:
         assert {s.state for s in qp.ev_table.slots if s.plane == 1} == {EvState.UNKNOWN}
     with pytest.raises(ValueError, match="field 'plane'"):
         ctx.set_port_admin(7, False)
+
+
+# -- the expansion of explicit and generated EVs (mrc_ctl.h, above mrc_ctl_ev_profile_attr) -------
+
+BLOCK = 0xFCBB_BB00  # the fabric's uSID block, a fixed 32-bit field (init_val, mask 0)
+SRV6_USIDS = EvFormatProfile(EvFormat.SRV6, (32, 16, 16, 16, 48))
+SRV6_SRH_USIDS = EvFormatProfile(EvFormat.SRV6, (32, 16, 80, 32, 16, 16, 64), srh=True)
+
+
+def fixed(width: int, value: int = 0) -> EvField:
+    return EvField(width, init_val=value, max_val=0, mask=0)
+
+
+def usid_word(address: Any, index: int) -> int:
+    """The ``index``-th 16-bit word of an IPv6 address (0: the most significant)."""
+    return int(address) >> (112 - 16 * index) & 0xFFFF
+
+
+def compact_srv6(path: Any) -> int:
+    """A path's compact EV for SRV6_USIDS: its three uSIDs after the block."""
+    return int(path.carrier) >> 48 & (1 << 48) - 1
+
+
+def compact_srh(path: Any) -> int:
+    """A path's compact EV for SRV6_SRH_USIDS: the spine's uSID, then the leaf's and the NIC's
+    (the carrier up to the turn, the SRH segment on)."""
+    spine, leaf, nic = (usid_word(path.srh_carrier, 2), usid_word(path.srh_segment, 2),
+                        usid_word(path.srh_segment, 3))  # fmt: skip
+    return spine << 32 | leaf << 16 | nic
+
+
+#: (name, format, fields, EV as given, EV expanded)
+EXPANSIONS: list[tuple[str, EvFormatProfile, tuple[EvField, ...], int, int]] = [
+    ("identity", STEV, (), 0x123, 0x123),
+    ("fields whole", STEV, (EvField(8), EvField(4), EvField(4)), 0xABC, 0xABC),
+    ("fixed field", EvFormatProfile(EvFormat.STEV, (8, 12, 12)),
+     (fixed(8, 0x3C), EvField(12), EvField(12)), 0x123_456, 0x3C_123_456),
+    ("mask 0xf0f", EvFormatProfile(EvFormat.STEV, (8, 12, 12)),
+     (fixed(8, 0x3C), EvField(12, init_val=0x0A0, mask=0xF0F), EvField(12)), 0x5C_123,
+     0x3C_5AC_123),
+    ("mask 0xf0f, init bits under the mask overwritten", EvFormatProfile(EvFormat.STEV, (12,)),
+     (EvField(12, init_val=0xFFF, mask=0xF0F),), 0x00, 0x0F0),
+    ("narrow field zero-filled", EvFormatProfile(EvFormat.STEV, (16, 16)),
+     (EvField(4), EvField(16, init_val=0x8000, mask=0x00FF)), 0x9_42, 0x0009_8042),
+    ("udp, fixed top", EvFormatProfile(EvFormat.UDP, (4, 12)),
+     (fixed(4, 0x8), EvField(12, init_val=0x0A0, mask=0xF0F)), 0x5C, 0x85AC),
+    ("srv6 fixed locator", SRV6_USIDS, (fixed(32, BLOCK), EvField(16), EvField(16), EvField(16)),
+     0x0800_0401_0C02, int(ipaddress.IPv6Address("fcbb:bb00:800:401:c02::"))),
+    ("srv6+srh", SRV6_SRH_USIDS,
+     (fixed(32, BLOCK), EvField(16), fixed(80), fixed(32, BLOCK), EvField(16), EvField(16),
+      fixed(64)), 0x0800_0401_0C02,
+     int(ipaddress.IPv6Address("fcbb:bb00:800::")) << 128
+     | int(ipaddress.IPv6Address("fcbb:bb00:401:c02::"))),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("fmt", "fields", "given", "expanded"),
+                         [e[1:] for e in EXPANSIONS], ids=[e[0] for e in EXPANSIONS])  # fmt: skip
+def test_explicit_and_generated_evs_expand_alike(
+    fmt: EvFormatProfile, fields: tuple[EvField, ...], given: int, expanded: int
+) -> None:
+    assert expand_ev(fields, fmt, given) == expanded
+    assert ExplicitEvProfile(((given, 0),), fmt=fmt, fields=fields).expanded(given) == expanded
+    if not fields:
+        return
+    # a generated profile on the same fields: EV n is the expansion of n's field values,
+    # concatenated over the masks' bits as an explicit EV gives them
+    count = min(64, math.prod(f.top - f.min_val + 1 for f in fields))
+    for n, ev in enumerate(generate_evs(fields, fmt, count)):
+        values: list[int] = []
+        rest = n
+        for f in reversed(fields):
+            rest, digit = divmod(rest, f.top - f.min_val + 1)
+            values.insert(0, f.min_val + digit)
+        compact = 0
+        for f, value in zip(fields, values, strict=True):
+            compact = compact << f.gen_bits | value
+        assert ev == expand_ev(fields, fmt, compact), n
+
+
+@pytest.mark.parametrize(
+    ("fields", "given", "message"),
+    [
+        ((fixed(8, 0x3C), EvField(12, mask=0xF0F), EvField(12)), 1 << 20, "wider than the 20"),
+        ((EvField(8, init_val=0x100),), 1, "init_val"),
+        ((EvField(4), EvField(4), EvField(4), EvField(4)), 1, "has 3"),
+    ],
+)
+def test_explicit_evs_their_fields_cannot_expand(
+    fields: tuple[EvField, ...], given: int, message: str
+) -> None:
+    with pytest.raises(EvProfileError, match=message):
+        expand_ev(fields, EvFormatProfile(EvFormat.STEV, (8, 12, 12)), given)
+
+
+def _connect_from_h0(net: Any, profile: ExplicitEvProfile) -> Any:
+    """A flow h0 -> h2 whose sender runs on ``profile`` (h2's QP on the host's own EVs)."""
+    flow = net.connect("h0", "h2")  # the region, and the CC the harness fits
+    cc = fabric_cc_profile(net.sim.topology, CcProfile("nscc"), net.config)
+    a, b = net.host("h0"), net.host("h2")
+    qa = a.create_qp("h2", net.fabric.paths("h0", "h2"), cq=net.cqs["h0"], ev_profile=profile,
+                     cc=cc)  # fmt: skip
+    qb = b.create_qp("h0", net.fabric.paths("h2", "h0"), cq=net.cqs["h2"], cc=cc)
+    qa.connect(qb.qpn)
+    qb.connect(qa.qpn)
+    return dataclasses.replace(flow, sender=qa, receiver=qb)
+
+
+def _frames(net: Any, flow: Any) -> list[Any]:
+    """The data frames h0 sends for one 64 KiB WRITE of ``flow`` (parsed, with their bytes)."""
+    ctx, sent = net.host("h0"), []
+    inner = ctx.frames_to_send
+
+    def frames_to_send(now: float) -> list[tuple[int, bytes]]:
+        out = inner(now)
+        for _, frame in out:
+            packet = wire.parse(frame)
+            if isinstance(packet, wire.DataPacket):
+                sent.append((packet, bytes(frame)))
+        return out
+
+    ctx.frames_to_send = frames_to_send
+    assert net.write(flow, pattern(1 << 16, 7), 10.0).status == "ok"
+    assert flow.region.read(BASE, 1 << 16) == pattern(1 << 16, 7)
+    return sent
+
+
+@pytest.mark.parametrize(
+    ("fmt", "fields", "mode"),
+    [(e[1], e[2], e[1].mode.value) for e in EXPANSIONS[:7]],
+    ids=[e[0] for e in EXPANSIONS[:7]],
+)
+def test_explicit_stev_and_udp_evs_go_on_the_wire_expanded(
+    make_net: Any, fmt: EvFormatProfile, fields: tuple[EvField, ...], mode: str
+) -> None:
+    """Four EVs per plane of each expansion: the profile keeps them as given, every data
+    frame carries an expanded one in its flow label and UDP source port."""
+    net = make_net(seed=4)
+    bits = sum(f.gen_bits for f in fields) if fields else fmt.width
+    given = [(n * 0x1F3 + 5) % (1 << bits) for n in range(8)]
+    profile = ExplicitEvProfile(tuple((ev, n % 2) for n, ev in enumerate(given)), fmt=fmt,
+                                fields=fields)  # fmt: skip
+    flow = _connect_from_h0(net, profile)
+    slots = flow.sender.ev_table.slots
+    assert [s.ev for s in slots] == given  # as given
+    assert [s.wire for s in slots] == [expand_ev(fields, fmt, ev) for ev in given]
+    outers = {wire.ev_outer(s.wire, mode) for s in slots}
+    seen = {(p.outer.flow_label, p.outer.udp_sport) for p, _ in _frames(net, flow)}
+    assert seen and seen <= outers
+
+
+@pytest.mark.parametrize("srh", [False, True], ids=["srv6 fixed locator", "srv6+srh"])
+def test_explicit_srv6_evs_go_on_the_wire_as_carriers(
+    make_net: Any, fabric: Fabric, srh: bool
+) -> None:
+    """Compact EVs (three uSIDs each) expanded through a fixed locator field: each is the
+    carrier of its path, the packets go to it (with an SRH: to the carrier up to the turn, the
+    segment in the SRH)."""
+    net = make_net(seed=4)
+    paths = fabric.paths("h0", "h2")
+    fmt, fields = (EXPANSIONS[8] if srh else EXPANSIONS[7])[1:3]
+    given = [compact_srh(p) if srh else compact_srv6(p) for p in paths]
+    profile = ExplicitEvProfile(tuple((ev, p.plane) for ev, p in zip(given, paths, strict=True)),
+                                fmt=fmt, fields=fields, carriers=True)  # fmt: skip
+    flow = _connect_from_h0(net, profile)
+    slots = flow.sender.ev_table.slots
+    assert [s.ev for s in slots] == given and [s.path for s in slots] == paths
+    for slot in slots:
+        assert profile.expanded(slot.ev) == srv6_ev(slot.path, srh)[0]
+    sent = _frames(net, flow)
+    assert {frame[38:54] for _, frame in sent} == {
+        (p.srh_carrier if srh else p.carrier).packed for p in paths
+    }  # the IPv6 destination as sent
+    if srh:
+        assert {(frame[38:54], frame[62:78]) for _, frame in sent} == {
+            (p.srh_carrier.packed, p.srh_segment.packed) for p in paths
+        }  # and the SRH's segment
+    wrong = ExplicitEvProfile(((given[0] ^ 1, paths[0].plane),), fmt=fmt, fields=fields,
+                              carriers=True)  # fmt: skip
+    with pytest.raises(EvProfileError, match="no path to"):
+        _connect_from_h0(net, wrong)

@@ -296,14 +296,31 @@ class EvProfileStore(EvOperations):
                 f"EV profile {pid}: replace every unpopulated EV (REPLACE_EV) before ONLINE",
             )
         evs = tuple((ev_value(hex_value, fmt), port - 1) for hex_value, port in profile.entries)
-        if fmt.mode is EvFormat.SRV6:
-            profile.dest = self._carrier_dest(pid, evs, fmt)
-            return ExplicitEvProfile(evs=evs, fmt=fmt, min_active=profile.min_active, carriers=True)
-        return ExplicitEvProfile(evs=evs, fmt=fmt, min_active=profile.min_active)
+        explicit = ExplicitEvProfile(
+            evs=evs, fmt=fmt, min_active=profile.min_active, fields=fields,
+            carriers=fmt.mode is EvFormat.SRV6,
+        )  # fmt: skip
+        wires = [self._expanded(pid, explicit, i) for i in range(len(evs))]
+        if explicit.carriers:
+            carriers = [(wire, plane) for wire, (_, plane) in zip(wires, evs, strict=True)]
+            profile.dest = self._carrier_dest(pid, carriers, fmt)
+        return explicit
+
+    @staticmethod
+    def _expanded(pid: int, profile: ExplicitEvProfile, index: int) -> int:
+        """EV ``index`` of ``profile`` as the wire carries it (EINVAL naming it if its fields
+        cannot expand it)."""
+        try:
+            return profile.expanded(profile.evs[index][0])
+        except EvProfileError as exc:
+            raise OcpError(
+                errno.EINVAL, f"EV profile {pid}: EV {index}: {exc}", extra={"index": index}
+            ) from None
 
     def _carrier_dest(self, pid: int, evs: Sequence[tuple[int, int]], fmt: EvFormatProfile) -> str:
-        """The host the explicit SRV6 EVs ``evs`` ((carrier, plane) pairs) lead to: each must
-        be a path of the fabric model from this host on its plane, all to one host."""
+        """The host the explicit SRV6 EVs ``evs`` ((carrier, plane) pairs, the carriers
+        expanded) lead to: each must be a path of the fabric model from this host on its plane,
+        all to one host."""
         peers = self.peers()
         dest: str | None = None
         for i, (ev, plane) in enumerate(evs):
