@@ -15,13 +15,14 @@ A topology file describes one two-tier multi-plane fabric::
       latency_us: 1        # one-way latency of every link in the real fabric (uet: 1)
       # delay_us: 50       # or: one-way delay of every link, emulated (testbed-2026: 50)
     switch:
-      queue_depth: 28      # packets per egress queue (uet: 1 BDP; testbed-2026: 64)
+      queue_depth: 28      # packets per priority queue (uet: 2 x 1 BDP; testbed-2026: 64)
     mtu: 4096              # MRC payload bytes per packet (RDMA-sized)
     usid_block: fcbb:bb00::/32
 
 Left out, ``latency_us``, ``delay_us`` and ``queue_depth`` are the profile's: with ``uet`` a
 latency of 1 us per link (:data:`~topologies.operating.HOP_LATENCY_US`), dilated for the
-emulation, and a queue of one bandwidth-delay product (:attr:`Topology.bdp_packets`); with
+emulation, and a data queue of one bandwidth-delay product (:attr:`Topology.bdp_queue`) in
+queues of twice that (:attr:`Topology.queue_depth`); with
 ``testbed-2026`` 50 us of emulated delay and 64 packets.
 
 :func:`load_topology` returns an immutable :class:`Topology`; every error raised is a
@@ -44,6 +45,7 @@ from topologies.operating import (
     LEGACY_DELAY_US,
     LEGACY_QUEUE_DEPTH,
     UET_PROFILE,
+    UET_QUEUE_FACTOR,
     BdpQueue,
     bdp_packets,
     bdp_queue,
@@ -181,18 +183,20 @@ class Topology:
 
     @property
     def bdp_queue(self) -> BdpQueue:
-        """Every egress port's queue and RED thresholds derived from the BDP, in packets: the
-        queue is :attr:`queue_depth`, RED runs between 0.2 and 0.8 BDP."""
-        return bdp_queue(self.bdp_packets, packets=self.queue_depth)
+        """Every egress port's data queue and RED thresholds derived from the BDP, in packets:
+        the data queue is 1 BDP (or ``switch.queue_depth``), RED runs between 0.2 and 0.8 BDP."""
+        return bdp_queue(self.bdp_packets, packets=self.queue_packets)
 
     @property
     def queue_depth(self) -> int:
-        """Packets per egress queue: ``switch.queue_depth``, or the profile's (uet: 1 BDP;
-        testbed-2026: 64)."""
+        """Packets each priority queue of an egress port holds: ``switch.queue_depth``, or the
+        profile's (uet: twice the 1-BDP data queue, which trims when it holds 1 BDP, so that the
+        high-priority queue has room for trimmed headers, ACKs and NACKs as the reference's,
+        twice the data queue's bytes, has; testbed-2026: 64)."""
         if self.queue_packets is not None:
             return self.queue_packets
         if self.profile == UET_PROFILE:
-            return bdp_queue(self.bdp_packets).packets
+            return UET_QUEUE_FACTOR * bdp_queue(self.bdp_packets).packets
         return LEGACY_QUEUE_DEPTH
 
     @property

@@ -18,7 +18,9 @@ are dilated; counted in packets, its BDP is the real fabric's.
 
 Two named fabric profiles (:data:`FABRIC_PROFILES`), named as the host stack's profiles are:
 
-- ``uet`` (the default): the operating point above, in the topology's real units;
+- ``uet`` (the default): the operating point above, in the topology's real units; an emulated
+  switch trims when its data queue holds 1 BDP, and each of its priority queues holds twice
+  that (:data:`UET_QUEUE_FACTOR`), so that headers, ACKs and NACKs find room;
 - ``testbed-2026``: the testbed's earlier settings, kept so that the two can be compared: 64
   packets per queue (the topology's ``switch.queue_depth``), trimming at half the queue, ECN at a
   fixed quarter of it, and 50 us of *emulated* delay per link.
@@ -42,6 +44,12 @@ ECN_LOW = 0.2
 ECN_HIGH = 0.8
 #: bytes of an ACK in the reference's round-trip arithmetic (``UecBasePacket::get_ack_size``)
 REFERENCE_ACK_BYTES = 64
+
+#: ``uet``: an emulated switch's priority queues hold this many times the 1-BDP data queue, which
+#: trims when it holds 1 BDP: the reference queues trimmed headers, ACKs and NACKs apart, in a
+#: high-priority queue of twice the data queue's *bytes*, and a queue counted in packets (BMv2's,
+#: the switchmodel's) needs room for them beyond the data queue's BDP
+UET_QUEUE_FACTOR = 2
 
 #: ``testbed-2026``: packets per egress queue, and the emulated delay of every link
 LEGACY_QUEUE_DEPTH = 64
@@ -104,6 +112,7 @@ __all__ = [
     "LEGACY_QUEUE_DEPTH",
     "REFERENCE_ACK_BYTES",
     "UET_PROFILE",
+    "UET_QUEUE_FACTOR",
     "BdpQueue",
     "bdp_packets",
     "bdp_queue",
