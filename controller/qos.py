@@ -14,12 +14,12 @@ The default (:func:`default_qos`) is the topology's profile's (:mod:`topologies.
 - ``uet`` (:func:`uet_qos`), UET's operating point derived from the fabric's bandwidth-delay
   product as its reference simulator derives it: the data queue holds 1 BDP and trims only
   when full, ECN is RED from 0.2 BDP (probability 0) to 0.8 BDP (probability 1 and above);
-  each priority queue of the port holds twice the BDP, so that trimmed headers, ACKs and NACKs
+  each priority queue of the port holds 4 BDPs, so that trimmed headers, ACKs and NACKs
   find room (the reference queues them apart, in twice the data queue's bytes). The P4
   program decides ECN when a packet is *queued*, on the depth it finds (the reference decides
   when a packet leaves, on the depth behind it): a testbed choice, the same on BMv2 and the
   switchmodel. Small and default fabrics (100 Gb/s real, 1 us per link): a BDP of 28 frames,
-  RED from 6 to 23 packets, trim at 28, priority queues of 56;
+  RED from 6 to 23 packets, trim at 28, priority queues of 112;
 - ``testbed-2026`` (:func:`threshold_qos`), the earlier settings: trim at half the queue, mark
   ECN at a quarter (32 and 16 of 64 packets).
 
@@ -143,7 +143,7 @@ def default_qos(topology: Topology) -> PortQos:
 def uet_qos(topology: Topology) -> PortQos:
     """UET's operating point: trim only when the data queue (1 BDP) is full; ECN RED from
     0.2 BDP (probability 0) to 0.8 BDP (probability 1 and above), both within the data queue
-    (:attr:`topologies.Topology.bdp_queue`). With the profile's queues (twice the data queue)
+    (:attr:`topologies.Topology.bdp_queue`). With the profile's queues (4 data queues deep)
     the trim threshold is the data queue's size; with a ``switch.queue_depth`` given, the
     queue's capacity (``full``)."""
     queue = topology.bdp_queue

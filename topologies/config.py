@@ -15,14 +15,14 @@ A topology file describes one two-tier multi-plane fabric::
       latency_us: 1        # one-way latency of every link in the real fabric (uet: 1)
       # delay_us: 50       # or: one-way delay of every link, emulated (testbed-2026: 50)
     switch:
-      queue_depth: 28      # packets per priority queue (uet: 2 x 1 BDP; testbed-2026: 64)
+      queue_depth: 28      # packets per priority queue (uet: 4 x 1 BDP; testbed-2026: 64)
     mtu: 4096              # MRC payload bytes per packet (RDMA-sized)
     usid_block: fcbb:bb00::/32
 
 Left out, ``latency_us``, ``delay_us`` and ``queue_depth`` are the profile's: with ``uet`` a
 latency of 1 us per link (:data:`~topologies.operating.HOP_LATENCY_US`), dilated for the
 emulation, and a data queue of one bandwidth-delay product (:attr:`Topology.bdp_queue`) in
-queues of twice that (:attr:`Topology.queue_depth`); with
+queues of four times that (:attr:`Topology.queue_depth`); with
 ``testbed-2026`` 50 us of emulated delay and 64 packets.
 
 :func:`load_topology` returns an immutable :class:`Topology`; every error raised is a
@@ -190,9 +190,10 @@ class Topology:
     @property
     def queue_depth(self) -> int:
         """Packets each priority queue of an egress port holds: ``switch.queue_depth``, or the
-        profile's (uet: twice the 1-BDP data queue, which trims when it holds 1 BDP, so that the
-        high-priority queue has room for trimmed headers, ACKs and NACKs as the reference's,
-        twice the data queue's bytes, has; testbed-2026: 64)."""
+        profile's (uet: four times the 1-BDP data queue, which trims when it holds 1 BDP, so that
+        the high-priority queue has room for trimmed headers, ACKs and NACKs as the reference's,
+        twice the data queue's bytes, has: :data:`~topologies.operating.UET_QUEUE_FACTOR`;
+        testbed-2026: 64)."""
         if self.queue_packets is not None:
             return self.queue_packets
         if self.profile == UET_PROFILE:

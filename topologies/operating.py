@@ -19,8 +19,8 @@ are dilated; counted in packets, its BDP is the real fabric's.
 Two named fabric profiles (:data:`FABRIC_PROFILES`), named as the host stack's profiles are:
 
 - ``uet`` (the default): the operating point above, in the topology's real units; an emulated
-  switch trims when its data queue holds 1 BDP, and each of its priority queues holds twice
-  that (:data:`UET_QUEUE_FACTOR`), so that headers, ACKs and NACKs find room;
+  switch trims when its data queue holds 1 BDP, and each of its priority queues holds four
+  times that (:data:`UET_QUEUE_FACTOR`), so that headers, ACKs and NACKs find room;
 - ``testbed-2026``: the testbed's earlier settings, kept so that the two can be compared: 64
   packets per queue (the topology's ``switch.queue_depth``), trimming at half the queue, ECN at a
   fixed quarter of it, and 50 us of *emulated* delay per link.
@@ -47,9 +47,11 @@ REFERENCE_ACK_BYTES = 64
 
 #: ``uet``: an emulated switch's priority queues hold this many times the 1-BDP data queue, which
 #: trims when it holds 1 BDP: the reference queues trimmed headers, ACKs and NACKs apart, in a
-#: high-priority queue of twice the data queue's *bytes*, and a queue counted in packets (BMv2's,
-#: the switchmodel's) needs room for them beyond the data queue's BDP
-UET_QUEUE_FACTOR = 2
+#: high-priority queue of twice the data queue's *bytes* (some 2,000 headers), and a queue
+#: counted in packets (BMv2's, the switchmodel's: one capacity for every priority) needs room for
+#: bursts of them beyond the data queue's BDP. Measured on an 8 -> 1 incast on the switchmodel:
+#: with 2 BDPs, bursts of trimmed headers still overflowed the receiver's port (docs/p4-pipeline.md)
+UET_QUEUE_FACTOR = 4
 
 #: ``testbed-2026``: packets per egress queue, and the emulated delay of every link
 LEGACY_QUEUE_DEPTH = 64

@@ -344,13 +344,13 @@ def test_qos_defaults_follow_the_profile() -> None:
     # 100 Gb/s, 1 us per link, 4 links each way, a 4,286-byte frame and a 64-byte ACK per link:
     # RTT = 8 us + 4 x 4,350 x 8 / 100e9 s = 9.392 us; x 100 Gb/s / 8 = 117,400 B = 27.4
     # frames -> a BDP of 28; RED from ceil(5.6) = 6 to ceil(22.4) = 23; trim when 28 are queued
-    # (the 1-BDP data queue is full), in priority queues of 2 x 28 = 56
-    assert topo.queue_depth == 56
+    # (the 1-BDP data queue is full), in priority queues of 4 x 28 = 112
+    assert topo.queue_depth == 112
     qos = default_qos(topo)
     assert qos == uet_qos(topo)
     assert (qos.trim_mode, qos.ecn_mode) == ("threshold", "red")
     assert (qos.trim, qos.ecn, qos.ecn_max, qos.ecn_pmax) == (28, 6, 23, 1.0)
-    assert qos.action_params(56) == contract.params_of(
+    assert qos.action_params(112) == contract.params_of(
         contract.PortQosParams(28, 6, 23, round(65536 / (23 - 6)), 0)
     )
     # a queue given in the topology is the data queue: trim when it is full

@@ -53,9 +53,9 @@ def test_shipped_fabrics_run_at_uets_operating_point(name: str) -> None:
     # the frame: MTU 4,096 + 190 bytes of headers (SRH of 4 segments) = 4,286 B, as above
     assert topo.link_mtu + 14 == 4286
     assert topo.real_base_rtt == pytest.approx(9.392e-6)
-    # a 1-BDP data queue trimming when full, in priority queues of twice that (room for the
-    # trimmed headers, ACKs and NACKs of the high-priority queue)
-    assert (topo.bdp_packets, topo.bdp_queue.packets, topo.queue_depth) == (28, 28, 56)
+    # a 1-BDP data queue trimming when full, in priority queues of four times that (room for
+    # the trimmed headers, ACKs and NACKs of the high-priority queue)
+    assert (topo.bdp_packets, topo.bdp_queue.packets, topo.queue_depth) == (28, 28, 112)
     qos = default_qos(topo)
     assert (qos.trim_mode, qos.trim, qos.ecn_mode, qos.ecn, qos.ecn_max) == (
         "threshold", 28, "red", 6, 23,
@@ -63,7 +63,7 @@ def test_shipped_fabrics_run_at_uets_operating_point(name: str) -> None:
     # in packets, the BDP does not depend on the dilation: at 10 Mb/s the delay is 10 ms
     slower = topo.with_(link={"rate_mbps": 10})
     assert slower.link_delay_us == pytest.approx(10_000.0)
-    assert (slower.bdp_packets, slower.queue_depth) == (28, 56)
+    assert (slower.bdp_packets, slower.queue_depth) == (28, 112)
 
 
 def test_legacy_profile_keeps_the_earlier_settings() -> None:
@@ -129,5 +129,5 @@ def test_a_run_records_its_operating_point(tmp_path: Path) -> None:
     assert json.loads((tmp_path / "run.json").read_text())["operating_point"] == point
     assert json.loads((tmp_path / "metrics.json").read_text())["operating_point"] == point
     summary = (tmp_path / "summary.md").read_text()
-    assert "operating point uet: BDP 28 packets, queues of 56, trim 28, ECN RED 6..23" in summary
+    assert "operating point uet: BDP 28 packets, queues of 112, trim 28, ECN RED 6..23" in summary
     assert "1 us per link (1000 us emulated), applied by switch" in summary

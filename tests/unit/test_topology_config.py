@@ -23,8 +23,8 @@ def test_defaults_fill_optional_sections() -> None:
     topo = parse_topology(BASE)
     assert topo.mtu == 4096
     assert str(topo.usid_block) == "fcbb:bb00::/32"
-    # the uet profile's: a 1-BDP data queue in priority queues of twice that
-    assert (topo.bdp_queue.packets, topo.bdp_packets, topo.queue_depth) == (28, 28, 56)
+    # the uet profile's: a 1-BDP data queue in priority queues of four times that
+    assert (topo.bdp_queue.packets, topo.bdp_packets, topo.queue_depth) == (28, 28, 112)
     assert parse_topology({**BASE, "profile": "testbed-2026"}).queue_depth == 64
     assert topo.link_mtu > topo.mtu
 
