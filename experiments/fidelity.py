@@ -33,10 +33,12 @@ import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
-    from experiments.runner import Phase
+    import threading
+
+    from experiments.testbed import Testbed
 
 FAITHFUL = "faithful"
 FIDELITY_COLUMNS = ("time_s", "kind", "name", "cpu", "thread_cpu", "lag_s", "gap_s")
@@ -264,6 +266,23 @@ def switch_lag(path: Path | None, since: float, until: float) -> tuple[float, fl
     return max((w[0] for w in mine), default=0.0), max((w[1] for w in mine), default=0.0)
 
 
+class _Records(Protocol):
+    @property
+    def fidelity(self) -> list[FidelitySample]: ...
+
+
+class SampledPhase(Protocol):
+    """What the sampler sees of a phase (:class:`experiments.runner.Phase`)."""
+
+    @property
+    def testbed(self) -> Testbed: ...
+    @property
+    def lock(self) -> threading.Lock: ...
+    @property
+    def result(self) -> _Records: ...
+    def now(self) -> float: ...
+
+
 @dataclass
 class _Seen:
     pid: int
@@ -281,16 +300,16 @@ class FidelitySampler:
         self.machine: tuple[int, int] | None = None
         self.last: float | None = None  # monotonic time of the previous sample
 
-    def started(self, phase: Phase) -> None:
+    def started(self, phase: SampledPhase) -> None:
         """A new phase: samples start afresh at its first sample."""
         self.seen.clear()
         self.machine = None
         self.last = None
 
-    def finished(self, phase: Phase) -> None:
+    def finished(self, phase: SampledPhase) -> None:
         """Nothing to do at the end of a phase."""
 
-    def sampled(self, phase: Phase) -> None:
+    def sampled(self, phase: SampledPhase) -> None:
         """One sample of every process over the interval since the previous one."""
         now = time.monotonic()
         t = phase.now()
@@ -326,9 +345,9 @@ class FidelitySampler:
                 out.append(FidelitySample(t, "agent", proc.name, cpu, thread_cpu, lag, gap))
         if last is not None:
             with phase.lock:
-                phase.result.fidelity += out
+                phase.result.fidelity.extend(out)
 
-    def _agents(self, phase: Phase) -> dict[str, tuple[float, float]]:
+    def _agents(self, phase: SampledPhase) -> dict[str, tuple[float, float]]:
         """Each agent's largest pacing lag and loop gap since its previous answer."""
         from host.agent.control_client import ControlClient, ControlError
 
