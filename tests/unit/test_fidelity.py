@@ -184,3 +184,25 @@ def test_verdict_in_metrics_summary_and_plot(tmp_path: Path) -> None:
     ]
     assert UNFAITHFUL_EXIT != 0
     assert (tmp_path / "goodput.png").stat().st_size > 0
+
+
+def test_the_switch_stats_file_holds_recent_windows(tmp_path: Path) -> None:
+    import threading
+
+    from switchmodel.cli import _write_stats
+
+    plane = DataPlane({})
+    plane._served_late(0.003)
+    path = tmp_path / "s.stats.json"
+    stop = threading.Event()
+    writer = threading.Thread(target=_write_stats, args=(plane, path, stop))
+    writer.start()
+    time.sleep(0.35)
+    stop.set()
+    writer.join()
+    figures = json.loads(path.read_text())
+    assert figures["service_late"] == 1 and figures["service_lag_total_s"] == 0.003
+    windows = figures["windows"]
+    assert len(windows) >= 2 and all(len(w) == 3 for w in windows)
+    assert windows[0][1] == 0.003 and windows[1][1] == 0.0  # each window its own largest lag
+    assert switch_lag(path, 0.0, time.monotonic()) == (0.003, max(w[2] for w in windows))
