@@ -5,16 +5,21 @@ Brings the small fabric up (Mininet, switch model or BMv2) at ``--rate`` Mb/s pe
 headers, and runs it between h0 (rack 0) and h2 (rack 1) through ``mrc-testbed exec``: a
 64-byte WRITE_IMM ping-pong, then the bandwidth sweep, message sizes 4 KiB to ``--max``
 (64 MiB), each size moving ``--volume`` bytes (at least one message) with up to 128 WRITEs
-posted, every byte checked by the receiver. The same sizes are then written by h0's agent
+posted, every byte checked by the receiver. Then capi/examples/mrc_bw.c, written as
+applications for real MRC NICs are (its server on h2, the client naming it by host name over
+the management network, GID index 3, no profile ids, verbs timeout and retries), sweeps 1 byte
+to ``--max``, each size ``--bw-iters`` WRITEs at most and ``--volume`` bytes at most beyond its
+first message, every byte checked by the server. The same sizes are then written by h0's agent
 itself (the ``transfer`` control command: the transport core without the C library, the OCP
 socket or the application's memory in between), each checked with ``verify`` on h2.
 
-Reported per size: MB/s of the C example and of the agent, each as a share of the capacity
+Reported per size: MB/s (10^6 bytes) of the C example, of mrc_bw (its BW average, which it
+prints in perftest's MB of 2^20 bytes) and of the agent, each as a share of the capacity
 between the two hosts (one link per plane, every plane), and the round trip of the
 ping-pong in emulated and real-fabric time.
 
     sudo .venv/bin/python benchmarks/ocp_sweep.py [--rate 20] [--max 64MiB] [--volume 4MiB]
-        [--target model|bmv2] [--headers DIR] [--out result.json]
+        [--bw-iters 1000] [--target model|bmv2] [--headers DIR] [--out result.json]
 """
 
 from __future__ import annotations
@@ -42,6 +47,11 @@ ROOT = Path(__file__).resolve().parent.parent
 SRC, DST = "h0", "h2"  # different racks: every byte crosses a leaf, a spine and a leaf
 SWEEP = re.compile(r"sweep\s+(\d+) B x\s+(\d+):\s+([\d.]+) MB/s")
 PINGPONG = re.compile(r"ping-pong (\d+) round trips, ([\d.]+) us per round trip")
+#: a result row of mrc_bw: #bytes #iterations BW peak[MB/sec] BW average[MB/sec] MsgRate[Mpps]
+BW_ROW = re.compile(r"^\s*(\d+)\s+(\d+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s*$")
+PERFTEST_MB = 1 << 20  # perftest's MB
+#: mrc_bw's verbs ACK timeout: 5 (4.096 us x 2^5 = 131 us, MRC's 7), the agents' own
+BW_TIMEOUT = 5
 MIN_SIZE = 4096
 
 
@@ -121,6 +131,38 @@ def run_example(
     return out
 
 
+def exec_argv(host: str, *argv: str) -> list[str]:
+    """``mrc-testbed exec HOST -- ARGV``."""
+    return [sys.executable, "-m", "experiments.cli", "exec", host, "--", *argv]
+
+
+def run_bw(tb: Testbed, largest: int, volume: int, iters: int, timeout: float) -> dict[int, Any]:
+    """mrc_bw's server on h2, its client on h0 naming it; MB/s (10^6 bytes) per size from the
+    client's rows."""
+    bw = str(ROOT / "build" / "capi" / "mrc_bw")
+    run = {"cwd": ROOT, "env": tb.env(), "stdout": subprocess.PIPE, "stderr": subprocess.STDOUT,
+           "text": True}  # fmt: skip
+    server = subprocess.Popen(exec_argv(DST, bw, "-t", str(int(timeout))), **run)  # type: ignore[call-overload]
+    client = subprocess.Popen(
+        exec_argv(SRC, bw, "-m", str(largest), "-v", str(volume), "-n", str(iters),
+                  "-T", str(BW_TIMEOUT), "-t", str(int(timeout)), DST),
+        **run,
+    )  # type: ignore[call-overload]  # fmt: skip
+    out: dict[int, Any] = {}
+    assert client.stdout is not None
+    for line in client.stdout:
+        print(f"  bw {line.rstrip()}", flush=True)
+        if m := BW_ROW.match(line):
+            size = int(m[1])  # the finer of BW average (2 decimals) and MsgRate (6) x size
+            mb_s = max(float(m[4]) * PERFTEST_MB / 1e6, float(m[5]) * size)
+            out[size] = {"messages": int(m[2]), "mb_s": mb_s}
+    for name, proc in (("client", client), ("server", server)):
+        rest = proc.communicate(timeout=timeout)[0] or ""
+        if proc.returncode != 0:
+            raise SystemExit(f"mrc_bw's {name} failed (exit {proc.returncode}):\n{rest}")
+    return out
+
+
 def run_agent(tb: Testbed, largest: int, volume: int, timeout: float) -> dict[int, Any]:
     """The same sizes written by h0's agent itself, each checked on h2."""
     out: dict[int, Any] = {}
@@ -156,6 +198,9 @@ def main() -> int:
         "--volume", type=size_arg, default=4 << 20, help="bytes per size, at least one message"
     )
     parser.add_argument("--iters", type=int, default=100, help="ping-pong round trips (100)")
+    parser.add_argument(
+        "--bw-iters", type=int, default=1000, help="mrc_bw's WRITEs per size at most (1000)"
+    )
     parser.add_argument("--target", choices=("model", "bmv2"), default="model")
     parser.add_argument(
         "--headers",
@@ -185,6 +230,9 @@ def main() -> int:
     try:
         print(f"C example {SRC} -> {DST}: ping-pong and sweep 4 KiB .. {args.max} B", flush=True)
         c = run_example(tb, example, args.max, args.volume, args.iters, args.timeout)
+        print(f"mrc_bw {SRC} -> {DST} over the management network: 1 B .. {args.max} B")
+        tb.restart_agents()
+        bw = run_bw(tb, args.max, args.volume, args.bw_iters, args.timeout)
         print(f"the agent's own writes {SRC} -> {DST}", flush=True)
         tb.restart_agents()  # a clean slate: no QP or EV state left from the example
         agent = run_agent(tb, args.max, args.volume, args.timeout)
@@ -193,21 +241,21 @@ def main() -> int:
     dilation = topology.dilation
     rows = []
     print(f"\ncapacity {SRC} -> {DST}: {capacity:.2f} MB/s ({planes} planes x {args.rate:g} Mb/s)")
-    print(f"{'size':>10} {'C MB/s':>8} {'share':>6} {'agent MB/s':>11} {'share':>6}")
-    for size in sizes(args.max):
-        cs, ag = c["sweep"].get(size), agent.get(size)
-        row = {
-            "size": size,
-            "c_mb_s": cs and cs["mb_s"],
-            "c_share": cs and cs["mb_s"] / capacity,
-            "agent_mb_s": ag and ag["mb_s"],
-            "agent_share": ag and ag["mb_s"] / capacity,
-        }
+    print(f"{'size':>10} {'C MB/s':>8} {'share':>6} {'mrc_bw MB/s':>12} {'share':>6} "
+          f"{'agent MB/s':>11} {'share':>6}")  # fmt: skip
+    for size in sorted(set(bw) | set(sizes(args.max))):
+        row: dict[str, Any] = {"size": size}
+        for key, figures in (("c", c["sweep"]), ("bw", bw), ("agent", agent)):
+            got = figures.get(size)
+            row[f"{key}_mb_s"] = got and got["mb_s"]
+            row[f"{key}_share"] = got and got["mb_s"] / capacity
         rows.append(row)
-        print(
-            f"{size:>10} {row['c_mb_s'] or 0:8.2f} {row['c_share'] or 0:6.2f} "
-            f"{row['agent_mb_s'] or 0:11.2f} {row['agent_share'] or 0:6.2f}"
-        )
+        cells = [
+            f"{row[k + '_mb_s']:{w}.3f} {row[k + '_share']:6.3f}" if row[k + "_mb_s"] is not None else
+            f"{'-':>{w}} {'-':>6}"
+            for k, w in (("c", 8), ("bw", 12), ("agent", 11))
+        ]  # fmt: skip
+        print(f"{size:>10} " + " ".join(cells))
     rtt = c.get("pingpong_us")
     if rtt is not None:
         print(

@@ -10,6 +10,10 @@ against the OCP MRC API (``mrc.h``, linked with ``-l_mrc -libverbs``) find the t
   ``build/capi`` (``lib_mrc.so``);
 - ``MRC_TESTBED_HOST`` (the device name), ``MRC_TESTBED_OCP_SOCKET`` (the agent's OCP API
   socket), ``MRC_TESTBED_CONTROL`` (its control socket) and ``MRC_TESTBED_STATE``.
+
+In the host's mount namespace ``/etc/hosts`` names every host on the management network
+(:mod:`experiments.mgmtnet`), so a program that exchanges its QP details over TCP reaches its
+peer by host name.
 """
 
 from __future__ import annotations

@@ -27,28 +27,14 @@
  */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
-#include <errno.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <stdarg.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
 #include <sys/socket.h>
-#include <time.h>
-#include <unistd.h>
 
-#include "mrc.h"
-
-#define CHECK(cond, ...)                                                         \
-	do {                                                                     \
-		if (!(cond)) {                                                   \
-			fprintf(stderr, "mrc_bw: " __VA_ARGS__);                \
-			fprintf(stderr, " (%s)\n", strerror(errno));             \
-			exit(1);                                                 \
-		}                                                                \
-	} while (0)
+#define EXAMPLE "mrc_bw"
+#include "mrc_example.h"
 
 #define MIB (1024.0 * 1024.0)
 #define IN_FLIGHT 128 /* WRITEs posted and not yet completed */
@@ -73,14 +59,6 @@ struct bw {
 	struct dest me, peer;
 	double deadline;
 };
-
-static double now(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 /* the byte at offset i of message m of size s */
 static uint8_t pattern(size_t s, size_t m, size_t i)
@@ -167,24 +145,18 @@ static int tcp_client(const char *server, int port, double deadline, char *addr_
 
 static void exchange(struct bw *b)
 {
-	char line[256], gid[33], *p = gid;
+	char line[256], gid[33];
 	unsigned int qpn, psn, rkey;
 	unsigned long long addr, size;
 
-	for (int i = 0; i < 16; i++)
-		p += sprintf(p, "%02x", b->me.gid.raw[i]);
+	gid_to_hex(&b->me.gid, gid);
 	send_line(b, "MRC_BW %06x %06x %08x %016llx %llu %s\n", b->me.qpn, b->me.psn, b->me.rkey,
 		  (unsigned long long)b->me.addr, (unsigned long long)b->me.size, gid);
 	recv_line(b, line, sizeof(line));
 	CHECK(sscanf(line, "MRC_BW %x %x %x %llx %llu %32s", &qpn, &psn, &rkey, &addr, &size,
 		     gid) == 6 && strlen(gid) == 32, "the peer's details: '%s'", line);
 	b->peer = (struct dest){.qpn = qpn, .psn = psn, .rkey = rkey, .addr = addr, .size = size};
-	for (int i = 0; i < 16; i++) {
-		unsigned int byte;
-
-		sscanf(gid + 2 * i, "%2x", &byte);
-		b->peer.gid.raw[i] = (uint8_t)byte;
-	}
+	hex_to_gid(gid, &b->peer.gid);
 }
 
 /* -- the QP --------------------------------------------------------------------------------- */
@@ -198,7 +170,7 @@ static void modify(struct bw *b, struct ibv_qp_attr *va, int mask, const char *w
 }
 
 /* RESET -> INIT -> RTR -> RTS as verbs applications do it: no MRC attribute at all */
-static void connect_qp(struct bw *b, int timeout, int retry)
+static void verbs_connect(struct bw *b, int timeout, int retry)
 {
 	struct ibv_qp_attr va = {.qp_state = IBV_QPS_INIT, .pkey_index = 0,
 				 .port_num = (uint8_t)b->ib_port,
@@ -239,27 +211,6 @@ static void post_write(struct bw *b, size_t offset, size_t len, uint64_t wr_id)
 	CHECK(rc == 0, "mrc_post_send of %zu bytes", len);
 }
 
-/* wait for the next send completion; its time */
-static double wait_send(struct bw *b)
-{
-	struct ibv_wc wc;
-
-	for (;;) {
-		int n = mrc_poll_cq(b->scq, 1, &wc);
-
-		CHECK(n >= 0, "mrc_poll_cq");
-		if (n == 1) {
-			if (wc.status != IBV_WC_SUCCESS) {
-				fprintf(stderr, "mrc_bw: WRITE %llu: %s\n",
-					(unsigned long long)wc.wr_id, ibv_wc_status_str(wc.status));
-				exit(1);
-			}
-			return now();
-		}
-		CHECK(now() < b->deadline, "timed out waiting for a completion");
-	}
-}
-
 /* -- the sweep ------------------------------------------------------------------------------ */
 
 /* one size on the client: its rounds, each checked by the server; BW peak and average */
@@ -287,7 +238,8 @@ static void client_size(struct bw *b, size_t size, size_t count, double *peak, d
 				post_write(b, posted * size, size, first + posted);
 				posted++;
 			}
-			done_at[first + ++completed] = wait_send(b);
+			next_wc(b->scq, b->deadline);
+			done_at[first + ++completed] = now();
 		}
 		busy += done_at[first + n] - start;
 		/* the server checks every byte of the round before the next one */
@@ -361,7 +313,7 @@ int main(int argc, char **argv)
 {
 	const char *device = NULL, *name = NULL;
 	size_t max = 64u << 20, iters = 1000, volume = 16u << 20;
-	int port = 18515, timeout = 14, retry = 7, op, n;
+	int port = 18515, timeout = 14, retry = 7, op;
 	double seconds = 600;
 	struct bw b = {.ib_port = 1, .gid_index = 3};
 
@@ -389,17 +341,7 @@ int main(int argc, char **argv)
 	b.deadline = now() + seconds;
 
 	/* the device, its GID, memory */
-	struct ibv_device **list = ibv_get_device_list(&n);
-
-	CHECK(list && n > 0, "no verbs device");
-	struct ibv_device *dev = list[0];
-
-	for (int i = 0; device && list[i]; i++)
-		if (strcmp(ibv_get_device_name(list[i]), device) == 0)
-			dev = list[i];
-	b.ibv = ibv_open_device(dev);
-	CHECK(b.ibv, "ibv_open_device %s", ibv_get_device_name(dev));
-	ibv_free_device_list(list);
+	b.ibv = open_mrc_device(device);
 	struct ibv_port_attr pattr;
 
 	CHECK(ibv_query_port(b.ibv, (uint8_t)b.ib_port, &pattr) == 0, "ibv_query_port %d",
@@ -446,15 +388,15 @@ int main(int argc, char **argv)
 
 	printf("---------------------------------------------------------------------------------------\n");
 	printf("                    RDMA_Write BW Test (MRC)\n");
-	printf(" Device         : %s\t\tIB port        : %d\n", ibv_get_device_name(dev),
-	       b.ib_port);
+	printf(" Device         : %s\t\tIB port        : %d\n",
+	       ibv_get_device_name(b.ibv->device), b.ib_port);
 	printf(" GID index      : %d\t\tTimeout        : %d\tRetry count : %d\n", b.gid_index,
 	       timeout, retry);
 	b.sock = name ? tcp_client(name, port, b.deadline, addr_text) : tcp_server(port);
 	if (name)
 		printf(" Server         : %s (%s, TCP port %d)\n", name, addr_text, port);
 	exchange(&b);
-	connect_qp(&b, timeout, retry);
+	verbs_connect(&b, timeout, retry);
 	send_line(&b, "rts\n");
 	recv_line(&b, line, sizeof(line));
 	CHECK(strcmp(line, "rts") == 0, "the peer's QP: '%s'", line);

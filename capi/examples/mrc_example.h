@@ -191,6 +191,29 @@ static inline void wait_file(const char *dir, const char *name, const char *suff
 	}
 }
 
+/* The next completion of `cq` (polled every 50 us; a completion in error or `deadline` passed
+ * ends the program) */
+static inline struct ibv_wc next_wc(struct mrc_cq *cq, double deadline)
+{
+	struct ibv_wc wc;
+
+	for (;;) {
+		int n = mrc_poll_cq(cq, 1, &wc);
+
+		CHECK(n >= 0, "mrc_poll_cq");
+		if (n == 1) {
+			if (wc.status != IBV_WC_SUCCESS) {
+				fprintf(stderr, EXAMPLE ": completion of wr %llu: %s\n",
+					(unsigned long long)wc.wr_id, ibv_wc_status_str(wc.status));
+				exit(1);
+			}
+			return wc;
+		}
+		CHECK(now() < deadline, "timed out waiting for a completion");
+		usleep(50);
+	}
+}
+
 /* A GID as 32 hex digits (`hex` holds at least 33 bytes), and back */
 static inline void gid_to_hex(const union ibv_gid *gid, char *hex)
 {

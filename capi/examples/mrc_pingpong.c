@@ -98,30 +98,14 @@ static void post_write(struct end *e, size_t offset, size_t len, int imm, uint32
 /* Wait for one completion of the given opcode (sends on the send CQ, in posting order). */
 static struct ibv_wc wait_wc(struct end *e, enum ibv_wc_opcode opcode)
 {
-	struct mrc_cq *cq = opcode == IBV_WC_RECV_RDMA_WITH_IMM ? e->rcq : e->scq;
-	struct ibv_wc wc;
+	struct ibv_wc wc = next_wc(opcode == IBV_WC_RECV_RDMA_WITH_IMM ? e->rcq : e->scq,
+				   e->deadline);
 
-	for (;;) {
-		int n = mrc_poll_cq(cq, 1, &wc);
-
-		CHECK(n >= 0, "mrc_poll_cq");
-		if (n == 1) {
-			if (wc.status != IBV_WC_SUCCESS) {
-				fprintf(stderr, "mrc_pingpong: completion of wr %llu: %s\n",
-					(unsigned long long)wc.wr_id, ibv_wc_status_str(wc.status));
-				exit(1);
-			}
-			if (wc.opcode == opcode)
-				return wc;
-			fprintf(stderr, "mrc_pingpong: unexpected completion opcode %d\n", wc.opcode);
-			exit(1);
-		}
-		if (now() > e->deadline) {
-			fprintf(stderr, "mrc_pingpong: timed out waiting for a completion\n");
-			exit(1);
-		}
-		usleep(50);
+	if (wc.opcode != opcode) {
+		fprintf(stderr, "mrc_pingpong: unexpected completion opcode %d\n", wc.opcode);
+		exit(1);
 	}
+	return wc;
 }
 
 static void rendezvous(struct end *e, const char *dir, const char *name, const char *peer)
