@@ -27,7 +27,7 @@ as two: the marked bytes, then the others):
   (``last_hop``) is the incast's congestion, not a path's: the window answers it, the path
   choice does not (:mod:`host.transport.sender`);
 - the base RTT starts at the configured one (the fabric's unloaded RTT) and the smallest RTT
-  measured replaces it, ``max_cwnd`` following (1.5 BDP); a timeout takes the timed-out
+  measured of a full-size packet replaces it, ``max_cwnd`` following (1.5 BDP); a timeout takes the timed-out
   packets out of the window (both after uet-htsim; the stack profile ``testbed-2026`` keeps the
   testbed's earlier rules: a fixed base RTT, quick adapt on a timeout).
 
@@ -222,7 +222,11 @@ class Nscc(CongestionControl):
     ) -> None:
         """The four cases of NSCC, after quick adapt, then the batched adjustment."""
         self.inflight = max(0.0, self.inflight - acked_bytes)
-        if rtt is not None:
+        if rtt is not None and acked_bytes >= pkt_count * self.mtu:
+            # only full-size packets tell the base RTT (uet-htsim's update_base_rtt took
+            # packet_size == mtu only; all its packets but a flow's last are full-size): a short
+            # packet's RTT lacks most of the serialisation, and taken as the base it shrinks
+            # max_cwnd to a few MTUs (to one on a fabric without link latency)
             self.on_rtt(rtt=rtt, now=now)
         if self.base_rtt <= 0.0 or acked_bytes <= 0:
             return
