@@ -5,8 +5,15 @@ from __future__ import annotations
 
 from host.transport import wire
 from host.transport.events import RetransmitTimeout
-from host.transport.evs import EvState
-from host.transport.qp_state import NS, RETRY_EXP_UNLIMITED, TLP_PACKETS, QpState, TxPacket
+from host.transport.evs import EvState, PathLoad
+from host.transport.qp_state import (
+    LATE_FACTOR,
+    NS,
+    RETRY_EXP_UNLIMITED,
+    TLP_PACKETS,
+    QpState,
+    TxPacket,
+)
 
 
 class LossRecovery(QpState):
@@ -21,17 +28,51 @@ class LossRecovery(QpState):
         self.inflight -= rec.length
         self._retx.append(rec)
         self._stats.retransmits[cause] += 1
-        if self.policy.failover and cause != "nack" and rec.slot.state is EvState.GOOD:
-            self._retire(rec.slot, reason or cause, now)
-            if rec.slot.state is not EvState.GOOD:
-                # the path failed: what is still in flight on its retired EVs is lost with it;
-                # resend it now on the paths left rather than one ACK timeout per packet
-                for other in list(self._outstanding.values()):
-                    if other.in_net and other.slot.state is not EvState.GOOD:
-                        other.in_net = False
-                        self.inflight -= other.length
-                        self._retx.append(other)
-                        self._stats.retransmits[cause] += 1
+        self._probed.pop(rec.psn, None)
+        if cause != "nack":
+            self._path_failed(rec, reason or cause, cause, now)
+
+    def _path_failed(self, rec: TxPacket, reason: str, cause: str, now: float) -> None:
+        """``rec`` was lost on its path: retire its EV (or path) for ``reason``; what is still
+        in flight on the EVs retired is lost with it, resent now (counted under ``cause``) on
+        the paths left rather than one ACK timeout per packet."""
+        if not self.policy.failover or rec.slot.state is not EvState.GOOD:
+            return
+        self._retire(rec.slot, reason, now)
+        if rec.slot.state is EvState.GOOD:
+            return
+        for other in list(self._outstanding.values()):
+            if other.in_net and other.slot.state is not EvState.GOOD:
+                other.in_net = False
+                self.inflight -= other.length
+                self._retx.append(other)
+                self._stats.retransmits[cause] += 1
+
+    def _late_bound(self, load: PathLoad) -> float:
+        """How long a packet of ``load``'s path may stay unacknowledged before it is late:
+        ``LATE_FACTOR`` x (srtt + 4 rttvar) of its path, of the QP while the path has no RTT
+        sample yet (0 without any sample: every packet is late)."""
+        if load.srtt:
+            return LATE_FACTOR * (load.srtt + 4.0 * load.rttvar)
+        srtt = self._srtt
+        return LATE_FACTOR * (srtt + 4.0 * self._rttvar) if srtt else 0.0
+
+    def _repaired_by_probe(self, freed: list[TxPacket], ts_echo: int, now: float) -> None:
+        """Packets acknowledged by the ACK of their tail-loss probe's copy (it echoes the
+        copy's timestamp) that a later packet had overtaken, and whose original is late on
+        its path, were lost there: the probe repaired a loss, which is still a loss (RFC 8985,
+        7.4.2), and a loss retires the path ("late"). Without this a window too small for
+        ``reorder_threshold`` packets to overtake a lost one hides a failed path behind
+        probes, one packet at a time. A tail (nothing sent after it acknowledged) repaired by
+        its probe is not judged: the probe is there for it."""
+        probed = self._probed
+        for rec in freed:
+            if (
+                probed.pop(rec.psn, None) is rec
+                and rec.ts32 == ts_echo
+                and now - rec.sent >= self._late_bound(rec.slot.load)
+            ):
+                self._path_failed(rec, "late", "sack", now)
 
     def _first_in_net(self) -> TxPacket | None:
         for rec in self._outstanding.values():
@@ -57,19 +98,23 @@ class LossRecovery(QpState):
 
     def _tlp_due(self, first: TxPacket) -> float | None:
         """When the tail-loss probe fires (None without an RTT estimate): when the oldest packet
-        in flight has waited two smoothed RTTs (plus the receiver's ACK delay), at most once per
-        smoothed RTT."""
+        in flight has waited two smoothed RTTs and is late on its path (:meth:`_late_bound`),
+        plus the receiver's ACK delay, at most once per smoothed RTT. Not before it is late,
+        so that the copy's ACK finds the original lost (:meth:`_repaired_by_probe`)."""
         srtt = self._srtt
         if not self._cfg.tlp or srtt is None:
             return None
-        due = first.sent + max(2.0 * srtt, srtt + 4.0 * self._rttvar) + self._cfg.ack_delay
+        wait = max(2.0 * srtt, srtt + 4.0 * self._rttvar, self._late_bound(first.slot.load))
+        due = first.sent + wait + self._cfg.ack_delay
         return due if due > self._tlp_next else self._tlp_next
 
     def _send_tlp(self, now: float) -> None:
         """Tail-loss probe: re-send the oldest packets still unacknowledged after the probe
-        timeout (at most ``TLP_PACKETS``) on other EVs. Not a loss: no EV is retired, the
-        window is unchanged, the originals stay in flight; the copy's ACK (or the duplicate ACK
-        it provokes when only ACKs were lost) frees them before the ACK timeout would."""
+        timeout (at most ``TLP_PACKETS``) on other EVs. Not a loss in itself: the window is
+        unchanged, the originals stay in flight; the copy's ACK (or the duplicate ACK it
+        provokes when only ACKs were lost) frees them before the ACK timeout would. A tail's
+        EV stays GOOD; an original that later packets had overtaken is judged when its copy's
+        ACK arrives (:meth:`_repaired_by_probe`)."""
         srtt = self._srtt or 0.0
         self._tlp_next = now + srtt
         if self.remote_qpn is None:
@@ -89,6 +134,10 @@ class LossRecovery(QpState):
             msg = rec.msg
             ts32 = int(now * NS) & 0xFFFFFFFF
             rec.ts32 = ts32  # the copy's ACK echoes this; the original's is accepted too
+            if rec.tsn < self._highest_acked_tsn:
+                # overtaken by a packet sent after it: not a tail, a loss for the rules to
+                # judge when the copy repairs it (_repaired_by_probe)
+                self._probed[rec.psn] = rec
             flags = (wire.FLAG_FIRST if rec.offset == 0 else 0) | wire.FLAG_RETX
             if rec.last:
                 flags |= wire.FLAG_LAST

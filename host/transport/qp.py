@@ -163,6 +163,7 @@ class QueuePair(Sender, Receiver, LossRecovery, PathChoice):
         # sender
         self._send_queue: collections.deque[TxMessage] = collections.deque()
         self._outstanding: dict[int, TxPacket] = {}
+        self._probed: dict[int, TxPacket] = {}  # PSN -> packet whose tail-loss probe is out
         self._retx: collections.deque[TxPacket] = collections.deque()
         self._next_psn = 0
         self._snd_una = 0

@@ -16,7 +16,7 @@ from host.transport.events import (
     Completion,
     Event,
 )
-from host.transport.evs import EvFormat, EvSlot, EvState, EvTable, ProfileStates
+from host.transport.evs import EvFormat, EvSlot, EvState, EvTable, PathLoad, ProfileStates
 from host.transport.policy import Policy
 from host.transport.region import MemoryRegion, RegionTable
 from host.transport.stats import Stats
@@ -198,6 +198,7 @@ class QpState:
     _next_probe_id: int
     _send_queue: collections.deque[TxMessage]
     _outstanding: dict[int, TxPacket]
+    _probed: dict[int, TxPacket]
     _retx: collections.deque[TxPacket]
     _next_psn: int
     _snd_una: int
@@ -244,6 +245,16 @@ class QpState:
 
     def _lose(self, rec: TxPacket, cause: str, now: float, reason: str | None = None) -> None:
         """Declare a packet lost (:class:`host.transport.loss.LossRecovery`)."""
+        raise NotImplementedError
+
+    def _late_bound(self, load: PathLoad) -> float:
+        """How long a packet of a path may stay unacknowledged before it is late
+        (:class:`host.transport.loss.LossRecovery`)."""
+        raise NotImplementedError
+
+    def _repaired_by_probe(self, freed: list[TxPacket], ts_echo: int, now: float) -> None:
+        """Judge packets acknowledged through their tail-loss probe's copy
+        (:class:`host.transport.loss.LossRecovery`)."""
         raise NotImplementedError
 
     def _fail(self, reason: str, now: float) -> None:

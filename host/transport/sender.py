@@ -20,7 +20,6 @@ from host.transport.qp_state import (
     _GOOD,
     _OP_WRITE_ONLY,
     EXPLORE_MASK,
-    LATE_FACTOR,
     NS,
     PSN_MASK,
     SAME_PATH_REORDER,
@@ -315,6 +314,7 @@ class Sender(QpState):
                 msg.status = STATUS_RETRY_EXCEEDED
                 self._complete(msg, now)
         self._outstanding.clear()
+        self._probed.clear()
         self._send_queue.clear()
         self._retx.clear()
         self.inflight = 0
@@ -399,6 +399,8 @@ class Sender(QpState):
                     self._complete(msg, now)
             self.inflight = inflight
             self._highest_acked_tsn = top
+            if self._probed:
+                self._repaired_by_probe(freed, ts_echo, now)
         rtt: float | None = ((int(now * NS) - ts_echo) & 0xFFFFFFFF) / NS
         if rtt is not None and rtt < 60.0:
             stats.rtt.append(rtt)
@@ -449,13 +451,9 @@ class Sender(QpState):
                 # older than the smoothed RTT says).
                 # A path with no RTT sample yet is judged by the QP's.
                 load = rec.slot.load
-                if load.srtt:
-                    srtt, rttvar = load.srtt, load.rttvar
-                else:
-                    srtt, rttvar = self._srtt or 0.0, self._rttvar
                 if load.acked_tsn - rec.tsn >= SAME_PATH_REORDER:
                     lost.append((rec, "sack"))  # evidence from its own path
-                elif not srtt or now - rec.sent >= LATE_FACTOR * (srtt + 4.0 * rttvar):
+                elif now - rec.sent >= self._late_bound(load):
                     lost.append((rec, "late"))  # no evidence: too old for its path
         if lost:
             nbytes = 0
