@@ -216,8 +216,8 @@ int main(void)
 	union ibv_gid gid;
 
 	errno = 0;
-	CHECK("query_gid_bad_index", ibv_query_gid(h0.ibv, 1, 1, &gid) == -1 && errno == EINVAL,
-	      "index 1 accepted");
+	CHECK("query_gid_bad_index", ibv_query_gid(h0.ibv, 1, 4, &gid) == -1 && errno == EINVAL,
+	      "index 4 (past gid_tbl_len) accepted");
 	CHECK("query_gid_bad_port", ibv_query_gid(h0.ibv, 9, 0, &gid) == -1, "port 9 accepted");
 	struct ibv_port_attr pattr;
 
