@@ -74,9 +74,15 @@ def test_each_transport_runs_through_failure_and_repair(testbed: Any, tmp_path: 
     states = rows(tmp_path, "ev_states.csv", "mrc")
     assert any(int(r["ASSUMED_BAD"]) > 0 for r in states if down_at < float(r["time_s"]) < up_at)
     assert int(states[-1]["ASSUMED_BAD"]) == 0 and int(states[-1]["GOOD"]) == int(states[0]["GOOD"])
-    probed = [
-        r
-        for r in rows(tmp_path, "ev_transitions.csv", "mrc")
-        if r["new"] == "good" and r["reason"] == "probe_reply"
-    ]
-    assert probed and min(float(r["t"]) for r in probed) >= up_at - 0.05, verdicts
+    # the failed link's path (its spine: t1-p0-s0 -> p0-s0) retired during the failure and
+    # probed back to GOOD after the repair (other paths may come and go on a busy machine)
+    spine = next(n for f in scenario.raw["faults"] for n in f["link"] if n.startswith("t1-"))
+    path = spine.removeprefix("t1-")
+    changes = [r for r in rows(tmp_path, "ev_transitions.csv", "mrc") if r["path"] == path]
+    assert any(r["new"] == "assumed_bad" and down_at <= float(r["t"]) < up_at for r in changes), (
+        verdicts
+    )
+    assert any(
+        r["new"] == "good" and r["reason"] == "probe_reply" and float(r["t"]) >= up_at
+        for r in changes
+    ), verdicts
