@@ -10,6 +10,7 @@ import math
 from typing import Any
 
 import pytest
+from support.frames import spy_data_frames
 
 from host.transport import wire
 from host.transport.cc import CcProfile
@@ -182,21 +183,11 @@ def _shared_pair(net: Any, fmt: EvFormatProfile) -> tuple[Any, Any, Any]:
     return pa, qps[0], qps[1]
 
 
-def _spy_evs(ctx: Any) -> dict[int, list[int]]:
-    """EVs of the data frames each destination QP is sent (recorded as the context sends)."""
-    seen: dict[int, list[int]] = {}
-    inner = ctx.frames_to_send
-
-    def frames_to_send(now: float) -> list[tuple[int, bytes]]:
-        out = inner(now)
-        for _, frame in out:
-            fields = wire.decode_data(frame)
-            if fields is not None:
-                seen.setdefault(fields[0], []).append(fields[11])
-        return out
-
-    ctx.frames_to_send = frames_to_send
-    return seen
+def _data_frames(ctx: Any) -> list[tuple[wire.DataPacket, bytes]]:
+    """Every data frame ``ctx`` sends from now on, parsed and as bytes (recorded as it sends)."""
+    sent: list[tuple[wire.DataPacket, bytes]] = []
+    spy_data_frames(ctx, lambda _, packet, frame: sent.append((packet, frame)))
+    return sent
 
 
 @pytest.mark.parametrize("fmt", [EvFormatProfile(), STEV], ids=["srv6", "stev"])
@@ -215,13 +206,13 @@ def test_one_qp_finds_a_failed_path_the_other_never_uses_it(
     assert bad
     # the other QP sees the same states without having lost anything
     assert {s.wire for s in second.ev_table.slots if s.state is EvState.ASSUMED_BAD} == bad
-    seen = _spy_evs(net.hosts["h0"])
+    sent = _data_frames(net.hosts["h0"])
     retx_before = net.hosts["h0"].stats()["retransmits"]
     second.post_write(pattern(1 << 20, 2), BASE, net.regions["h2"].rkey, wr_id=2)
     net.sim.kick("h0")
     net.run(net.sim.now + 20.0, stop=lambda: len(net.cqs["h0"]) == 1)
     assert net.cqs["h0"].poll()[0].status == "ok"
-    used = seen[second.remote_qpn]
+    used = [p.ev for p, _ in sent if p.outer.dest_qp == second.remote_qpn]
     assert used and not bad & set(used)
     assert net.hosts["h0"].stats()["retransmits"] == retx_before  # it lost nothing
     # one event per state change of the profile, naming it
@@ -402,20 +393,9 @@ def _connect_from_h0(net: Any, profile: ExplicitEvProfile) -> Any:
     return dataclasses.replace(flow, sender=qa, receiver=qb)
 
 
-def _frames(net: Any, flow: Any) -> list[Any]:
-    """The data frames h0 sends for one 64 KiB WRITE of ``flow`` (parsed, with their bytes)."""
-    ctx, sent = net.host("h0"), []
-    inner = ctx.frames_to_send
-
-    def frames_to_send(now: float) -> list[tuple[int, bytes]]:
-        out = inner(now)
-        for _, frame in out:
-            packet = wire.parse(frame)
-            if isinstance(packet, wire.DataPacket):
-                sent.append((packet, bytes(frame)))
-        return out
-
-    ctx.frames_to_send = frames_to_send
+def _frames(net: Any, flow: Any) -> list[tuple[wire.DataPacket, bytes]]:
+    """The data frames h0 sends for one 64 KiB WRITE of ``flow``, which arrives intact."""
+    sent = _data_frames(net.host("h0"))
     assert net.write(flow, pattern(1 << 16, 7), 10.0).status == "ok"
     assert flow.region.read(BASE, 1 << 16) == pattern(1 << 16, 7)
     return sent

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from support.frames import spy_data_frames
 
 from host.transport import wire
 from host.transport.config import StackConfig
@@ -21,17 +22,8 @@ def pattern(n: int, seed: int) -> bytes:
 def record_data_frames(ctx: Any) -> list[tuple[int, int, int]]:
     """Wrap ctx.frames_to_send to record (plane, flow label, DSCP) of every data frame."""
     seen: list[tuple[int, int, int]] = []
-    inner = ctx.frames_to_send
-
-    def frames_to_send(now: float) -> list[tuple[int, bytes]]:
-        out = inner(now)
-        for plane, frame in out:
-            pkt = wire.parse(frame)
-            if isinstance(pkt, wire.DataPacket):
-                seen.append((plane, pkt.outer.flow_label, pkt.outer.dscp))
-        return out
-
-    ctx.frames_to_send = frames_to_send
+    spy_data_frames(ctx, lambda plane, pkt, _: seen.append((plane, pkt.outer.flow_label,
+                                                            pkt.outer.dscp)))  # fmt: skip
     return seen
 
 

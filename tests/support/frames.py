@@ -1,0 +1,31 @@
+"""What a transport context sends, seen as it sends it (tests on the in-memory network).
+
+:func:`spy_data_frames` wraps a :class:`host.transport.api.Context`'s ``frames_to_send`` so
+that every data frame it sends from then on is handed to a callback, parsed and as bytes,
+with the plane it leaves on::
+
+    seen = []
+    spy_data_frames(net.hosts["h0"], lambda plane, packet, frame: seen.append(packet.ev))
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from host.transport import wire
+
+
+def spy_data_frames(ctx: Any, on_frame: Callable[[int, wire.DataPacket, bytes], None]) -> None:
+    """Call ``on_frame(plane, packet, frame)`` for every data frame ``ctx`` sends from now on."""
+    inner = ctx.frames_to_send
+
+    def frames_to_send(now: float) -> list[tuple[int, bytes]]:
+        out: list[tuple[int, bytes]] = inner(now)
+        for plane, frame in out:
+            packet = wire.parse(frame)
+            if isinstance(packet, wire.DataPacket):
+                on_frame(plane, packet, bytes(frame))
+        return out
+
+    ctx.frames_to_send = frames_to_send
