@@ -110,11 +110,13 @@ class LossRecovery(QpState):
 
     def _send_tlp(self, now: float) -> None:
         """Tail-loss probe: re-send the oldest packets still unacknowledged after the probe
-        timeout (at most ``TLP_PACKETS``) on other EVs. Not a loss in itself: the window is
-        unchanged, the originals stay in flight; the copy's ACK (or the duplicate ACK it
-        provokes when only ACKs were lost) frees them before the ACK timeout would. A tail's
-        EV stays GOOD; an original that later packets had overtaken is judged when its copy's
-        ACK arrives (:meth:`_repaired_by_probe`)."""
+        timeout (at most ``TLP_PACKETS``). Not a loss in itself: the window is unchanged, the
+        originals stay in flight; the copy's ACK (or the duplicate ACK it provokes when only
+        ACKs were lost) frees them before the ACK timeout would. A packet that a later one had
+        overtaken is copied on another EV and judged when its copy's ACK arrives
+        (:meth:`_repaired_by_probe`); a tail (nothing sent after it acknowledged) is copied on
+        its own EV, so that a path that lost it is found by the ACK timeout, not hidden by
+        copies on other paths (with a window of one packet every packet is a tail)."""
         srtt = self._srtt or 0.0
         self._tlp_next = now + srtt
         if self.remote_qpn is None:
@@ -128,15 +130,23 @@ class LossRecovery(QpState):
                 break
             if not rec.in_net or rec.sent > due:
                 continue
-            slot = self.ev_table.next_other(rec.slot)
-            if slot is None:
-                return
+            overtaken = rec.tsn < self._highest_acked_tsn
+            if overtaken or rec.slot.state is not EvState.GOOD:
+                found = self.ev_table.next_other(rec.slot)
+                if found is None:
+                    return
+                slot = found
+            else:
+                # a tail (nothing sent after it acknowledged): its copy tests its own path;
+                # delivered, the original was a single drop and the path stays GOOD; lost too,
+                # the ACK timeout judges the path
+                slot = rec.slot
             msg = rec.msg
             ts32 = int(now * NS) & 0xFFFFFFFF
             rec.ts32 = ts32  # the copy's ACK echoes this; the original's is accepted too
-            if rec.tsn < self._highest_acked_tsn:
-                # overtaken by a packet sent after it: not a tail, a loss for the rules to
-                # judge when the copy repairs it (_repaired_by_probe)
+            if overtaken:
+                # not a tail: a loss for the rules to judge when the copy repairs it
+                # (_repaired_by_probe)
                 self._probed[rec.psn] = rec
             flags = (wire.FLAG_FIRST if rec.offset == 0 else 0) | wire.FLAG_RETX
             if rec.last:
