@@ -83,6 +83,11 @@ def build(headers: Path) -> Path:
     return ROOT / "build" / "capi" / "mrc_pingpong"
 
 
+def exec_argv(host: str, *argv: str) -> list[str]:
+    """``mrc-testbed exec HOST -- ARGV``."""
+    return [sys.executable, "-m", "experiments.cli", "exec", host, "--", *argv]
+
+
 def run_example(
     tb: Testbed, example: Path, largest: int, volume: int, iters: int, timeout: float
 ) -> dict[str, Any]:
@@ -93,26 +98,13 @@ def run_example(
     args += ["-t", str(int(timeout))]
     procs = {
         me: subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "experiments.cli",
-                "exec",
-                me,
-                "--",
-                str(example),
-                "-n",
-                me,
-                "-p",
-                peer,
-                *args,
-            ],
+            exec_argv(me, str(example), "-n", me, "-p", peer, *args),
             cwd=ROOT,
             env=tb.env(),
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
             text=True,
-        )  # fmt: skip
+        )
         for me, peer in ((SRC, DST), (DST, SRC))
     }
     out: dict[str, Any] = {"sweep": {}}
@@ -129,11 +121,6 @@ def run_example(
         if proc.returncode != 0:
             raise SystemExit(f"the example on {me} failed (exit {proc.returncode}):\n{rest}")
     return out
-
-
-def exec_argv(host: str, *argv: str) -> list[str]:
-    """``mrc-testbed exec HOST -- ARGV``."""
-    return [sys.executable, "-m", "experiments.cli", "exec", host, "--", *argv]
 
 
 def run_bw(tb: Testbed, largest: int, volume: int, iters: int, timeout: float) -> dict[int, Any]:
