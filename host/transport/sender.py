@@ -474,6 +474,7 @@ class Sender(QpState):
             return
         if pkt.flags & wire.FLAG_ACCESS:
             del self._outstanding[rec.psn]
+            self._probed.pop(rec.psn, None)
             rec.msg.status = STATUS_REMOTE_ACCESS_ERROR
             self._acked(rec, now)
             return
