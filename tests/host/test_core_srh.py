@@ -240,7 +240,14 @@ def test_endpoint_frame_with_an_srh_keeps_its_fields() -> None:
     mac = bytes(6)
     src, dst, segment = bytes(15) + b"\x01", bytes(15) + b"\x02", bytes(15) + b"\x03"
     prefix = wire.frame_prefix(
-        src_mac=mac, dst_mac=mac, src=src, dst=dst, dscp=Dscp.CONTROL, ecn=Ecn.NOT_ECT, ev=0x1234, srh=segment
+        src_mac=mac,
+        dst_mac=mac,
+        src=src,
+        dst=dst,
+        dscp=Dscp.CONTROL,
+        ecn=Ecn.NOT_ECT,
+        ev=0x1234,
+        srh=segment,
     )
     frame = wire.encode_endpoint(prefix, True, wire.EP_OP_EV_PROBE, 1, 0x1234, 77, 9, 0b110)
     wire.set_service_time(frame, 4321)

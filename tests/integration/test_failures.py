@@ -46,7 +46,11 @@ def test_a_shared_profile_keeps_the_other_qp_off_a_failed_path(testbed: Any, wai
         before = core_stats(testbed, "h0")
         transfer(testbed, "h0", "h2", 2 << 20, seed=52, policy="mrc")
         after = core_stats(testbed, "h0")
-        assert after["retransmits"] == before["retransmits"]  # nothing sent into the failure
+        # nothing sent into the failure: no retransmission for a loss (SACK gap, lateness, ACK
+        # timeout). Retransmissions of trimmed packets (NACKs) are congestion at the receiver's
+        # 1-BDP queues, not the failed link, and are not losses.
+        lost = {k: v for k, v in after["retransmits"].items() if k != "nack"}
+        assert lost == {k: v for k, v in before["retransmits"].items() if k != "nack"}
         assert after["rtos"] == before["rtos"]
     finally:
         testbed.link_up(*FAILED)
