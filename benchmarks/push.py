@@ -31,7 +31,6 @@ import functools
 import ipaddress
 import json
 import os
-import socket
 import sys
 import tempfile
 import time
@@ -49,6 +48,7 @@ from controller.push import PushOptions, SwitchAddress, push_fabric
 from p4src import contract
 from p4src.contract import IPV6_LPM, SET_NEXT_HOP
 from p4src.proto import p4r
+from targets.lab import free_port
 from targets.model import ModelSwitch
 from targets.process import SwitchStartError
 from topologies import Fabric, load_topology
@@ -56,12 +56,6 @@ from topologies.config import shipped_topology
 
 FABRIC_TARGET_S = 1.0
 RATE_TARGET = 5000.0
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 class Switches:

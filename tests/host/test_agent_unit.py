@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from support.fabric import small_fabric
 
 from host.agent.agent import qp_number
 from host.agent.control import (
@@ -405,11 +406,9 @@ def commands_server(
 ) -> Iterator[tuple[ControlServer, Any]]:
     from host.agent.agent import Agent, AgentOptions
     from host.agent.commands import Commands
-    from topologies import load_topology
-    from topologies.config import shipped_topology
 
     work = tmp_path_factory.mktemp("commands")
-    fabric = Fabric(load_topology(shipped_topology("small")))
+    fabric = small_fabric()
     agent = Agent(fabric, AgentOptions(host="h0", control=work / "h0.sock", ev_count=8))
     agent.regions["rx"] = agent.context.register_region(1 << 32, 4096)
     server = ControlServer(work / "h0.sock", Commands(agent).handle)

@@ -19,8 +19,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support.fabric import small_fabric
 
-from topologies import Fabric, load_topology
+from topologies import load_topology
 from topologies.config import shipped_topology
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -35,7 +36,7 @@ def skip_reason() -> str | None:
         return "needs root (Mininet, network namespaces, AF_PACKET)"
     if shutil.which("mnexec") is None:
         return "needs Mininet (mnexec not on PATH; apt install mininet)"
-    fabric = Fabric(load_topology(shipped_topology("small")))
+    fabric = small_fabric()
     for switch in fabric.switches:
         for port in switch.ports:
             if Path(f"/sys/class/net/{port.intf}").exists():

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from support.fabric import small_fabric
 
 from experiments import cli
 from experiments.fabric_plot import LinkLoad, failed_links, link_key, link_loads
@@ -60,7 +61,7 @@ def _result(fabric: Fabric, with_ports: bool) -> TransportResult:
 
 
 def test_link_loads_from_port_counters() -> None:
-    fabric = Fabric(load_topology(shipped_topology("small")))
+    fabric = small_fabric()
     r = _result(fabric, True)
     loads = link_loads(fabric, r.ports, failed_links([(m.action, m.target) for m in r.faults]), 2.0)
     assert loads[link_key("t0-p0-r0", "t1-p0-s1")].utilisation == pytest.approx(0.5)
@@ -71,7 +72,7 @@ def test_link_loads_from_port_counters() -> None:
 
 @pytest.mark.parametrize("with_ports", [True, False], ids=["port-counters", "older-folder"])
 def test_results_folder_gets_fabric_png(tmp_path: Path, with_ports: bool) -> None:
-    fabric = Fabric(load_topology(shipped_topology("small")))
+    fabric = small_fabric()
     write_raw(
         tmp_path,
         {"name": "pictures"},

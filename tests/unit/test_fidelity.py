@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 
 import pytest
+from support.fabric import small_fabric
 
 from experiments.fidelity import (
     FAITHFUL,
@@ -24,8 +25,6 @@ from experiments.results import load_raw, render, write_raw
 from experiments.runner import UNFAITHFUL_EXIT, unfaithful
 from host.agent.pacing import LagMeter, NicWire
 from switchmodel.dataplane import DataPlane
-from topologies import Fabric, load_topology
-from topologies.config import shipped_topology
 
 FRAME = 0.0025  # a full frame's time at about 5 Mb/s
 
@@ -155,7 +154,7 @@ def test_proc_figures_of_this_process() -> None:
 
 
 def test_verdict_in_metrics_summary_and_plot(tmp_path: Path) -> None:
-    fabric = Fabric(load_topology(shipped_topology("small")))
+    fabric = small_fabric()
     results = []
     for name, busy in (("mrc", True), ("single-path", False)):
         r = TransportResult(name=name, kind="mrc", duration=2.0, flows=[("h0", "h2")])

@@ -7,11 +7,12 @@ import json
 from pathlib import Path
 
 import pytest
+from support.fabric import small_fabric
 
 from controller.qos import default_qos, operating_point
 from experiments.scenario import parse_scenario
 from targets.factory import port_latencies
-from topologies import Fabric, load_topology
+from topologies import load_topology
 from topologies.config import shipped_topology
 from topologies.operating import (
     LEGACY_PROFILE,
@@ -103,7 +104,7 @@ def test_scenario_selects_the_profile() -> None:
 
 
 def test_switch_delay_lines_give_every_path_its_links_latency() -> None:
-    fabric = Fabric(load_topology(shipped_topology("small")))
+    fabric = small_fabric()
     delay = fabric.topology.link_delay_us
     leaf = port_latencies(fabric, "t0-p0-r0", delay)
     spine = port_latencies(fabric, "t1-p0-s0", delay)

@@ -6,18 +6,18 @@ import shutil
 from pathlib import Path
 
 import pytest
+from support.fabric import small_fabric
 
 from experiments.flows.kernel import host_commands, undo_commands
 from experiments.testbed import write_topology
 from topologies import Fabric, load_topology
-from topologies.config import shipped_topology
 
 mininet = pytest.importorskip("mininet.net", reason="Mininet's Python package is not installed")
 
 
 @pytest.fixture(scope="module")
 def fabric() -> Fabric:
-    return Fabric(load_topology(shipped_topology("small")))
+    return small_fabric()
 
 
 def test_choose_target() -> None:
