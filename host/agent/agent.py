@@ -494,8 +494,8 @@ class Agent:
         ctx = self.context
         pcap = self.pcap
         planes = self.planes
+        now = self.now()
         while True:
-            now = self.now()
             taken = 0
             while taken < BATCH:
                 got = 0
@@ -503,6 +503,11 @@ class Agent:
                     frames, _ = plane.sock.receive_batch(READ_TURN)
                     if not frames:
                         continue
+                    # a frame's arrival time is when it is read, not when the batch began: a
+                    # batch takes milliseconds of Python, longer than the dilated RTT it would
+                    # take off an ACK read late (the RTT is measured to "the time the ACK is
+                    # received", RFC 6298 section 3; a timestamp echo gives the send time)
+                    now = self.now()
                     got += len(frames)
                     if pcap is not None:
                         wall = self.wall_at_start + (now - self.started)
@@ -522,9 +527,9 @@ class Agent:
                 if not got:
                     break
                 taken += got
-                self._send(
-                    ctx.frames_to_send(now, self._budget())
-                )  # ACKs leave without waiting for the batch
+                # ACKs leave without waiting for the batch; what goes now is stamped now
+                now = self.now()
+                self._send(ctx.frames_to_send(now, self._budget()))
             if taken:
                 self.after_core(now)
             if taken < BATCH:  # the last round found every plane empty
