@@ -562,8 +562,8 @@ class Agent:
             if event is None:
                 break
             self._on_event(event, now)
-        if self._feed_transfers():
-            self._send(ctx.frames_to_send(now, self._budget()))
+        if self._feed_transfers():  # posting messages takes time (about 10 ms per MiB)
+            self._send(ctx.frames_to_send(self.now(), self._budget()))
         before = self._timer
         self._timer = ctx.next_timer()
         if self._timer is not None and before is not None and self._timer <= now and before <= now:
