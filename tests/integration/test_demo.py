@@ -67,7 +67,11 @@ def test_each_transport_runs_through_failure_and_repair(testbed: Any, tmp_path: 
             transport,
             verdicts,
         )
-    if saved["mrc"]["fidelity"]["faithful"]:  # a machine that kept up finishes within the run
+    # a machine that kept up finishes within the run. The switch model reports its service lag;
+    # BMv2 is judged by CPU alone, with thresholds not yet calibrated against it
+    # (docs/experiments.md, "Fidelity"): at this fabric's 20 Mb/s a BMv2 run that falls
+    # behind has been judged faithful, so the cross-check holds on the switch model only.
+    if testbed.target == "model" and saved["mrc"]["fidelity"]["faithful"]:
         assert saved["mrc"]["complete"], (lines, verdicts)
     ends = [float(r["end_s"]) for r in rows(tmp_path, "completions.csv", "mrc") if r["end_s"]]
     assert max(ends) > up_at, (ends, verdicts)

@@ -73,11 +73,13 @@ class Throttle(PhaseObserver):
             self.thread.join()
 
 
+# The switch model reports its service lag and scheduling gaps, so a stopped switch shows; BMv2
+# reports neither and is judged by its CPU alone (docs/experiments.md, "Fidelity"), which a
+# stopped process does not raise: this test runs on the switch model only.
+@pytest.mark.parametrize("testbed", ["model"], indirect=True)
 def test_a_throttled_switch_is_flagged_and_strict_fails(
     testbed: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    if testbed.target != "model":
-        pytest.skip("BMv2 reports no service lag or scheduling gap: only its CPU is measured")
     path = tmp_path / "throttled.yaml"
     path.write_text(yaml.safe_dump(SCENARIO))
     out = tmp_path / "out"
