@@ -18,7 +18,7 @@ from topologies.config import shipped_topology
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
-@pytest.mark.parametrize("name", ["small", "default"])
+@pytest.mark.parametrize("name", ["small", "default", "mrc8"])
 def test_topo_draw_png_and_svg(
     tmp_path: Path, name: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
