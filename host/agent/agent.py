@@ -52,7 +52,7 @@ from host.transport import api
 from host.transport.api import MemoryRegion
 from host.transport.cc import CcProfile
 from host.transport.cc import create as cc_create
-from host.transport.cc.fabric import fabric_cc_profile
+from host.transport.cc.fabric import fabric_base_rtt, fabric_cc_profile
 from host.transport.config import StackConfig
 from host.transport.endpoint import SpineRoutes
 from host.transport.events import (
@@ -156,6 +156,7 @@ class Agent:
         self.config = StackConfig.profile(
             options.stack_profile,
             mtu=self.topology.mtu, ev_count=options.ev_count, dilation=self.topology.dilation,
+            cc_base_rtt_floor=fabric_base_rtt(self.topology),
         )  # fmt: skip
         self.cc_profile = fabric_cc_profile(
             self.topology, CcProfile(options.cc, dict(options.cc_params)), self.config

@@ -93,6 +93,11 @@ class StackConfig:
     #: a CC's base RTT is where it starts (the fabric's unloaded RTT) and the smallest RTT seen
     #: replaces it (uet-htsim update_base_rtt); False: the fabric's loaded RTT, fixed
     cc_learn_base_rtt: bool = True
+    #: a learnt base RTT never falls below this (protocol seconds; 0: no floor). The emulated
+    #: targets set the fabric's unloaded RTT: their ports let a frame through at once when idle
+    #: (a token bucket's burst), so an RTT measured there lacks the serialisation the real
+    #: fabric's includes, and learnt it shrinks ``max_cwnd`` to one MTU (docs/host-stack.md)
+    cc_base_rtt_floor: float = 0.0
     #: an ACK timeout triggers NSCC's quick adapt; False: the timed-out packets leave the
     #: window (uet-htsim rtxTimerExpired)
     timeout_quick_adapt: bool = False
@@ -133,6 +138,7 @@ class StackConfig:
             ("path_delay_excess", self.path_delay_excess > 0, "> 0"),
             ("path_weight_min", 0 < self.path_weight_min <= 1, "0 < x <= 1"),
             ("rto_min", self.rto_min is None or self.rto_min > 0, "None or > 0 seconds"),
+            ("cc_base_rtt_floor", self.cc_base_rtt_floor >= 0, ">= 0 seconds"),
             ("rx_window", 64 <= self.rx_window <= 1 << 22, "64..4194304 PSNs"),
             ("max_outstanding", 1 <= self.max_outstanding < self.rx_window, "1..rx_window-1"),
             ("max_frame", self.max_frame >= self.mtu + 200, ">= mtu + 200 bytes"),

@@ -128,6 +128,22 @@ def test_base_rtt_falls_to_the_smallest_sample_and_max_cwnd_follows() -> None:
     assert fixed.base_rtt == pytest.approx(BASE) and fixed.max_cwnd == max_cwnd
 
 
+def test_a_floor_keeps_the_learnt_base_rtt_at_the_fabric_unloaded_one() -> None:
+    """The emulated targets pass a frame through an idle port at once, so a full-size packet's
+    RTT there can be a tenth of the fabric's unloaded one; the agent floors the base RTT at it
+    (``cc_base_rtt_floor``) so that max_cwnd stays 1.5 BDP instead of falling to one MTU."""
+    free = nscc()
+    floored = nscc(StackConfig(cc_base_rtt_floor=BASE))
+    max_cwnd = floored.max_cwnd
+    for algo in (free, floored):
+        algo.on_packet_sent(nbytes=MTU, now=0.0)
+        algo.on_ack(acked_bytes=MTU, rtt=BASE / 10, ce_count=0, pkt_count=1, now=0.0)
+    assert free.max_cwnd == pytest.approx(max(MTU, max_cwnd / 10))
+    assert floored.base_rtt == pytest.approx(BASE) and floored.max_cwnd == max_cwnd
+    with pytest.raises(ValueError, match="cc_base_rtt_floor"):
+        StackConfig(cc_base_rtt_floor=-1.0)
+
+
 def test_the_fabric_base_rtt_is_the_unloaded_one_learnt_on_the_network(make_net: Any) -> None:
     net = make_net(seed=5, rate_mbps=50.0, queue_depth=16)
     topo = net.sim.topology

@@ -75,8 +75,9 @@ class EcnDelay(CongestionControl):
 
     def on_rtt(self, *, rtt: float, now: float) -> None:
         """Track the smallest RTT (base) and a smoothed RTT (decrease hold time)."""
-        if self._learn_base and (self.base_rtt == 0.0 or rtt < self.base_rtt):
-            self.base_rtt = rtt
+        base = max(rtt, self.config.cc_base_rtt_floor)
+        if self._learn_base and (self.base_rtt == 0.0 or base < self.base_rtt):
+            self.base_rtt = base
         self._srtt = rtt if self._srtt is None else 0.875 * self._srtt + 0.125 * rtt
 
     def on_ack(

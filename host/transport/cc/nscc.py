@@ -209,6 +209,7 @@ class Nscc(CongestionControl):
         (1.5 BDP at the new base RTT), the others keep the network's."""
         if rtt <= 0.0:
             return
+        rtt = max(rtt, self.config.cc_base_rtt_floor)
         if self._learn and (self.base_rtt == 0.0 or rtt < self.base_rtt):
             self.base_rtt = rtt
             self._derive()
