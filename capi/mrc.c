@@ -60,6 +60,129 @@ static char *call(struct mrc_context *ctx, struct mtb_sb *sb)
 	return reply;
 }
 
+/* -- work requests held for a flush ----------------------------------------------------------- */
+/*
+ * The agent holds a QP's work requests; when it dies they die with it. So the library keeps
+ * each WR it posted (wr_id, signaled) until its completion is polled, and when the agent is
+ * lost, polling a CQ returns every WR still held by its QPs as IBV_WC_WR_FLUSH_ERR, as a QP
+ * in ERR flushes them (docs/host-agent.md, "Failure behaviour").
+ */
+
+static void wrq_push(struct mrc_wr_queue *q, uint64_t wr_id, int signaled)
+{
+	if (q->len == q->cap && q->head) {
+		memmove(q->wrs, q->wrs + q->head, (q->len - q->head) * sizeof(*q->wrs));
+		q->len -= q->head;
+		q->head = 0;
+	}
+	if (q->len == q->cap) {
+		size_t cap = q->cap ? q->cap * 2 : 64;
+		struct mrc_wr *p = realloc(q->wrs, cap * sizeof(*p));
+
+		if (!p)
+			return; /* posted all the same: only its flush would be missing */
+		q->wrs = p;
+		q->cap = cap;
+	}
+	q->wrs[q->len++] = (struct mrc_wr){.wr_id = wr_id, .signaled = (uint8_t)signaled};
+}
+
+/* The first WR held with wr_id completed; on a send queue (in_order), with the unsignaled ones
+ * before it, which complete silently in order. */
+static void wrq_done(struct mrc_wr_queue *q, uint64_t wr_id, int in_order)
+{
+	size_t i;
+
+	for (i = q->head; i < q->len; i++)
+		if (!q->wrs[i].done && q->wrs[i].wr_id == wr_id && (!in_order || q->wrs[i].signaled))
+			break;
+	if (i == q->len)
+		return;
+	q->wrs[i].done = 1;
+	for (size_t j = q->head; in_order && j < i; j++)
+		if (!q->wrs[j].signaled)
+			q->wrs[j].done = 1;
+	while (q->head < q->len && q->wrs[q->head].done)
+		q->head++;
+	if (q->head == q->len)
+		q->head = q->len = 0;
+}
+
+static void wrq_free(struct mrc_wr_queue *q)
+{
+	free(q->wrs);
+	memset(q, 0, sizeof(*q));
+}
+
+/* Up to n WRs still held in q, as flushed completions of qpn into wc; returns how many. */
+static int wrq_flush(struct mrc_wr_queue *q, uint32_t qpn, enum ibv_wc_opcode opcode,
+		     struct ibv_wc *wc, int n)
+{
+	int k = 0;
+
+	for (; q->head < q->len && k < n; q->head++) {
+		if (q->wrs[q->head].done)
+			continue;
+		memset(&wc[k], 0, sizeof(wc[k]));
+		wc[k].wr_id = q->wrs[q->head].wr_id;
+		wc[k].status = IBV_WC_WR_FLUSH_ERR;
+		wc[k].opcode = opcode;
+		wc[k].qp_num = qpn;
+		k++;
+	}
+	if (q->head == q->len)
+		q->head = q->len = 0;
+	return k;
+}
+
+/* The agent is gone: up to n WRs held by the QPs of cq, flushed. */
+static int flush_held(struct mrc_cq *cq, int n, struct ibv_wc *wc)
+{
+	struct mrc_context *ctx = cq->ctx;
+	int k = 0;
+
+	pthread_mutex_lock(&ctx->lock);
+	for (struct mrc_qp *q = ctx->qps; q && k < n; q = q->next) {
+		if (q->init.send_cq == cq)
+			k += wrq_flush(&q->sq, q->qpn, IBV_WC_RDMA_WRITE, wc + k, n - k);
+		if (q->init.recv_cq == cq)
+			k += wrq_flush(&q->rq, q->qpn, IBV_WC_RECV_RDMA_WITH_IMM, wc + k, n - k);
+	}
+	pthread_mutex_unlock(&ctx->lock);
+	return k;
+}
+
+/* Does any QP of cq still hold a WR? (under ctx->lock) */
+static int holds_wrs(struct mrc_cq *cq)
+{
+	int held = 0;
+
+	for (struct mrc_qp *q = cq->ctx->qps; q && !held; q = q->next)
+		held = (q->init.send_cq == cq && q->sq.head < q->sq.len) ||
+		       (q->init.recv_cq == cq && q->rq.head < q->rq.len);
+	return held;
+}
+
+/* Completions polled from the agent: their WRs are no longer held. */
+static void held_completed(struct mrc_context *ctx, const struct ibv_wc *wc, int n)
+{
+	struct mrc_qp *q = NULL;
+
+	pthread_mutex_lock(&ctx->lock);
+	for (int i = 0; i < n; i++) {
+		if (!q || q->qpn != wc[i].qp_num)
+			for (q = ctx->qps; q && q->qpn != wc[i].qp_num; q = q->next)
+				;
+		if (!q)
+			continue;
+		if (wc[i].opcode & IBV_WC_RECV)
+			wrq_done(&q->rq, wc[i].wr_id, 0);
+		else
+			wrq_done(&q->sq, wc[i].wr_id, 1);
+	}
+	pthread_mutex_unlock(&ctx->lock);
+}
+
 /* -- versions, device ------------------------------------------------------------------------- */
 
 EXPORT void mrc_query_version(uint32_t *current_version, uint32_t *last_supported_version,
@@ -200,6 +323,9 @@ EXPORT struct mrc_context *mrc_create_context(struct ibv_context *vcontext,
 		errno = err;
 		return NULL;
 	}
+	if (vcontext->async_fd < 0)
+		vcontext->async_fd = ctx->async.fd; /* what an application polls before
+						     * mrc_get_async_event, as with verbs */
 	return ctx;
 }
 
@@ -213,6 +339,8 @@ EXPORT int mrc_destroy_context(struct mrc_context *mrc_ctx)
 			      mrc_ctx->channels, mrc_ctx->hints);
 		return -1;
 	}
+	if (mrc_ctx->ibv->async_fd == mrc_ctx->async.fd)
+		mrc_ctx->ibv->async_fd = -1;
 	mtb_close(&mrc_ctx->async);
 	mrc_ctx->magic = 0;
 	pthread_mutex_destroy(&mrc_ctx->lock);
@@ -358,8 +486,14 @@ EXPORT int mrc_poll_cq(struct mrc_cq *cq, int num_entries, struct ibv_wc *wc)
 		return 0;
 	reply = mtb_callf(cq->ctx->mtb, "{\"cmd\":\"poll_cq\",\"cq\":%llu,\"n\":%d}",
 			  (unsigned long long)cq->id, num_entries);
-	if (!reply)
+	if (!reply) {
+		int err = errno;
+
+		if (mtb_lost(cq->ctx->mtb))
+			return flush_held(cq, num_entries, wc);
+		errno = err;
 		return -1;
+	}
 	cursor = mtb_json_get(reply, "wc");
 	if (!cursor)
 		return fail(EPROTO, "%s: no completions in the agent's reply", "mrc_poll_cq");
@@ -377,6 +511,7 @@ EXPORT int mrc_poll_cq(struct mrc_cq *cq, int num_entries, struct ibv_wc *wc)
 		wc[n].wc_flags = (unsigned int)v[6];
 		n++;
 	}
+	held_completed(cq->ctx, wc, n);
 	return n;
 }
 
@@ -390,7 +525,8 @@ EXPORT int mrc_destroy_cq(struct mrc_cq *cq)
 		return fail(EBUSY, "%s: acknowledge every CQ event (mrc_ack_cq_events) first",
 			    "mrc_destroy_cq");
 	ctx = cq->ctx;
-	if (!mtb_callf(ctx->mtb, "{\"cmd\":\"destroy_cq\",\"cq\":%llu}", (unsigned long long)cq->id))
+	if (!mtb_callf(ctx->mtb, "{\"cmd\":\"destroy_cq\",\"cq\":%llu}", (unsigned long long)cq->id) &&
+	    !mtb_lost(ctx->mtb))
 		return -1;
 	pthread_mutex_lock(&ctx->lock);
 	for (struct mrc_cq **p = &ctx->cqs; *p; p = &(*p)->next)
@@ -429,6 +565,27 @@ EXPORT int mrc_get_cq_event(struct mrc_comp_channel *channel, struct mrc_cq **cq
 	ctx = channel->ctx;
 	for (;;) {
 		line = mtb_read_line(&channel->conn);
+		if (!line && channel->conn.lost) {
+			/* the agent is gone: each CQ of the channel holding WRs gets one event, for
+			 * the flushed completions mrc_poll_cq returns */
+			struct mrc_cq *found = NULL;
+
+			pthread_mutex_lock(&ctx->lock);
+			for (struct mrc_cq *c = ctx->cqs; c && !found; c = c->next)
+				if (c->channel == channel && !c->flush_told && holds_wrs(c))
+					found = c;
+			if (found) {
+				found->flush_told = 1;
+				found->events_got++;
+				*cq = found;
+				*cq_context = found->cq_context;
+			}
+			pthread_mutex_unlock(&ctx->lock);
+			if (found)
+				return 0;
+			return fail(EIO, "%s: the device is lost (the mrc-host agent is gone)",
+				    "mrc_get_cq_event");
+		}
 		if (!line)
 			return -1;
 		if (mtb_json_u64(line, "cq", &id))
@@ -464,9 +621,17 @@ EXPORT int mrc_get_async_event(struct mrc_context *mrc_ctx, struct mrc_async_eve
 	if (!event)
 		return fail(EINVAL, "%s: event is required", "mrc_get_async_event");
 	for (;;) {
-		line = mtb_read_line(&mrc_ctx->async);
+		line = mrc_ctx->fatal_told ? NULL : mtb_read_line(&mrc_ctx->async);
+		if (!line && mrc_ctx->async.lost && !mrc_ctx->fatal_told) {
+			/* the agent is gone: the device is lost, once (what it held is flushed) */
+			mrc_ctx->fatal_told = 1;
+			memset(event, 0, sizeof(*event));
+			event->event_type = IBV_EVENT_DEVICE_FATAL;
+			return 0;
+		}
 		if (!line)
-			return -1;
+			return mrc_ctx->fatal_told ? fail(EIO, "%s: the device is lost (the mrc-host "
+							  "agent is gone)", "mrc_get_async_event") : -1;
 		if (mtb_json_i64(line, "type", &type))
 			continue;
 		memset(event, 0, sizeof(*event));
@@ -693,8 +858,9 @@ EXPORT int mrc_destroy_qp(struct mrc_qp *qp)
 	if (!qp_check(qp, "mrc_destroy_qp"))
 		return -1;
 	ctx = qp->ctx;
-	if (!mtb_callf(ctx->mtb, "{\"cmd\":\"destroy_qp\",\"qpn\":%u}", qp->qpn))
-		return -1;
+	if (!mtb_callf(ctx->mtb, "{\"cmd\":\"destroy_qp\",\"qpn\":%u}", qp->qpn) &&
+	    !mtb_lost(ctx->mtb))
+		return -1; /* with the agent gone, what is left is freed here */
 	pthread_mutex_lock(&ctx->lock);
 	for (struct mrc_qp **p = &ctx->qps; *p; p = &(*p)->next)
 		if (*p == qp) {
@@ -705,6 +871,8 @@ EXPORT int mrc_destroy_qp(struct mrc_qp *qp)
 	if (qp->hint)
 		qp->hint->refs--;
 	pthread_mutex_unlock(&ctx->lock);
+	wrq_free(&qp->sq);
+	wrq_free(&qp->rq);
 	qp->magic = 0;
 	free(qp);
 	return 0;
@@ -932,6 +1100,26 @@ static void put_sges(struct mtb_sb *sb, const struct ibv_sge *sg, int n)
 	mtb_sb_printf(sb, "]");
 }
 
+/* The WRs of a chain from wr up to end (excluded) were posted: hold them until completed. */
+static void held_sends(struct mrc_qp *qp, const struct ibv_send_wr *wr,
+		       const struct ibv_send_wr *end)
+{
+	pthread_mutex_lock(&qp->ctx->lock);
+	for (; wr && wr != end; wr = wr->next)
+		wrq_push(&qp->sq, wr->wr_id,
+			 qp->init.sq_sig_all || (wr->send_flags & IBV_SEND_SIGNALED));
+	pthread_mutex_unlock(&qp->ctx->lock);
+}
+
+static void held_recvs(struct mrc_qp *qp, const struct ibv_recv_wr *wr,
+		       const struct ibv_recv_wr *end)
+{
+	pthread_mutex_lock(&qp->ctx->lock);
+	for (; wr && wr != end; wr = wr->next)
+		wrq_push(&qp->rq, wr->wr_id, 1);
+	pthread_mutex_unlock(&qp->ctx->lock);
+}
+
 EXPORT int mrc_post_recv(struct mrc_qp *qp, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad_wr)
 {
 	struct mtb_sb sb;
@@ -961,18 +1149,20 @@ EXPORT int mrc_post_recv(struct mrc_qp *qp, struct ibv_recv_wr *wr, struct ibv_r
 	int err = errno;
 
 	if (reply) {
+		held_recvs(qp, wr, NULL);
 		if (bad_wr)
 			*bad_wr = NULL;
 		return 0;
 	}
 	bad = mtb_last_bad();
-	if (bad_wr) {
-		struct ibv_recv_wr *w = wr;
+	struct ibv_recv_wr *w = wr;
 
-		for (int64_t i = 0; i < bad && w; i++)
-			w = w->next;
+	for (int64_t i = 0; i < bad && w; i++)
+		w = w->next;
+	if (!mtb_lost(qp->ctx->mtb))
+		held_recvs(qp, wr, w); /* the agent took those before the one it refused */
+	if (bad_wr)
 		*bad_wr = w ? w : wr;
-	}
 	errno = err;
 	return -1;
 }
@@ -1009,6 +1199,7 @@ EXPORT int mrc_post_send(struct mrc_qp *qp, struct ibv_send_wr *wr, struct ibv_s
 	}
 	mtb_sb_printf(&sb, "]}");
 	if (call(qp->ctx, &sb)) {
+		held_sends(qp, wr, NULL);
 		if (bad_wr)
 			*bad_wr = NULL;
 		return 0;
@@ -1016,13 +1207,14 @@ EXPORT int mrc_post_send(struct mrc_qp *qp, struct ibv_send_wr *wr, struct ibv_s
 	int err = errno;
 
 	bad = mtb_last_bad();
-	if (bad_wr) {
-		struct ibv_send_wr *w = wr;
+	struct ibv_send_wr *w = wr;
 
-		for (int64_t i = 0; i < bad && w; i++)
-			w = w->next;
+	for (int64_t i = 0; i < bad && w; i++)
+		w = w->next;
+	if (!mtb_lost(qp->ctx->mtb))
+		held_sends(qp, wr, w); /* the agent took those before the one it refused */
+	if (bad_wr)
 		*bad_wr = w ? w : wr;
-	}
 	errno = err;
 	return err;
 }

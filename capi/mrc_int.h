@@ -43,6 +43,22 @@ struct mrc_cq {
 	int ev_cq;		/* an EV event CQ of the controller API */
 	unsigned int events_got;
 	unsigned int events_acked;
+	int flush_told;		/* its channel announced the flush of a lost agent */
+};
+
+/* A work request posted and not yet completed: kept to flush it when the agent is lost. */
+struct mrc_wr {
+	uint64_t wr_id;
+	uint8_t signaled;
+	uint8_t done;
+};
+
+/* The work requests of one queue of a QP, oldest first: entries [head, len) of wrs. */
+struct mrc_wr_queue {
+	struct mrc_wr *wrs;
+	size_t head;
+	size_t len;
+	size_t cap;
 };
 
 struct mrc_qp {
@@ -52,6 +68,8 @@ struct mrc_qp {
 	uint32_t qpn;
 	struct mrc_qp_init_attr init;
 	struct mrc_qp_hint *hint;
+	struct mrc_wr_queue sq;	/* under ctx->lock */
+	struct mrc_wr_queue rq;
 };
 
 struct mrc_context {
@@ -68,6 +86,7 @@ struct mrc_context {
 	int channels;
 	int hints;
 	uint64_t next_hint;
+	int fatal_told;		/* IBV_EVENT_DEVICE_FATAL was handed out (the agent is gone) */
 };
 
 MTB_HIDDEN struct mrc_context *mrc_ctx_check(struct mrc_context *ctx, const char *fn);

@@ -31,6 +31,7 @@ struct mtb_conn {
 	char *buf;	/* bytes read and not yet consumed */
 	size_t len;
 	size_t cap;
+	int lost;	/* the agent closed it, or it failed: the agent is gone */
 };
 
 /* A growable request buffer. */
@@ -95,6 +96,8 @@ MTB_HIDDEN char *mtb_call(struct mtb_context *ctx, struct mtb_sb *sb);
 /* mtb_call of a request written by one printf (the request ends with the call). */
 MTB_HIDDEN char *mtb_callf(struct mtb_context *ctx, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3)));
+/* The agent of the context is gone (its session connection was lost): nothing more is sent. */
+MTB_HIDDEN int mtb_lost(struct mtb_context *ctx);
 /* The same on any connection (no lock). */
 MTB_HIDDEN char *mtb_call_conn(struct mtb_conn *conn, struct mtb_sb *sb);
 /* The agent's query_device reply (device limits, as mtb_call returns a reply). */

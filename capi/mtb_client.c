@@ -121,6 +121,7 @@ int mtb_send_line(struct mtb_conn *conn, const char *line, size_t len)
 		if (n < 0) {
 			if (errno == EINTR)
 				continue;
+			conn->lost = 1;
 			mtb_set_error(EIO, "lost the connection to the mrc-host agent (%s)",
 				      strerror(errno));
 			return -1;
@@ -156,6 +157,7 @@ char *mtb_read_line(struct mtb_conn *conn)
 		if (n < 0 && errno == EINTR)
 			continue;
 		if (n <= 0) {
+			conn->lost = 1;
 			mtb_set_error(EIO, "the mrc-host agent closed the connection");
 			return NULL;
 		}
@@ -274,11 +276,27 @@ char *mtb_call(struct mtb_context *ctx, struct mtb_sb *sb)
 	int err;
 
 	pthread_mutex_lock(&ctx->lock);
-	reply = mtb_call_conn(&ctx->conn, sb);
+	if (ctx->conn.lost) {
+		mtb_set_error(EIO, "the mrc-host agent of %s is gone (its connection was lost)",
+			      ctx->host);
+		reply = NULL;
+	} else {
+		reply = mtb_call_conn(&ctx->conn, sb);
+	}
 	err = errno;
 	pthread_mutex_unlock(&ctx->lock);
 	errno = err;
 	return reply;
+}
+
+int mtb_lost(struct mtb_context *ctx)
+{
+	int lost;
+
+	pthread_mutex_lock(&ctx->lock);
+	lost = ctx->conn.lost;
+	pthread_mutex_unlock(&ctx->lock);
+	return lost;
 }
 
 char *mtb_callf(struct mtb_context *ctx, const char *fmt, ...)
