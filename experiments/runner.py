@@ -8,6 +8,10 @@ fire at theirs, and a sampler records delivered bytes and EV states every
 agent statistics are read before and after. A phase ends when every flow completed or at ``duration_s``; then every
 fault is undone (links up, switches started) before the next phase.
 
+On the ``sim`` target (:data:`targets.factory.SIM_TARGET`) no testbed is brought up: each phase
+runs on a fresh in-memory network in simulated time (:mod:`experiments.sim_target`), kernel
+baselines are skipped with a message, and the same results folder is written.
+
 Classes and functions:
 
 - :class:`Phase` -- one transport's run, through the flows of its transport
@@ -37,7 +41,9 @@ from experiments.jobs.steps import BASELINE_SUFFIX, JOB_COLUMNS, job_rows
 from experiments.metrics import FaultMark, TransportMetrics, TransportResult
 from experiments.results import EV_STATES, load_jobs, render, write_raw
 from experiments.scenario import Scenario, Transport, load_scenario, shipped_scenario
+from experiments.sim_target import SimTargetError, run_phases, sim_operating_point
 from experiments.testbed import Testbed
+from targets.factory import SIM_TARGET, TARGETS
 
 
 def counter_rows(counters: Mapping[str, SwitchCounters]) -> dict[str, dict[str, int]]:
@@ -294,11 +300,51 @@ def run_scenario(
     testbed: Testbed | None = None,
     observers: Sequence[PhaseObserver] = (),
     strict: bool = False,
+    seed: int = 1,
 ) -> dict[str, TransportMetrics]:
     """Run every transport of ``scenario`` and write the results folder ``out``; each phase
     tells ``observers`` (and the progress bar) when it starts, samples and ends. ``strict``:
     raise :class:`UnfaithfulRun` (after writing the folder) when a transport's run was not
-    faithful, so that a CPU-bound figure is never taken for MRC's."""
+    faithful, so that a CPU-bound figure is never taken for MRC's. On the ``sim`` target the
+    phases run in simulated time on the in-memory network seeded with ``seed`` (observers and
+    the progress bar are not used: nothing runs in real time)."""
+    if target == SIM_TARGET:
+        show(describe(scenario) + f" (target sim: simulated time, seed {seed})")
+        results, errors = run_phases(phases(scenario), seed)
+        if not results:
+            raise SimTargetError(f"{scenario.name}: no transport runs on the sim target")
+        point = sim_operating_point(scenario.topology)
+    else:
+        results, errors, point = _emulate(
+            scenario, target, state_path=state_path, show=show, progress=progress,
+            testbed=testbed, observers=observers,
+        )  # fmt: skip
+    write_raw(
+        out, dict(scenario.raw), scenario.topology.as_dict(), scenario.sample_interval_s, results,
+        operating_point=point,
+    )  # fmt: skip
+    metrics = render(out)
+    for error in errors:
+        show(f"warning: {error}")
+    print_summary(out, metrics, show)
+    behind = unfaithful(metrics)
+    if strict and behind:
+        raise UnfaithfulRun(f"{out}: not faithful: " + "; ".join(behind))
+    return metrics
+
+
+def _emulate(
+    scenario: Scenario,
+    target: str,
+    *,
+    state_path: Path | None,
+    show: Callable[[str], None],
+    progress: bool,
+    testbed: Testbed | None,
+    observers: Sequence[PhaseObserver],
+) -> tuple[list[TransportResult], list[str], dict[str, Any]]:
+    """Every phase of ``scenario`` on a testbed (``testbed``, or one brought up and down here):
+    the results, the errors to report and the switches' operating point."""
     own = testbed is None
     tb = testbed or Testbed(
         scenario.topology, target, state_path=state_path,
@@ -322,18 +368,7 @@ def run_scenario(
     finally:
         if own:
             tb.down()
-    write_raw(
-        out, dict(scenario.raw), scenario.topology.as_dict(), scenario.sample_interval_s, results,
-        operating_point=point,
-    )  # fmt: skip
-    metrics = render(out)
-    for error in errors:
-        show(f"warning: {error}")
-    print_summary(out, metrics, show)
-    behind = unfaithful(metrics)
-    if strict and behind:
-        raise UnfaithfulRun(f"{out}: not faithful: " + "; ".join(behind))
-    return metrics
+    return results, errors, point
 
 
 UNFAITHFUL_EXIT = 3  # the exit status of a run --strict found unfaithful
@@ -469,16 +504,22 @@ def run_file(
     out: Path | None = None,
     progress: bool = True,
     strict: bool = False,
+    seed: int = 1,
 ) -> int:
-    """Run the scenario file ``path`` on a fresh testbed (as root); exit status
-    (:data:`UNFAITHFUL_EXIT` when ``strict`` and a transport's run was not faithful)."""
+    """Run the scenario file ``path`` on a fresh testbed (as root), or in simulated time on
+    the ``sim`` target (``seed``: its network's); exit status (:data:`UNFAITHFUL_EXIT` when
+    ``strict`` and a transport's run was not faithful)."""
     from experiments.testbed import STARTUP_ERRORS, require_root
 
     scenario = load_scenario(path)
+    errors: tuple[type[Exception], ...] = (*STARTUP_ERRORS, SimTargetError)
     try:
-        require_root(f"mrc-testbed run {scenario.name}")
-        metrics = run_scenario(scenario, out or default_out(scenario), target, progress=progress)
-    except STARTUP_ERRORS as exc:
+        if target != SIM_TARGET:
+            require_root(f"mrc-testbed run {scenario.name}")
+        metrics = run_scenario(
+            scenario, out or default_out(scenario), target, progress=progress, seed=seed
+        )
+    except errors as exc:
         print(f"mrc-testbed: {exc}", file=sys.stderr)
         return 1
     behind = unfaithful(metrics)
@@ -493,7 +534,12 @@ def cmd_run(args: argparse.Namespace) -> int:
     if not path.exists() and not path.suffix and shipped_scenario(args.scenario).exists():
         path = shipped_scenario(args.scenario)
     return run_file(
-        path, args.target, Path(args.out) if args.out else None, not args.no_progress, args.strict
+        path,
+        args.target,
+        Path(args.out) if args.out else None,
+        not args.no_progress,
+        args.strict,
+        args.seed,
     )
 
 
@@ -520,7 +566,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     demo.set_defaults(func=cmd_demo)
     for parser in (run, demo):
         parser.add_argument("--out", help="results folder (default: results/NAME-TIMESTAMP)")
-        parser.add_argument("--target", default="auto", choices=["auto", "bmv2", "model"])
+        parser.add_argument(
+            "--target",
+            default="auto",
+            choices=TARGETS,
+            help="switch target (auto: BMv2 if installed, else model), or sim: the in-memory "
+            "network in simulated time (no root; kernel baselines skipped)",
+        )
+        parser.add_argument("--seed", type=int, default=1, help="sim: the network's seed (1)")
         parser.add_argument("--no-progress", action="store_true", help="no progress bar")
         parser.add_argument(
             "--strict",
@@ -537,6 +590,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
         out=Path(args.out) if args.out else None,
         progress=not args.no_progress,
         strict=args.strict,
+        seed=args.seed,
     )
 
 

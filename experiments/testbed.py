@@ -751,6 +751,8 @@ def cmd_down(args: argparse.Namespace) -> int:
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add ``up`` and ``down`` to the ``mrc-testbed`` command line."""
+    from targets.factory import SWITCH_TARGETS
+
     up = subparsers.add_parser("up", help="start the fabric, tables, watch and host agents")
     up.add_argument(
         "--topo", default="small", help="topology file or shipped name (default: small)"
@@ -758,7 +760,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     up.add_argument(
         "--target",
         default="auto",
-        choices=["auto", "bmv2", "model"],
+        choices=SWITCH_TARGETS,
         help="switch target (auto: BMv2 when simple_switch_grpc and simple_switch_CLI exist)",
     )
     up.add_argument("--cli", action="store_true", help="open the Mininet CLI with testbed commands")

@@ -112,6 +112,8 @@ class _Port:
     name: str = ""
     counters: collections.Counter[str] = field(default_factory=collections.Counter)
     tx: int = 0
+    tx_bytes: int = 0  #: bytes sent (every frame as it left the queue)
+    ecn_full: int | None = None  #: threshold discipline, RED: every ECT packet from this depth
 
     def __post_init__(self) -> None:
         self.byte_time = 8 / self.rate
@@ -147,6 +149,10 @@ class SimNet:
         delay_us: float | None = None,
         queues: PortQueue | None = None,
         switch_latency_us: float = 0.0,
+        ecn_max_threshold: int | None = None,
+        data_depth: bool = False,
+        nic_slots: int | None = None,
+        host_ecn: bool = True,
     ) -> None:
         topo = fabric.topology
         self.fabric = fabric
@@ -168,7 +174,10 @@ class SimNet:
         #: the red discipline's port bounds (None: the threshold discipline)
         self.queues = queues
         #: data frames a host NIC holds (None: every frame the window allows, EVs chosen then)
-        self.nic_slots: int | None = NIC_SLOTS if queues is not None else None
+        self.nic_slots: int | None = nic_slots or (NIC_SLOTS if queues is not None else None)
+        #: threshold discipline: trim and ECN judge the data queue's depth alone, and each
+        #: class holds ``queue_depth`` packets (the P4 program on BMv2's priority queues)
+        self.data_depth = data_depth
         trim_at = (trim_threshold if trim_threshold is not None else depth // 2) if trim else None
         ecn_at = ecn_threshold if ecn_threshold is not None else max(1, depth // 4)
         if queues is not None:
@@ -195,16 +204,18 @@ class SimNet:
             port_a = _Port(
                 link.a, a_key, link.b, link.b_port, rate, a_delay,
                 HOST_QUEUE if a_host else depth, None if a_host else trim_at,
-                (None if queues is not None else ecn_at) if a_host else ecn_at, faults,
-                None if a_host else queues, a_host, False,
+                (None if queues is not None or not host_ecn else ecn_at) if a_host else ecn_at,
+                faults, None if a_host else queues, a_host, False,
             )  # fmt: skip
+            if not a_host:
+                port_a.ecn_full = ecn_max_threshold
             self._ports[(link.a, a_key)] = port_a
             if a_host:
                 self._host_ports[link.a].append(port_a)
             b_peer_port = link.plane if a_host else link.a_port
             self._ports[(link.b, link.b_port)] = _Port(
                 link.b, link.b_port, link.a, b_peer_port, rate, b_delay, depth, trim_at, ecn_at,
-                faults, queues, False, a_host,
+                faults, queues, False, a_host, ecn_full=ecn_max_threshold,
             )  # fmt: skip
         for sw in fabric.switches:
             self._usid[sw.name] = sw.usid
@@ -267,12 +278,14 @@ class SimNet:
 
     @property
     def port_counters(self) -> dict[str, collections.Counter[str]]:
-        """Counters per port name: ``tx``, ``trimmed``, ``ecn_marked``, ``queue_full``."""
+        """Counters per port name: ``tx`` (frames), ``tx_bytes``, ``trimmed``, ``ecn_marked``,
+        ``queue_full``."""
         out: dict[str, collections.Counter[str]] = collections.defaultdict(collections.Counter)
         for port in self._ports.values():
             counters = collections.Counter(port.counters)
             if port.tx:
                 counters["tx"] = port.tx
+                counters["tx_bytes"] = port.tx_bytes
             if counters:
                 out[port.name] = counters
         return out
@@ -497,7 +510,10 @@ class SimNet:
         if port.red is not None:
             self._enqueue_red(port, port.red, frame)
             return
-        depth = len(port.high) + len(port.low) + port.busy
+        if self.data_depth:
+            depth = len(port.low) + (port.busy and port.current_low)
+        else:
+            depth = len(port.high) + len(port.low) + port.busy
         tc = ((frame[14] & 0x0F) << 4) | (frame[15] >> 4) if len(frame) >= 54 else 0
         dscp, ecn = tc >> 2, tc & 3
         high = dscp in _HIGH_DSCP
@@ -507,7 +523,19 @@ class SimNet:
             port.counters["queue_full"] += 1
             self.counters["drop_queue_full"] += 1
             return
-        if port.ecn_at is not None and ecn in (1, 2) and depth >= port.ecn_at:
+        full = port.ecn_full
+        if (
+            port.ecn_at is not None
+            and ecn in (1, 2)
+            and depth >= port.ecn_at
+            # RED as the P4 program's: every packet from ecn_full on, below it a probability
+            # rising linearly from 0 at the ECN threshold
+            and (
+                full is None
+                or depth >= full
+                or self._rng.random() < (depth - port.ecn_at) / (full - port.ecn_at)
+            )
+        ):
             frame[15] |= 0x30  # ECN bits of the traffic class -> CE
             port.counters["ecn_marked"] += 1
             self.counters["ecn_marked"] += 1
@@ -583,6 +611,7 @@ class SimNet:
         port.current = None
         port.busy = False
         port.tx += 1
+        port.tx_bytes += len(frame)
         red = port.red
         if red is not None and port.current_low:
             # a data packet leaves: RED on the data bytes still queued behind it

@@ -25,7 +25,13 @@ from targets.model import ModelSwitch
 from targets.process import StrPath, SwitchProcess
 from topologies import Fabric
 
-TARGETS = ("auto", "bmv2", "model")
+#: the switch targets a fabric is emulated on (a switch process per switch)
+SWITCH_TARGETS = ("auto", "bmv2", "model")
+#: the virtual-time target: no switch process, the in-memory network of ``sim/`` in simulated
+#: time (``mrc-testbed run --target sim``, :mod:`experiments.sim_target`)
+SIM_TARGET = "sim"
+#: every target a scenario runs on
+TARGETS = (*SWITCH_TARGETS, SIM_TARGET)
 GRPC_BASE_PORT = 51000  # switch with device id N serves P4Runtime on GRPC_BASE_PORT + N
 THRIFT_BASE_PORT = 9190  # BMv2 runtime CLI port: THRIFT_BASE_PORT + device id
 PRIORITY_QUEUES = 2  # control (ACKs, NACKs, probes, trimmed headers) above data
@@ -41,8 +47,12 @@ def choose_target(target: str) -> str:
     BMv2 needs ``simple_switch_grpc`` and ``simple_switch_CLI``; the program it runs is p4c's
     committed output, so p4c itself is not needed to run a fabric.
     """
-    if target not in TARGETS:
-        raise ValueError(f"target {target!r}: expected one of {', '.join(TARGETS)}")
+    if target not in SWITCH_TARGETS:
+        sim = " (sim runs scenarios without switches: mrc-testbed run --target sim)"
+        raise ValueError(
+            f"target {target!r}: expected one of {', '.join(SWITCH_TARGETS)}"
+            + (sim if target == SIM_TARGET else "")
+        )
     missing = missing_tools()
     if target == "auto":
         return "model" if missing else "bmv2"
@@ -120,6 +130,8 @@ def fabric_switch(
 
 __all__ = [
     "GRPC_BASE_PORT",
+    "SIM_TARGET",
+    "SWITCH_TARGETS",
     "TARGETS",
     "THRIFT_BASE_PORT",
     "TargetUnavailable",

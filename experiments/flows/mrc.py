@@ -14,7 +14,7 @@ from typing import Any
 
 from experiments.flows.base import Flows, PhaseView
 from experiments.metrics import Completion, Progress, flow_name
-from experiments.results import EV_STATES
+from experiments.results import EV_STATES, TRANSITION_FIELDS
 
 WINDOW = 2  # messages in flight per flow
 PLACED = "core.payload_bytes_placed"  # agent statistic: payload bytes written into regions
@@ -33,6 +33,35 @@ def numbers(stats: Any, prefix: str = "") -> dict[str, float]:
             elif isinstance(value, dict) and key != "rtt":
                 out.update(numbers(value, name + "."))
     return out
+
+
+def phase_host_stats(
+    host: str, raw: Any, before: dict[str, float], t0: float
+) -> tuple[dict[str, float], list[dict[str, object]]]:
+    """One host's statistics over a phase from its agent's ``stats`` (``raw``, the core's under
+    ``core``): every number as a delta from ``before``, with ``rtos``, ``nacks``,
+    ``trims_seen`` and the RTT (``rtt_min_s``, ``rtt_p50_s``); and its EV transitions, their
+    times ``t`` from ``t0``."""
+    core = raw.get("core", {}) if isinstance(raw, dict) else {}
+    core = core if isinstance(core, dict) else {}
+    transitions: list[dict[str, object]] = [
+        {
+            "t": round(float(tr["time"]) - t0, 6),
+            "host": host,
+            **{k: tr.get(k, "") for k in TRANSITION_FIELDS if k not in ("t", "host")},
+        }
+        for tr in core.get("ev_transitions", [])
+        if isinstance(tr, dict) and "time" in tr
+    ]
+    stats = {k: v - before.get(k, 0.0) for k, v in numbers(raw).items()}
+    stats["rtos"] = stats.get("core.rtos", 0.0)
+    stats["nacks"] = stats.get("core.nacks_received", 0.0)
+    stats["trims_seen"] = stats.get("core.trims_seen", 0.0)
+    rtt = core.get("rtt", {})
+    if isinstance(rtt, dict) and rtt.get("count") and rtt.get("min"):
+        stats["rtt_min_s"] = float(rtt["min"])
+        stats["rtt_p50_s"] = float(rtt.get("p50", 0.0))
+    return stats, transitions
 
 
 class MrcFlows(Flows):
@@ -183,41 +212,12 @@ class MrcFlows(Flows):
                     raw = c.stats().get("stats", {})
             except Exception:
                 continue
-            for tr in (raw.get("core", {}) if isinstance(raw, dict) else {}).get(
-                "ev_transitions", []
-            ):
-                if isinstance(tr, dict) and "time" in tr:
-                    self.phase.result.ev_transitions.append(
-                        {
-                            "t": round(float(tr["time"]) - self.phase.t0, 6),
-                            "host": host.name,
-                            **{
-                                k: tr.get(k, "")
-                                for k in (
-                                    "qpn",
-                                    "ev",
-                                    "path",
-                                    "old",
-                                    "new",
-                                    "reason",
-                                    "profile",
-                                    "plane",
-                                )  # fmt: skip
-                            },
-                        }
-                    )
-            now = numbers(raw)
-            base = self.stats_before.get(host.name, {})
-            stats = {k: v - base.get(k, 0.0) for k, v in now.items()}
-            stats["rtos"] = stats.get("core.rtos", 0.0)
-            stats["nacks"] = stats.get("core.nacks_received", 0.0)
-            stats["trims_seen"] = stats.get("core.trims_seen", 0.0)
-            core = raw.get("core", {}) if isinstance(raw, dict) else {}
-            rtt = core.get("rtt", {}) if isinstance(core, dict) else {}
-            if isinstance(rtt, dict) and rtt.get("count") and rtt.get("min"):
-                rtts.append(float(rtt["min"]))
-                stats["rtt_min_s"] = float(rtt["min"])
-                stats["rtt_p50_s"] = float(rtt.get("p50", 0.0))
+            stats, transitions = phase_host_stats(
+                host.name, raw, self.stats_before.get(host.name, {}), self.phase.t0
+            )
+            self.phase.result.ev_transitions += transitions
+            if "rtt_min_s" in stats:
+                rtts.append(stats["rtt_min_s"])
             self.phase.result.hosts[host.name] = stats
         self.phase.result.base_rtt_s = min(rtts) if rtts else None
         self._check_bytes()

@@ -1,0 +1,122 @@
+"""``mrc-testbed run --target sim``: a scenario in simulated time writes the emulation's results.
+
+No root, no fabric: the shipped demo (its fault, both transports; smaller flows so that the
+test is quick) runs on the in-memory network and must leave every file a results folder holds
+(the layout ``experiments.results`` documents, which the emulated runs write), with the
+emulation's metrics; one seed gives identical runs; kernel baselines are skipped, saying so.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import experiments.results
+from experiments.cli import build_parser
+from experiments.runner import run_scenario
+from experiments.scenario import Scenario, load_scenario, shipped_scenario
+from experiments.sim_target import SimTargetError, build_network
+from targets.factory import SIM_TARGET, TARGETS, choose_target
+
+#: files a results folder holds only when the scenario has a training job
+JOB_FILES = {"steps.jsonl", "steps.png"}
+
+
+def results_layout(transports: list[str]) -> set[str]:
+    """Every file the results folder's documented layout lists (experiments.results): what an
+    emulated run writes, for a scenario without a job."""
+    doc = experiments.results.__doc__ or ""
+    names = set(re.findall(r"\b([\w/]+\.(?:csv|json|jsonl|yaml|md|png))\b", doc))
+    names -= JOB_FILES
+    per_transport = {n for n in names if "TRANSPORT" in n}
+    names -= per_transport
+    for template in per_transport:
+        names |= {template.replace("TRANSPORT", t) for t in transports}
+    return names
+
+
+def small_demo(**changes: Any) -> Scenario:
+    """The shipped demo with 6 MiB flows (its fault still falls mid-transfer)."""
+    demo = load_scenario(shipped_scenario("demo"))
+    workloads = [{**demo.raw["workloads"][0], "total_bytes": "6MiB"}]
+    return demo.with_(workloads=workloads, duration_s=8, **changes)
+
+
+def files(folder: Path) -> set[str]:
+    return {str(p.relative_to(folder)) for p in folder.rglob("*") if p.is_file()}
+
+
+def test_sim_is_a_target_of_run_not_a_switch_target() -> None:
+    assert SIM_TARGET in TARGETS
+    args = build_parser().parse_args(["run", "demo", "--target", "sim", "--seed", "4"])
+    assert (args.target, args.seed) == ("sim", 4)
+    with pytest.raises(SystemExit):  # 'up' boots switches: sim is not one of its targets
+        build_parser().parse_args(["up", "--target", "sim"])
+    with pytest.raises(ValueError, match="mrc-testbed run --target sim"):
+        choose_target("sim")
+
+
+def test_sim_demo_writes_the_emulations_results_folder(tmp_path: Path) -> None:
+    lines: list[str] = []
+    metrics = run_scenario(small_demo(), tmp_path, SIM_TARGET, show=lines.append, progress=False)
+    assert files(tmp_path) == results_layout(["mrc", "single-path"]), lines
+    run = json.loads((tmp_path / "run.json").read_text())
+    assert run["operating_point"]["latency_by"] == "sim"
+    mrc = metrics["mrc"]
+    assert mrc.complete and mrc.messages_corrupt == 0
+    assert mrc.messages_checked == 4 * 24  # every message checked at its receiver
+    assert [r.fault for r in mrc.recovery] == ["down t0-p0-r0 <-> t1-p0-s0"]
+    # MRC retired the failed link's EVs and sprayed over both planes
+    assert mrc.recovery[0].ev_failover_qps > 0
+    assert all(n > 0 for n in mrc.planes_bytes.values()) and len(mrc.planes_bytes) == 2
+    assert not metrics["single-path"].complete  # stuck behind the failed link, as emulated
+    faults = (tmp_path / "faults.csv").read_text().splitlines()[1:]
+    assert [line.split(",")[2] for line in faults if line.startswith("mrc,")] == ["down", "up"]
+
+
+def test_one_seed_gives_identical_metrics(tmp_path: Path) -> None:
+    scenario = small_demo(transports=["mrc"])
+    outs = [tmp_path / "a", tmp_path / "b"]
+    for out in outs:
+        run_scenario(scenario, out, SIM_TARGET, show=lambda _: None, progress=False, seed=3)
+    a, b = ((out / "metrics.json").read_text() for out in outs)
+    assert a == b
+    for name in ("progress.csv", "completions.csv", "ev_transitions.csv", "ports.csv"):
+        assert (outs[0] / name).read_text() == (outs[1] / name).read_text(), name
+
+
+def test_kernel_baselines_are_skipped_naming_the_transport(tmp_path: Path) -> None:
+    lines: list[str] = []
+    metrics = run_scenario(
+        small_demo(transports=["mrc", "mptcp"]), tmp_path, SIM_TARGET, show=lines.append,
+        progress=False,
+    )  # fmt: skip
+    assert list(metrics) == ["mrc"]
+    assert any("mptcp: kernel MPTCP runs only in emulation" in line for line in lines), lines
+    with pytest.raises(SimTargetError, match="no transport runs on the sim target"):
+        run_scenario(
+            small_demo(transports=["tcp"]), tmp_path / "tcp", SIM_TARGET, show=lambda _: None,
+            progress=False,
+        )  # fmt: skip
+
+
+def test_the_switches_run_the_emulated_operating_point() -> None:
+    """The controller's thresholds for the topology, the scenario's overrides and a transport
+    without trimming, as the emulated switches get them."""
+    demo = small_demo()
+    net = build_network(demo, demo.transports[0], seed=1)
+    topology = demo.topology
+    port = net._ports[("t0-p0-r0", 1)]
+    queue = topology.bdp_queue
+    assert port.depth == topology.queue_depth
+    assert port.trim_at == queue.packets  # uet: trim when the 1-BDP data queue is full
+    assert (port.ecn_at, port.ecn_full) == (max(1, queue.ecn_low), queue.ecn_high)
+    incast = load_scenario(shipped_scenario("incast"))
+    on, off = incast.transports
+    port = build_network(incast, on, seed=1)._ports[("t0-p0-r0", 1)]
+    assert (port.depth, port.trim_at, port.ecn_at, port.ecn_full) == (8, 4, 2, None)
+    assert build_network(incast, off, seed=1)._ports[("t0-p0-r0", 1)].trim_at is None
