@@ -3,6 +3,8 @@ probe, and the QP's timers."""
 
 from __future__ import annotations
 
+import collections
+
 from host.transport import wire
 from host.transport.events import RetransmitTimeout
 from host.transport.evs import EvState, PathLoad
@@ -96,6 +98,34 @@ class LossRecovery(QpState):
     def _timeout(self) -> float:
         return min(self._base_timeout() * (1 << self._backoff), self._rto_max)
 
+    def _stall_budget(self) -> float:
+        """How long work may wait with no GOOD EV to go on (every EV DENIED or ASSUMED_BAD and
+        nothing in flight, so no ACK timeout fires) before the QP fails: the time of the ACK
+        timeouts its retry counters allow, ``retry_linear_cnt`` + 1 at the base timeout, then
+        ``retry_exp_cnt`` doubled ones; with 25 ("no limit", which bounds only timeouts of
+        packets in flight) ``max_retransmits`` doubled ones, the count after which a packet
+        resent over and over fails its message (a testbed choice: docs/host-agent.md)."""
+        cfg = self._cfg
+        exp = cfg.max_retransmits if cfg.retry_exp_cnt >= RETRY_EXP_UNLIMITED else cfg.retry_exp_cnt
+        timeout = self._base_timeout()
+        total = timeout * (cfg.retry_linear_cnt + 1)
+        for _ in range(exp):
+            timeout = min(timeout * 2, self._rto_max)
+            total += timeout
+        return total
+
+    def _check_stall(self, now: float) -> None:
+        """Fail the QP when its work has waited its stall budget with no EV to go on."""
+        since = self._stall_since
+        if since is None:
+            return
+        if not (self._retx or self._send_queue):
+            self._stall_since = None
+        elif now >= since + self._stall_budget():
+            states = collections.Counter(s.state.value for s in self.ev_table.slots)
+            which = ", ".join(f"{n} {state}" for state, n in sorted(states.items()))
+            self._fail(f"no EV to send on for {(now - since) * 1e3:.4g} ms (EVs: {which})", now)
+
     def _tlp_due(self, first: TxPacket) -> float | None:
         """When the tail-loss probe fires (None without an RTT estimate): when the oldest packet
         in flight has waited two smoothed RTTs and is late on its path (:meth:`_late_bound`),
@@ -180,6 +210,9 @@ class LossRecovery(QpState):
         if self._probes:
             due = min(sent for _, sent in self._probes.values()) + self._cfg.probe_timeout
             when = due if when is None else min(when, due)
+        if self._stall_since is not None:
+            due = self._stall_since + self._stall_budget()
+            when = due if when is None else min(when, due)
         return when
 
     def handle_timer(self, now: float) -> None:
@@ -224,3 +257,4 @@ class LossRecovery(QpState):
                     return
         if self._probe_due or self._probes:
             self._run_probes(now)
+        self._check_stall(now)

@@ -174,6 +174,7 @@ class QueuePair(Sender, Receiver, LossRecovery, PathChoice):
         self.inflight = 0
         self._backoff = 0
         self._timeouts = 0
+        self._stall_since: float | None = None
         self._pending_messages = 0
         # RTT estimate (RFC 6298) for the adaptive ACK timeout and the tail-loss probe
         self._srtt: float | None = None

@@ -209,6 +209,7 @@ class QpState:
     inflight: int
     _backoff: int
     _timeouts: int  # ACK timeouts in a row (since data was last acknowledged)
+    _stall_since: float | None  # since when work waits with no GOOD EV to go on (None: not)
     _pending_messages: int
     _srtt: float | None
     _rttvar: float

@@ -98,10 +98,16 @@ class Sender(QpState):
         beyond it: they are few and must not wait)."""
         if self.error is not None or self.remote_qpn is None:
             return
+        table = self.ev_table
+        if table.pinned is None and not table.good_count():
+            # nowhere to send: the stall budget runs while there is work (LossRecovery)
+            if self._stall_since is None and (self._retx or self._send_queue):
+                self._stall_since = now
+            return
+        self._stall_since = None
         cwnd = self.cc.cwnd
         retx = self._retx
         outstanding = self._outstanding
-        table = self.ev_table
         while retx and self.inflight < cwnd:
             rec = retx[0]
             if rec.in_net or outstanding.get(rec.psn) is not rec:
@@ -318,6 +324,7 @@ class Sender(QpState):
         self._send_queue.clear()
         self._retx.clear()
         self.inflight = 0
+        self._stall_since = None
 
     def on_ack(self, pkt: wire.AckPacket, now: float) -> None:
         """Process a parsed ACK/SACK (see :meth:`on_ack_fields`)."""
