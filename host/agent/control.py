@@ -18,10 +18,20 @@ commands and their fields are listed in docs/host-agent.md; this module is only 
 
 Requests on one connection are answered in order: while a reply is deferred, the connection's
 later requests wait for it.
+
+What one client can take of the agent is bounded (docs/ocp-api.md, "Limits and isolation"): a
+line is at most :data:`MAX_LINE` bytes (a longer one is answered ``E2BIG`` and skipped, and the
+connection goes on); splitting input into lines costs time linear in the input; a client that
+does not read its replies stops being read once :data:`OUTPUT_HIGH` bytes wait for it (the
+kernel's socket buffer then holds its requests back) and is dropped, with a log line, when what
+waits for it passes :data:`MAX_OUTPUT` (lines it did not ask for, such as events); and each
+process may hold :attr:`LineServer.max_per_process` connections of a socket, whatever others
+hold.
 """
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import errno
 import functools
@@ -31,6 +41,7 @@ import os
 import selectors
 import socket
 import stat
+import struct
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -44,7 +55,14 @@ if TYPE_CHECKING:
 log = logging.getLogger("mrc.host.agent.control")
 
 MAX_LINE = 1 << 20  # bytes in one request line
-MAX_CONNECTIONS = 64
+MAX_CONNECTIONS = 1024  # of a socket, all processes together: a backstop for descriptors
+MAX_PER_PROCESS = 16  # connections of one process to the control socket
+OUTPUT_HIGH = 1 << 20  # bytes waiting for a client above which its requests wait
+MAX_OUTPUT = 32 << 20  # bytes waiting for a client above which it is dropped
+MAX_QUEUED = 256  # requests of a connection waiting behind a deferred reply
+READ_CHUNK = 65536
+_PEERCRED = struct.Struct("3i")
+_TOO_LONG = None  # in a connection's queue: a request line longer than MAX_LINE
 
 Reply = dict[str, Any]
 
@@ -300,25 +318,41 @@ def bind_unix(path: Path) -> socket.socket:
     return server
 
 
+def peer_credentials(sock: socket.socket) -> tuple[int, int, int]:
+    """The process id, user id and group id of a Unix socket's peer (``SO_PEERCRED``)."""
+    pid, uid, gid = _PEERCRED.unpack(
+        sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _PEERCRED.size)
+    )
+    return pid, uid, gid
+
+
 class LineConnection:
-    """One client connection of a :class:`LineServer`: input line buffer, requests queued in
-    order, output buffer.
+    """One client connection of a :class:`LineServer`: who is on the other end (``pid``,
+    ``uid``, ``gid``), input line buffer, requests queued in order, output buffer.
 
     A connection that ``lingers`` (the control socket's) still answers every queued request
     after the client's end of input, a deferred one too, and closes once the answers are
     written; a failed read closes it at once. One that does not (the OCP socket's) answers
     what it can at once after the end of input or a failed read, writes what the socket takes
     and closes.
+
+    Reading pauses while :data:`OUTPUT_HIGH` bytes wait to be written or a deferred reply
+    holds :data:`MAX_QUEUED` requests back, and resumes when the client catches up.
     """
 
     lingers = True
 
-    def __init__(self, server: LineServer[Any], sock: socket.socket) -> None:
+    def __init__(
+        self, server: LineServer[Any], sock: socket.socket,
+        credentials: tuple[int, int, int] | None = None,
+    ) -> None:  # fmt: skip
         self.server = server
         self.sock = sock
-        self.inbuf = bytearray()
+        self.pid, self.uid, self.gid = credentials or peer_credentials(sock)
+        self.inbuf = bytearray()  # the start of a line whose end has not come yet
+        self.discarding = False  # skipping the rest of a line longer than MAX_LINE
         self.outbuf = bytearray()
-        self.queue: deque[bytes] = deque()
+        self.queue: deque[bytes | None] = deque()
         self.waiting: Deferred | None = None
         self.closing = False  # close once the output is flushed
         self.closed = False
@@ -328,12 +362,21 @@ class LineConnection:
             self._read()
         if mask & selectors.EVENT_WRITE and not self.closed:
             self._flush()
+            if self.queue and not self.closed:
+                self._process()
+                self._flush()
+
+    @property
+    def paused(self) -> bool:
+        """True while the connection takes no more input: its client does not read its
+        replies, or a deferred reply holds many requests back."""
+        return len(self.outbuf) >= OUTPUT_HIGH or len(self.queue) >= MAX_QUEUED
 
     def _read(self) -> None:
-        ended = False  # the client's end of input (or a line too long)
-        while True:
+        ended = False  # the client's end of input
+        while not self.closed and not self.paused:
             try:
-                chunk = self.sock.recv(65536)
+                chunk = self.sock.recv(READ_CHUNK)
             except (BlockingIOError, InterruptedError):
                 break
             except OSError:
@@ -345,30 +388,60 @@ class LineConnection:
             if not chunk:
                 ended = True
                 break
-            self.inbuf += chunk
-            if len(self.inbuf) > MAX_LINE and b"\n" not in self.inbuf:
-                self.push(self.server.error_reply(errno.E2BIG, self.server.too_long))
-                self.inbuf.clear()
-                ended = True
-                break
+            self.take(chunk)
+            self._process()
+        if self.closed:
+            return
         if ended and self.lingers:
             self.closing = True
-        while not self.closed and b"\n" in self.inbuf:
-            line, _, rest = bytes(self.inbuf).partition(b"\n")
-            self.inbuf = bytearray(rest)
-            if line.strip():
-                self.queue.append(line)
-        self._process()
         if ended and not self.lingers:
             self._flush()
             self.close()
-        elif self.closing and self.waiting is None and not self.queue:
+        else:
             self._flush()
 
+    def take(self, chunk: bytes) -> None:
+        """Split input into request lines, each byte looked at once (a line longer than
+        :data:`MAX_LINE` is queued as a refusal and its bytes are skipped)."""
+        start = 0
+        while True:
+            end = chunk.find(b"\n", start)
+            if end < 0:
+                break
+            if self.discarding:
+                self.discarding = False
+            elif self.inbuf:
+                self.inbuf += memoryview(chunk)[start:end]
+                self._line(bytes(self.inbuf))
+                self.inbuf.clear()
+            else:
+                self._line(chunk[start:end])
+            start = end + 1
+        if self.discarding or start == len(chunk):
+            return
+        self.inbuf += memoryview(chunk)[start:]
+        if len(self.inbuf) > MAX_LINE:
+            self.inbuf.clear()
+            self.discarding = True
+            self.queue.append(_TOO_LONG)
+
+    def _line(self, line: bytes) -> None:
+        if len(line) > MAX_LINE:
+            self.queue.append(_TOO_LONG)
+        elif line.strip():
+            self.queue.append(line)
+
     def _process(self) -> None:
-        while self.waiting is None and self.queue and not self.closed:
+        while (
+            self.waiting is None and self.queue and not self.closed
+            and len(self.outbuf) < OUTPUT_HIGH
+        ):  # fmt: skip
             line = self.queue.popleft()
             self.server.requests += 1
+            if line is _TOO_LONG:
+                self.server.errors += 1
+                self.push(self.server.error_reply(errno.E2BIG, self.server.too_long))
+                continue
             reply, request_id = self.server.dispatch(line, self)
             if isinstance(reply, Deferred):
                 self.waiting = reply
@@ -382,17 +455,26 @@ class LineConnection:
         self.waiting = None
         self.push(reply, request_id)
         self._process()
-        if self.closing and not self.queue:
-            self._flush()
+        self._flush()
 
     def push(self, message: Mapping[str, Any], request_id: object = None) -> None:
         """Send one JSON line: a reply (``request_id``, when not None, echoed as ``id``) or a
-        line the client did not ask for."""
+        line the client did not ask for. A client with more than :data:`MAX_OUTPUT` bytes
+        waiting is dropped."""
         if self.closed:
             return
         if request_id is not None:
             message = {**message, "id": request_id}
         self.outbuf += self.encode(message)
+        if len(self.outbuf) > MAX_OUTPUT:
+            self.server.logger.warning(
+                "%s: dropping the connection of process %d: %d bytes wait for it and it does "
+                "not read them (at most %d)", self.server.name, self.pid, len(self.outbuf),
+                MAX_OUTPUT,
+            )  # fmt: skip
+            self.server.dropped += 1
+            self.close()
+            return
         self._flush()
 
     def encode(self, message: Mapping[str, Any]) -> bytes:
@@ -414,7 +496,7 @@ class LineConnection:
                 return
             del self.outbuf[:sent]
         # A peer that has shut down its side stays readable forever: stop reading from it.
-        reading = 0 if self.closing else selectors.EVENT_READ
+        reading = 0 if self.closing or self.paused else selectors.EVENT_READ
         if self.outbuf:
             self.server.watch(self, reading | selectors.EVENT_WRITE)
         elif self.closing and self.waiting is None and not self.queue:
@@ -446,8 +528,9 @@ class LineServer(Generic[ConnT]):
 
     name = "control"  #: in log lines
     logger = log
-    max_connections = MAX_CONNECTIONS
-    too_many = "too many control connections"  #: the refusal beyond max_connections
+    max_connections = MAX_CONNECTIONS  #: of every process together (descriptors)
+    max_per_process = MAX_PER_PROCESS  #: of one process
+    too_many = "too many control connections"  #: the refusal beyond a connection cap
     too_long = f"request line longer than {MAX_LINE} bytes"
     echoes_id = True  #: a request's ``id`` comes back in its reply
 
@@ -458,7 +541,10 @@ class LineServer(Generic[ConnT]):
         self.connections: dict[int, ConnT] = {}
         self.requests = 0
         self.errors = 0
+        self.refused = 0  # connections refused by a connection cap
+        self.dropped = 0  # connections dropped because their client did not read
         self._connection = connection
+        self._per_process: collections.Counter[int] = collections.Counter()
         self._watching: dict[int, int] = {}
 
     # -- what a subclass gives ------------------------------------------------------------------
@@ -500,16 +586,37 @@ class LineServer(Generic[ConnT]):
                         "%s: cannot accept a connection: %s", self.name, exc.strerror
                     )
                 return
-            if len(self.connections) >= self.max_connections:
-                refusal = self.error_reply(errno.EMFILE, self.too_many)
+            try:
+                credentials = peer_credentials(sock)
+            except OSError:
+                sock.close()
+                continue
+            refusal = self._refusal(credentials[0])
+            if refusal is not None:
+                self.refused += 1
+                self.logger.warning("%s: refused a connection: %s", self.name, refusal)
+                reply = self.error_reply(errno.EMFILE, refusal)
                 with contextlib.suppress(OSError):
-                    sock.sendall(json.dumps(refusal, separators=(",", ":")).encode() + b"\n")
+                    sock.setblocking(False)
+                    sock.send(json.dumps(reply, separators=(",", ":")).encode() + b"\n")
                 sock.close()
                 continue
             sock.setblocking(False)
-            conn = self._connection(self, sock)
+            conn = self._connection(self, sock, credentials)
             self.connections[sock.fileno()] = conn
+            self._per_process[conn.pid] += 1
             self.watch(conn, selectors.EVENT_READ)
+
+    def _refusal(self, pid: int) -> str | None:
+        """Why a new connection of process ``pid`` is refused (None: it is not)."""
+        if self._per_process[pid] >= self.max_per_process:
+            return (
+                f"{self.too_many}: process {pid} has {self._per_process[pid]} "
+                f"(at most {self.max_per_process} per process)"
+            )
+        if len(self.connections) >= self.max_connections:
+            return f"{self.too_many}: {len(self.connections)} (at most {self.max_connections})"
+        return None
 
     def watch(self, conn: LineConnection, events: int) -> None:
         """Select ``events`` on a connection (0: none, until it has something to write)."""
@@ -530,7 +637,10 @@ class LineServer(Generic[ConnT]):
     def forget(self, conn: ConnT) -> None:
         """A connection closed: stop selecting it."""
         fd = conn.sock.fileno()
-        self.connections.pop(fd, None)
+        if self.connections.pop(fd, None) is not None:
+            self._per_process[conn.pid] -= 1
+            if self._per_process[conn.pid] <= 0:
+                del self._per_process[conn.pid]
         if self._watching.pop(fd, 0) and self.selector is not None and fd >= 0:
             with contextlib.suppress(KeyError, ValueError):
                 self.selector.unregister(conn.sock)
@@ -604,6 +714,7 @@ __all__ = [
     "get_int",
     "get_int_list",
     "get_str",
+    "peer_credentials",
     "reject_unknown",
     "require_int",
     "require_str",

@@ -6,6 +6,20 @@ import collections
 from typing import Any
 
 RTT_SAMPLES = 4096
+EV_TRANSITIONS = 16384  # the newest EV state changes kept (all are counted)
+
+
+class RecentLog(collections.deque[dict[str, Any]]):
+    """The newest ``maxlen`` entries of a log, and how many were ever appended (``total``):
+    a long run's memory stays bounded, and a reader sees what was left out."""
+
+    def __init__(self, maxlen: int) -> None:
+        super().__init__(maxlen=maxlen)
+        self.total = 0
+
+    def append(self, entry: dict[str, Any]) -> None:
+        self.total += 1
+        super().append(entry)
 
 
 class Stats:
@@ -43,7 +57,7 @@ class Stats:
         self.port_retransmits = 0  # in flight on a plane whose port (or the peer's) went down
         self.retransmits: dict[str, int] = {"nack": 0, "sack": 0, "rto": 0}
         self.drops: collections.Counter[str] = collections.Counter()
-        self.ev_transitions: list[dict[str, Any]] = []
+        self.ev_transitions = RecentLog(EV_TRANSITIONS)
         self.rtt: collections.deque[float] = collections.deque(maxlen=RTT_SAMPLES)
 
     def rtt_summary(self) -> dict[str, float]:
@@ -69,5 +83,6 @@ class Stats:
         out["retransmits"] = dict(self.retransmits)
         out["drops"] = dict(self.drops)
         out["ev_transitions"] = list(self.ev_transitions)
+        out["ev_transitions_total"] = self.ev_transitions.total
         out["rtt"] = self.rtt_summary()
         return out

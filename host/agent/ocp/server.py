@@ -25,7 +25,6 @@ import errno
 import json
 import logging
 import socket
-import struct
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -34,8 +33,9 @@ from host.agent.control import MAX_LINE, Deferred, LineConnection, LineServer, R
 
 log = logging.getLogger("mrc.host.agent.ocp")
 
-MAX_CONNECTIONS = 256
-_PEERCRED = struct.Struct("3i")
+MAX_CONNECTIONS = 1024  #: of every process together (descriptors)
+#: of one process: its context, its async events and its completion channels
+MAX_PER_PROCESS = 64
 
 
 class OcpConnection(LineConnection):
@@ -47,11 +47,11 @@ class OcpConnection(LineConnection):
 
     lingers = False
 
-    def __init__(self, server: LineServer[Any], sock: socket.socket) -> None:
-        super().__init__(server, sock)
-        self.pid, self.uid, self.gid = _PEERCRED.unpack(
-            sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _PEERCRED.size)
-        )
+    def __init__(
+        self, server: LineServer[Any], sock: socket.socket,
+        credentials: tuple[int, int, int] | None = None,
+    ) -> None:  # fmt: skip
+        super().__init__(server, sock, credentials)
         self.owner: Any = None  # what the provider attached to this connection
 
     def encode(self, message: Mapping[str, Any]) -> bytes:
@@ -69,6 +69,7 @@ class OcpServer(LineServer[OcpConnection]):
     name = "ocp"
     logger = log
     max_connections = MAX_CONNECTIONS
+    max_per_process = MAX_PER_PROCESS
     too_many = "too many connections"
     too_long = f"request longer than {MAX_LINE} bytes"
     echoes_id = False
