@@ -1120,10 +1120,17 @@ static void held_recvs(struct mrc_qp *qp, const struct ibv_recv_wr *wr,
 	pthread_mutex_unlock(&qp->ctx->lock);
 }
 
+/*
+ * A chain goes to the agent in requests of at most MTB_POST_BATCH work requests (a request
+ * line has a size limit, and a chain may be as long as the queue): the WRs before a refused
+ * one are posted, those after it are not, as ibv_post_send(3) has it.
+ */
 EXPORT int mrc_post_recv(struct mrc_qp *qp, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad_wr)
 {
 	struct mtb_sb sb;
+	struct ibv_recv_wr *first = wr; /* the first WR of the request being written */
 	int64_t bad = 0;
+	int n = 0;
 
 	if (bad_wr)
 		*bad_wr = wr;
@@ -1131,38 +1138,50 @@ EXPORT int mrc_post_recv(struct mrc_qp *qp, struct ibv_recv_wr *wr, struct ibv_r
 		return -1;
 	if (!wr)
 		return fail(EINVAL, "%s: no work request", "mrc_post_recv");
-	mtb_sb_init(&sb);
-	mtb_sb_printf(&sb, "{\"cmd\":\"post_recv\",\"qpn\":%u,\"wrs\":[", qp->qpn);
 	for (struct ibv_recv_wr *w = wr; w; w = w->next) {
 		if (w->num_sge < 0 || (w->num_sge > 0 && !w->sg_list)) {
-			mtb_sb_free(&sb);
 			if (bad_wr)
 				*bad_wr = w;
 			return fail(EINVAL, "%s: a work request with a bad SGE list", "mrc_post_recv");
 		}
-		mtb_sb_printf(&sb, "%s[%llu,", w == wr ? "" : ",", (unsigned long long)w->wr_id);
+	}
+	mtb_sb_init(&sb);
+	for (struct ibv_recv_wr *w = wr; w; w = w->next) {
+		if (!n)
+			mtb_sb_printf(&sb, "{\"cmd\":\"post_recv\",\"qpn\":%u,\"wrs\":[", qp->qpn);
+		mtb_sb_printf(&sb, "%s[%llu,", n ? "," : "", (unsigned long long)w->wr_id);
 		put_sges(&sb, w->sg_list, w->num_sge);
 		mtb_sb_printf(&sb, "]");
-	}
-	mtb_sb_printf(&sb, "]}");
-	char *reply = call(qp->ctx, &sb);
-	int err = errno;
+		if (++n < MTB_POST_BATCH && w->next)
+			continue;
+		mtb_sb_printf(&sb, "]}");
+		char *reply = call(qp->ctx, &sb);
+		int saved = errno;
 
-	if (reply) {
-		held_recvs(qp, wr, NULL);
+		mtb_sb_free(&sb);
+		errno = saved;
+		if (!reply)
+			break;
+		held_recvs(qp, first, w->next);
+		first = w->next;
+		n = 0;
+	}
+	if (!first) {
 		if (bad_wr)
 			*bad_wr = NULL;
 		return 0;
 	}
+	int err = errno;
+
 	bad = mtb_last_bad();
-	struct ibv_recv_wr *w = wr;
+	struct ibv_recv_wr *w = first;
 
 	for (int64_t i = 0; i < bad && w; i++)
 		w = w->next;
 	if (!mtb_lost(qp->ctx->mtb))
-		held_recvs(qp, wr, w); /* the agent took those before the one it refused */
+		held_recvs(qp, first, w); /* the agent took those before the one it refused */
 	if (bad_wr)
-		*bad_wr = w ? w : wr;
+		*bad_wr = w ? w : first;
 	errno = err;
 	return -1;
 }
@@ -1170,7 +1189,9 @@ EXPORT int mrc_post_recv(struct mrc_qp *qp, struct ibv_recv_wr *wr, struct ibv_r
 EXPORT int mrc_post_send(struct mrc_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad_wr)
 {
 	struct mtb_sb sb;
+	struct ibv_send_wr *first = wr; /* the first WR of the request being written */
 	int64_t bad;
+	int n = 0;
 
 	if (bad_wr)
 		*bad_wr = wr;
@@ -1180,26 +1201,39 @@ EXPORT int mrc_post_send(struct mrc_qp *qp, struct ibv_send_wr *wr, struct ibv_s
 		fail(EINVAL, "%s: no work request", "mrc_post_send");
 		return EINVAL;
 	}
-	mtb_sb_init(&sb);
-	mtb_sb_printf(&sb, "{\"cmd\":\"post_send\",\"qpn\":%u,\"wrs\":[", qp->qpn);
 	for (struct ibv_send_wr *w = wr; w; w = w->next) {
 		if (w->num_sge < 0 || (w->num_sge > 0 && !w->sg_list)) {
-			mtb_sb_free(&sb);
 			if (bad_wr)
 				*bad_wr = w;
 			fail(EINVAL, "%s: a work request with a bad SGE list", "mrc_post_send");
 			return EINVAL;
 		}
-		mtb_sb_printf(&sb, "%s[%llu,%d,%u,%u,%llu,%u,", w == wr ? "" : ",",
+	}
+	mtb_sb_init(&sb);
+	for (struct ibv_send_wr *w = wr; w; w = w->next) {
+		if (!n)
+			mtb_sb_printf(&sb, "{\"cmd\":\"post_send\",\"qpn\":%u,\"wrs\":[", qp->qpn);
+		mtb_sb_printf(&sb, "%s[%llu,%d,%u,%u,%llu,%u,", n ? "," : "",
 			      (unsigned long long)w->wr_id, (int)w->opcode, w->send_flags,
 			      (unsigned int)w->imm_data, (unsigned long long)w->wr.rdma.remote_addr,
 			      w->wr.rdma.rkey);
 		put_sges(&sb, w->sg_list, w->num_sge);
 		mtb_sb_printf(&sb, "]");
+		if (++n < MTB_POST_BATCH && w->next)
+			continue;
+		mtb_sb_printf(&sb, "]}");
+		char *reply = call(qp->ctx, &sb);
+		int saved = errno;
+
+		mtb_sb_free(&sb);
+		errno = saved;
+		if (!reply)
+			break;
+		held_sends(qp, first, w->next);
+		first = w->next;
+		n = 0;
 	}
-	mtb_sb_printf(&sb, "]}");
-	if (call(qp->ctx, &sb)) {
-		held_sends(qp, wr, NULL);
+	if (!first) {
 		if (bad_wr)
 			*bad_wr = NULL;
 		return 0;
@@ -1207,14 +1241,14 @@ EXPORT int mrc_post_send(struct mrc_qp *qp, struct ibv_send_wr *wr, struct ibv_s
 	int err = errno;
 
 	bad = mtb_last_bad();
-	struct ibv_send_wr *w = wr;
+	struct ibv_send_wr *w = first;
 
 	for (int64_t i = 0; i < bad && w; i++)
 		w = w->next;
 	if (!mtb_lost(qp->ctx->mtb))
-		held_sends(qp, wr, w); /* the agent took those before the one it refused */
+		held_sends(qp, first, w); /* the agent took those before the one it refused */
 	if (bad_wr)
-		*bad_wr = w ? w : wr;
+		*bad_wr = w ? w : first;
 	errno = err;
 	return err;
 }

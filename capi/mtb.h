@@ -24,6 +24,12 @@
 #define MTB_ABI_MARK ((void *)(uintptr_t)0x4d52435442ULL)
 #define MTB_MAX_PORTS 16
 #define MTB_DEFAULT_DIR "/run/mrc-testbed"
+/*
+ * Work requests one post request carries at most: a longer chain goes as several requests. A
+ * request line is at most 1 MiB (MAX_LINE of host/agent/control.py), and 1024 WRs of 16 SGEs
+ * (max_sge) take some 900 KB.
+ */
+#define MTB_POST_BATCH 1024
 
 /* A line-oriented connection to the agent's OCP socket. */
 struct mtb_conn {
