@@ -61,7 +61,9 @@ from host.transport.events import (
     EvStateChanged,
     PathProbeReplied,
     PathProbeTimedOut,
+    PlacementFault,
     PortStatusChanged,
+    PortStatusRefused,
     QpError,
     RetransmitTimeout,
     WriteImmReceived,
@@ -649,6 +651,16 @@ class Agent:
                 "port status: %s plane %d %s (%d EVs)",
                 event.host, event.plane, "up" if event.up else "down", event.evs,
             )  # fmt: skip
+        elif isinstance(event, PortStatusRefused):
+            # an update that would take every EV towards its sender away is the operator's
+            # to act on (mrc-ctl port / ev commands), not the peer's
+            log.warning(
+                "port status update from %s on plane %d refused (%s): mask %#x",
+                event.source, event.plane, event.reason, event.mask,
+            )  # fmt: skip
+        elif isinstance(event, PlacementFault):
+            log.warning("QP %#x: write into rkey %#x refused: %s", event.qpn, event.rkey,
+                        event.error)  # fmt: skip
         elif not isinstance(event, (PathProbeReplied, PathProbeTimedOut)):
             return  # probe sends are frequent and in the core's counters
         self.event_log.append(record)

@@ -52,6 +52,8 @@ FIRST_QPN = 0x100
 _decode_data = wire.decode_data
 _decode_ack = wire.decode_ack
 _OPCODE_AT = wire.OFF_BTH
+_SRC_AT = wire.OFF_IPV6 + 8  # the IPv6 source address: a QP takes packets from its peer only
+_SRC_END = _SRC_AT + 16
 _OP_ACK = wire.OP_ACKNOWLEDGE
 
 
@@ -150,7 +152,7 @@ class Context:
         if not self.nics:
             raise ValueError(f"context of {host}: expected at least one NIC")
         self._rng = random.Random(seed)
-        self._regions = RegionTable(self._rng)
+        self._regions = RegionTable()
         self._shared = Shared(self.config, self._regions)
         self._stats = self._shared.stats
         self._qps: dict[int, QueuePair] = {}
@@ -175,13 +177,18 @@ class Context:
     # -- memory, CQs, QPs ---------------------------------------------------------------------
 
     def register_region(
-        self, addr: int, length: int, buffer: RegionBuffer | None = None
+        self, addr: int, length: int, buffer: RegionBuffer | None = None, domain: int = 0
     ) -> MemoryRegion:
-        """Make ``[addr, addr + length)`` remotely writable; the region's ``rkey`` names it.
+        """Make ``[addr, addr + length)`` remotely writable; the region's ``rkey`` (a secret,
+        never handed out twice) names it.
 
         ``buffer`` backs the region: a bytearray, or any :class:`host.transport.region.PlacementTarget`
-        a driver provides (e.g. another process's memory); default a new zeroed bytearray."""
-        return self._regions.register(addr, length, buffer)
+        a driver provides (e.g. another process's memory); default a new zeroed bytearray.
+        Only QPs of protection ``domain`` (:meth:`create_qp`) may write it."""
+        # the seeded generator advances as it did when it drew rkeys, so that a seeded
+        # context's QPs still choose the EVs they chose (simulations replay)
+        self._rng.getrandbits(32)
+        return self._regions.register(addr, length, buffer, domain)
 
     def deregister_region(self, rkey: int) -> None:
         """Withdraw a region: later writes naming ``rkey`` are refused."""
@@ -214,6 +221,7 @@ class Context:
         remote_qpn: int | None = None,
         qpn: int | None = None,
         config: StackConfig | None = None,
+        domain: int = 0,
     ) -> QueuePair:
         """A QP to ``remote_host`` over ``paths`` (from ``Fabric.paths(self.host, remote_host)``).
 
@@ -227,6 +235,9 @@ class Context:
         QP shares (``host.transport.config.CONTEXT_FIELDS``: dilation, MTU, ...) must keep the
         context's values, else :class:`~host.transport.config.ConfigError`. Its times are
         protocol times, dilated by the context's ``dilation`` as the context's are.
+        ``domain`` is the QP's protection domain: its peer may write the regions of that
+        domain only. The QP takes packets only from the peer's NIC addresses (its paths'
+        destinations and, when the context knows the fabric's hosts, every NIC of the peer).
         """
         if config is not None:
             self.config.check_qp(config)
@@ -256,6 +267,12 @@ class Context:
             ev_profile=None, remote_qpn=None, rng=random.Random(self._rng.getrandbits(64)),
             profile=profile, config=config,
         )  # fmt: skip
+        qp.domain = domain
+        qp.peer_addresses |= {
+            address
+            for address, (host, _) in self._endpoint.routes.peers.items()
+            if host == remote_host
+        }
         if remote_qpn is not None:
             qp.connect(remote_qpn)
         self._qps[qpn] = qp
@@ -471,6 +488,9 @@ class Context:
                         if qp is None:
                             stats.drops["unknown_qp"] += 1
                             return
+                        if bytes(frame[_SRC_AT:_SRC_END]) not in qp.peer_addresses:
+                            stats.drops["not_from_peer"] += 1
+                            return
                         qp.on_ack_fields(ack, now)
                         return
                 else:
@@ -479,6 +499,9 @@ class Context:
                         qp = self._qps.get(fields[0])
                         if qp is None:
                             stats.drops["unknown_qp"] += 1
+                            return
+                        if bytes(frame[_SRC_AT:_SRC_END]) not in qp.peer_addresses:
+                            stats.drops["not_from_peer"] += 1
                             return
                         stats.data_packets_received += 1
                         qp.on_data_fields(fields, now)
@@ -490,6 +513,9 @@ class Context:
             qp = self._qps.get(pkt.outer.dest_qp)
             if qp is None:
                 stats.drops["unknown_qp"] += 1
+                return
+            if pkt.outer.src not in qp.peer_addresses:
+                stats.drops["not_from_peer"] += 1
                 return
             if type(pkt) is wire.DataPacket:
                 stats.data_packets_received += 1

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from host.transport import wire
-from host.transport.events import EndpointResponse, PortStatusChanged
+from host.transport.events import EndpointResponse, PortStatusChanged, PortStatusRefused
 from host.transport.evs import EvFormat, EvFormatProfile, EvProfileError, format_profile
 from host.transport.qp_state import NS, Shared
 
@@ -367,7 +367,7 @@ class Endpoint:
         stats.packets_sent += 1
         stats.bytes_sent += len(frame)
         if pkt.op == wire.EP_OP_PORT_STATUS:
-            self._peer_status(out.src, pkt.port_status, now)
+            self._peer_status(out.src, pkt.port_status, plane, now)
 
     def departing(self, now: float) -> None:
         """Write the service time into the responses leaving now (``frames_to_send``)."""
@@ -490,14 +490,28 @@ class Endpoint:
             self._count_sent(frame)
             sent += 1
 
-    def _peer_status(self, address: bytes, mask: int, now: float) -> None:
+    def _peer_status(self, address: bytes, mask: int, arrived: int, now: float) -> None:
         """A peer's port status: its ports that are down carry nothing of ours; those up again
-        are probed back."""
+        are probed back. Only the QPs whose peer has the update's source address take it (a
+        source that is no QP's peer is counted, ``port_status_not_from_peer``), and an update
+        whose mask says the port it ``arrived`` on is down is refused whole (a peer sends its
+        updates on ports that are up; such a mask would take every EV away): counted,
+        ``port_status_refused``, and reported (:class:`PortStatusRefused`, which the agent
+        logs for the operator)."""
         text = str(ipaddress.IPv6Address(address))
-        for qp in self._qps():
+        qps = [qp for qp in self._qps() if address in qp.peer_addresses]
+        drops = self._shared.stats.drops
+        if not qps:
+            drops["port_status_not_from_peer"] += 1
+            return
+        if not mask >> (arrived + 1) & 1:
+            drops["port_status_refused"] += 1
+            self._shared.events.append(
+                PortStatusRefused(text, mask, arrived, "arrival_port_down", now)
+            )
+            return
+        for qp in qps:
             if not qp.policy.failover:
-                continue
-            if not any(_packed(p.dst_nic.address) == address for p in qp.paths):
                 continue
             for plane in sorted({p.plane for p in qp.paths}):
                 up = bool(mask >> (plane + 1) & 1)

@@ -111,6 +111,20 @@ class QpError(Event):
 
 
 @dataclass
+class PlacementFault(Event):
+    """The receiver could not write a packet's payload into a region (its memory is unmapped,
+    read-only or its process gone): the packet was refused with an access-error NACK and the
+    QP's receiver refuses everything from now on (a NIC's protection fault)."""
+
+    qpn: int  #: local QP number
+    rkey: int  #: the region's rkey
+    va: int  #: where the payload was to go
+    length: int  #: payload bytes
+    error: str  #: why the write failed
+    time: float  #: when
+
+
+@dataclass
 class EndpointResponse(Event):
     """A response to an endpoint request (``mrc_ctl_ep_rsp``): an EV probe answered, or a port
     status update acknowledged."""
@@ -132,4 +146,16 @@ class PortStatusChanged(Event):
     plane: int  #: the port's plane (port number - 1)
     up: bool  #: the new status
     evs: int  #: EVs whose state this changed (retired when down, probed again when up)
+    time: float  #: when
+
+
+@dataclass
+class PortStatusRefused(Event):
+    """A peer's port status update that was not applied: its source is no peer's NIC, or its
+    mask said the port it arrived on is down (which would take every EV away)."""
+
+    source: str  #: the update's source address
+    mask: int  #: the ports it said are up (bit N: port N)
+    plane: int  #: the plane it arrived on
+    reason: str  #: "not_from_peer" or "arrival_port_down"
     time: float  #: when

@@ -103,6 +103,9 @@ class QueuePair(Sender, Receiver, LossRecovery, PathChoice):
         self.qpn = qpn
         self.remote_host = remote_host
         self.paths = list(paths)
+        self.peer_addresses = frozenset(path.dst_nic.address.packed for path in self.paths)
+        self.domain = 0
+        self.rx_fault: str | None = None
         self.cq = cq
         self.policy = policy
         self.remote_qpn = remote_qpn

@@ -177,6 +177,10 @@ class QpState:
     qpn: int
     remote_host: str
     paths: list[Path]
+    #: the peer's NIC addresses (every plane): the only sources of packets this QP takes
+    peer_addresses: frozenset[bytes]
+    domain: int  #: protection domain: the regions this QP's peer may write
+    rx_fault: str | None  #: the protection fault that stopped the receiver, if any
     cq: int
     policy: Policy
     remote_qpn: int | None

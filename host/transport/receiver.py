@@ -1,10 +1,17 @@
 """The receiver of a queue pair: placing data at its RETH address after checking the region,
-tracking PSNs, coalescing ACKs with SACK bits and ECN echoes, NACKing trimmed packets."""
+tracking PSNs, coalescing ACKs with SACK bits and ECN echoes, NACKing trimmed packets.
+
+A packet the region check refuses (unknown rkey, another protection domain's region, an
+address outside the region) is answered with an access-error NACK and consumes nothing: no
+PSN, no message state, so a forged packet cannot take the place of the genuine one at its PSN.
+A write the region's memory cannot take (:class:`host.transport.region.PlacementError`) is a
+protection fault: the packet is NACKed the same way, a :class:`PlacementFault` event tells the
+driver, and the receiver refuses every later packet (the QP is in error, as a NIC's is)."""
 
 from __future__ import annotations
 
 from host.transport import wire
-from host.transport.events import STATUS_OK, WriteImmReceived
+from host.transport.events import STATUS_OK, PlacementFault, WriteImmReceived
 from host.transport.qp_state import (
     _ECN_CE,
     _FLAG_ECN_ECHO,
@@ -14,6 +21,7 @@ from host.transport.qp_state import (
     QpState,
     RxMessage,
 )
+from host.transport.region import MemoryRegion, PlacementError
 
 
 class Receiver(QpState):
@@ -63,6 +71,15 @@ class Receiver(QpState):
             else:
                 stats.drops["trimmed_no_nack"] += 1
             return
+        region = self._regions.get(rkey)
+        # the region check: refused, the packet consumes nothing (no PSN, no message state)
+        if (
+            region is None or region.domain != self.domain or not region.addr <= va
+            or va + dma_len > region.end or self.rx_fault is not None
+        ):  # fmt: skip
+            stats.drops[self._refusal(region)] += 1
+            self._nack(wire.FLAG_ACCESS, plane, spine, ev, ts, psn24, now)
+            return
         msgs = self._rx_msgs
         msg = msgs.get(msg_id)
         if msg is None:
@@ -73,17 +90,16 @@ class Receiver(QpState):
         elif msg.length != msg_len:
             stats.drops["inconsistent_message"] += 1
             return
-        region = self._regions.get(rkey)
-        # bounds check, then copy: the only write the receiver ever makes
-        if region is not None and region.addr <= va and va + dma_len <= region.end:
-            start = va - region.addr
+        # then the copy: the only write the receiver ever makes
+        start = va - region.addr
+        try:
             region.view[start : start + dma_len] = payload
-            stats.payload_bytes_placed += dma_len
-        else:
-            stats.drops["bad_rkey" if region is None else "out_of_region"] += 1
+        except PlacementError as exc:
+            self._fault(region.rkey, va, dma_len, exc, now)
             msg.failed = True
             self._nack(wire.FLAG_ACCESS, plane, spine, ev, ts, psn24, now)
-        # the PSN is consumed either way
+            return
+        stats.payload_bytes_placed += dma_len
         if d == 0:
             cum += 1
             while cum in rcv:
@@ -127,6 +143,20 @@ class Receiver(QpState):
             self._send_ack(now)
         elif self._ack_deadline is None:
             self._ack_deadline = now + self._ack_delay
+
+    def _refusal(self, region: MemoryRegion | None) -> str:
+        """Why the region check refused a packet (its drop counter)."""
+        if self.rx_fault is not None:
+            return "receiver_faulted"
+        if region is None:
+            return "bad_rkey"
+        return "other_domain" if region.domain != self.domain else "out_of_region"
+
+    def _fault(self, rkey: int, va: int, length: int, exc: PlacementError, now: float) -> None:
+        """A write the region's memory did not take: a protection fault (see the module)."""
+        self.rx_fault = exc.strerror or str(exc)
+        self._stats.drops["placement_fault"] += 1
+        self._shared.events.append(PlacementFault(self.qpn, rkey, va, length, self.rx_fault, now))
 
     def _note_ack(
         self, ev: int, ts: int, plane: int, spine: int, ecn: int, now: float, urgent: bool

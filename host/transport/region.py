@@ -7,14 +7,16 @@ refuses anything that does not lie entirely inside the region.
 
 from __future__ import annotations
 
-import random
+import secrets
 from typing import Any, Protocol
 
 
 class PlacementTarget(Protocol):
     """Memory a region can be backed by besides a bytearray (e.g. a driver's view of another
     process's memory): sized, sliced reads, sliced writes. The core only ever calls
-    ``target[start:stop] = data`` and ``target[start:stop]`` within ``len(target)``."""
+    ``target[start:stop] = data`` and ``target[start:stop]`` within ``len(target)``; a write
+    the memory cannot take (unmapped, read-only, its process gone) raises
+    :class:`PlacementError`, which the receiver answers as a NIC answers a protection fault."""
 
     def __len__(self) -> int: ...  # noqa: D105
 
@@ -30,16 +32,25 @@ class RegionError(ValueError):
     """A region registration that cannot be honoured."""
 
 
+class PlacementError(OSError):
+    """A placement target could not take a write (its memory is unmapped, read-only, or its
+    process is gone): nothing, or not everything, was written."""
+
+
 class MemoryRegion:
-    """``length`` bytes at virtual address ``addr``, remotely writable with ``rkey``."""
+    """``length`` bytes at virtual address ``addr``, remotely writable with ``rkey`` by the QPs
+    of its protection ``domain`` (0 unless a driver gives regions and QPs domains)."""
 
-    __slots__ = ("addr", "length", "rkey", "buffer", "view", "end")
+    __slots__ = ("addr", "length", "rkey", "buffer", "view", "end", "domain")
 
-    def __init__(self, addr: int, length: int, rkey: int, buffer: RegionBuffer) -> None:
+    def __init__(
+        self, addr: int, length: int, rkey: int, buffer: RegionBuffer, domain: int = 0
+    ) -> None:
         self.addr = addr
         self.length = length
         self.rkey = rkey
         self.buffer = buffer
+        self.domain = domain
         self.view: Any = memoryview(buffer) if isinstance(buffer, bytearray) else buffer
         self.end = addr + length
 
@@ -68,15 +79,23 @@ class MemoryRegion:
 
 
 class RegionTable:
-    """The regions of one context, by rkey."""
+    """The regions of one context, by rkey.
 
-    def __init__(self, rng: random.Random) -> None:
-        self._rng = rng
+    An rkey is a secret (the operating system's random source): nobody can guess another
+    region's rkey, a restarted host does not hand out the rkeys it handed out before, and no
+    rkey is handed out twice in a table's lifetime (a packet still naming a withdrawn region's
+    rkey never reaches a new region)."""
+
+    def __init__(self) -> None:
         self._by_rkey: dict[int, MemoryRegion] = {}
+        self._issued: set[int] = set()
         self.by_rkey = self._by_rkey  #: read-only view for the receiver's hot path
 
-    def register(self, addr: int, length: int, buffer: RegionBuffer | None = None) -> MemoryRegion:
-        """Register ``length`` bytes at ``addr`` (backed by ``buffer`` or a new zeroed one)."""
+    def register(
+        self, addr: int, length: int, buffer: RegionBuffer | None = None, domain: int = 0
+    ) -> MemoryRegion:
+        """Register ``length`` bytes at ``addr`` (backed by ``buffer`` or a new zeroed one),
+        reachable by the QPs of protection ``domain``."""
         if not 0 <= addr < 1 << 64:
             raise RegionError(f"region address {addr:#x}: expected a 64-bit unsigned value")
         if not 0 < length <= 1 << 40 or addr + length > 1 << 64:
@@ -88,10 +107,11 @@ class RegionTable:
                 f"buffer of {len(buffer)} bytes for a region of {length}: expected equal"
             )
         while True:
-            rkey = self._rng.getrandbits(32)
-            if rkey and rkey not in self._by_rkey:
+            rkey = secrets.randbits(32)
+            if rkey and rkey not in self._issued:
                 break
-        region = MemoryRegion(addr, length, rkey, buffer)
+        self._issued.add(rkey)
+        region = MemoryRegion(addr, length, rkey, buffer, domain)
         self._by_rkey[rkey] = region
         return region
 

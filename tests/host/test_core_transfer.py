@@ -333,7 +333,8 @@ def test_ecn_echo_halves_the_share_of_the_marked_path(make_net: Any, steering: b
                        cc=CcProfile("fixed", {"window": 1000}))  # fmt: skip
     qp.connect(0x999)
     marked = next(s for s in qp.ev_table.slots if s.path.label == "p0-s0")
-    reply = qp.ev_table.slots[0].prefix
+    reply = bytearray(qp.ev_table.slots[0].prefix)
+    reply[22:38] = qp.paths[0].dst_nic.address.packed  # from the peer: a QP takes no other
     now = 1.0
     ts = int((now - 0.01) * 1e9) & 0xFFFFFFFF  # an RTT of 10 ms: the path stays marked that long
     ack = wire.encode_ack(reply, qp.qpn, 0, wire.FLAG_ECN_ECHO, 0, 0, marked.wire, ts, 0, 0, 0,
