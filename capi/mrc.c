@@ -823,11 +823,12 @@ EXPORT struct mrc_qp *mrc_create_qp(struct mrc_context *mrc_ctx,
 	reply = mtb_callf(mrc_ctx->mtb, "{\"cmd\":\"create_qp\",\"send_cq\":%llu,\"recv_cq\":%llu,"
 			  "\"max_send_wr\":%u,\"max_recv_wr\":%u,\"max_send_sge\":%u,"
 			  "\"max_recv_sge\":%u,\"max_inline\":%u,\"sq_sig_all\":%d,"
-			  "\"send_ops\":%llu,\"protocol_version\":%u}",
+			  "\"send_ops\":%llu,\"protocol_version\":%u,\"pd\":%u}",
 			  (unsigned long long)attr->send_cq->id, (unsigned long long)attr->recv_cq->id,
 			  attr->cap.max_send_wr, attr->cap.max_recv_wr, attr->cap.max_send_sge,
 			  attr->cap.max_recv_sge, attr->cap.max_inline_data, attr->sq_sig_all ? 1 : 0,
-			  (unsigned long long)attr->send_ops_flags, (unsigned int)attr->protocol_version);
+			  (unsigned long long)attr->send_ops_flags, (unsigned int)attr->protocol_version,
+			  attr->pd->handle);
 	if (!reply)
 		return NULL;
 	if (mtb_json_u64(reply, "qpn", &qpn)) {

@@ -16,6 +16,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 #include <infiniband/verbs.h>
 
 #define MTB_HIDDEN __attribute__((visibility("hidden")))
@@ -68,6 +69,7 @@ struct mtb_context {
 	struct mtb_conn conn;	/* the session connection */
 	uint64_t session;
 	uint64_t token;
+	pid_t pid;		/* the process that opened it: a forked child's calls fail */
 	char host[64];
 	char sock_path[108];
 	int nports;

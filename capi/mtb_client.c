@@ -275,6 +275,12 @@ char *mtb_call(struct mtb_context *ctx, struct mtb_sb *sb)
 	char *reply;
 	int err;
 
+	if (ctx->pid != getpid()) {
+		/* the session is the opening process's: the agent reads and writes its memory */
+		mtb_set_error(EPERM, "this device context was opened by process %ld: a forked "
+			      "child opens a device of its own (ibv_fork_init(3))", (long)ctx->pid);
+		return NULL;
+	}
 	pthread_mutex_lock(&ctx->lock);
 	if (ctx->conn.lost) {
 		mtb_set_error(EIO, "the mrc-host agent of %s is gone (its connection was lost)",

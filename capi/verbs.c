@@ -19,6 +19,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "mtb.h"
 
@@ -195,6 +196,7 @@ EXPORT struct ibv_context *ibv_open_device(struct ibv_device *device)
 		return NULL;
 	}
 	m->magic = MTB_MAGIC;
+	m->pid = getpid();
 	pthread_mutex_init(&m->lock, NULL);
 	snprintf(m->sock_path, sizeof(m->sock_path), "%s", d->sock_path);
 	if (mtb_connect(&m->conn, m->sock_path) < 0)
@@ -366,8 +368,9 @@ static struct ibv_mr *reg_mr(struct ibv_pd *pd, void *addr, size_t length, int a
 			      length);
 		return NULL;
 	}
-	reply = mtb_callf(m, "{\"cmd\":\"reg_mr\",\"addr\":%llu,\"length\":%zu,\"access\":%u}",
-			  (unsigned long long)(uintptr_t)addr, length, (unsigned int)access);
+	reply = mtb_callf(m, "{\"cmd\":\"reg_mr\",\"addr\":%llu,\"length\":%zu,\"access\":%u,"
+			  "\"pd\":%u}", (unsigned long long)(uintptr_t)addr, length,
+			  (unsigned int)access, pd->handle);
 	if (!reply)
 		return NULL;
 	mtb_json_u64(reply, "lkey", &lkey);

@@ -89,6 +89,7 @@ class AsyncEvent(enum.IntEnum):
 
     CQ_ERR = 0
     QP_FATAL = 1
+    QP_ACCESS_ERR = 3  #: a protection fault at the responder (IBV_EVENT_QP_ACCESS_ERR)
     PORT_ACTIVE = 9
     PORT_ERR = 10
 
@@ -246,6 +247,7 @@ MPR_UNIT = 128  # PSNs per unit of mrc_qp_attr.mpr / mpr_dest (mrc.h)
 MAX_CQE = 1 << 16
 MAX_WR = 1 << 14
 MAX_SGE = 16
+MAX_PD = 1 << 20  #: max_pd (protection domains cost the agent nothing)
 MAX_INLINE = 4096
 MAX_MESSAGE = 1 << 31
 MAX_TIMEOUT = 24

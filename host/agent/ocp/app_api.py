@@ -33,7 +33,7 @@ from host.agent.ocp.abi import (
     SendOps,
     field_int,
 )
-from host.agent.ocp.mem import AppMemory, MemoryAccessError, read_memory
+from host.agent.ocp.mem import AppMemory, AppProcess, MemoryAccessError
 from host.agent.ocp.objects import Channel, Cq, Mr, Qp, Session
 from host.agent.ocp.qp_states import QpChange, check_modify
 from host.agent.ocp.server import OcpConnection
@@ -51,7 +51,11 @@ def hello(p: ProviderState, conn: OcpConnection, request: Mapping[str, Any]) -> 
     """Open a session for the calling process (one per connection)."""
     if conn.owner is not None:
         raise OcpError(errno.EINVAL, "hello: this connection already has a session")
-    session = Session(p.next_session, secrets.randbits(48), conn)
+    try:  # the session is the process's, not its id's (a pidfd)
+        process = AppProcess(conn.pid)
+    except MemoryAccessError as exc:
+        raise OcpError(errno.ESRCH, f"hello: {exc.strerror}") from None
+    session = Session(p.next_session, secrets.randbits(48), conn, process)
     p.next_session += 1
     conn.owner = session
     p.sessions[session.id] = session
@@ -123,15 +127,16 @@ def reg_mr(p: ProviderState, session: Session, request: Mapping[str, Any]) -> Re
     access = field_int(request, "access", 0, U32_MAX)
     if addr + length > 1 << 64:
         raise OcpError(errno.EINVAL, f"reg_mr: {length} bytes at {addr:#x} leave the address space")
-    try:  # the buffer must be mapped in the process: check both ends, as pinning would
-        read_memory(session.pid, addr, 1)
-        read_memory(session.pid, addr + length - 1, 1)
+    domain = p.domain(session, request)
+    writable = bool(access & Access.REMOTE_WRITE)
+    try:  # every page must be mapped in the process, writable when written, as pinning would
+        session.process.check_mapped(addr, length, writable)
     except MemoryAccessError as exc:
-        raise OcpError(errno.EFAULT, f"reg_mr: {exc.strerror}") from None
-    mr = Mr(p.next_lkey, addr, length, access, AppMemory(session.pid, addr, length))
+        raise OcpError(exc.errno or errno.EFAULT, f"reg_mr: {exc.strerror}") from None
+    mr = Mr(p.next_lkey, addr, length, access, AppMemory(session.process, addr, length), domain)
     p.next_lkey += 1
     if access & Access.REMOTE_WRITE:
-        mr.rkey = p.agent.context.register_region(addr, length, mr.mem).rkey
+        mr.rkey = p.agent.context.register_region(addr, length, mr.mem, domain).rkey
     session.mrs[mr.lkey] = mr
     return {"ok": True, "lkey": mr.lkey, "rkey": mr.rkey}
 
@@ -215,9 +220,8 @@ def create_qp(p: ProviderState, session: Session, request: Mapping[str, Any]) ->
         max_recv_sge=field_int(request, "max_recv_sge", 0, MAX_SGE, default=1),
         max_inline=field_int(request, "max_inline", 0, MAX_INLINE, default=0),
         sq_sig_all=bool(field_int(request, "sq_sig_all", 0, 1 << 31, default=0)),
-        send_ops=SendOps(ops) or every_op,
+        send_ops=SendOps(ops) or every_op, domain=p.domain(session, request),
     ).fresh(p.agent.context.config)  # fmt: skip
-    p.next_qpn = qpn + 1
     session.qps[qp.qpn] = qp
     p.qps[qp.qpn] = (session, qp)
     send_cq.users += 1
@@ -306,7 +310,7 @@ def _make_core(p: ProviderState, qp: Qp, change: QpChange) -> None:
         core = agent.context.create_qp(
             qp.remote_host, agent.fabric.paths(agent.host.name, qp.remote_host),
             cq=p.core_cq, policy=policy, cc=cc, ev_profile=ev_profile, qpn=qp.qpn,
-            config=change.config,
+            config=change.config, domain=qp.domain,
         )  # fmt: skip
     except ValueError as exc:  # an EV profile the paths to this peer cannot take
         raise OcpError(errno.EINVAL, f"EV profile {qp.ev_profile}: {exc}") from None

@@ -26,7 +26,7 @@ from host.agent.ocp.abi import (
     WcStatus,
     field_int,
 )
-from host.agent.ocp.mem import AppMemory
+from host.agent.ocp.mem import AppMemory, AppProcess
 from host.agent.ocp.server import OcpConnection
 from host.transport.config import StackConfig
 
@@ -83,6 +83,7 @@ class Mr:
     length: int
     access: int
     mem: AppMemory
+    domain: int  # the protection domain's number on this host (Session.domains)
     rkey: int = 0  # the core's rkey when remotely writable, else 0
 
     def covers(self, addr: int, length: int) -> bool:
@@ -137,6 +138,7 @@ class Qp:
     max_inline: int
     sq_sig_all: bool
     send_ops: SendOps
+    domain: int = 0  # the protection domain (Session.domains): the regions its peer may write
     state: QpState = QpState.RESET
     ev_profile: int | None = None
     cc_profile: int | None = None
@@ -160,6 +162,7 @@ class Qp:
     by_token: dict[int, SendWr] = field(default_factory=dict)
     recvs: deque[int] = field(default_factory=deque)
     wimm_inflight: int = 0
+    held: int = 0  # bytes of the posted sends not yet completed (MAX_HELD_QP)
 
     def fresh(self, host: StackConfig) -> Qp:
         """A QP as created with this one's capabilities (``ibv_create_qp``; after RESET), with
@@ -167,7 +170,7 @@ class Qp:
         return Qp(
             self.qpn, self.send_cq, self.recv_cq, self.max_send_wr, self.max_recv_wr,
             self.max_send_sge, self.max_recv_sge, self.max_inline, self.sq_sig_all,
-            self.send_ops, timeout=host.ack_timeout_exp, retry_linear=host.retry_linear_cnt,
+            self.send_ops, self.domain, timeout=host.ack_timeout_exp, retry_linear=host.retry_linear_cnt,
             retry_exp=host.retry_exp_cnt,
         )  # fmt: skip
 
@@ -191,11 +194,15 @@ class Qp:
 
 @dataclass
 class Session:
-    """Everything one process opened."""
+    """Everything one process opened: the process itself (:class:`.mem.AppProcess`, held by a
+    pidfd: its memory only), and its protection domains (each a number of this host's own,
+    never shared with another session)."""
 
     id: int
     token: int
     conn: OcpConnection
+    process: AppProcess
+    domains: dict[int, int] = field(default_factory=dict)  # the library's PD handle -> number
     mrs: dict[int, Mr] = field(default_factory=dict)
     cqs: dict[int, Cq] = field(default_factory=dict)
     qps: dict[int, Qp] = field(default_factory=dict)
@@ -205,7 +212,7 @@ class Session:
 
     @property
     def pid(self) -> int:
-        return self.conn.pid
+        return self.process.pid
 
     @property
     def root(self) -> bool:

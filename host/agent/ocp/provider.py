@@ -7,13 +7,22 @@ transport core reports: work completions in posting order, EV events.
 from __future__ import annotations
 
 import errno
+import logging
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from host.agent.control import Deferred
 from host.agent.ocp import app_api, ctl_api
-from host.agent.ocp.abi import OcpError, QpState, Reply, WcFlag, WcOpcode, WcStatus
+from host.agent.ocp.abi import (
+    AsyncEvent,
+    OcpError,
+    QpState,
+    Reply,
+    WcFlag,
+    WcOpcode,
+    WcStatus,
+)
 from host.agent.ocp.objects import Qp, Session, WorkCompletion
 from host.agent.ocp.server import OcpConnection, OcpServer
 from host.agent.ocp.state import AgentLike, ProviderState
@@ -23,7 +32,10 @@ from host.transport.events import (
     STATUS_RETRY_EXCEEDED,
     Completion,
     Event,
+    PlacementFault,
 )
+
+log = logging.getLogger("mrc.host.agent.ocp")
 
 _STATUS = {
     STATUS_OK: WcStatus.SUCCESS,
@@ -91,8 +103,24 @@ class OcpProvider(ProviderState):
             else:
                 self._on_send(session, qp, event)
             return True
+        if isinstance(event, PlacementFault):
+            return self._on_fault(event)
         ctl_api.on_ev_state(self, event)
         return False  # the agent logs it too
+
+    def _on_fault(self, fault: PlacementFault) -> bool:
+        """A write into the application's memory failed (it unmapped or write-protected a
+        registered buffer, or exited): the packet was refused (the requester's WR fails
+        with IBV_WC_REM_ACCESS_ERR); this QP goes to ERR with IBV_EVENT_QP_ACCESS_ERR."""
+        found = self.qps.get(fault.qpn)
+        if found is None:
+            return False
+        session, qp = found
+        log.warning("ocp: QP %#x of process %d: %s", qp.qpn, session.pid, fault.error)
+        self.counters["access_faults"] += 1
+        if qp.state != QpState.ERR:
+            self.fail_qp(session, qp, AsyncEvent.QP_ACCESS_ERR)
+        return True
 
     def _on_recv(self, session: Session, qp: Qp, done: Completion) -> None:
         if qp.state == QpState.ERR:

@@ -10,6 +10,7 @@ import contextlib
 import enum
 import errno
 import logging
+import secrets
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -18,12 +19,15 @@ from host.agent.control import CoreDriver, Deferred
 from host.agent.ocp.abi import (
     FIRST_OCP_QPN,
     GID_TABLE_LEN,
+    MAX_PD,
     QPN_MAX,
+    U32_MAX,
     AsyncEvent,
     OcpError,
     QpState,
     Reply,
     WcOpcode,
+    field_int,
 )
 from host.agent.ocp.cc_profiles import CcProfileStore
 from host.agent.ocp.ev_profiles import EvProfileStore
@@ -83,9 +87,17 @@ class ProviderState:
         self.qps: dict[int, tuple[Session, Qp]] = {}  # by QP number, every session
         self.next_session = 1
         self.next_lkey = 1
-        self.next_qpn = FIRST_OCP_QPN
+        # QP numbers start at a random place and are never handed out twice while the agent
+        # runs: a peer still sending to a destroyed QP, or to one of an earlier run of the
+        # agent, reaches no QP (docs/ocp-api.md, "Limits and isolation")
+        self.first_qpn = FIRST_OCP_QPN + secrets.randbelow(QPN_MAX - FIRST_OCP_QPN + 1)
+        self.next_qpn = self.first_qpn
+        self.qpns_wrapped = False
+        self.next_domain = 1  # protection domains: 0 is the agent's own QPs' and regions'
         self.core_cq = agent.context.create_cq()
-        self.counters = {"recv_without_buffer": 0, "cq_overflows": 0, "flushed": 0}
+        self.counters = {
+            "recv_without_buffer": 0, "cq_overflows": 0, "flushed": 0, "access_faults": 0,
+        }  # fmt: skip
         self.ev_profiles = EvProfileStore(
             agent.context, agent.now, agent.context.config.ev_count, self.peer_paths
         )
@@ -121,6 +133,7 @@ class ProviderState:
         for mr in session.mrs.values():
             self.drop_region(mr)
         self.sessions.pop(session.id, None)
+        session.process.close()
         log.info("ocp: session %d of process %d ended", session.id, session.pid)
 
     def drop_region(self, mr: Mr) -> None:
@@ -143,13 +156,38 @@ class ProviderState:
             qp.core = None
 
     def new_qpn(self) -> int:
-        """A QP number no QP of the provider or of the core has."""
+        """A QP number no QP of the core has and none had since the agent started: counting
+        up from :attr:`first_qpn` (random), round to FIRST_OCP_QPN once, up to where it
+        started."""
         core_qpns = {qp.qpn for qp in self.agent.context.qps}
-        while self.next_qpn in self.qps or self.next_qpn in core_qpns:
-            self.next_qpn += 1
-        if self.next_qpn > QPN_MAX:
-            raise OcpError(errno.ENOMEM, "create_qp: QP numbers exhausted")
-        return self.next_qpn
+        while True:
+            qpn = self.next_qpn
+            if qpn > QPN_MAX:
+                if self.qpns_wrapped:
+                    break
+                self.qpns_wrapped = True
+                qpn = self.next_qpn = FIRST_OCP_QPN
+            if self.qpns_wrapped and qpn >= self.first_qpn:
+                break
+            self.next_qpn = qpn + 1
+            if qpn not in core_qpns:
+                return qpn
+        raise OcpError(
+            errno.ENOMEM, "create_qp: every QP number was handed out since the agent started"
+        )
+
+    def domain(self, session: Session, request: Mapping[str, Any]) -> int:
+        """The protection domain of a request's field ``pd`` (the library's handle of an
+        ``ibv_alloc_pd``; 0 or none: the session's default one) as a number of this host's,
+        a new one the first time a session names it: no two sessions share one."""
+        handle = field_int(request, "pd", 0, U32_MAX, default=0)
+        number = session.domains.get(handle)
+        if number is None:
+            if len(session.domains) >= MAX_PD:
+                raise OcpError(errno.ENOMEM, f"field 'pd': at most {MAX_PD} protection domains")
+            number = session.domains[handle] = self.next_domain
+            self.next_domain += 1
+        return number
 
     def push_async(self, session: Session, event: AsyncEvent, **element: int) -> None:
         if session.async_conn is not None:
@@ -253,8 +291,9 @@ class ProviderState:
             self.counters["flushed"] += 1
         qp.recvs.clear()
 
-    def fail_qp(self, session: Session, qp: Qp) -> None:
-        """The QP goes to ERR on its own (a failed send, a WRITE_IMM without a receive)."""
+    def fail_qp(self, session: Session, qp: Qp, event: AsyncEvent = AsyncEvent.QP_FATAL) -> None:
+        """The QP goes to ERR on its own (a failed send, a WRITE_IMM without a receive, a
+        write into the application's memory that failed: ``event``)."""
         qp.state = QpState.ERR
         self.flush(session, qp)
-        self.push_async(session, AsyncEvent.QP_FATAL, qpn=qp.qpn)
+        self.push_async(session, event, qpn=qp.qpn)

@@ -22,7 +22,7 @@ from host.agent.ocp.abi import (
     WrOpcode,
     field_list,
 )
-from host.agent.ocp.mem import MemoryAccessError, read_memory
+from host.agent.ocp.mem import MemoryAccessError
 from host.agent.ocp.objects import Qp, SendWr, Session, WorkCompletion
 from host.agent.ocp.state import ProviderState
 
@@ -52,7 +52,7 @@ def _gather(session: Session, qp: Qp, sges: Any, inline: bool, index: int) -> by
         if total > MAX_MESSAGE:
             raise bad(f"more than {MAX_MESSAGE} bytes")
         try:
-            parts.append(bytes(read_memory(session.pid, addr, length)))
+            parts.append(bytes(session.process.read(addr, length)))
         except MemoryAccessError as exc:
             raise bad(f"{exc.strerror}", errno.EFAULT) from None
     if inline and total > qp.max_inline:
