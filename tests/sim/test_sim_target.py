@@ -120,3 +120,53 @@ def test_the_switches_run_the_emulated_operating_point() -> None:
     port = build_network(incast, on, seed=1)._ports[("t0-p0-r0", 1)]
     assert (port.depth, port.trim_at, port.ecn_at, port.ecn_full) == (8, 4, 2, None)
     assert build_network(incast, off, seed=1)._ports[("t0-p0-r0", 1)].trim_at is None
+
+
+def test_every_fault_kind_acts_in_simulated_time(tmp_path: Path) -> None:
+    """Flaps, a switch reboot, a plane, a NIC's cable and the operator's EV states act at
+    their times, are recorded as the emulation records them, and MRC rides them out."""
+    scenario = small_demo().with_(
+        name="faults",
+        transports=["mrc"],
+        workloads=[
+            {"kind": "incast", "receiver": "h0", "senders": ["h2"], "message_bytes": "256KiB",
+             "total_bytes": "4MiB", "start_s": 0.2},
+        ],
+        faults=[
+            {"kind": "link_flap", "at_s": 0.5, "until_s": 1.4, "rate_per_min": 120,
+             "down_s": 0.2, "link": ["t0-p0-r1", "t1-p0-s1"]},
+            {"kind": "ev_deny", "at_s": 0.6, "host": "h2", "peer": "h0", "path": "p0-s0"},
+            {"kind": "switch_reboot", "at_s": 0.8, "down_s": 0.3, "switch": "t1-p1-s0"},
+            {"kind": "ev_allow", "at_s": 1.2, "host": "h2", "peer": "h0", "path": "p0-s0"},
+            {"kind": "plane_down", "at_s": 1.5, "plane": 1},
+            {"kind": "plane_up", "at_s": 1.8, "plane": 1},
+            {"kind": "nic_down", "at_s": 2.0, "host": "h0", "plane": 0},
+            {"kind": "nic_up", "at_s": 2.3, "host": "h0", "plane": 0},
+        ],
+    )  # fmt: skip
+    metrics = run_scenario(scenario, tmp_path, SIM_TARGET, show=lambda _: None, progress=False)
+    assert metrics["mrc"].complete and metrics["mrc"].messages_corrupt == 0
+    rows = (tmp_path / "faults.csv").read_text().splitlines()[1:]
+    actions = [(float(r.split(",")[1]), r.split(",", 2)[2]) for r in rows]
+    assert actions == [
+        (0.5, "down,t0-p0-r1 <-> t1-p0-s1"),
+        (0.6, "deny,h2 -> h0 p0-s0"),
+        (0.7, "up,t0-p0-r1 <-> t1-p0-s1"),
+        (0.8, "kill,t1-p1-s0"),
+        (1.0, "down,t0-p0-r1 <-> t1-p0-s1"),
+        (1.1, "start,t1-p1-s0"),
+        (1.2, "up,t0-p0-r1 <-> t1-p0-s1"),  # the flap's steps come first at one time
+        (1.2, "allow,h2 -> h0 p0-s0"),
+        (1.5, "kill,t1-p1-s0"),
+        (1.5, "kill,t1-p1-s1"),
+        (1.8, "start,t1-p1-s0"),
+        (1.8, "start,t1-p1-s1"),
+        (2.0, "down,h0 <-> t0-p0-r0"),
+        (2.3, "up,h0 <-> t0-p0-r0"),
+    ]
+    reasons = {
+        (r.split(",")[2], r.split(",")[8])
+        for r in (tmp_path / "ev_transitions.csv").read_text().splitlines()[1:]
+    }
+    assert ("h2", "operator") in reasons  # the operator's DENIED
+    assert ("h0", "port_down") in reasons  # h0's core saw its NIC's link go down
