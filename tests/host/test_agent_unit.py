@@ -5,13 +5,11 @@ from __future__ import annotations
 
 import json
 import os
-import selectors
 import shutil
 import socket
 import struct
 import subprocess
 import sys
-import threading
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -20,6 +18,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from support.fabric import small_fabric
+from support.loop import SelectorLoop
 
 from host.agent.agent import qp_number
 from host.agent.control import (
@@ -40,7 +39,7 @@ from targets.pcap import PcapWriter
 from topologies import Fabric
 
 
-class LoopThread:
+class LoopThread(SelectorLoop):
     """A control server (with ``ocp``, an OCP provider's socket) on its own selector loop in a
     thread (the agent's loop in miniature)."""
 
@@ -48,16 +47,12 @@ class LoopThread:
         self.deferred: list[Deferred] = []
         self.resolving = True  # deferred replies are given at the next turn of the loop
         self.closed: list[int] = []  # the OCP connections closed (their process ids)
-        self.server: LineServer[Any] = (
+        server: LineServer[Any] = (
             OcpServer(path, self.ocp_dispatch, lambda conn: self.closed.append(conn.pid))
             if ocp
             else ControlServer(path, self.handle)
         )
-        self.selector = selectors.DefaultSelector()
-        self.server.register(self.selector)
-        self.running = True
-        self.thread = threading.Thread(target=self.loop, daemon=True)
-        self.thread.start()
+        super().__init__(server, self.resolve)
 
     def handle(self, request: Mapping[str, Any]) -> dict[str, Any] | Deferred:
         cmd = request["cmd"]
@@ -83,21 +78,16 @@ class LoopThread:
             return {"ok": True}
         return self.handle(request)
 
-    def loop(self) -> None:
-        while self.running:
-            for key, mask in self.selector.select(0.02):
-                key.data(mask)
-            if not self.resolving:
-                continue
-            for deferred in list(self.deferred):
-                deferred.resolve({"ok": True, "late": True})
-                self.deferred.remove(deferred)
+    def resolve(self) -> None:
+        if not self.resolving:
+            return
+        for deferred in list(self.deferred):
+            deferred.resolve({"ok": True, "late": True})
+            self.deferred.remove(deferred)
 
     def close(self) -> None:
-        self.running = False
-        self.thread.join(5)
+        super().close()
         self.server.close()
-        self.selector.close()
 
 
 @pytest.fixture

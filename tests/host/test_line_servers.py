@@ -12,16 +12,16 @@ import selectors
 import socket
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 import pytest
+from support.loop import SelectorLoop
 
 from host.agent import control
-from host.agent.control import ControlServer, Deferred, LineConnection, LineServer, Reply
+from host.agent.control import ControlServer, Deferred, LineConnection, Reply
 from host.agent.ocp.server import OcpConnection, OcpServer
 from host.transport.stats import EV_TRANSITIONS, Stats
 
@@ -34,41 +34,21 @@ def answer(request: Mapping[str, Any]) -> Reply | Deferred:
     return {"ok": True, "echo": request.get("value")}
 
 
-class Served:
-    """A line server on a selector loop in a thread (the agent's loop in miniature)."""
-
-    def __init__(self, server: LineServer[Any]) -> None:
-        self.server = server
-        self.selector = selectors.DefaultSelector()
-        server.register(self.selector)
-        self.running = True
-        self.thread = threading.Thread(target=self._loop, daemon=True)
-        self.thread.start()
-
-    def _loop(self) -> None:
-        while self.running:
-            for key, mask in self.selector.select(0.02):
-                key.data(mask)
-
-    def close(self) -> None:
-        self.running = False
-        self.thread.join(5)
-        self.server.close()
-        self.selector.close()
+@pytest.fixture
+def control_served(tmp_path: Path) -> Iterator[SelectorLoop]:
+    served = SelectorLoop(ControlServer(tmp_path / "h0.sock", answer))
+    yield served
+    served.close()
+    served.server.close()
 
 
 @pytest.fixture
-def control_served(tmp_path: Path) -> Iterator[Served]:
-    served = Served(ControlServer(tmp_path / "h0.sock", answer))
+def ocp_served(tmp_path: Path) -> Iterator[SelectorLoop]:
+    server = OcpServer(tmp_path / "h0.ocp.sock", lambda c, r: answer(r), lambda c: None)
+    served = SelectorLoop(server)
     yield served
     served.close()
-
-
-@pytest.fixture
-def ocp_served(tmp_path: Path) -> Iterator[Served]:
-    served = Served(OcpServer(tmp_path / "h0.ocp.sock", lambda c, r: answer(r), lambda c: None))
-    yield served
-    served.close()
+    server.close()
 
 
 def connect(path: Path) -> socket.socket:
@@ -145,7 +125,7 @@ def test_lines_split_across_reads_come_out_whole(tmp_path: Path, chunk: int) -> 
 def test_a_line_too_long_is_refused_and_the_connection_goes_on(
     fixture: str, request: pytest.FixtureRequest
 ) -> None:
-    served: Served = request.getfixturevalue(fixture)
+    served: SelectorLoop = request.getfixturevalue(fixture)
     sock = connect(served.server.path)
     sock.sendall(b'{"cmd":"echo","value":"before"}\n' + b"x" * ((1 << 20) + 10))
     sock.sendall(b"y" * 100000 + b'\n{"cmd":"echo","value":"after"}\n')
@@ -179,7 +159,7 @@ def fill(sock: socket.socket, line: bytes, limit: int) -> int:
     return sent
 
 
-def test_a_client_that_does_not_read_is_not_read_either(control_served: Served) -> None:
+def test_a_client_that_does_not_read_is_not_read_either(control_served: SelectorLoop) -> None:
     # 20000 requests (1 KB) of 4 KB replies (80 MB): the server stops reading once 1 MiB
     # waits for the client, so the socket buffers fill and the client's sends stall
     sock = connect(control_served.server.path)
@@ -222,7 +202,7 @@ def test_a_client_that_lets_lines_pile_up_is_dropped(
         server.close()
 
 
-def test_connections_are_capped_per_process(control_served: Served) -> None:
+def test_connections_are_capped_per_process(control_served: SelectorLoop) -> None:
     path = control_served.server.path
     cap = control_served.server.max_per_process
     mine = [connect(path) for _ in range(cap)]

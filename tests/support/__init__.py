@@ -2,7 +2,9 @@
 
 - ``fabric``  the shipped small fabric (:func:`fabric.small_fabric`) and its topology file;
 - ``switch``  switchmodel's P4Runtime server run in-process over a bare pipeline state
-              (:class:`switch.InProcessSwitch`).
+              (:class:`switch.InProcessSwitch`);
+- ``loop``    an agent's socket served on a selector loop in a thread
+              (:class:`loop.SelectorLoop`).
 
 A free TCP port for a switch is :func:`targets.lab.free_port`.
 
