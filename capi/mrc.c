@@ -1102,9 +1102,10 @@ static void put_sges(struct mtb_sb *sb, const struct ibv_sge *sg, int n)
 }
 
 /* The WRs of a chain from wr up to end (excluded) were posted: hold them until completed. */
-static void held_sends(struct mrc_qp *qp, const struct ibv_send_wr *wr,
-		       const struct ibv_send_wr *end)
+static void held_sends(struct mrc_qp *qp, void *chain, void *end)
 {
+	const struct ibv_send_wr *wr = chain;
+
 	pthread_mutex_lock(&qp->ctx->lock);
 	for (; wr && wr != end; wr = wr->next)
 		wrq_push(&qp->sq, wr->wr_id,
@@ -1112,144 +1113,136 @@ static void held_sends(struct mrc_qp *qp, const struct ibv_send_wr *wr,
 	pthread_mutex_unlock(&qp->ctx->lock);
 }
 
-static void held_recvs(struct mrc_qp *qp, const struct ibv_recv_wr *wr,
-		       const struct ibv_recv_wr *end)
+static void held_recvs(struct mrc_qp *qp, void *chain, void *end)
 {
+	const struct ibv_recv_wr *wr = chain;
+
 	pthread_mutex_lock(&qp->ctx->lock);
 	for (; wr && wr != end; wr = wr->next)
 		wrq_push(&qp->rq, wr->wr_id, 1);
 	pthread_mutex_unlock(&qp->ctx->lock);
 }
 
+/* What posting a chain needs of a kind of work request (send or receive). */
+struct wr_kind {
+	const char *fn;	 /* the API function, in errors */
+	const char *cmd; /* the agent's command */
+	size_t next, sg_list, num_sge; /* where the WR's fields are (offsetof) */
+	void (*put)(struct mtb_sb *sb, void *wr); /* the WR up to its SGE list */
+	void (*hold)(struct mrc_qp *qp, void *wr, void *end);
+};
+
+#define WR_FIELD(wr, offset, type) (*(type *)((char *)(wr) + (offset)))
+
 /*
- * A chain goes to the agent in requests of at most MTB_POST_BATCH work requests (a request
- * line has a size limit, and a chain may be as long as the queue): the WRs before a refused
- * one are posted, those after it are not, as ibv_post_send(3) has it.
+ * Post the chain from wr. It goes to the agent in requests of at most MTB_POST_BATCH work
+ * requests (a request line has a size limit, and a chain may be as long as the queue): the WRs
+ * before a refused one are posted, those after it are not, as ibv_post_send(3) has it. 0 when
+ * every WR was posted; else the errno value, *bad the first WR not posted.
  */
-EXPORT int mrc_post_recv(struct mrc_qp *qp, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad_wr)
+static int post_chain(struct mrc_qp *qp, void *wr, const struct wr_kind *kind, void **bad)
 {
 	struct mtb_sb sb;
-	struct ibv_recv_wr *first = wr; /* the first WR of the request being written */
-	int64_t bad = 0;
+	void *first = wr; /* the first WR of the request being written */
 	int n = 0;
 
-	if (bad_wr)
-		*bad_wr = wr;
-	if (!qp_check(qp, "mrc_post_recv"))
-		return -1;
-	if (!wr)
-		return fail(EINVAL, "%s: no work request", "mrc_post_recv");
-	for (struct ibv_recv_wr *w = wr; w; w = w->next) {
-		if (w->num_sge < 0 || (w->num_sge > 0 && !w->sg_list)) {
-			if (bad_wr)
-				*bad_wr = w;
-			return fail(EINVAL, "%s: a work request with a bad SGE list", "mrc_post_recv");
-		}
-	}
-	mtb_sb_init(&sb);
-	for (struct ibv_recv_wr *w = wr; w; w = w->next) {
-		if (!n)
-			mtb_sb_printf(&sb, "{\"cmd\":\"post_recv\",\"qpn\":%u,\"wrs\":[", qp->qpn);
-		mtb_sb_printf(&sb, "%s[%llu,", n ? "," : "", (unsigned long long)w->wr_id);
-		put_sges(&sb, w->sg_list, w->num_sge);
-		mtb_sb_printf(&sb, "]");
-		if (++n < MTB_POST_BATCH && w->next)
-			continue;
-		mtb_sb_printf(&sb, "]}");
-		char *reply = call(qp->ctx, &sb);
-		int saved = errno;
-
-		mtb_sb_free(&sb);
-		errno = saved;
-		if (!reply)
-			break;
-		held_recvs(qp, first, w->next);
-		first = w->next;
-		n = 0;
-	}
-	if (!first) {
-		if (bad_wr)
-			*bad_wr = NULL;
-		return 0;
-	}
-	int err = errno;
-
-	bad = mtb_last_bad();
-	struct ibv_recv_wr *w = first;
-
-	for (int64_t i = 0; i < bad && w; i++)
-		w = w->next;
-	if (!mtb_lost(qp->ctx->mtb))
-		held_recvs(qp, first, w); /* the agent took those before the one it refused */
-	if (bad_wr)
-		*bad_wr = w ? w : first;
-	errno = err;
-	return -1;
-}
-
-EXPORT int mrc_post_send(struct mrc_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad_wr)
-{
-	struct mtb_sb sb;
-	struct ibv_send_wr *first = wr; /* the first WR of the request being written */
-	int64_t bad;
-	int n = 0;
-
-	if (bad_wr)
-		*bad_wr = wr;
-	if (!qp_check(qp, "mrc_post_send"))
+	*bad = wr;
+	if (!qp_check(qp, kind->fn))
 		return EINVAL;
 	if (!wr) {
-		fail(EINVAL, "%s: no work request", "mrc_post_send");
+		fail(EINVAL, "%s: no work request", kind->fn);
 		return EINVAL;
 	}
-	for (struct ibv_send_wr *w = wr; w; w = w->next) {
-		if (w->num_sge < 0 || (w->num_sge > 0 && !w->sg_list)) {
-			if (bad_wr)
-				*bad_wr = w;
-			fail(EINVAL, "%s: a work request with a bad SGE list", "mrc_post_send");
+	for (void *w = wr; w; w = WR_FIELD(w, kind->next, void *)) {
+		int num = WR_FIELD(w, kind->num_sge, int);
+
+		if (num < 0 || (num > 0 && !WR_FIELD(w, kind->sg_list, struct ibv_sge *))) {
+			*bad = w;
+			fail(EINVAL, "%s: a work request with a bad SGE list", kind->fn);
 			return EINVAL;
 		}
 	}
 	mtb_sb_init(&sb);
-	for (struct ibv_send_wr *w = wr; w; w = w->next) {
+	for (void *w = wr; w; w = WR_FIELD(w, kind->next, void *)) {
+		void *next = WR_FIELD(w, kind->next, void *);
+
 		if (!n)
-			mtb_sb_printf(&sb, "{\"cmd\":\"post_send\",\"qpn\":%u,\"wrs\":[", qp->qpn);
-		mtb_sb_printf(&sb, "%s[%llu,%d,%u,%u,%llu,%u,", n ? "," : "",
-			      (unsigned long long)w->wr_id, (int)w->opcode, w->send_flags,
-			      (unsigned int)w->imm_data, (unsigned long long)w->wr.rdma.remote_addr,
-			      w->wr.rdma.rkey);
-		put_sges(&sb, w->sg_list, w->num_sge);
+			mtb_sb_printf(&sb, "{\"cmd\":\"%s\",\"qpn\":%u,\"wrs\":[", kind->cmd, qp->qpn);
+		mtb_sb_printf(&sb, "%s", n ? "," : "");
+		kind->put(&sb, w);
+		put_sges(&sb, WR_FIELD(w, kind->sg_list, struct ibv_sge *),
+			 WR_FIELD(w, kind->num_sge, int));
 		mtb_sb_printf(&sb, "]");
-		if (++n < MTB_POST_BATCH && w->next)
+		if (++n < MTB_POST_BATCH && next)
 			continue;
 		mtb_sb_printf(&sb, "]}");
 		char *reply = call(qp->ctx, &sb);
-		int saved = errno;
+		int err = errno;
 
 		mtb_sb_free(&sb);
-		errno = saved;
-		if (!reply)
-			break;
-		held_sends(qp, first, w->next);
-		first = w->next;
+		if (!reply) {
+			int64_t refused = mtb_last_bad();
+			void *b = first;
+
+			for (int64_t i = 0; i < refused && b; i++)
+				b = WR_FIELD(b, kind->next, void *);
+			if (!mtb_lost(qp->ctx->mtb))
+				kind->hold(qp, first, b); /* the agent took those before it */
+			*bad = b ? b : first;
+			errno = err;
+			return err;
+		}
+		kind->hold(qp, first, next);
+		first = next;
 		n = 0;
 	}
-	if (!first) {
-		if (bad_wr)
-			*bad_wr = NULL;
-		return 0;
-	}
-	int err = errno;
+	*bad = NULL;
+	return 0;
+}
 
-	bad = mtb_last_bad();
-	struct ibv_send_wr *w = first;
+static void put_recv(struct mtb_sb *sb, void *wr)
+{
+	mtb_sb_printf(sb, "[%llu,", (unsigned long long)((struct ibv_recv_wr *)wr)->wr_id);
+}
 
-	for (int64_t i = 0; i < bad && w; i++)
-		w = w->next;
-	if (!mtb_lost(qp->ctx->mtb))
-		held_sends(qp, first, w); /* the agent took those before the one it refused */
+EXPORT int mrc_post_recv(struct mrc_qp *qp, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad_wr)
+{
+	static const struct wr_kind kind = {
+		"mrc_post_recv", "post_recv", offsetof(struct ibv_recv_wr, next),
+		offsetof(struct ibv_recv_wr, sg_list), offsetof(struct ibv_recv_wr, num_sge),
+		put_recv, held_recvs,
+	};
+	void *bad;
+	int err = post_chain(qp, wr, &kind, &bad);
+
 	if (bad_wr)
-		*bad_wr = w ? w : first;
+		*bad_wr = bad;
+	if (!err)
+		return 0;
 	errno = err;
-	return err;
+	return -1; /* as mrc.h has it */
+}
+
+static void put_send(struct mtb_sb *sb, void *wr)
+{
+	struct ibv_send_wr *w = wr;
+
+	mtb_sb_printf(sb, "[%llu,%d,%u,%u,%llu,%u,", (unsigned long long)w->wr_id, (int)w->opcode,
+		      w->send_flags, (unsigned int)w->imm_data,
+		      (unsigned long long)w->wr.rdma.remote_addr, w->wr.rdma.rkey);
+}
+
+EXPORT int mrc_post_send(struct mrc_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad_wr)
+{
+	static const struct wr_kind kind = {
+		"mrc_post_send", "post_send", offsetof(struct ibv_send_wr, next),
+		offsetof(struct ibv_send_wr, sg_list), offsetof(struct ibv_send_wr, num_sge),
+		put_send, held_sends,
+	};
+	void *bad;
+	int err = post_chain(qp, wr, &kind, &bad);
+
+	if (bad_wr)
+		*bad_wr = bad;
+	return err; /* the errno value, as ibv_post_send */
 }

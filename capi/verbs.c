@@ -244,6 +244,15 @@ EXPORT int ibv_close_device(struct ibv_context *context)
 	return 0;
 }
 
+/* An int field of the agent's query_device reply (0 when absent). */
+static int device_limit(const char *reply, const char *key)
+{
+	int64_t v = 0;
+
+	mtb_json_i64(reply, key, &v);
+	return (int)v;
+}
+
 EXPORT int ibv_query_device(struct ibv_context *context, struct ibv_device_attr *attr)
 {
 	struct mtb_context *m = mtb_from_ibv(context);
@@ -252,17 +261,22 @@ EXPORT int ibv_query_device(struct ibv_context *context, struct ibv_device_attr 
 		errno = m ? EINVAL : errno;
 		return errno;
 	}
+	char *reply = mtb_query_device(m);
+
+	if (!reply)
+		return errno;
 	memset(attr, 0, sizeof(*attr));
 	snprintf(attr->fw_ver, sizeof(attr->fw_ver), "mrc-testbed");
-	attr->max_mr_size = 1ULL << 40;
 	attr->page_size_cap = 4096;
-	attr->max_qp = 1 << 16;
-	attr->max_qp_wr = 1 << 14;
-	attr->max_sge = 16;
-	attr->max_cq = 1 << 16;
-	attr->max_cqe = 1 << 16;
-	attr->max_mr = 1 << 20;
-	attr->max_pd = 1 << 20;
+	/* the agent's limits (docs/ocp-api.md, "Limits and isolation") */
+	mtb_json_u64(reply, "max_mr_size", &attr->max_mr_size);
+	attr->max_qp = device_limit(reply, "max_qp");
+	attr->max_qp_wr = device_limit(reply, "max_qp_wr");
+	attr->max_sge = device_limit(reply, "max_sge");
+	attr->max_cq = device_limit(reply, "max_cq");
+	attr->max_cqe = device_limit(reply, "max_cqe");
+	attr->max_mr = device_limit(reply, "max_mr");
+	attr->max_pd = device_limit(reply, "max_pd");
 	attr->phys_port_cnt = (uint8_t)m->nports;
 	return 0;
 }
@@ -283,6 +297,12 @@ EXPORT int ibv_query_port(struct ibv_context *context, uint8_t port_num,
 			      m->host, m->nports);
 		return EINVAL;
 	}
+	reply = mtb_query_device(m);
+	if (!reply)
+		return errno;
+	uint64_t max_msg_sz = 0;
+
+	mtb_json_u64(reply, "max_msg_sz", &max_msg_sz);
 	reply = mtb_callf(m, "{\"cmd\":\"query_port\",\"port\":%u}", port_num);
 	if (!reply)
 		return errno;
@@ -293,7 +313,7 @@ EXPORT int ibv_query_port(struct ibv_context *context, uint8_t port_num,
 	attr->max_mtu = IBV_MTU_4096;
 	attr->active_mtu = IBV_MTU_4096;
 	attr->gid_tbl_len = m->ports[port_num - 1].gid_tbl_len;
-	attr->max_msg_sz = 1U << 31;
+	attr->max_msg_sz = (uint32_t)max_msg_sz;
 	attr->pkey_tbl_len = 1;
 	attr->active_width = 1;	/* 1x */
 	attr->active_speed = 32; /* the emulated link's rate is the fabric's, not this value */

@@ -247,9 +247,20 @@ MPR_UNIT = 128  # PSNs per unit of mrc_qp_attr.mpr / mpr_dest (mrc.h)
 MAX_CQE = 1 << 16
 MAX_WR = 1 << 14
 MAX_SGE = 16
+MAX_INLINE = 4096  #: max_inline_data
+#: the port's max_msg_sz: bytes of one message, and so of one SGE (the agent copies a message
+#: out of the application's memory when it is posted: a testbed choice, see MAX_HELD_*)
+MAX_MESSAGE = 1 << 28
+# What one session (one process's device context) may hold of the agent; ibv_query_device
+# reports those verbs has an attribute for (docs/ocp-api.md, "Limits and isolation").
+MAX_MR_SIZE = 1 << 40  #: max_mr_size: bytes of one memory region
+MAX_MR = 4096  #: max_mr: memory regions of a session
+MAX_QP = 1024  #: max_qp: QPs of a session
+MAX_CQ = 1024  #: max_cq: CQs of a session
 MAX_PD = 1 << 20  #: max_pd (protection domains cost the agent nothing)
-MAX_INLINE = 4096
-MAX_MESSAGE = 1 << 31
+MAX_HELD_QP = 1 << 28  #: bytes posted and not yet completed, per QP (testbed)
+MAX_HELD_SESSION = 1 << 30  #: the same, per session (testbed)
+READ_CHUNK = 8 << 20  #: bytes of the application's memory one read system call copies
 MAX_TIMEOUT = 24
 MAX_RETRY_LINEAR = 7
 MAX_RETRY_EXP = 25
@@ -264,6 +275,15 @@ U32_MAX = (1 << 32) - 1
 U64_MAX = (1 << 64) - 1
 MAX_PROFILES = 64  #: of each kind, per host
 MAX_EVS = 4096  #: per EV profile
+
+
+def device_limits() -> Reply:
+    """The limits ``ibv_query_device`` and ``ibv_query_port`` report, by their verbs names."""
+    return {
+        "max_mr_size": MAX_MR_SIZE, "max_mr": MAX_MR, "max_qp": MAX_QP, "max_cq": MAX_CQ,
+        "max_pd": MAX_PD, "max_qp_wr": MAX_WR, "max_inline_data": MAX_INLINE,
+        "max_msg_sz": MAX_MESSAGE,
+    }  # fmt: skip
 
 
 # -- errors and field validators -------------------------------------------------------------------

@@ -15,6 +15,7 @@ import secrets
 from collections.abc import Mapping
 from typing import Any
 
+from host.agent.ocp import abi
 from host.agent.ocp.abi import (
     MAX_CQE,
     MAX_INLINE,
@@ -93,7 +94,7 @@ def query_device(p: ProviderState, session: Session, request: Mapping[str, Any])
         "max_wimm_dest": MAX_WIMM, "max_mpr": MAX_MPR, "mpr_resolution": 1,
         "cap": int(DeviceCap.TRIM_NACK), "max_cqe": MAX_CQE, "max_wr": MAX_WR,
         "max_sge": MAX_SGE, "ports": p.ports(), "ev_count": p.agent.context.config.ev_count,
-        "cc": p.agent.cc_profile.name,
+        "cc": p.agent.cc_profile.name, **abi.device_limits(),
     }  # fmt: skip
 
 
@@ -123,7 +124,7 @@ def stats(p: ProviderState, session: Session, request: Mapping[str, Any]) -> Rep
 
 def reg_mr(p: ProviderState, session: Session, request: Mapping[str, Any]) -> Reply:
     addr = field_int(request, "addr")
-    length = field_int(request, "length", 1, 1 << 40)
+    length = field_int(request, "length", 1, abi.MAX_MR_SIZE)
     access = field_int(request, "access", 0, U32_MAX)
     if addr + length > 1 << 64:
         raise OcpError(errno.EINVAL, f"reg_mr: {length} bytes at {addr:#x} leave the address space")

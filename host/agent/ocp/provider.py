@@ -1,7 +1,8 @@
 """The OCP MRC provider of one agent: its socket (:mod:`.server`), the dispatch of requests to
 the rows of the application API (:mod:`.app_api`) and the controller API (:mod:`.ctl_api`) --
-whether a command needs a session and root is checked here, once, for every row -- and what the
-transport core reports: work completions in posting order, EV events.
+whether a command needs a session and root, and whether its session may make one more region,
+CQ or QP (:data:`QUOTAS`), is checked here, once, for every row -- and what the transport core
+reports: work completions in posting order, EV events.
 """
 
 from __future__ import annotations
@@ -15,6 +16,9 @@ from typing import Any
 from host.agent.control import Deferred
 from host.agent.ocp import app_api, ctl_api
 from host.agent.ocp.abi import (
+    MAX_CQ,
+    MAX_MR,
+    MAX_QP,
     AsyncEvent,
     OcpError,
     QpState,
@@ -42,6 +46,29 @@ _STATUS = {
     STATUS_REMOTE_ACCESS_ERROR: WcStatus.REM_ACCESS_ERR,
     STATUS_RETRY_EXCEEDED: WcStatus.RETRY_EXC_ERR,
 }
+
+
+#: what a session may hold of each kind: the command that makes one -> the session's
+#: objects, the ``ibv_device_attr`` field of the limit, the limit
+QUOTAS: dict[str, tuple[str, str, int]] = {
+    "reg_mr": ("mrs", "max_mr", MAX_MR),
+    "create_cq": ("cqs", "max_cq", MAX_CQ),
+    "create_qp": ("qps", "max_qp", MAX_QP),
+}
+
+
+def check_quota(name: str, session: Session) -> None:
+    """ENOMEM when command ``name`` would make one object more than its session may hold
+    (ibv_reg_mr(3), ibv_create_cq(3), ibv_create_qp(3): "insufficient resources")."""
+    quota = QUOTAS.get(name)
+    if quota is None:
+        return
+    kind, attribute, limit = quota
+    held = len(getattr(session, kind))
+    if held >= limit:
+        raise OcpError(
+            errno.ENOMEM, f"{name}: this context holds {held} already ({attribute} is {limit})"
+        )
 
 
 def ocp_socket_path(control: Path) -> Path:
@@ -79,6 +106,7 @@ class OcpProvider(ProviderState):
                 raise OcpError(
                     errno.EPERM, f"{name}: the controller API needs root (CAP_NET_ADMIN)"
                 )
+            check_quota(name, session)
             return command.handler(self, session, request)
         except OcpError as exc:
             return exc.reply()
@@ -147,6 +175,7 @@ class OcpProvider(ProviderState):
         failed = False
         while qp.sends and qp.sends[0].status is not None:
             wr = qp.sends.popleft()
+            qp.held -= wr.byte_len
             status = wr.status if wr.status is not None else WcStatus.SUCCESS
             if wr.imm:
                 qp.wimm_inflight -= 1
