@@ -13,11 +13,14 @@ import socket
 import subprocess
 import sys
 import time
+from collections import deque
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from support.loop import SelectorLoop
 
 from host.agent import control
@@ -119,6 +122,23 @@ def test_lines_split_across_reads_come_out_whole(tmp_path: Path, chunk: int) -> 
         assert conn.queue == type(conn.queue)(stream.splitlines())
     finally:
         server.close()
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    lines=st.lists(st.binary(max_size=40).map(lambda b: b.replace(b"\n", b"")), max_size=20),
+    cuts=st.lists(st.integers(0, 1000), max_size=8),
+)
+def test_any_cut_of_the_input_gives_the_same_lines(lines: list[bytes], cuts: list[int]) -> None:
+    stream = b"".join(line + b"\n" for line in lines)
+    conn = LineConnection.__new__(LineConnection)  # the splitting alone: no server, no socket
+    conn.inbuf, conn.discarding, conn.queue = bytearray(), False, deque()
+    at = 0
+    for cut in sorted(c % (len(stream) + 1) for c in cuts) + [len(stream)]:
+        conn.take(stream[at:cut])
+        at = max(at, cut)
+    assert list(conn.queue) == [line for line in lines if line.strip()]
+    assert not conn.inbuf
 
 
 @pytest.mark.parametrize("fixture", ["control_served", "ocp_served"])
