@@ -121,14 +121,17 @@ class ControlClient:
 
     def _read_line(self) -> bytes:
         assert self._sock is not None
-        while b"\n" not in self._buffer:
+        end = self._buffer.find(b"\n")
+        while end < 0:  # each byte looked at once, however long the reply
             chunk = self._sock.recv(65536)
             if not chunk:
                 self.close()
                 raise ControlUnavailable(f"the agent at {self.path} closed the connection")
+            start = len(self._buffer)
             self._buffer += chunk
-        line, _, rest = bytes(self._buffer).partition(b"\n")
-        self._buffer = bytearray(rest)
+            end = self._buffer.find(b"\n", start)
+        line = bytes(self._buffer[:end])
+        del self._buffer[: end + 1]
         return line
 
     # -- commands ----------------------------------------------------------------------------
