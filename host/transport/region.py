@@ -50,9 +50,9 @@ class MemoryRegion:
         self.length = length
         self.rkey = rkey
         self.buffer = buffer
-        self.domain = domain
         self.view: Any = memoryview(buffer) if isinstance(buffer, bytearray) else buffer
         self.end = addr + length
+        self.domain = domain
 
     def contains(self, va: int, length: int) -> bool:
         """True when ``[va, va + length)`` lies inside the region."""
