@@ -779,6 +779,9 @@ class Agent:
                 "direct_accepted": self.direct_accepted,
                 "control_requests": self.control.requests if self.control else 0,
                 "control_errors": self.control.errors if self.control else 0,
+                # connections refused by a cap, and dropped for not reading their replies
+                "control_refused": self.control.refused if self.control else 0,
+                "control_dropped": self.control.dropped if self.control else 0,
                 "pcap_frames": self.pcap.frames if self.pcap else 0,
             },
             "fidelity": {

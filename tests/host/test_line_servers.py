@@ -233,6 +233,7 @@ def test_connections_are_capped_per_process(control_served: SelectorLoop) -> Non
     reply = read_lines(refused, 1)[0]
     refused.close()
     assert reply["ok"] is False and f"at most {cap} per process" in reply["error"]
+    assert control_served.server.refused == 1
     # another process still gets in
     script = (
         "import socket, sys; s = socket.socket(socket.AF_UNIX); s.settimeout(10); "
