@@ -34,11 +34,13 @@ from pathlib import Path
 from typing import Any
 
 from controller.counters import SwitchCounters
+from experiments.calibrate import resolve_rate
 from experiments.faults import EvFault, Step
 from experiments.fidelity import FidelitySampler
 from experiments.flows import flows_for
 from experiments.jobs.steps import BASELINE_SUFFIX, JOB_COLUMNS, job_rows
 from experiments.metrics import FaultMark, TransportMetrics, TransportResult
+from experiments.rate import RateError, UnfaithfulRate
 from experiments.results import EV_STATES, load_jobs, render, write_raw
 from experiments.scenario import Scenario, Transport, load_scenario, shipped_scenario
 from experiments.sim_target import SimTargetError, run_phases, sim_operating_point
@@ -307,7 +309,13 @@ def run_scenario(
     raise :class:`UnfaithfulRun` (after writing the folder) when a transport's run was not
     faithful, so that a CPU-bound figure is never taken for MRC's. On the ``sim`` target the
     phases run in simulated time on the in-memory network seeded with ``seed`` (observers and
-    the progress bar are not used: nothing runs in real time)."""
+    the progress bar are not used: nothing runs in real time). A ``link_rate_mbps: auto``
+    scenario runs at the rate of ``testbed``, else at the rate chosen for the machine
+    (:func:`experiments.calibrate.resolve_rate`; on the sim target at its reference rate)."""
+    if scenario.auto_rate and testbed is not None:
+        scenario = scenario.at_rate(testbed.topology.link_rate_mbps)
+    elif scenario.auto_rate:
+        scenario = resolve_rate(scenario, target, show, strict=strict)
     if target == SIM_TARGET:
         show(describe(scenario) + f" (target sim: simulated time, seed {seed})")
         results, errors = run_phases(phases(scenario), seed)
@@ -508,17 +516,22 @@ def run_file(
 ) -> int:
     """Run the scenario file ``path`` on a fresh testbed (as root), or in simulated time on
     the ``sim`` target (``seed``: its network's); exit status (:data:`UNFAITHFUL_EXIT` when
-    ``strict`` and a transport's run was not faithful)."""
+    ``strict`` and a transport's run was not faithful, or its fixed link rate is over the
+    machine's budget: :func:`experiments.calibrate.resolve_rate`)."""
     from experiments.testbed import STARTUP_ERRORS, require_root
 
     scenario = load_scenario(path)
-    errors: tuple[type[Exception], ...] = (*STARTUP_ERRORS, SimTargetError)
+    errors: tuple[type[Exception], ...] = (*STARTUP_ERRORS, SimTargetError, RateError)
     try:
         if target != SIM_TARGET:
             require_root(f"mrc-testbed run {scenario.name}")
+        scenario = resolve_rate(scenario, target, strict=strict)
         metrics = run_scenario(
             scenario, out or default_out(scenario), target, progress=progress, seed=seed
         )
+    except UnfaithfulRate as exc:  # strict, and the scenario's fixed rate is over the budget
+        print(f"mrc-testbed: {exc}", file=sys.stderr)
+        return UNFAITHFUL_EXIT
     except errors as exc:
         print(f"mrc-testbed: {exc}", file=sys.stderr)
         return 1

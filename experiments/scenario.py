@@ -5,7 +5,8 @@ faults to inject when::
 
     name: demo
     topology: small                # a shipped topology name, or a file relative to this one
-    link_rate_mbps: 40             # optional: override the topology's link rate
+    link_rate_mbps: auto           # optional: the topology's link rate, a rate, or auto
+    reference_rate_mbps: 10        # with auto: the rate the times below are written for
     duration_s: 20                 # length of each transport's run
     transports: [mrc, single-path] # each transport runs the same workload and faults in turn
     workloads:
@@ -16,6 +17,11 @@ faults to inject when::
     faults:
       - {kind: link_down, at_s: 3, link: [t0-p0-r0, t1-p0-s0]}
       - {kind: link_up,   at_s: 8, link: [t0-p0-r0, t1-p0-s0]}
+
+``link_rate_mbps: auto`` leaves the rate to the machine (:mod:`experiments.rate` picks it before
+the run): the loaded scenario stands at ``reference_rate_mbps`` (else the topology's rate) with
+:attr:`Scenario.auto_rate` set, and :meth:`Scenario.at_rate` moves it to the chosen rate with
+its times scaled, so that it is the same experiment in the real fabric's time.
 
 docs/experiments.md documents every field. :func:`load_scenario` returns an immutable
 :class:`Scenario` checked against the fabric (hosts, switches and links must exist); every
@@ -61,6 +67,7 @@ MRC_TRANSPORTS = ("mrc", "single-path", "ecmp", "spray-no-failover", "no-trim-na
 KERNEL_TRANSPORTS = ("tcp", "mptcp")
 TRANSPORTS = MRC_TRANSPORTS + KERNEL_TRANSPORTS
 EV_FORMATS = ("srv6", "srv6+srh", "stev", "udp")
+AUTO_RATE = "auto"  # link_rate_mbps: the highest rate this machine keeps faithful
 
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]i?B|B)?\s*$", re.IGNORECASE)
 _UNITS = {
@@ -143,11 +150,28 @@ class Scenario:
     job: Job | None = None
     #: run every transport once more without faults first (``T-baseline``), to compare steps
     baseline: bool = False
+    #: ``link_rate_mbps: auto``: the machine picks the rate before the run (:meth:`at_rate`)
+    auto_rate: bool = False
 
     def with_(self, **changes: Any) -> Scenario:
         """A copy with some fields of the scenario file changed (``link_rate_mbps=5``,
-        ``faults=[f.as_dict() for f in ...]``), validated like a loaded file."""
-        return parse_scenario({**self.raw, **changes}, self.source, self.base)
+        ``faults=[f.as_dict() for f in ...]``), validated like a loaded file. A fixed
+        ``link_rate_mbps`` replaces ``auto`` and its ``reference_rate_mbps`` (the times are
+        kept as they are: :meth:`at_rate` scales them)."""
+        data = {**self.raw, **changes}
+        if data.get("link_rate_mbps") != AUTO_RATE and "reference_rate_mbps" not in changes:
+            data.pop("reference_rate_mbps", None)
+        return parse_scenario(data, self.source, self.base)
+
+    def at_rate(self, rate_mbps: float) -> Scenario:
+        """This scenario at the link rate ``rate_mbps`` (no longer ``auto``), every time in it
+        (duration, sampling interval, starts, faults, the job's compute) scaled by the ratio
+        of its present rate to ``rate_mbps``: the same bytes over the same base RTTs, so the
+        same experiment in the real fabric's time."""
+        k = self.topology.link_rate_mbps / rate_mbps
+        scaled = scale_times(self.raw, k)
+        scaled.pop("reference_rate_mbps", None)
+        return self.with_(**{**scaled, "link_rate_mbps": rate_mbps})
 
     @property
     def fabric(self) -> Fabric:
@@ -161,6 +185,44 @@ class Scenario:
     def timeline(self) -> list[Step]:
         """Every fault's steps, in time order."""
         return sorted((s for f in self.faults for s in f.steps()), key=lambda s: s.t)
+
+
+#: the fields of a scenario mapping that are times (seconds), by where they are; rates per
+#: minute scale the other way
+_TIMES = ("duration_s", "sample_interval_s")
+_ITEM_TIMES = {
+    "workloads": ("start_s",),
+    "faults": ("at_s", "down_s", "until_s"),
+}
+_JOB_TIMES = ("start_s", "compute_s")
+MIN_SAMPLE_INTERVAL_S = 0.05
+
+
+def scale_times(raw: Mapping[str, Any], k: float) -> dict[str, Any]:
+    """A scenario mapping with every time multiplied by ``k`` (``rate_per_min`` divided by
+    it; the sampling interval no finer than :data:`MIN_SAMPLE_INTERVAL_S`). Values that are not
+    numbers are left for :func:`parse_scenario` to refuse by name."""
+
+    def times(item: Any, keys: Sequence[str]) -> Any:
+        if not isinstance(item, Mapping):
+            return item
+        out = dict(item)
+        for key in keys:
+            if isinstance(out.get(key), (int, float)) and not isinstance(out[key], bool):
+                out[key] = out[key] * k
+        if isinstance(out.get("rate_per_min"), (int, float)):
+            out["rate_per_min"] = out["rate_per_min"] / k
+        return out
+
+    data = times(raw, _TIMES)
+    if isinstance(data.get("sample_interval_s"), float):
+        data["sample_interval_s"] = max(data["sample_interval_s"], MIN_SAMPLE_INTERVAL_S)
+    for key, keys in _ITEM_TIMES.items():
+        if isinstance(data.get(key), list):
+            data[key] = [times(item, keys) for item in data[key]]
+    if "job" in data:
+        data["job"] = times(data["job"], _JOB_TIMES)
+    return data
 
 
 def permutation(
@@ -281,6 +343,7 @@ _TOP = (
     "description",
     "topology",
     "link_rate_mbps",
+    "reference_rate_mbps",
     "link_delay_us",
     "link_latency_us",
     "nominal_rate_gbps",
@@ -330,8 +393,21 @@ def _topology(p: _Parser, data: Mapping[str, Any], base: Path) -> Topology:
         topo = load_topology(path)
         changes: dict[str, Any] = {}
         link = dict(topo.as_dict()["link"])  # latency and delay only where the file gives them
-        if "link_rate_mbps" in data:
-            link["rate_mbps"] = p.number("link_rate_mbps", data["link_rate_mbps"], 0.0, strict=True)
+        rate = data.get("link_rate_mbps")
+        if rate == AUTO_RATE:
+            if "reference_rate_mbps" in data:
+                link["rate_mbps"] = p.number(
+                    "reference_rate_mbps", data["reference_rate_mbps"], 0.0, strict=True
+                )
+        elif "reference_rate_mbps" in data:
+            raise p.fail(
+                "reference_rate_mbps", data["reference_rate_mbps"],
+                f"no such field unless link_rate_mbps is {AUTO_RATE!r}",
+            )  # fmt: skip
+        elif isinstance(rate, str):
+            raise p.fail("link_rate_mbps", rate, f"a number > 0 or {AUTO_RATE!r}")
+        elif rate is not None:
+            link["rate_mbps"] = p.number("link_rate_mbps", rate, 0.0, strict=True)
         if "link_delay_us" in data:  # emulated
             link.pop("latency_us", None)
             link["delay_us"] = p.number("link_delay_us", data["link_delay_us"])
@@ -660,6 +736,7 @@ def parse_scenario(data: object, source: str = "<memory>", base: Path | None = N
         stack_profile=stack_profile,
         job=job,
         baseline=baseline,
+        auto_rate=d.get("link_rate_mbps") == AUTO_RATE,
     )
 
 
@@ -675,6 +752,7 @@ def shipped_scenario(name: str) -> Path:
 
 
 __all__ = [
+    "AUTO_RATE",
     "Fault",
     "Scenario",
     "ScenarioError",
@@ -684,5 +762,6 @@ __all__ = [
     "parse_scenario",
     "parse_size",
     "permutation",
+    "scale_times",
     "shipped_scenario",
 ]

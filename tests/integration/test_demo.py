@@ -25,7 +25,7 @@ def scaled_demo() -> Scenario:
     """The shipped demo at LINK_RATE_MBPS, its times divided by the rate's ratio."""
     demo = load_scenario(shipped_scenario("demo"))
     raw = demo.raw
-    k = LINK_RATE_MBPS / float(raw["link_rate_mbps"])
+    k = LINK_RATE_MBPS / demo.topology.link_rate_mbps  # the rate its times are written for
     return demo.with_(
         link_rate_mbps=LINK_RATE_MBPS,
         link_delay_us=0,
