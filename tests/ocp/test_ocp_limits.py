@@ -23,14 +23,14 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from support.loop import SelectorLoop
-from test_ocp_provider import FakeConn
+from test_ocp_provider import FakeAgent, FakeConn, Side
 
 from host.agent.ocp import OcpProvider, abi, provider, work
 from host.agent.ocp.objects import Session
 from host.transport.api import Context
 from host.transport.cc import CcProfile
 from host.transport.config import StackConfig
-from topologies import Fabric, Host, load_topology
+from topologies import Fabric, load_topology
 from topologies.config import shipped_topology
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -38,20 +38,15 @@ MRC_H_PATH = Path(os.environ.get("MRC_H_PATH", str(ROOT.parent / "shared" / "ocp
 RTS = 3
 
 
-class LoneAgent:
-    """An agent reduced to what the provider needs, on no network: nothing it posts leaves."""
+class LoneAgent(FakeAgent):
+    """A test agent on no network: nothing it posts leaves, no time passes."""
 
-    def __init__(self, fabric: Fabric, name: str) -> None:
+    def __init__(self, fabric: Fabric, name: str) -> None:  # no network to attach to
         self.fabric = fabric
-        self.host: Host = fabric.host(name)
+        self.host = fabric.host(name)
         self.context = Context(name, self.host.nics, config=StackConfig(), seed=7)
         self.cc_profile = CcProfile("ecn-delay", {})
-
-    def fit_cc(self, profile: CcProfile) -> CcProfile:
-        return profile
-
-    def add_waiter(self, check: Any, deadline: float | None) -> None:
-        pass
+        self.waiters = []
 
     def now(self) -> float:
         return 0.0
@@ -60,36 +55,21 @@ class LoneAgent:
         pass
 
 
-class Device:
-    """The provider of h0 and a session of this process."""
+class Device(Side):
+    """The provider of h0 and a session of this process (``call``, ``ok``, ``fails``)."""
 
-    def __init__(self, fabric: Fabric, tmp: Path) -> None:
+    def __init__(self, fabric: Fabric, tmp: Path) -> None:  # one host, no network
         self.agent = LoneAgent(fabric, "h0")
         self.provider = OcpProvider(self.agent, tmp / "h0.ocp.sock")
-        self.client = FakeConn()
-        self.peer_gid = fabric.host("h1").nics[0].address.packed.hex()
-        self.ask("hello")
+        self.conn = FakeConn()
+        self.hello = self.call("hello")
         self.buffers: list[Any] = []
+        self.peer_gid = fabric.host("h1").nics[0].address.packed.hex()
 
     @property
     def session(self) -> Session:
-        assert isinstance(self.client.owner, Session)
-        return self.client.owner
-
-    def ask(self, cmd: str, **fields: Any) -> dict[str, Any]:
-        reply = self.provider.dispatch(self.client, {"cmd": cmd, **fields})  # type: ignore[arg-type]
-        assert isinstance(reply, dict)
-        return reply
-
-    def ok(self, cmd: str, **fields: Any) -> dict[str, Any]:
-        reply = self.ask(cmd, **fields)
-        assert reply["ok"], reply
-        return reply
-
-    def refused(self, cmd: str, code: int, **fields: Any) -> dict[str, Any]:
-        reply = self.ask(cmd, **fields)
-        assert reply["ok"] is False and reply["errno"] == code, reply
-        return reply
+        assert isinstance(self.conn.owner, Session)
+        return self.conn.owner
 
     def region(self, size: int) -> tuple[int, int]:
         """A registered buffer of this process: its address and lkey."""
@@ -108,7 +88,7 @@ class Device:
         return int(qpn)
 
     def close(self) -> None:
-        self.provider.close()
+        self.provider.close()  # every session ended, the socket closed
 
 
 @pytest.fixture(scope="module")
@@ -166,7 +146,7 @@ def test_regions_cqs_and_qps_are_capped_per_session(
     }[cmd]
     while len(getattr(device.session, kind)) < 3:
         device.ok(cmd, **fields)
-    reply = device.refused(cmd, errno.ENOMEM, **fields)
+    reply = device.fails(cmd, errno.ENOMEM, **fields)
     assert f"{attribute} is 3" in reply["error"]
     # another session is not held back by this one
     other = Device(fabric, tmp_path / "other")
@@ -180,7 +160,7 @@ def test_regions_cqs_and_qps_are_capped_per_session(
 
 def test_a_region_is_at_most_max_mr_size(device: Device) -> None:
     buf = ctypes.create_string_buffer(64)
-    reply = device.refused(
+    reply = device.fails(
         "reg_mr", errno.EINVAL, addr=ctypes.addressof(buf), length=abi.MAX_MR_SIZE + 1, access=0
     )
     assert "'length'" in reply["error"]
@@ -194,20 +174,20 @@ def test_sges_are_checked_before_anything_is_read(
     reads = record_reads(device, monkeypatch)
     inline = 1 << 3
     # inline data over max_inline_data: refused before it is read
-    reply = device.refused(
+    reply = device.fails(
         "post_send", errno.EINVAL, qpn=qpn, wrs=[write(1, [[addr, 40, 0], [addr, 40, 0]], inline)]
     )
     assert "max_inline_data is 64" in reply["error"] and reads == []
     # an SGE of a negative or out-of-range length, address or lkey names the WR
     for sge in ([addr, -5, lkey], [-1, 8, lkey], [addr, 8, 1 << 32], [addr, 1 << 32, lkey]):
-        reply = device.refused("post_send", errno.EINVAL, qpn=qpn, wrs=[write(7, [sge])])
+        reply = device.fails("post_send", errno.EINVAL, qpn=qpn, wrs=[write(7, [sge])])
         assert reply["bad"] == 0 and "WR 0" in reply["error"], sge
     # an SGE longer than max_msg_sz, inline so that no region bounds it
-    reply = device.refused(
+    reply = device.fails(
         "post_send", errno.EINVAL, qpn=qpn, wrs=[write(1, [[addr, abi.MAX_MESSAGE + 1, 0]], inline)]
     )
     assert "max_msg_sz" in reply["error"] and reads == []
-    device.refused("post_recv", errno.EINVAL, qpn=qpn, wrs=[[1, [[addr, -5, lkey]]]])
+    device.fails("post_recv", errno.EINVAL, qpn=qpn, wrs=[[1, [[addr, -5, lkey]]]])
     device.ok("post_send", qpn=qpn, wrs=[write(2, [[addr, 64, 0]], inline)])
     assert reads == [64]
 
@@ -230,14 +210,14 @@ def test_bytes_held_until_completion_are_capped_per_qp_and_session(
     first, second = device.qp(), device.qp()
     sge = [[addr, 16 << 10, lkey]]
     # per QP: four 16 KiB WRITEs fit, the fifth of the same post does not (posted: four)
-    reply = device.refused(
+    reply = device.fails(
         "post_send", errno.ENOMEM, qpn=first, wrs=[write(i, sge) for i in range(5)]
     )
     assert reply["bad"] == 4 and "this QP's sends" in reply["error"]
     assert device.ok("query_qp", qpn=first)["sends_outstanding"] == 4
     # per session: the other QP gets what the session has left
     device.ok("post_send", qpn=second, wrs=[write(10, sge), write(11, sge)])
-    reply = device.refused("post_send", errno.ENOMEM, qpn=second, wrs=[write(12, sge)])
+    reply = device.fails("post_send", errno.ENOMEM, qpn=second, wrs=[write(12, sge)])
     assert reply["bad"] == 0 and "this context's sends" in reply["error"]
     # a QP in ERR flushes what it held: the session may post again
     device.ok("modify_qp", qpn=first, state=6)
@@ -250,7 +230,7 @@ def test_a_long_chain_is_posted_and_one_past_the_queue_is_enomem(device: Device)
     qpn = device.qp(max_send_wr=abi.MAX_WR)
     sge = [[addr, 8, lkey]]
     device.ok("post_send", qpn=qpn, wrs=[write(i, sge) for i in range(13000)])
-    reply = device.refused(
+    reply = device.fails(
         "post_send", errno.ENOMEM, qpn=qpn, wrs=[write(i, sge) for i in range(4000)]
     )
     assert reply["bad"] == abi.MAX_WR - 13000
@@ -294,7 +274,7 @@ def fuzzed(fabric: Fabric, tmp_path_factory: pytest.TempPathFactory) -> Iterator
 def answers(dev: Device, line: bytes) -> None:
     """One request line through the socket's decoder and the provider: an answer, never an
     internal error."""
-    reply, _ = dev.provider.server.dispatch(line, dev.client)  # type: ignore[arg-type]
+    reply, _ = dev.provider.server.dispatch(line, dev.conn)  # type: ignore[arg-type]
     if not isinstance(reply, dict):
         return  # a deferred reply (endpoint requests)
     assert isinstance(reply["ok"], bool) and isinstance(reply.get("errno", 0), int)
