@@ -39,6 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from experiments.hostnets import BackToBack, netns_available  # noqa: E402
 from host.agent.control_client import ControlClient  # noqa: E402
+from targets.interrupt import handle_termination  # noqa: E402
 from topologies import Fabric, load_topology  # noqa: E402
 from topologies.config import shipped_topology  # noqa: E402
 
@@ -210,6 +211,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point."""
+    handle_termination()  # SIGTERM cleans up as Ctrl-C does: nothing is left running
     parser = argparse.ArgumentParser(description=(__doc__ or "").split("\n\n")[0])
     parser.add_argument("--size", type=parse_size, default=parse_size("256M"))
     parser.add_argument("--runs", type=int, default=3)

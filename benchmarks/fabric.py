@@ -50,6 +50,7 @@ from experiments.scenario import Scenario, parse_scenario
 from experiments.testbed import Testbed
 from targets.bmv2 import missing_tools
 from targets.factory import choose_target
+from targets.interrupt import handle_termination
 
 LINK = ["t0-p0-r0", "t1-p0-s0"]
 HZ = os.sysconf("SC_CLK_TCK")
@@ -210,6 +211,7 @@ MEASUREMENTS = ("permutation", "default", "failure", "incast")
 
 
 def main(argv: list[str] | None = None) -> int:
+    handle_termination()  # SIGTERM cleans up as Ctrl-C does: nothing is left running
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rate", type=float, default=10.0, help="link rate in Mb/s (default 10)")
     parser.add_argument("--size", default="8MiB", help="bytes per flow of the permutation")

@@ -45,6 +45,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from experiments.runner import UNFAITHFUL_EXIT, UnfaithfulRun, run_scenario  # noqa: E402
 from experiments.scenario import Scenario, load_scenario, shipped_scenario  # noqa: E402
+from targets.interrupt import handle_termination  # noqa: E402
 
 MEASUREMENTS = ("spraying", "plane", "incident")
 TARGET_RTTS = 10.0
@@ -225,6 +226,7 @@ def verdicts(figures: dict[str, Any]) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    handle_termination()  # SIGTERM cleans up as Ctrl-C does: nothing is left running
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rate", type=float, default=10.0, help="small-fabric link rate, Mb/s")
     parser.add_argument("--incident-rate", type=float, default=5.0, help="default-fabric rate")

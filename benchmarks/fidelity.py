@@ -37,6 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from experiments.runner import run_scenario  # noqa: E402
 from experiments.scenario import Scenario, parse_scenario  # noqa: E402
 from targets.factory import choose_target  # noqa: E402
+from targets.interrupt import handle_termination  # noqa: E402
 
 
 def scenario(rate: float, size: str) -> Scenario:
@@ -94,6 +95,7 @@ def fidelity_figures(folder: Path, frame_time: float) -> dict[str, float]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    handle_termination()  # SIGTERM cleans up as Ctrl-C does: nothing is left running
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--target", choices=("model", "bmv2", "auto"), default="model")
     parser.add_argument(

@@ -40,6 +40,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from experiments.scenario import parse_size  # noqa: E402
 from experiments.testbed import Testbed  # noqa: E402
 from host.agent.control_client import ControlClient  # noqa: E402
+from targets.interrupt import handle_termination  # noqa: E402
 from topologies import load_topology  # noqa: E402
 from topologies.config import shipped_topology  # noqa: E402
 
@@ -178,6 +179,7 @@ def run_agent(tb: Testbed, largest: int, volume: int, timeout: float) -> dict[in
 
 
 def main() -> int:
+    handle_termination()  # SIGTERM cleans up as Ctrl-C does: nothing is left running
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rate", type=float, default=20.0, help="link rate, Mb/s (default 20)")
     parser.add_argument("--max", type=size_arg, default=64 << 20, help="largest size (64MiB)")

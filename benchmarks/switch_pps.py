@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from p4src import contract
+from targets.interrupt import handle_termination
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
@@ -312,6 +313,7 @@ def print_table(results: Sequence[Result]) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    handle_termination()  # SIGTERM cleans up as Ctrl-C does: nothing is left running
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument(
         "--sizes",

@@ -11,6 +11,7 @@ import sys
 from collections.abc import Callable
 
 from experiments import collective_cmd, exec_cmd, runner, testbed, topo_cmd
+from targets.interrupt import handle_termination
 from topologies import TopologyError
 
 # Modules that add subcommands; each has register(subparsers).
@@ -39,6 +40,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     """Entry point of ``mrc-testbed``."""
     args = build_parser().parse_args(argv)
+    handle_termination()  # SIGTERM cleans up as Ctrl-C does: a run takes its fabric down
     try:
         result: int = args.func(args)
         return result

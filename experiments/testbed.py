@@ -15,7 +15,10 @@
 whatever is left even after a crash -- processes recorded in the state file (checked against
 their command line, so a reused pid is never hit), Mininet node shells and agents of this
 fabric's node names, and root-namespace interfaces with this fabric's names. It touches nothing
-else: no ``mn -c``, no other interface or namespace.
+else: no ``mn -c``, no other interface or namespace. ``mrc-testbed down`` runs it for the default
+state file and for every state file of the registry of live runs (each testbed that is up lists
+its own: :func:`targets.state.live_runs`), so that fabrics of runs and benchmarks, whose state
+files live in their folders, are found too.
 """
 
 from __future__ import annotations
@@ -40,7 +43,17 @@ from controller.qos import describe_operating_point, operating_point
 from experiments.control import ControlError, FabricControl
 from experiments.mgmtnet import SWITCH_NODE
 from p4src.contract import QDEPTH_MAX
-from targets.state import HostState, StateError, SwitchState, TestbedState, default_path
+from targets.interrupt import handle_termination
+from targets.state import (
+    HostState,
+    StateError,
+    SwitchState,
+    TestbedState,
+    default_path,
+    forget_run,
+    live_runs,
+    register_run,
+)
 from topologies import Fabric, Topology, load_topology
 from topologies.config import shipped_topology
 
@@ -280,8 +293,11 @@ class Testbed:
     # -- up ----------------------------------------------------------------------------------
 
     def up(self, progress: Progress | None = None) -> None:
-        """Bring everything up; on failure, take down what was started and re-raise."""
+        """Bring everything up; on failure, take down what was started and re-raise. From
+        here on SIGTERM raises KeyboardInterrupt (:mod:`targets.interrupt`), so that the
+        caller's cleanup takes the fabric down."""
         require_root("mrc-testbed up")
+        handle_termination()
         say = progress or (lambda _m: None)
         try:
             existing = TestbedState.load(self.state_path)
@@ -485,6 +501,7 @@ class Testbed:
             processes=processes,
         )
         self.state.save(self.state_path)
+        register_run(self.state_path)
 
     def refresh_state(self) -> None:
         """Rewrite the state file (after a switch restart its pid changed)."""
@@ -527,6 +544,7 @@ class Testbed:
         sweep(self.fabric, self.run_dir)
         with contextlib.suppress(FileNotFoundError):
             self.state_path.unlink()
+        forget_run(self.state_path)
 
     def __enter__(self) -> Testbed:
         return self
@@ -681,6 +699,7 @@ def teardown(
     for leftover in [state_path, state_path.with_suffix(".tmp")]:
         with contextlib.suppress(FileNotFoundError):
             leftover.unlink()
+    forget_run(state_path)
     for sock in state_path.parent.glob("h*.sock"):
         with contextlib.suppress(OSError):
             sock.unlink()
@@ -704,13 +723,7 @@ def cmd_up(args: argparse.Namespace) -> int:
     """``mrc-testbed up``: start the fabric and keep it running until Ctrl-C or ``down``."""
     topology = load_topology(_topology_arg(args.topo))
     testbed = Testbed(topology, args.target)
-    stop = {"now": False}
-
-    def on_term(_signum: int, _frame: object) -> None:
-        stop["now"] = True
-        raise KeyboardInterrupt
-
-    signal.signal(signal.SIGTERM, on_term)
+    handle_termination()  # SIGTERM ('mrc-testbed down') ends the wait below as Ctrl-C does
     try:
         testbed.up(progress=print)
         print(
@@ -723,7 +736,7 @@ def cmd_up(args: argparse.Namespace) -> int:
 
             TestbedCLI(testbed)
         else:
-            while not stop["now"]:
+            while True:
                 signal.pause()
     except KeyboardInterrupt:
         pass
@@ -737,10 +750,21 @@ def cmd_up(args: argparse.Namespace) -> int:
 
 
 def cmd_down(args: argparse.Namespace) -> int:
-    """``mrc-testbed down``: remove everything the testbed started."""
+    """``mrc-testbed down``: remove everything the testbed started, under the default state
+    file and under every state file of the registry of live runs (runs and benchmarks keep
+    theirs in their own folders)."""
     require_root("mrc-testbed down")
     extra = [_topology_arg(args.topo)] if args.topo else []
-    removed = teardown(default_path(), topologies=extra)
+    removed: list[str] = []
+    # the registered runs first: a run's own process takes its fabric down best while the
+    # fabric is whole, before the sweep of the default state file removes what it finds
+    for path in live_runs():
+        if path.absolute() != default_path().absolute():
+            found = teardown(path, topologies=extra)
+            if found:
+                print(f"testbed down: a testbed of {path}")
+            removed += found
+    removed += teardown(default_path(), topologies=extra)
     print(
         f"testbed down: {len(removed)} leftovers removed"
         if removed

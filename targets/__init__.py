@@ -9,7 +9,10 @@ A target is a program that runs the P4 program of ``p4src/`` behind P4Runtime: B
 - ``model``   -- :class:`~targets.model.ModelSwitch`, ``mrc-switch`` as a process;
 - ``factory`` -- :func:`~targets.factory.fabric_switch`, a switch of the fabric as a process of a
   target (one mapping, one gRPC port base), and :func:`~targets.factory.choose_target`;
-- ``state``   -- the state file of a running testbed (what ``mrc-testbed up`` started);
+- ``state``   -- the state file of a running testbed (what ``mrc-testbed up`` started) and the
+  registry of live runs, through which ``mrc-testbed down`` finds every running fabric;
+- ``interrupt`` -- SIGTERM handled as Ctrl-C, so that an interrupted run, benchmark or test
+  takes down what it started;
 - ``pcap``    -- the pcap writer of the switchmodel's and the host agent's captures;
 - ``delayline`` -- a link's latency as a delay line, applied by the switchmodel's ports and
   the host agents' NICs where the kernel has no ``netem``;

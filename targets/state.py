@@ -9,11 +9,17 @@
      "processes": [{"name": "mrc-ctl watch", "pid": 3456}]}
 
 The default location is ``/run/mrc-testbed/state.json``; the environment variable
-``MRC_TESTBED_STATE`` overrides it.
+``MRC_TESTBED_STATE`` overrides it, and runs and benchmarks keep theirs in their own folders.
+So that ``mrc-testbed down`` finds every running fabric whatever its state file, each testbed
+lists its state file in the registry of live runs while it is up (:func:`register_run`,
+:func:`live_runs`): a folder of symbolic links, ``/run/mrc-testbed/runs`` unless
+``MRC_TESTBED_RUNS`` names another.
 """
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import json
 import os
 from dataclasses import asdict, dataclass, field
@@ -26,6 +32,59 @@ RUN_DIR = Path("/run/mrc-testbed")
 def default_path() -> Path:
     """Where the state file of the running testbed lives."""
     return Path(os.environ.get("MRC_TESTBED_STATE", str(RUN_DIR / "state.json")))
+
+
+def runs_dir() -> Path:
+    """The registry of live runs: one symbolic link per running testbed's state file."""
+    return Path(os.environ.get("MRC_TESTBED_RUNS", str(RUN_DIR / "runs")))
+
+
+def _run_entry(state_path: Path) -> Path:
+    key = hashlib.sha256(str(state_path.absolute()).encode()).hexdigest()[:16]
+    return runs_dir() / f"{key}.state"
+
+
+def register_run(state_path: Path) -> None:
+    """List ``state_path`` in the registry of live runs (again after a restart is harmless)."""
+    entry = _run_entry(state_path)
+    entry.parent.mkdir(parents=True, exist_ok=True)
+    target = str(state_path.absolute())
+    with contextlib.suppress(OSError):
+        if os.readlink(entry) == target:
+            return
+        entry.unlink()
+    tmp = entry.with_suffix(f".{os.getpid()}.tmp")
+    with contextlib.suppress(FileNotFoundError):
+        tmp.unlink()
+    tmp.symlink_to(target)
+    tmp.replace(entry)
+
+
+def forget_run(state_path: Path) -> None:
+    """Take ``state_path`` off the registry of live runs (its testbed is down)."""
+    with contextlib.suppress(FileNotFoundError):
+        _run_entry(state_path).unlink()
+
+
+def live_runs() -> list[Path]:
+    """The state files of the registry whose file still exists (entries of state files that are
+    gone are removed), oldest entry first."""
+    folder = runs_dir()
+    if not folder.is_dir():
+        return []
+    found: list[tuple[float, Path]] = []
+    for entry in folder.glob("*.state"):
+        try:
+            target = Path(os.readlink(entry))
+            since = entry.lstat().st_mtime
+        except OSError:
+            continue
+        if target.exists():
+            found.append((since, target))
+        else:
+            with contextlib.suppress(OSError):
+                entry.unlink()
+    return [path for _, path in sorted(found)]
 
 
 class StateError(RuntimeError):

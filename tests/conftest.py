@@ -6,6 +6,9 @@ Where BMv2 is required (CI with the toolchain), a BMv2 test may not skip.
 of any test marked ``bmv2`` into a failure that carries the skip reason, so a missing tool or a
 broken launcher cannot hide behind a skip.
 
+SIGTERM stops a test run as Ctrl-C does (:mod:`targets.interrupt`): fixtures and ``finally``
+blocks take down the fabrics, agents and namespaces the tests started.
+
 ``fabric`` is the shipped small fabric (:func:`support.fabric.small_fabric`); the helpers the
 suites share are in the ``support`` package beside this file.
 """
@@ -19,7 +22,12 @@ from typing import Any
 import pytest
 from support.fabric import small_fabric
 
+from targets.interrupt import handle_termination
 from topologies import Fabric
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    handle_termination()
 
 
 @pytest.hookimpl(hookwrapper=True)
