@@ -115,8 +115,10 @@ EXPORT struct ibv_device **ibv_get_device_list(int *num_devices)
 				char name[64], path[256];
 
 				snprintf(name, sizeof(name), "%.*s", (int)(len - strlen(suffix)), f);
-				snprintf(path, sizeof(path), "%s/%s", dir, f);
-				struct mtb_device *d = device_for(name, path);
+				int full = snprintf(path, sizeof(path), "%s/%s", dir, f);
+				/* a path too long for a Unix socket is no device */
+				struct mtb_device *d = full > 0 && (size_t)full < sizeof(path)
+						       ? device_for(name, path) : NULL;
 
 				if (d)
 					list[n++] = &d->dev;
@@ -307,7 +309,9 @@ EXPORT int ibv_query_port(struct ibv_context *context, uint8_t port_num,
 	if (!reply)
 		return errno;
 	mtb_json_bool(reply, "active", &active);
+	pthread_mutex_lock(&m->lock); /* threads may query ports at once */
 	m->ports[port_num - 1].active = active;
+	pthread_mutex_unlock(&m->lock);
 	memset(attr, 0, sizeof(*attr));
 	attr->state = active ? IBV_PORT_ACTIVE : IBV_PORT_DOWN;
 	attr->max_mtu = IBV_MTU_4096;

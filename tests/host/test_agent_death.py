@@ -11,25 +11,15 @@ killed while the program holds QPs on it.
 
 from __future__ import annotations
 
-import contextlib
-import os
-import shutil
-import signal
-import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
+from support import capi
 
-from experiments.hostnets import BackToBack, netns_available
 from host.transport.config import StackConfig
 from host.transport.events import STATUS_RETRY_EXCEEDED, QpError
 from host.transport.evs import EvState
-from topologies import Fabric, load_topology
-from topologies.config import shipped_topology
-
-ROOT = Path(__file__).resolve().parents[2]
-MRC_H_PATH = Path(os.environ.get("MRC_H_PATH", str(ROOT.parent / "shared" / "ocp-mrc")))
 
 
 def _post(net: Any, src: str = "h0", dst: str = "h3") -> Any:
@@ -93,94 +83,19 @@ def test_the_budget_follows_the_retry_counters(make_net: Any) -> None:
     assert [c.status for c in completions] == ["ok"] and not errors
 
 
-def _skip_reason() -> str | None:
-    if (reason := netns_available()) is not None:
-        return reason
-    if not (MRC_H_PATH / "mrc.h").is_file():
-        return f"no OCP MRC API headers at {MRC_H_PATH} (set MRC_H_PATH)"
-    if shutil.which("make") is None or not Path("/usr/include/infiniband/verbs.h").is_file():
-        return "needs make and libibverbs-dev (scripts/install.sh installs them)"
-    return None
-
-
-def _build(out: Path) -> Path:
-    """lib_mrc.so, the verbs device and tests/ocp/c/agent_death.c, into ``out``."""
-    run: dict[str, Any] = {"capture_output": True, "text": True, "timeout": 300, "check": True}
-    subprocess.run(["make", "-C", str(ROOT / "capi"), f"BUILD={out}", f"MRC_H_PATH={MRC_H_PATH}",
-                    "EXTRA_CFLAGS=-Werror", "verbs", str(out / "lib_mrc.so")], **run)  # fmt: skip
-    program = out / "agent_death"
-    subprocess.run(["cc", "-Wall", "-Wextra", "-Werror", f"-I{MRC_H_PATH}", "-o", str(program),
-                    str(ROOT / "tests" / "ocp" / "c" / "agent_death.c"), f"-L{out}", "-l_mrc",
-                    f"-Wl,-rpath,{out}", "-libverbs"], **run)  # fmt: skip
-    return program
-
-
-def _turn(proc: subprocess.Popen[str], n: int, seen: list[str]) -> None:
-    """Read the program's output up to "READY n" (failing on its end), then let it go on."""
-    assert proc.stdout is not None and proc.stdin is not None
-    for line in proc.stdout:
-        seen.append(line)
-        if line.strip() == f"READY {n}":
-            break
-    else:
-        pytest.fail(f"the program ended before turn {n}:\n{''.join(seen)}")
-
-
-def _go(proc: subprocess.Popen[str]) -> None:
-    assert proc.stdin is not None
-    proc.stdin.write("go\n")
-    proc.stdin.flush()
-
-
 @pytest.mark.netns
 def test_application_of_a_dead_agent_gets_device_fatal_and_every_wr_flushed(
     tmp_path: Path,
 ) -> None:
-    if (reason := _skip_reason()) is not None:
+    if (reason := capi.skip_reason()) is not None:
         pytest.skip(f"agent death with the C library: {reason}")
-    program = _build(tmp_path / "capi")
-    topo = shipped_topology("small")
-    net = BackToBack(Fabric(load_topology(topo)), topo, ("h0", "h1"), prefix="ad",
-                     workdir=tmp_path / "net")  # fmt: skip
-    proc: subprocess.Popen[str] | None = None
-    stopped: int | None = None
+    agent_death = capi.program("agent_death", capi.build(tmp_path / "capi"))
+    net = capi.two_hosts(tmp_path / "net", "ad")
     try:
-        net.create()
-        net.start_agent("h0")
-        net.start_agent("h1")
-        env = dict(os.environ, LD_LIBRARY_PATH=f"{program.parent}/verbs:{program.parent}",
-                   MRC_TESTBED_RUN_DIR=str(net.workdir))  # fmt: skip
-        env.pop("MRC_TESTBED_OCP_SOCKET", None)
-        proc = subprocess.Popen(
-            net.exec_argv("h0", [str(program)]), env=env, text=True,
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-        )  # fmt: skip
-        seen: list[str] = []
-        _turn(proc, 1, seen)
-        stopped = net.agents["h1"].pid
-        os.kill(stopped, signal.SIGSTOP)  # h1 acknowledges nothing: h0's WRITEs stay posted
-        _go(proc)
-        _turn(proc, 2, seen)
-        net.agents["h0"].kill()  # the agent dies without a word
-        net.agents["h0"].wait(10)
-        net.agents.pop("h0")
-        net.start_agent("h0")  # and a new one takes its place
-        _go(proc)
-        _turn(proc, 3, seen)
-        os.kill(stopped, signal.SIGCONT)
-        stopped = None
-        _go(proc)
-        rest, _ = proc.communicate(timeout=60)
-        out = "".join(seen) + rest
-        assert proc.returncode == 0 and "ALL OK" in out, out
-        for check in ("device_fatal_event", "every_write_flushed", "every_receive_flushed",
-                      "completion_event_for_the_flushed_cq", "restarted_agent_opens_a_new_session"):  # fmt: skip
-            assert f"ok {check}" in out, out
+        status, out = capi.run_agent_death(agent_death, net)
     finally:
-        if stopped is not None:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(stopped, signal.SIGCONT)
-        if proc is not None and proc.poll() is None:
-            proc.kill()
-            proc.wait()
         net.close()
+    assert status == 0 and "ALL OK" in out, out
+    for check in ("device_fatal_event", "every_write_flushed", "every_receive_flushed",
+                  "completion_event_for_the_flushed_cq", "restarted_agent_opens_a_new_session"):  # fmt: skip
+        assert f"ok {check}" in out, out
