@@ -88,13 +88,15 @@ static void wrq_push(struct mrc_wr_queue *q, uint64_t wr_id, int signaled)
 }
 
 /* The first WR held with wr_id completed; on a send queue (in_order), with the unsignaled ones
- * before it, which complete silently in order. */
-static void wrq_done(struct mrc_wr_queue *q, uint64_t wr_id, int in_order)
+ * before it, which complete silently in order. A successful send completion is a signaled WR's;
+ * a failed one may be an unsignaled WR's too (failed, as ibv_post_send(3) has it). */
+static void wrq_done(struct mrc_wr_queue *q, uint64_t wr_id, int in_order, int failed)
 {
 	size_t i;
 
 	for (i = q->head; i < q->len; i++)
-		if (!q->wrs[i].done && q->wrs[i].wr_id == wr_id && (!in_order || q->wrs[i].signaled))
+		if (!q->wrs[i].done && q->wrs[i].wr_id == wr_id &&
+		    (!in_order || failed || q->wrs[i].signaled))
 			break;
 	if (i == q->len)
 		return;
@@ -176,9 +178,9 @@ static void held_completed(struct mrc_context *ctx, const struct ibv_wc *wc, int
 		if (!q)
 			continue;
 		if (wc[i].opcode & IBV_WC_RECV)
-			wrq_done(&q->rq, wc[i].wr_id, 0);
+			wrq_done(&q->rq, wc[i].wr_id, 0, 1);
 		else
-			wrq_done(&q->sq, wc[i].wr_id, 1);
+			wrq_done(&q->sq, wc[i].wr_id, 1, wc[i].status != IBV_WC_SUCCESS);
 	}
 	pthread_mutex_unlock(&ctx->lock);
 }
