@@ -376,7 +376,7 @@ class LineConnection:
         ended = False  # the client's end of input
         while not self.closed and not self.paused:
             try:
-                chunk = self.sock.recv(READ_CHUNK)
+                chunk = self.receive()
             except (BlockingIOError, InterruptedError):
                 break
             except OSError:
@@ -399,6 +399,10 @@ class LineConnection:
             self.close()
         else:
             self._flush()
+
+    def receive(self) -> bytes:
+        """The next bytes of the client (``b""`` at its end of input); raises as ``recv``."""
+        return self.sock.recv(READ_CHUNK)
 
     def take(self, chunk: bytes) -> None:
         """Split input into request lines, each byte looked at once (a line longer than

@@ -9,14 +9,17 @@ unmapped with mmap, mprotect and munmap), a child process's, and a C program tha
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import ctypes
 import ctypes.util
 import errno
+import json
 import mmap
 import os
 import selectors
 import shutil
+import socket
 import subprocess
 import sys
 import threading
@@ -229,13 +232,46 @@ HAVE_C = (
 )  # fmt: skip
 
 
-def serve(side: Side, stop: threading.Event) -> None:
-    """Answer ``side``'s provider socket until ``stop`` is set (run in a thread)."""
-    with selectors.DefaultSelector() as selector:
-        side.provider.server.register(selector)
-        while not stop.is_set():
-            for key, mask in selector.select(0.02):
-                key.data(mask)
+@contextlib.contextmanager
+def served(side: Side) -> Iterator[None]:
+    """``side``'s provider socket answered from a thread while the block runs."""
+    stop = threading.Event()
+
+    def serve() -> None:
+        with selectors.DefaultSelector() as selector:
+            side.provider.server.register(selector)
+            while not stop.is_set():
+                for key, mask in selector.select(0.02):
+                    key.data(mask)
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        thread.join(5)
+
+
+def test_what_another_process_writes_on_a_session_is_ignored(pair: Pair) -> None:
+    """A process the connection's descriptor was passed to (or a forked child) asks on it:
+    the agent does not act for it on the session of the process that connected."""
+    with served(pair.h0), socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        sock.connect(str(pair.h0.provider.path))
+        stream = sock.makefile("rwb")
+
+        def call(**request: Any) -> Any:
+            stream.write(json.dumps(request).encode() + b"\n")
+            stream.flush()
+            return json.loads(stream.readline())
+
+        assert call(cmd="hello")["ok"]
+        line = b'{"cmd":"create_cq","cqe":4}\n'
+        other = f"import socket; socket.socket(fileno={sock.fileno()}).sendall({line!r})"
+        subprocess.run([sys.executable, "-c", other], pass_fds=[sock.fileno()], check=True)
+        reply = call(cmd="stats")  # answered first: the other process's request was dropped
+        assert reply["ok"] and reply["session"]["cqs"] == 0, reply
+        assert reply["foreign_bytes"] == len(line)
 
 
 @pytest.mark.skipif(not HAVE_C, reason="needs make, a C compiler and libibverbs-dev")
@@ -250,16 +286,10 @@ def test_a_forked_child_gets_a_clear_error_or_a_device_of_its_own(
     subprocess.run(["cc", "-Wall", "-Wextra", "-Werror", "-o", str(program),
                     str(ROOT / "tests" / "ocp" / "c" / "fork_check.c"), "-libverbs"],
                    capture_output=True, timeout=300, check=True)  # fmt: skip
-    stop = threading.Event()
-    thread = threading.Thread(target=serve, args=(pair.h0, stop), daemon=True)
-    thread.start()
-    try:
-        env = dict(os.environ, LD_LIBRARY_PATH=str(build / "verbs"), MRC_TESTBED_HOST="h0",
-                   MRC_TESTBED_OCP_SOCKET=str(pair.h0.provider.path))  # fmt: skip
+    env = dict(os.environ, LD_LIBRARY_PATH=str(build / "verbs"), MRC_TESTBED_HOST="h0",
+               MRC_TESTBED_OCP_SOCKET=str(pair.h0.provider.path))  # fmt: skip
+    with served(pair.h0):
         done = subprocess.run([str(program)], env=env, capture_output=True, text=True,
                               timeout=120, check=False)  # fmt: skip
-    finally:
-        stop.set()
-        thread.join(5)
     out = done.stdout + done.stderr
     assert done.returncode == 0 and "ALL OK" in out, out

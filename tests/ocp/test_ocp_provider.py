@@ -39,6 +39,7 @@ class FakeConn:
     uid: int = field(default_factory=os.geteuid)
     owner: Any = None
     pushed: list[dict[str, Any]] = field(default_factory=list)
+    foreign_bytes: int = 0
 
     def push(self, message: dict[str, Any]) -> None:
         self.pushed.append(dict(message))

@@ -116,6 +116,7 @@ def stats(p: ProviderState, session: Session, request: Mapping[str, Any]) -> Rep
         "session": {"mrs": len(session.mrs), "cqs": len(session.cqs), "qps": len(session.qps)},
         "counters": dict(p.counters),
         "write_errors": sum(m.mem.write_errors for s in p.sessions.values() for m in s.mrs.values()),
+        "foreign_bytes": session.conn.foreign_bytes,
     }  # fmt: skip
 
 

@@ -6,7 +6,10 @@ one ``lib_mrc.so`` and the testbed's ``libibverbs.so.1`` talk to (docs/ocp-api.m
 from :mod:`host.agent.control` in what a provider needs and a command interface does not:
 
 - the server knows who is on the other end (``SO_PEERCRED``: the process id whose memory the
-  agent reads and writes, and its user id for the controller API's privilege check);
+  agent reads and writes, and its user id for the controller API's privilege check), and who
+  wrote each piece of input (``SO_PASSCRED``): what another process writes on a connection
+  (a forked child, a process the descriptor was passed to) is dropped, counted and logged, as
+  the session's memory is that of the process that connected (docs/ocp-api.md, "Memory");
 - a connection can receive lines it did not ask for (:meth:`OcpConnection.push`: completion
   channel and asynchronous events);
 - the provider hears when a connection closes, so a process that exits or crashes leaves no
@@ -25,17 +28,26 @@ import errno
 import json
 import logging
 import socket
+import struct
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from host.agent.control import MAX_LINE, Deferred, LineConnection, LineServer, Reply
+from host.agent.control import (
+    MAX_LINE,
+    READ_CHUNK,
+    Deferred,
+    LineConnection,
+    LineServer,
+    Reply,
+)
 
 log = logging.getLogger("mrc.host.agent.ocp")
 
 MAX_CONNECTIONS = 1024  #: of every process together (descriptors)
 #: of one process: its context, its async events and its completion channels
 MAX_PER_PROCESS = 64
+_UCRED = struct.Struct("3i")  # struct ucred: pid, uid, gid
 
 
 class OcpConnection(LineConnection):
@@ -53,6 +65,28 @@ class OcpConnection(LineConnection):
     ) -> None:  # fmt: skip
         super().__init__(server, sock, credentials)
         self.owner: Any = None  # what the provider attached to this connection
+        self.foreign_bytes = 0  # written by another process than the one that connected
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
+
+    def receive(self) -> bytes:
+        """The next bytes the connecting process wrote: the kernel hands each writer's bytes
+        over apart, with its credentials, and another process's are dropped (counted in
+        :attr:`foreign_bytes`, logged once): it would act on the connecting process's
+        session, and the agent would read and write that process's memory for it."""
+        while True:
+            data, ancillary, _, _ = self.sock.recvmsg(READ_CHUNK, socket.CMSG_SPACE(_UCRED.size))
+            writer = self.pid
+            for level, kind, value in ancillary:
+                if (level, kind) == (socket.SOL_SOCKET, socket.SCM_CREDENTIALS):
+                    writer = _UCRED.unpack(value[: _UCRED.size])[0]
+            if not data or writer == self.pid:
+                return data
+            if not self.foreign_bytes:
+                log.warning(
+                    "ocp: process %d wrote on a connection of process %d: ignored (a forked "
+                    "child or another process opens a device of its own)", writer, self.pid,
+                )  # fmt: skip
+            self.foreign_bytes += len(data)
 
     def encode(self, message: Mapping[str, Any]) -> bytes:
         """One JSON line (replies and events are plain JSON)."""
