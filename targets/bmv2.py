@@ -82,7 +82,9 @@ class Bmv2Switch(SwitchProcess):
     #: down would stop the whole switch and, across that link, its neighbour, for good
     interface_down_stalls = True
 
-    thrift_port: int  # the Thrift runtime server (simple_switch_CLI)
+    #: the Thrift runtime server (simple_switch_CLI); BMv2 listens on it on every address (it
+    #: has no option for the address: docs/p4-pipeline.md, "Run on BMv2")
+    thrift_port: int
     json_path: StrPath | None = None  # a pipeline to start with (None: --no-p4)
     cpu_port: int | None = None
     log_level: str = "info"
