@@ -164,11 +164,13 @@ def calibrate(target: str, say: Callable[[str], None] = print) -> Calibration:
             "agent_packet_s": max(traffic["agent"], 1e-9) / (packets * 2),
             "switch_idle_cores": max(idle["switch"], 0.0) / 3,
             "agent_idle_cores": max(idle["agent"], 0.0) / 2,
-            "rate_mbps": CALIBRATION_RATE_MBPS,
-            "packets": packets,
-            "seconds": round(t2 - t1, 3),
-            "load": round(load, 2),
-            "measured_at": round(time.time(), 1),
+            "measured": {
+                "rate_mbps": CALIBRATION_RATE_MBPS,
+                "packets": packets,
+                "seconds": round(t2 - t1, 3),
+                "load": round(load, 2),
+                "at": round(time.time(), 1),
+            },
         }
     )
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from experiments.fidelity import THRESHOLDS
@@ -74,6 +74,18 @@ BUDGET = Budget()
 
 
 @dataclass(frozen=True)
+class Measurement:
+    """How a :class:`Calibration` was measured: the link rate (Mb/s), the data frames
+    delivered, the seconds of traffic, the one-minute load average and the unix time."""
+
+    rate_mbps: float = 0.0
+    packets: int = 0
+    seconds: float = 0.0
+    load: float = 0.0
+    at: float = 0.0
+
+
+@dataclass(frozen=True)
 class Calibration:
     """What one switch target and the agent cost on one machine, in CPU-seconds (user +
     system, so the figures do not depend on how busy the rest of the machine is)."""
@@ -87,13 +99,7 @@ class Calibration:
     switch_idle_cores: float
     #: cores one agent uses with no traffic
     agent_idle_cores: float
-    #: how it was measured: link rate, data frames delivered, seconds of transfer, the
-    #: one-minute load average, unix time
-    rate_mbps: float = 0.0
-    packets: int = 0
-    seconds: float = 0.0
-    load: float = 0.0
-    measured_at: float = 0.0
+    measured: Measurement = field(default_factory=Measurement)
 
     def as_json(self) -> dict[str, Any]:
         """The cache entry."""
@@ -102,12 +108,16 @@ class Calibration:
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Calibration:
         """A cache entry back (:class:`RateError` when it is not one)."""
+        fields = dict(data)
+        measured = fields.pop("measured", {})
         try:
-            calibration = cls(**data)
+            calibration = cls(**fields, measured=Measurement(**measured))
+            costs = (calibration.switch_hop_s, calibration.agent_packet_s)
+            idle = (calibration.switch_idle_cores, calibration.agent_idle_cores)
+            usable = min(costs) > 0 and min(idle) >= 0
         except TypeError as exc:
             raise RateError(f"calibration {dict(data)}: expected its fields ({exc})") from None
-        costs = (calibration.switch_hop_s, calibration.agent_packet_s)
-        if min(costs) <= 0 or min(calibration.switch_idle_cores, calibration.agent_idle_cores) < 0:
+        if not usable:
             raise RateError(f"calibration {dict(data)}: expected positive CPU figures")
         return calibration
 
@@ -273,6 +283,7 @@ __all__ = [
     "Budget",
     "Calibration",
     "Load",
+    "Measurement",
     "Need",
     "RateError",
     "UnfaithfulRate",

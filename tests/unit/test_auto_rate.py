@@ -21,6 +21,7 @@ from experiments.rate import (
     MIN_RATE_MBPS,
     Budget,
     Calibration,
+    Measurement,
     RateError,
     UnfaithfulRate,
     assess,
@@ -47,14 +48,9 @@ CAL = Calibration("model", switch_hop_s=150e-6, agent_packet_s=200e-6,
 
 
 def base(**changes: Any) -> dict[str, Any]:
-    return {
-        "name": "t",
-        "topology": "small",
-        "duration_s": 10,
-        "transports": ["mrc"],
-        "workloads": [{"kind": "permutation", "message_bytes": "64KiB", "total_bytes": "1MiB"}],
-        **changes,
-    }
+    workload = {"kind": "permutation", "message_bytes": "64KiB", "total_bytes": "1MiB"}
+    return {"name": "t", "topology": "small", "duration_s": 10, "transports": ["mrc"],
+            "workloads": [workload], **changes}  # fmt: skip
 
 
 # -- the scenario field --------------------------------------------------------------------------
@@ -208,7 +204,7 @@ def test_round_down(value: float, expected: float) -> None:
 def counting(calls: list[str]) -> Callable[[str, Callable[[str], None]], Calibration]:
     def measure(target: str, say: Callable[[str], None]) -> Calibration:
         calls.append(target)
-        return Calibration(target, 1e-4, 2e-4, 0.01, 0.0, rate_mbps=10.0, packets=100)
+        return Calibration(target, 1e-4, 2e-4, 0.01, 0.0, Measurement(10.0, packets=100))
 
     return measure
 
