@@ -303,30 +303,44 @@ STATS_WINDOWS = 20  # the service lag of this many intervals is in the file
 
 
 def _write_stats(dataplane: DataPlane, path: Path, stop: threading.Event) -> None:
-    """Rewrite ``path`` atomically every :data:`STATS_INTERVAL` until ``stop``: the queues'
-    service lag and the process's scheduling gap (``windows``: the end time, the largest
-    service lag and how much later than asked this writer woke up, of each recent interval,
-    on the monotonic clock, so a reader at any pace finds the figures of its own interval).
+    """Rewrite ``path`` every :data:`STATS_INTERVAL` until ``stop``: the queues' service lag
+    and the process's scheduling gap (``windows``: the end time, the largest service lag and
+    how much later than asked this writer woke up, of each recent interval, on the monotonic
+    clock, so a reader at any pace finds the figures of its own interval).
     The gap shows a process that gets no CPU (starved, throttled, stopped) even when its
-    queues are empty."""
+    queues are empty.
+
+    The file is rewritten in place, with one ``pwrite`` of the whole text padded with spaces
+    so that it never shrinks, not through a temporary file and a rename: ten renames a second
+    cost an idle switch several times the CPU of the rest of its work. A reader sees the
+    previous figures or the new ones (a read that overlaps the write may not parse: the
+    reader then has no figures for that interval)."""
     import json
+    import os
     import time
     from collections import deque
 
     windows: deque[tuple[float, float, float]] = deque(maxlen=STATS_WINDOWS)
-    tmp = path.with_name(path.name + ".tmp")
     last = time.monotonic()
-    while not stop.wait(STATS_INTERVAL):
-        now = time.monotonic()
-        gap, last = max(0.0, now - last - STATS_INTERVAL), now
-        figures = dataplane.service_figures()
-        windows.append((now, figures.pop("service_lag_max_s"), gap))
-        try:
-            tmp.write_text(json.dumps({**figures, "windows": list(windows)}) + "\n")
-            tmp.replace(path)
-        except OSError as exc:
-            log.warning("stats file %s: %s", path, exc.strerror)
-            return
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    except OSError as exc:
+        log.warning("stats file %s: %s", path, exc.strerror)
+        return
+    size = 0  # the longest text written so far: shorter ones are padded to it
+    try:
+        while not stop.wait(STATS_INTERVAL):
+            now = time.monotonic()
+            gap, last = max(0.0, now - last - STATS_INTERVAL), now
+            figures = dataplane.service_figures()
+            windows.append((now, figures.pop("service_lag_max_s"), gap))
+            text = (json.dumps({**figures, "windows": list(windows)}) + "\n").encode()
+            size = max(size, len(text))
+            os.pwrite(fd, text.ljust(size), 0)
+    except OSError as exc:
+        log.warning("stats file %s: %s", path, exc.strerror)
+    finally:
+        os.close(fd)
 
 
 if __name__ == "__main__":

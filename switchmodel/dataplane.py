@@ -1,7 +1,9 @@
 """The switch's data path: raw sockets and an event loop around the pure pipeline and queues.
 
 :class:`DataPlane` owns one AF_PACKET socket per port (all protocols, promiscuous, its own
-transmissions ignored) and runs one thread with a :mod:`selectors` loop:
+transmissions ignored) and runs one thread with an ``epoll`` loop (:func:`select.epoll` itself:
+the loop wakes up for nearly every frame of a paced fabric, and the :mod:`selectors` layer
+cost about as much Python per wake-up as the frame's pipeline):
 
 - a readable socket is drained until EAGAIN (at most :data:`RX_BATCH` frames at a time) into one
   preallocated buffer; each frame goes through :func:`switchmodel.pipeline.ingress` and, when
@@ -28,7 +30,7 @@ import errno
 import fcntl
 import logging
 import os
-import selectors
+import select
 import socket
 import struct
 import threading
@@ -169,7 +171,8 @@ class DataPlane:
         self._configs = dict(ports)
         self._pcap_dir = pcap_dir
         self._ports: dict[int, _Port] = {}
-        self._selector = selectors.DefaultSelector()
+        self._epoll = select.epoll()
+        self._by_fd: dict[int, _Port | None] = {}  # registered descriptors (None: the waker)
         self._wake_r, self._wake_w = socket.socketpair()
         self._wake_r.setblocking(False)
         self._wake_w.setblocking(False)
@@ -210,11 +213,13 @@ class DataPlane:
                     port.pcap_in = PcapWriter(self._pcap_dir / f"{config.intf}_in.pcap")
                     port.pcap_out = PcapWriter(self._pcap_dir / f"{config.intf}_out.pcap")
                 self._ports[number] = port
-                self._selector.register(sock, selectors.EVENT_READ, port)
+                self._by_fd[sock.fileno()] = port
+                self._epoll.register(sock.fileno(), select.EPOLLIN)
         except DataPlaneError:
             self.close()
             raise
-        self._selector.register(self._wake_r, selectors.EVENT_READ, None)
+        self._by_fd[self._wake_r.fileno()] = None
+        self._epoll.register(self._wake_r.fileno(), select.EPOLLIN)
         self._opened = True
 
     def start(self) -> None:
@@ -258,8 +263,10 @@ class DataPlane:
     def close(self) -> None:
         """Close sockets and pcap files."""
         for port in self._ports.values():
-            with contextlib.suppress(KeyError, ValueError):
-                self._selector.unregister(port.sock)
+            fd = port.sock.fileno()
+            if self._by_fd.pop(fd, None) is not None:
+                with contextlib.suppress(OSError, ValueError):
+                    self._epoll.unregister(fd)
             port.sock.close()
             for writer in (port.pcap_in, port.pcap_out):
                 if writer is not None:
@@ -288,21 +295,23 @@ class DataPlane:
     def run(self) -> None:
         """The event loop (returns after :meth:`stop`)."""
         monotonic = time.monotonic
-        select = self._selector.select
+        poll = self._epoll.poll
+        by_fd = self._by_fd
+        readable = ~select.EPOLLOUT  # in, error, hang-up: read (and see the error there)
+        writable = ~select.EPOLLIN  # out, error, hang-up: try sending again
         next_flush = monotonic() + PCAP_FLUSH_INTERVAL if self._pcap_dir is not None else None
         timeout: float | None = None
         due: float | None = None  # when a shaped queue may next send
         while not self._stopping:
-            events = select(timeout)
-            for key, mask in events:
-                port = key.data
+            for fd, mask in poll(-1.0 if timeout is None else timeout):
+                port = by_fd.get(fd)
                 if port is None:
                     self._drain_wake()
                     continue
-                if mask & selectors.EVENT_WRITE:
+                if mask & writable and port.blocked:
                     port.blocked = False
-                    self._selector.modify(port.sock, selectors.EVENT_READ, port)
-                if mask & selectors.EVENT_READ:
+                    self._epoll.modify(fd, select.EPOLLIN)
+                if mask & readable:
                     self._receive(port)
             now = monotonic()
             if due is not None and now > due:
@@ -493,7 +502,7 @@ class DataPlane:
     def _block(self, port: _Port) -> None:
         """The port's socket is full: wait until it is writable before sending more."""
         port.blocked = True
-        self._selector.modify(port.sock, selectors.EVENT_READ | selectors.EVENT_WRITE, port)
+        self._epoll.modify(port.sock.fileno(), select.EPOLLIN | select.EPOLLOUT)
 
     def _flush_pcaps(self) -> None:
         for port in self._ports.values():
