@@ -173,6 +173,7 @@ class Agent:
         self._next_transfer = 1
         self._wr_transfer: dict[int, int] = {}  # wr_id -> transfer id
         self._finished: deque[int] = deque(maxlen=STATS_FINISHED)  # latest finished transfers
+        self._posting: dict[int, Transfer] = {}  # transfers with messages not yet posted
         self._next_wr = 1
         self.waiters: list[Waiter] = []
         self.event_log: deque[dict[str, Any]] = deque(maxlen=MAX_EVENT_LOG)
@@ -710,6 +711,7 @@ class Agent:
         qp = self.qps[(transfer.peer, transfer.policy)]
         transfer.qpn = qp.qpn
         self.transfers[transfer.id] = transfer
+        self._posting[transfer.id] = transfer
         self._post(transfer)
         now = self.now()
         self._send(self.context.frames_to_send(now, self._budget()))
@@ -739,10 +741,16 @@ class Agent:
         return posted
 
     def _feed_transfers(self) -> bool:
+        """Post more messages of the transfers that have some left (after every loop step:
+        only those are looked at, not every transfer the agent ever ran)."""
+        if not self._posting:
+            return False
         posted = False
-        for transfer in self.transfers.values():
+        for transfer in list(self._posting.values()):
             if transfer.finished is None and not transfer.all_posted:
                 posted |= self._post(transfer)
+            if transfer.finished is not None or transfer.all_posted:
+                del self._posting[transfer.id]
         return posted
 
     def add_waiter(self, check: Callable[[float], bool], deadline: float | None) -> None:

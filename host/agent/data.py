@@ -10,6 +10,7 @@ receiver can check what arrived without the data crossing the control interface
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import random
 from dataclasses import dataclass, field
@@ -19,16 +20,32 @@ DEFAULT_MESSAGE_SIZE = 1 << 16
 DEFAULT_SEED = 1
 PATTERN_CHUNK = 1 << 20
 MAX_TRANSFER = 1 << 31  # bytes in one transfer (its data is held in memory until it completes)
+PATTERN_CACHE_BYTES = 4 << 20  # patterns up to this size are kept once drawn ...
+PATTERN_CACHE_ENTRIES = 8  # ... the last this many of them
 
 
 def pattern(seed: int, size: int) -> bytes:
     """``size`` bytes of deterministic pattern data for ``seed``.
 
     The bytes of ``random.Random(seed)``, drawn 1 MiB at a time (one draw is limited to less
-    than 256 MiB); a shorter pattern of the same seed is a prefix of a longer one.
+    than 256 MiB); a shorter pattern of the same seed is a prefix of a longer one. Patterns of
+    up to :data:`PATTERN_CACHE_BYTES` are drawn once and kept (the last
+    :data:`PATTERN_CACHE_ENTRIES`): a workload writes the same message size with the same seed
+    message after message, and its receiver checks each against the same pattern.
     """
     if size <= 0:
         return b""
+    if size <= PATTERN_CACHE_BYTES:
+        return _kept_pattern(seed, size)
+    return _draw(seed, size)
+
+
+@functools.lru_cache(maxsize=PATTERN_CACHE_ENTRIES)
+def _kept_pattern(seed: int, size: int) -> bytes:
+    return _draw(seed, size)
+
+
+def _draw(seed: int, size: int) -> bytes:
     rng = random.Random(seed)
     return b"".join(
         rng.randbytes(min(PATTERN_CHUNK, size - offset)) for offset in range(0, size, PATTERN_CHUNK)

@@ -30,7 +30,7 @@ from host.agent.control import (
     require_int,
 )
 from host.agent.control_client import ControlClient, ControlError, ControlUnavailable
-from host.agent.data import pattern, sha256_hex, verify_bytes
+from host.agent.data import PATTERN_CACHE_BYTES, pattern, sha256_hex, verify_bytes
 from host.agent.ocp.server import OcpConnection, OcpServer
 from host.agent.sockets import is_mrc_frame
 from host.transport.policy import POLICIES
@@ -256,6 +256,16 @@ def test_pattern_is_deterministic_and_verify_finds_mismatches() -> None:
     assert result.first_mismatch == 5000 and result.mismatched_bytes == 2
     assert verify_bytes(data, sha256=sha256_hex(data)).match
     assert not verify_bytes(damaged, sha256=sha256_hex(data)).match
+
+
+def test_a_message_sized_pattern_is_drawn_once() -> None:
+    """A workload writes the same seed and message size again and again: the pattern is kept,
+    not drawn anew (a large one is drawn each time, and equals the kept prefix)."""
+    message = pattern(11, PATTERN_CACHE_BYTES)
+    assert pattern(11, PATTERN_CACHE_BYTES) is message
+    large = pattern(11, PATTERN_CACHE_BYTES + 1)
+    assert large is not pattern(11, PATTERN_CACHE_BYTES + 1)
+    assert large[:PATTERN_CACHE_BYTES] == message
 
 
 def test_pcap_writer_writes_readable_records(tmp_path: Path) -> None:
