@@ -3,15 +3,18 @@
  * every rank on its own testbed host, checking the reduced values.
  *
  *   for h in h0 h1 h2 h3; do
- *     mrc-testbed exec $h -- mrc_allreduce -n $h -H h0,h1,h2,h3 -r /tmp/rv &
+ *     mrc-testbed exec $h -- mrc_allreduce -n $h -H h0,h1,h2,h3 &
  *   done; wait
  *
  * The ranks are the hosts of -H in that order, in a ring: each rank writes to the next one and
- * receives from the one before, over two QPs (one connected to each neighbour). They meet
- * through files in a rendezvous folder every host can read: each writes DIR/NAME.qp (the QP
- * numbers towards its left and right neighbours, its GID, receive buffer address and rkey),
- * reads its neighbours', and writes DIR/NAME.ready once both QPs are in RTS; it writes to its
- * right neighbour only once that one is ready.
+ * receives from the one before, over two QPs (one connected to each neighbour). They swap their
+ * QP details as applications for real MRC NICs do, over TCP/IPv4 on the management network,
+ * naming each other by host name (resolved through /etc/hosts): each rank listens on TCP port
+ * PORT, connects to its right neighbour and accepts its left one. On each connection both ends
+ * send one line, "MRC_ALLREDUCE NAME QPN GID ADDR RKEY" (the host's name, its QP towards that
+ * neighbour, the GID of index GID_INDEX, its receive buffer's address and rkey), then "rts"
+ * once both their QPs are in RTS; a rank writes to its right neighbour only after that one's
+ * "rts".
  *
  * One all-reduce is 2(n-1) steps, each a WRITE_IMM of one chunk (COUNT / n floats) into the
  * right neighbour's buffer, in a slot of its own per step; the immediate says the iteration and
@@ -25,12 +28,14 @@
  * Rank r starts with value (r + 1) + (i mod 13) at element i, so every element must end as
  * n(n + 1)/2 + n (i mod 13): each iteration starts again from these values and checks them.
  *
- * Options: -n NAME (this rank), -H HOSTS (comma-separated, the ring), -r DIR, -d DEVICE
- * (default: the first), -c COUNT (floats per rank, a multiple of the ranks, default 262144),
- * -i ITERS (default 5), -t SECONDS (give up after, default 200).
+ * Options: -n NAME (this rank's host), -H HOSTS (comma-separated, the ring), -p PORT (TCP,
+ * default 18516), -d DEVICE (default: the first), -x GID_INDEX (default 3), -c COUNT (floats
+ * per rank, a multiple of the ranks, default 262144), -i ITERS (default 5), -t SECONDS (give
+ * up after, default 200).
  *
- * At the end each rank writes DIR/NAME.done and keeps its QPs until its left neighbour's is
- * there (that one's last WRITE_IMM completes when this rank acknowledges it).
+ * At the end each rank sends "done" to its right neighbour and keeps its QPs until its left
+ * neighbour's "done" has come (that one's last WRITE_IMM completes when this rank acknowledges
+ * it).
  *
  * Each iteration prints "NAME: allreduce SIZE B: TIME us algbw A GB/s busbw B GB/s" (busbw =
  * algbw x 2(n-1)/n, as nccl-tests); the last line is "NAME: done, reduced values checked".
@@ -41,15 +46,17 @@
 
 #define MAX_RANKS 64
 
+/* A neighbour as its line on our connection tells it */
 struct neighbour {
-	uint32_t qpn_left, qpn_right; /* its QPs towards its own left and right neighbours */
+	uint32_t qpn; /* its QP towards us */
 	union ibv_gid gid;
-	uint64_t addr;
+	uint64_t addr; /* its receive buffer */
 	uint32_t rkey;
+	int sock; /* our TCP connection */
 };
 
 struct rank {
-	const char *name, *dir;
+	const char *name;
 	int me, n;
 	struct ibv_context *ibv;
 	struct ibv_pd *pd;
@@ -60,6 +67,7 @@ struct rank {
 	struct ibv_mr *smr, *rmr;
 	size_t count, chunk; /* floats per rank and per chunk */
 	struct neighbour lnb, rnb;
+	union ibv_gid gid;
 	double deadline;
 };
 
@@ -158,16 +166,44 @@ static void allreduce(struct rank *k, uint32_t iter)
 	}
 }
 
-static void read_neighbour(struct rank *k, const char *host, struct neighbour *nb)
+/* Our line to the neighbour at the other end of `nb->sock` (`qp`: our QP towards it) */
+static void tell(struct rank *k, struct neighbour *nb, struct mrc_qp *qp)
 {
-	char line[256], hex[40];
+	char hex[40];
+	uint32_t mine;
+
+	CHECK(mrc_get_qpn(qp, &mine) == 0, "mrc_get_qpn");
+	gid_to_hex(&k->gid, hex);
+	send_line(nb->sock, "MRC_ALLREDUCE %s %06x %s %016llx %08x\n", k->name, mine, hex,
+		  (unsigned long long)(uintptr_t)k->rbuf, k->rmr->rkey);
+}
+
+/* The line of the neighbour at the other end of `nb->sock`, who must be `host` (both ends
+ * tell before they hear, so that no rank waits for one that waits in turn) */
+static void hear(struct rank *k, struct neighbour *nb, const char *host)
+{
+	char line[256], name[128], hex[40];
+	unsigned int qpn, rkey;
 	unsigned long long addr;
 
-	wait_file(k->dir, host, "qp", k->deadline, line, sizeof(line));
-	CHECK(sscanf(line, "%u %u %32s %llu %u", &nb->qpn_left, &nb->qpn_right, hex, &addr,
-		     &nb->rkey) == 5, "%s's rendezvous file: %s", host, line);
+	recv_line(nb->sock, line, sizeof(line), k->deadline);
+	CHECK(sscanf(line, "MRC_ALLREDUCE %127s %x %39s %llx %x", name, &qpn, hex, &addr,
+		     &rkey) == 5 && strlen(hex) == 32, "%s's details: '%s'", host, line);
+	CHECK(strcmp(name, host) == 0, "%s: the neighbour on this connection is %s, not %s",
+	      k->name, name, host);
+	nb->qpn = qpn;
 	hex_to_gid(hex, &nb->gid);
 	nb->addr = addr;
+	nb->rkey = rkey;
+}
+
+/* The neighbour at the other end of `nb->sock` says `word` */
+static void expect_line(struct rank *k, struct neighbour *nb, const char *host, const char *word)
+{
+	char line[64];
+
+	recv_line(nb->sock, line, sizeof(line), k->deadline);
+	CHECK(strcmp(line, word) == 0, "%s: %s said '%s', not '%s'", k->name, host, line, word);
 }
 
 static struct mrc_qp *make_qp(struct rank *k)
@@ -209,22 +245,23 @@ int main(int argc, char **argv)
 {
 	const char *device = NULL, *hosts[MAX_RANKS];
 	char *list = NULL;
-	int iters = 5, op;
+	int iters = 5, port = 18516, gid_index = 3, op;
 	double timeout = 200;
 	struct rank k = {.count = 262144, .me = -1};
 
-	while ((op = getopt(argc, argv, "n:H:r:d:c:i:t:")) != -1) {
+	while ((op = getopt(argc, argv, "n:H:p:d:x:c:i:t:")) != -1) {
 		switch (op) {
 		case 'n': k.name = optarg; break;
 		case 'H': list = optarg; break;
-		case 'r': k.dir = optarg; break;
+		case 'p': port = atoi(optarg); break;
 		case 'd': device = optarg; break;
+		case 'x': gid_index = atoi(optarg); break;
 		case 'c': k.count = strtoull(optarg, NULL, 0); break;
 		case 'i': iters = atoi(optarg); break;
 		case 't': timeout = atof(optarg); break;
 		default:
-			fprintf(stderr, "usage: %s -n NAME -H HOST,HOST,... -r DIR [-d DEVICE] "
-				"[-c COUNT] [-i ITERS] [-t SECONDS]\n", argv[0]);
+			fprintf(stderr, "usage: %s -n NAME -H HOST,HOST,... [-p PORT] [-d DEVICE] "
+				"[-x GID_INDEX] [-c COUNT] [-i ITERS] [-t SECONDS]\n", argv[0]);
 			return 2;
 		}
 	}
@@ -234,10 +271,10 @@ int main(int argc, char **argv)
 			k.me = k.n;
 		hosts[k.n++] = h;
 	}
-	if (!k.name || !k.dir || k.me < 0 || k.n < 2 || iters < 1 || k.count % k.n ||
-	    k.count == 0) {
-		fprintf(stderr, "mrc_allreduce: -n NAME (one of -H, at least two hosts) and -r DIR "
-			"are required; -c a multiple of the ranks, -i >= 1\n");
+	if (!k.name || k.me < 0 || k.n < 2 || iters < 1 || k.count % k.n || k.count == 0 ||
+	    port <= 0 || port > 65535) {
+		fprintf(stderr, "mrc_allreduce: -n NAME is required, one of -H (at least two "
+			"hosts); -c a multiple of the ranks, -i >= 1, -p a TCP port\n");
 		return 2;
 	}
 	setvbuf(stdout, NULL, _IOLBF, 0);
@@ -246,8 +283,9 @@ int main(int argc, char **argv)
 	int n = k.n, steps = 2 * (n - 1);
 	const char *left_host = hosts[(k.me + n - 1) % n], *right_host = hosts[(k.me + 1) % n];
 
-	/* device, PD, memory */
+	/* device, its GID, PD, memory */
 	k.ibv = open_mrc_device(device);
+	query_gid(k.ibv, 1, gid_index, &k.gid);
 	k.pd = ibv_alloc_pd(k.ibv);
 	CHECK(k.pd, "ibv_alloc_pd");
 	size_t slots = (size_t)steps * k.chunk * sizeof(float);
@@ -263,27 +301,26 @@ int main(int argc, char **argv)
 	for (int i = 0; i < steps; i++) /* receives before the left neighbour can write */
 		post_recv(&k);
 
-	/* rendezvous: our QPs, GID and receive buffer; then the neighbours' */
-	union ibv_gid gid;
-	uint32_t qpn_left, qpn_right;
-	char text[256], hex[33];
+	/* the exchange over TCP: connect to the right neighbour by name, accept the left one */
+	char addr_text[INET_ADDRSTRLEN] = "";
+	int listener = tcp_listen(port);
 
-	CHECK(ibv_query_gid(k.ibv, 1, 0, &gid) == 0, "ibv_query_gid");
-	CHECK(mrc_get_qpn(k.left, &qpn_left) == 0 && mrc_get_qpn(k.right, &qpn_right) == 0,
-	      "mrc_get_qpn");
-	gid_to_hex(&gid, hex);
-	snprintf(text, sizeof(text), "%u %u %s %llu %u\n", qpn_left, qpn_right, hex,
-		 (unsigned long long)(uintptr_t)k.rbuf, k.rmr->rkey);
-	write_file(k.dir, k.name, "qp", text);
-	read_neighbour(&k, left_host, &k.lnb);
-	read_neighbour(&k, right_host, &k.rnb);
-	connect_qp(k.left, k.lnb.qpn_right, &k.lnb.gid);
-	connect_qp(k.right, k.rnb.qpn_left, &k.rnb.gid);
-	write_file(k.dir, k.name, "ready", "");
+	k.rnb.sock = tcp_connect(right_host, port, k.deadline, addr_text);
+	k.lnb.sock = tcp_accept(listener, k.deadline);
+	close(listener);
+	tell(&k, &k.rnb, k.right);
+	tell(&k, &k.lnb, k.left);
+	hear(&k, &k.rnb, right_host);
+	hear(&k, &k.lnb, left_host);
+	connect_qp(k.left, k.lnb.qpn, &k.lnb.gid);
+	connect_qp(k.right, k.rnb.qpn, &k.rnb.gid);
+	send_line(k.rnb.sock, "rts\n");
+	send_line(k.lnb.sock, "rts\n");
 	/* the right neighbour's QP from us is in RTR: our writes will be taken */
-	wait_file(k.dir, right_host, "ready", k.deadline, NULL, 0);
-	printf("%s: rank %d of %d, writes to %s (QP %#x -> %#x), receives from %s (QP %#x)\n",
-	       k.name, k.me, n, right_host, qpn_right, k.rnb.qpn_left, left_host, qpn_left);
+	expect_line(&k, &k.rnb, right_host, "rts");
+	expect_line(&k, &k.lnb, left_host, "rts");
+	printf("%s: rank %d of %d, writes to %s (%s, QP %#x), receives from %s\n", k.name, k.me,
+	       n, right_host, addr_text, k.rnb.qpn, left_host);
 
 	double bus = 2.0 * (n - 1) / n, size = (double)(k.count * sizeof(float));
 
@@ -302,11 +339,13 @@ int main(int argc, char **argv)
 	printf("%s: done, reduced values checked\n", k.name);
 	/* the left neighbour's last WRITE_IMM completes when we acknowledge it: keep our QPs
 	 * until it says it is done */
-	write_file(k.dir, k.name, "done", "");
-	wait_file(k.dir, left_host, "done", k.deadline, NULL, 0);
+	send_line(k.rnb.sock, "done\n");
+	expect_line(&k, &k.lnb, left_host, "done");
 
 	CHECK(mrc_destroy_qp(k.left) == 0 && mrc_destroy_qp(k.right) == 0, "mrc_destroy_qp");
 	close_all(k.mrc, k.scq, k.rcq, k.smr, k.rmr, k.pd, k.ibv);
+	close(k.rnb.sock);
+	close(k.lnb.sock);
 	free(k.data);
 	return 0;
 }

@@ -26,13 +26,6 @@
  * default 7), -t SECONDS (give up after, default 600).
  */
 #define _GNU_SOURCE
-#include <arpa/inet.h>
-#include <netdb.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
-#include <stdarg.h>
-#include <sys/socket.h>
-
 #define EXAMPLE "mrc_bw"
 #include "mrc_example.h"
 
@@ -70,79 +63,6 @@ static uint8_t pattern(size_t s, size_t m, size_t i)
 
 /* -- the TCP exchange ---------------------------------------------------------------------- */
 
-static void send_line(struct bw *b, const char *fmt, ...)
-{
-	char line[256];
-	va_list ap;
-	int n;
-
-	va_start(ap, fmt);
-	n = vsnprintf(line, sizeof(line), fmt, ap);
-	va_end(ap);
-	CHECK(n > 0 && (size_t)n < sizeof(line) && write(b->sock, line, n) == n, "TCP send");
-}
-
-static void recv_line(struct bw *b, char *line, size_t len)
-{
-	size_t n = 0;
-
-	while (n + 1 < len) {
-		ssize_t r = read(b->sock, line + n, 1);
-
-		CHECK(r == 1, "TCP receive (the peer closed the connection)");
-		if (line[n] == '\n')
-			break;
-		n++;
-	}
-	line[n] = '\0';
-}
-
-static int tcp_server(int port)
-{
-	struct sockaddr_in addr = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
-				   .sin_addr.s_addr = htonl(INADDR_ANY)};
-	int one = 1, fd = socket(AF_INET, SOCK_STREAM, 0), conn;
-
-	CHECK(fd >= 0, "socket");
-	setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-	CHECK(bind(fd, (struct sockaddr *)&addr, sizeof(addr)) == 0, "bind TCP port %d", port);
-	CHECK(listen(fd, 1) == 0, "listen");
-	printf(" Waiting for a client on TCP port %d\n", port);
-	conn = accept(fd, NULL, NULL);
-	CHECK(conn >= 0, "accept");
-	close(fd);
-	setsockopt(conn, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-	return conn;
-}
-
-static int tcp_client(const char *server, int port, double deadline, char *addr_text)
-{
-	struct addrinfo hints = {.ai_family = AF_INET, .ai_socktype = SOCK_STREAM}, *res;
-	char service[16];
-	int one = 1, rc;
-
-	snprintf(service, sizeof(service), "%d", port);
-	rc = getaddrinfo(server, service, &hints, &res);
-	if (rc) {
-		fprintf(stderr, "mrc_bw: cannot resolve %s: %s\n", server, gai_strerror(rc));
-		exit(1);
-	}
-	inet_ntop(AF_INET, &((struct sockaddr_in *)res->ai_addr)->sin_addr, addr_text, 32);
-	for (;;) { /* the server may not listen yet */
-		int fd = socket(AF_INET, SOCK_STREAM, 0);
-
-		CHECK(fd >= 0, "socket");
-		if (connect(fd, res->ai_addr, res->ai_addrlen) == 0) {
-			freeaddrinfo(res);
-			setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-			return fd;
-		}
-		close(fd);
-		CHECK(now() < deadline, "cannot connect to %s (%s) port %d", server, addr_text, port);
-		usleep(100000);
-	}
-}
-
 static void exchange(struct bw *b)
 {
 	char line[256], gid[33];
@@ -150,9 +70,9 @@ static void exchange(struct bw *b)
 	unsigned long long addr, size;
 
 	gid_to_hex(&b->me.gid, gid);
-	send_line(b, "MRC_BW %06x %06x %08x %016llx %llu %s\n", b->me.qpn, b->me.psn, b->me.rkey,
-		  (unsigned long long)b->me.addr, (unsigned long long)b->me.size, gid);
-	recv_line(b, line, sizeof(line));
+	send_line(b->sock, "MRC_BW %06x %06x %08x %016llx %llu %s\n", b->me.qpn, b->me.psn,
+		  b->me.rkey, (unsigned long long)b->me.addr, (unsigned long long)b->me.size, gid);
+	recv_line(b->sock, line, sizeof(line), b->deadline);
 	CHECK(sscanf(line, "MRC_BW %x %x %x %llx %llu %32s", &qpn, &psn, &rkey, &addr, &size,
 		     gid) == 6 && strlen(gid) == 32, "the peer's details: '%s'", line);
 	b->peer = (struct dest){.qpn = qpn, .psn = psn, .rkey = rkey, .addr = addr, .size = size};
@@ -243,8 +163,8 @@ static void client_size(struct bw *b, size_t size, size_t count, double *peak, d
 		}
 		busy += done_at[first + n] - start;
 		/* the server checks every byte of the round before the next one */
-		send_line(b, "check %zu %zu %zu\n", size, first, n);
-		recv_line(b, line, sizeof(line));
+		send_line(b->sock, "check %zu %zu %zu\n", size, first, n);
+		recv_line(b->sock, line, sizeof(line), b->deadline);
 		CHECK(strcmp(line, "ok") == 0, "size %zu: the server says '%s'", size, line);
 	}
 	/* windows of messages i .. i + window - 1 within one round (done_at[i] is the completion
@@ -270,7 +190,7 @@ static void server(struct bw *b)
 	for (;;) {
 		size_t size, first, n;
 
-		recv_line(b, line, sizeof(line));
+		recv_line(b->sock, line, sizeof(line), b->deadline);
 		if (strcmp(line, "done") == 0)
 			break;
 		CHECK(sscanf(line, "check %zu %zu %zu", &size, &first, &n) == 3 &&
@@ -278,7 +198,7 @@ static void server(struct bw *b)
 		for (size_t m = 0; m < n; m++)
 			for (size_t i = 0; i < size; i++)
 				if (b->buf[m * size + i] != pattern(size, first + m, i)) {
-					send_line(b, "bad byte %zu of message %zu\n", i, first + m);
+					send_line(b->sock, "bad byte %zu of message %zu\n", i, first + m);
 					fprintf(stderr, "mrc_bw: size %zu message %zu byte %zu is %#x, "
 						"expected %#x\n", size, first + m, i,
 						b->buf[m * size + i], pattern(size, first + m, i));
@@ -288,7 +208,7 @@ static void server(struct bw *b)
 		if (first == 0)
 			sizes++;
 		bytes += size * n;
-		send_line(b, "ok\n");
+		send_line(b->sock, "ok\n");
 	}
 	printf(" %zu sizes, %zu bytes received, every byte checked\n", sizes, bytes);
 }
@@ -342,14 +262,8 @@ int main(int argc, char **argv)
 
 	/* the device, its GID, memory */
 	b.ibv = open_mrc_device(device);
-	struct ibv_port_attr pattr;
 
-	CHECK(ibv_query_port(b.ibv, (uint8_t)b.ib_port, &pattr) == 0, "ibv_query_port %d",
-	      b.ib_port);
-	CHECK(b.gid_index < pattr.gid_tbl_len, "GID index %d: port %d has %d GIDs", b.gid_index,
-	      b.ib_port, pattr.gid_tbl_len);
-	CHECK(ibv_query_gid(b.ibv, (uint8_t)b.ib_port, b.gid_index, &b.me.gid) == 0,
-	      "ibv_query_gid index %d", b.gid_index);
+	query_gid(b.ibv, b.ib_port, b.gid_index, &b.me.gid);
 	b.pd = ibv_alloc_pd(b.ibv);
 	CHECK(b.pd, "ibv_alloc_pd");
 	b.size = max;
@@ -383,7 +297,7 @@ int main(int argc, char **argv)
 	b.me.size = max;
 
 	/* the exchange over TCP, then both QPs to RTS before the first WRITE */
-	char addr_text[32] = "";
+	char addr_text[INET_ADDRSTRLEN] = "";
 	char line[64];
 
 	printf("---------------------------------------------------------------------------------------\n");
@@ -392,13 +306,21 @@ int main(int argc, char **argv)
 	       ibv_get_device_name(b.ibv->device), b.ib_port);
 	printf(" GID index      : %d\t\tTimeout        : %d\tRetry count : %d\n", b.gid_index,
 	       timeout, retry);
-	b.sock = name ? tcp_client(name, port, b.deadline, addr_text) : tcp_server(port);
+	if (name) {
+		b.sock = tcp_connect(name, port, b.deadline, addr_text);
+	} else {
+		int listener = tcp_listen(port);
+
+		printf(" Waiting for a client on TCP port %d\n", port);
+		b.sock = tcp_accept(listener, b.deadline);
+		close(listener);
+	}
 	if (name)
 		printf(" Server         : %s (%s, TCP port %d)\n", name, addr_text, port);
 	exchange(&b);
 	verbs_connect(&b, timeout, retry);
-	send_line(&b, "rts\n");
-	recv_line(&b, line, sizeof(line));
+	send_line(b.sock, "rts\n");
+	recv_line(b.sock, line, sizeof(line), b.deadline);
 	CHECK(strcmp(line, "rts") == 0, "the peer's QP: '%s'", line);
 	print_gid("local", &b.me);
 	print_gid("remote", &b.peer);
@@ -420,7 +342,7 @@ int main(int argc, char **argv)
 			printf(" %-10zu %-14zu %-18.2f %-20.2f %.6f\n", size, count, peak / MIB,
 			       avg / MIB, avg / size / 1e6);
 		}
-		send_line(&b, "done\n");
+		send_line(b.sock, "done\n");
 		printf("---------------------------------------------------------------------------------------\n");
 		printf(" every byte checked by the server\n");
 	}

@@ -1,9 +1,10 @@
 /*
  * What the OCP MRC API examples share: a fatal check, the clock, opening the verbs device that
- * supports MRC, registered buffers, the MRC context with its CQs, the QP's state changes
- * (RESET -> INIT with the host's profiles, INIT -> RTR -> RTS towards a peer QP) and the
- * rendezvous files through which the ends meet (testbed hosts
- * share the file system).
+ * supports MRC and reading its GID, registered buffers, the MRC context with its CQs, the QP's
+ * state changes (RESET -> INIT with the host's profiles, INIT -> RTR -> RTS towards a peer QP),
+ * and the two ways ends meet to swap their QP details: TCP on the management network, peers
+ * named by host name (as applications for real MRC NICs do: mrc_bw, mrc_allreduce), and
+ * rendezvous files in a folder every testbed host can read (mrc_pingpong).
  *
  * An example defines EXAMPLE (its name, the prefix of its error lines) before including this
  * header; every function is static inline, so each example stays one translation unit and
@@ -12,10 +13,17 @@
 #ifndef MRC_EXAMPLE_H
 #define MRC_EXAMPLE_H
 
+#include <arpa/inet.h>
 #include <errno.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -64,6 +72,18 @@ static inline struct ibv_context *open_mrc_device(const char *name)
 	CHECK(mrc_query_device(ibv, &dattr, &supported) == 0 && supported,
 	      "the device does not support MRC");
 	return ibv;
+}
+
+/* The GID at `index` of port `port`, after checking that the port's table (gid_tbl_len) has
+ * it: index 3 is what applications for RoCEv2 NICs use by default */
+static inline void query_gid(struct ibv_context *ibv, int port, int index, union ibv_gid *gid)
+{
+	struct ibv_port_attr pattr;
+
+	CHECK(ibv_query_port(ibv, (uint8_t)port, &pattr) == 0, "ibv_query_port %d", port);
+	CHECK(index >= 0 && index < pattr.gid_tbl_len, "GID index %d: port %d has %d GIDs", index,
+	      port, pattr.gid_tbl_len);
+	CHECK(ibv_query_gid(ibv, (uint8_t)port, index, gid) == 0, "ibv_query_gid index %d", index);
 }
 
 /* A send and a receive buffer of `size` bytes, page-aligned, registered in `pd` (the receive
@@ -151,6 +171,114 @@ static inline void connect_qp(struct mrc_qp *qp, uint32_t qpn, const union ibv_g
 	errno = rc;
 	CHECK(rc == 0, "RTR -> RTS");
 }
+
+/* -- the exchange over TCP (the management network) ------------------------------------------ */
+
+/* Wait until `fd` is readable; give up at `deadline` */
+static inline void wait_readable(int fd, double deadline, const char *what)
+{
+	for (;;) {
+		struct pollfd p = {.fd = fd, .events = POLLIN};
+		double left = deadline - now();
+
+		CHECK(left > 0, "timed out waiting for %s", what);
+		int n = poll(&p, 1, left > 1 ? 1000 : (int)(left * 1000) + 1);
+
+		if (n > 0)
+			return;
+		CHECK(n == 0 || errno == EINTR, "poll");
+	}
+}
+
+/* One line, formatted, to the peer at the other end of `fd` */
+static inline void send_line(int fd, const char *fmt, ...)
+{
+	char line[256];
+	va_list ap;
+	int n;
+
+	va_start(ap, fmt);
+	n = vsnprintf(line, sizeof(line), fmt, ap);
+	va_end(ap);
+	CHECK(n > 0 && (size_t)n < sizeof(line) && write(fd, line, n) == n, "TCP send");
+}
+
+/* The peer's next line (without its newline; at most `len` - 1 bytes), by `deadline` */
+static inline void recv_line(int fd, char *line, size_t len, double deadline)
+{
+	size_t n = 0;
+
+	while (n + 1 < len) {
+		wait_readable(fd, deadline, "the peer's line");
+		ssize_t r = read(fd, line + n, 1);
+
+		CHECK(r == 1, "TCP receive (the peer closed the connection)");
+		if (line[n] == '\n')
+			break;
+		n++;
+	}
+	line[n] = '\0';
+}
+
+/* A TCP socket listening on `port` on every IPv4 address of the host */
+static inline int tcp_listen(int port)
+{
+	struct sockaddr_in addr = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+				   .sin_addr.s_addr = htonl(INADDR_ANY)};
+	int one = 1, fd = socket(AF_INET, SOCK_STREAM, 0);
+
+	CHECK(fd >= 0, "socket");
+	setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+	CHECK(bind(fd, (struct sockaddr *)&addr, sizeof(addr)) == 0, "bind TCP port %d", port);
+	CHECK(listen(fd, 8) == 0, "listen");
+	return fd;
+}
+
+/* The next connection to the listening socket `fd`, by `deadline` */
+static inline int tcp_accept(int fd, double deadline)
+{
+	int one = 1, conn;
+
+	wait_readable(fd, deadline, "a connection");
+	conn = accept(fd, NULL, NULL);
+	CHECK(conn >= 0, "accept");
+	setsockopt(conn, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+	return conn;
+}
+
+/* A TCP connection to `host` (a host name, resolved through /etc/hosts, or an IPv4 address)
+ * on `port`, tried again until the peer listens or `deadline` passes; the address it resolved
+ * to in `addr_text` (at least INET_ADDRSTRLEN bytes) */
+static inline int tcp_connect(const char *host, int port, double deadline, char *addr_text)
+{
+	struct addrinfo hints = {.ai_family = AF_INET, .ai_socktype = SOCK_STREAM}, *res;
+	char service[16];
+	int one = 1, rc;
+
+	snprintf(service, sizeof(service), "%d", port);
+	rc = getaddrinfo(host, service, &hints, &res);
+	if (rc) {
+		fprintf(stderr, EXAMPLE ": cannot resolve %s: %s\n", host, gai_strerror(rc));
+		exit(1);
+	}
+	inet_ntop(AF_INET, &((struct sockaddr_in *)res->ai_addr)->sin_addr, addr_text,
+		  INET_ADDRSTRLEN);
+	for (;;) { /* the peer may not listen yet */
+		int fd = socket(AF_INET, SOCK_STREAM, 0);
+
+		CHECK(fd >= 0, "socket");
+		if (connect(fd, res->ai_addr, res->ai_addrlen) == 0) {
+			freeaddrinfo(res);
+			setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+			return fd;
+		}
+		close(fd);
+		CHECK(now() < deadline, "cannot connect to %s (%s) port %d", host, addr_text, port);
+		usleep(100000);
+	}
+}
+
+/* -- rendezvous files (a folder every testbed host can read) ---------------------------------- */
 
 /* DIR/NAME.SUFFIX holding `text`, written whole (through a temporary file and a rename) */
 static inline void write_file(const char *dir, const char *name, const char *suffix,
