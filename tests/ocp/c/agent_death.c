@@ -13,115 +13,13 @@
  * "ALL OK" when none failed.
  */
 #define _GNU_SOURCE
-#include <errno.h>
 #include <poll.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
 #include <unistd.h>
 
-#include "mrc.h"
+#include "checks.h"
 
-static int failures;
-
-#define CHECK(name, cond, ...)                                              \
-	do {                                                                \
-		if (cond) {                                                 \
-			printf("ok %s\n", name);                            \
-		} else {                                                    \
-			printf("FAIL %s: ", name);                          \
-			printf(__VA_ARGS__);                                \
-			printf(" (errno %d %s)\n", errno, strerror(errno)); \
-			failures++;                                         \
-		}                                                           \
-		fflush(stdout);                                             \
-	} while (0)
-
-#define DIE(...)                                                    \
-	do {                                                        \
-		printf("FAIL setup: " __VA_ARGS__);                 \
-		printf(" (errno %d %s)\n", errno, strerror(errno)); \
-		exit(1);                                            \
-	} while (0)
-
-#define BUF 65536
 #define RECVS 4
 #define SENDS 3
-
-struct host {
-	const char *name;
-	struct ibv_context *ibv;
-	struct ibv_pd *pd;
-	struct mrc_context *mrc;
-	struct mrc_comp_channel *channel;
-	struct mrc_cq *scq, *rcq;
-	struct mrc_qp *qp;
-	uint8_t *buf;
-	struct ibv_mr *mr;
-	union ibv_gid gid;
-};
-
-static struct ibv_context *open_device(const char *name)
-{
-	struct ibv_device **list = ibv_get_device_list(NULL);
-	struct ibv_context *ctx = NULL;
-
-	for (int i = 0; list && list[i]; i++)
-		if (strcmp(ibv_get_device_name(list[i]), name) == 0)
-			ctx = ibv_open_device(list[i]);
-	ibv_free_device_list(list);
-	return ctx;
-}
-
-static void open_host(struct host *h)
-{
-	struct mrc_qp_init_attr attr = {
-		.pd = NULL, .sq_sig_all = 1,
-		.cap = {.max_send_wr = 16, .max_recv_wr = 16, .max_send_sge = 1, .max_recv_sge = 1},
-	};
-	struct ibv_qp_attr va = {.qp_state = IBV_QPS_INIT};
-	struct mrc_qp_attr ma = {0};
-
-	h->ibv = open_device(h->name);
-	if (!h->ibv)
-		DIE("no device %s", h->name);
-	h->pd = ibv_alloc_pd(h->ibv);
-	h->mrc = mrc_create_context(h->ibv, NULL);
-	h->buf = aligned_alloc(4096, BUF);
-	if (!h->pd || !h->mrc || !h->buf || mrc_create_comp_channel(h->mrc, &h->channel))
-		DIE("open %s", h->name);
-	memset(h->buf, 0x5a, BUF);
-	h->mr = ibv_reg_mr(h->pd, h->buf, BUF, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
-	if (!h->mr || ibv_query_gid(h->ibv, 1, 0, &h->gid))
-		DIE("memory or GID of %s", h->name);
-	h->scq = mrc_create_cq(h->mrc, 64, NULL, NULL, 0);
-	h->rcq = mrc_create_cq(h->mrc, 64, h, h->channel, 0);
-	if (!h->scq || !h->rcq)
-		DIE("CQs of %s", h->name);
-	attr.send_cq = h->scq;
-	attr.recv_cq = h->rcq;
-	attr.pd = h->pd;
-	h->qp = mrc_create_qp(h->mrc, &attr);
-	if (!h->qp || mrc_modify_qp(h->qp, &va, IBV_QP_STATE, &ma, 0))
-		DIE("QP of %s", h->name);
-}
-
-static void connect_qp(struct host *h, struct host *peer)
-{
-	struct ibv_qp_attr va = {.qp_state = IBV_QPS_RTR};
-	struct mrc_qp_attr ma = {0};
-	uint32_t qpn;
-
-	mrc_get_qpn(peer->qp, &qpn);
-	va.dest_qp_num = qpn;
-	va.ah_attr.is_global = 1;
-	va.ah_attr.grh.dgid = peer->gid;
-	if (mrc_modify_qp(h->qp, &va, IBV_QP_STATE | IBV_QP_AV | IBV_QP_DEST_QPN, &ma, 0))
-		DIE("RTR on %s", h->name);
-	va = (struct ibv_qp_attr){.qp_state = IBV_QPS_RTS};
-	if (mrc_modify_qp(h->qp, &va, IBV_QP_STATE, &ma, 0))
-		DIE("RTS on %s", h->name);
-}
 
 static void turn(int n)
 {
@@ -174,10 +72,10 @@ int main(void)
 	uint32_t qpn;
 	int n;
 
-	open_host(&h0);
-	open_host(&h1);
-	connect_qp(&h0, &h1);
-	connect_qp(&h1, &h0);
+	open_host(&h0, 16);
+	open_host(&h1, 16);
+	connect_qp_to("h0", h0.qp, h1.qp, &h1.gid);
+	connect_qp_to("h1", h1.qp, h0.qp, &h0.gid);
 	mrc_get_qpn(h0.qp, &qpn);
 
 	for (int i = 0; i < RECVS; i++) {
@@ -251,15 +149,7 @@ int main(void)
 		ibv_close_device(h0.ibv);
 	free(h0.buf);
 	turn(3); /* the test resumes h1's agent */
-	mrc_destroy_qp(h1.qp);
-	mrc_destroy_cq(h1.scq);
-	mrc_destroy_cq(h1.rcq);
-	mrc_destroy_comp_channel(h1.channel);
-	mrc_destroy_context(h1.mrc);
-	ibv_dereg_mr(h1.mr);
-	ibv_dealloc_pd(h1.pd);
-	ibv_close_device(h1.ibv);
-	free(h1.buf);
+	close_host(&h1);
 	if (failures)
 		return 1;
 	printf("ALL OK\n");

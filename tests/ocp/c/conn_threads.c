@@ -10,112 +10,14 @@
  * Prints "ok NAME" or "FAIL NAME: why" per check, then "ALL OK" when none failed.
  */
 #define _GNU_SOURCE
-#include <errno.h>
-#include <pthread.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
 #include <unistd.h>
 
-#include "mrc.h"
+#include "checks.h"
 
 #define WRITES 40
-#define BUF 65536
-
-static int failures;
-static pthread_mutex_t out_lock = PTHREAD_MUTEX_INITIALIZER;
-
-#define CHECK(name, cond, ...)                                              \
-	do {                                                                \
-		pthread_mutex_lock(&out_lock);                              \
-		if (cond) {                                                 \
-			printf("ok %s\n", name);                            \
-		} else {                                                    \
-			printf("FAIL %s: ", name);                          \
-			printf(__VA_ARGS__);                                \
-			printf(" (errno %d %s)\n", errno, strerror(errno)); \
-			failures++;                                         \
-		}                                                           \
-		fflush(stdout);                                             \
-		pthread_mutex_unlock(&out_lock);                            \
-	} while (0)
-
-#define DIE(...)                                                    \
-	do {                                                        \
-		printf("FAIL setup: " __VA_ARGS__);                 \
-		printf(" (errno %d %s)\n", errno, strerror(errno)); \
-		exit(1);                                            \
-	} while (0)
-
-struct host {
-	const char *name;
-	struct ibv_context *ibv;
-	struct ibv_pd *pd;
-	struct mrc_context *mrc;
-	struct mrc_comp_channel *channel;
-	struct mrc_cq *scq, *rcq;
-	struct mrc_qp *qp;
-	uint8_t *buf;
-	struct ibv_mr *mr;
-	union ibv_gid gid;
-};
 
 static struct host h0 = {.name = "h0"}, h1 = {.name = "h1"};
 static int received; /* WRITE_WITH_IMMs h1 completed (the event thread's) */
-
-static void open_host(struct host *h)
-{
-	struct ibv_device **list = ibv_get_device_list(NULL);
-	struct mrc_qp_init_attr attr = {
-		.sq_sig_all = 1,
-		.cap = {.max_send_wr = 64, .max_recv_wr = 64, .max_send_sge = 1, .max_recv_sge = 1},
-	};
-	struct ibv_qp_attr va = {.qp_state = IBV_QPS_INIT};
-	struct mrc_qp_attr ma = {0};
-
-	for (int i = 0; list && list[i]; i++)
-		if (strcmp(ibv_get_device_name(list[i]), h->name) == 0)
-			h->ibv = ibv_open_device(list[i]);
-	ibv_free_device_list(list);
-	if (!h->ibv)
-		DIE("no device %s", h->name);
-	h->pd = ibv_alloc_pd(h->ibv);
-	h->mrc = mrc_create_context(h->ibv, NULL);
-	h->buf = aligned_alloc(4096, BUF);
-	if (!h->pd || !h->mrc || !h->buf || mrc_create_comp_channel(h->mrc, &h->channel))
-		DIE("open %s", h->name);
-	memset(h->buf, 0, BUF);
-	h->mr = ibv_reg_mr(h->pd, h->buf, BUF, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
-	if (!h->mr || ibv_query_gid(h->ibv, 1, 0, &h->gid))
-		DIE("memory or GID of %s", h->name);
-	h->scq = mrc_create_cq(h->mrc, 128, NULL, NULL, 0);
-	h->rcq = mrc_create_cq(h->mrc, 128, h, h->channel, 0);
-	if (!h->scq || !h->rcq)
-		DIE("CQs of %s", h->name);
-	attr.send_cq = h->scq;
-	attr.recv_cq = h->rcq;
-	attr.pd = h->pd;
-	h->qp = mrc_create_qp(h->mrc, &attr);
-	if (!h->qp || mrc_modify_qp(h->qp, &va, IBV_QP_STATE, &ma, 0))
-		DIE("QP of %s", h->name);
-}
-
-static void connect_qp(struct host *h, struct host *peer)
-{
-	struct ibv_qp_attr va = {.qp_state = IBV_QPS_RTR};
-	struct mrc_qp_attr ma = {0};
-	uint32_t qpn;
-
-	mrc_get_qpn(peer->qp, &qpn);
-	va.dest_qp_num = qpn;
-	va.ah_attr.is_global = 1;
-	va.ah_attr.grh.dgid = peer->gid;
-	if (mrc_modify_qp(h->qp, &va, IBV_QP_STATE | IBV_QP_AV | IBV_QP_DEST_QPN, &ma, 0))
-		DIE("RTR on %s", h->name);
-	va = (struct ibv_qp_attr){.qp_state = IBV_QPS_RTS};
-	if (mrc_modify_qp(h->qp, &va, IBV_QP_STATE, &ma, 0))
-		DIE("RTS on %s", h->name);
-}
 
 static int post_recv(struct host *h, uint64_t wr_id)
 {
@@ -217,15 +119,17 @@ int main(void)
 
 	alarm(180); /* a thread that never returns ends the program, not the test run */
 
-	open_host(&h0);
-	open_host(&h1);
-	connect_qp(&h0, &h1);
-	connect_qp(&h1, &h0);
+	open_host(&h0, 64);
+	open_host(&h1, 64);
+	connect_qp_to("h0", h0.qp, h1.qp, &h1.gid);
+	connect_qp_to("h1", h1.qp, h0.qp, &h0.gid);
 	for (int i = 0; i < 32; i++)
 		if (post_recv(&h1, 100 + (uint64_t)i))
 			DIE("post_recv on h1");
 	if (mrc_req_notify_cq(h1.rcq, 0))
 		DIE("req_notify_cq on h1");
+	printf("set up: QPs connected, receives posted\n");
+	fflush(stdout);
 	pthread_create(&ev, NULL, events, NULL);
 	pthread_create(&t[0], NULL, writer, NULL);
 	pthread_create(&t[1], NULL, querier, NULL);
@@ -235,17 +139,8 @@ int main(void)
 	pthread_join(ev, NULL);
 	CHECK("events_on_the_channel_from_a_thread", received == WRITES, "%d of %d received",
 	      received, WRITES);
-	for (struct host *h = &h0; h; h = h == &h0 ? &h1 : NULL) {
-		mrc_destroy_qp(h->qp);
-		mrc_destroy_cq(h->scq);
-		mrc_destroy_cq(h->rcq);
-		mrc_destroy_comp_channel(h->channel);
-		mrc_destroy_context(h->mrc);
-		ibv_dereg_mr(h->mr);
-		ibv_dealloc_pd(h->pd);
-		ibv_close_device(h->ibv);
-		free(h->buf);
-	}
+	close_host(&h0);
+	close_host(&h1);
 	if (failures)
 		return 1;
 	printf("ALL OK\n");

@@ -6,52 +6,14 @@
  * Prints "ok NAME" or "FAIL NAME: why" per check; exits 1 when any failed.
  */
 #define _GNU_SOURCE
-#include <errno.h>
 #include <signal.h>
-#include <stdio.h>
-#include <stdlib.h>
-#include <string.h>
 #include <time.h>
 #include <unistd.h>
 
-#include "mrc.h"
+#include "checks.h"
 #include "mrc_ctl.h"
 
-static int failures;
-
-#define CHECK(name, cond, ...)                                       \
-	do {                                                         \
-		if (cond) {                                          \
-			printf("ok %s\n", name);                     \
-		} else {                                             \
-			printf("FAIL %s: ", name);                   \
-			printf(__VA_ARGS__);                         \
-			printf(" (errno %d %s)\n", errno, strerror(errno)); \
-			failures++;                                  \
-		}                                                    \
-		fflush(stdout);                                      \
-	} while (0)
-
-#define DIE(...)                                                     \
-	do {                                                         \
-		printf("FAIL setup: " __VA_ARGS__);                  \
-		printf(" (errno %d %s)\n", errno, strerror(errno));  \
-		exit(1);                                             \
-	} while (0)
-
-#define BUF 65536
-
-struct host {
-	const char *name;
-	struct ibv_context *ibv;
-	struct ibv_pd *pd;
-	struct mrc_context *mrc;
-	struct mrc_cq *scq, *rcq;
-	struct mrc_qp *qp;
-	uint8_t *buf;		/* BUF bytes, the first half registered */
-	struct ibv_mr *mr;
-	union ibv_gid gid;
-};
+#define BUF HOST_BUF /* a host's buffer: here only the first half is registered */
 
 static double now(void)
 {
@@ -75,7 +37,8 @@ static int poll_one(struct mrc_cq *cq, struct ibv_wc *wc, double seconds)
 	return 0;
 }
 
-static void open_host(struct host *h, struct ibv_device **list)
+/* h opened, half its buffer registered, its CQs without a channel, no QP yet (new_qp) */
+static void open_half(struct host *h, struct ibv_device **list)
 {
 	for (int i = 0; list[i]; i++)
 		if (strcmp(ibv_get_device_name(list[i]), h->name) == 0)
@@ -120,19 +83,7 @@ static struct mrc_qp *new_qp(struct host *h, uint64_t profile, uint64_t cc)
 
 static void connect_qp(struct host *h, struct host *peer)
 {
-	struct ibv_qp_attr va = {.qp_state = IBV_QPS_RTR};
-	struct mrc_qp_attr ma = {0};
-	uint32_t qpn;
-
-	mrc_get_qpn(peer->qp, &qpn);
-	va.dest_qp_num = qpn;
-	va.ah_attr.is_global = 1;
-	va.ah_attr.grh.dgid = peer->gid;
-	if (mrc_modify_qp(h->qp, &va, IBV_QP_STATE | IBV_QP_AV | IBV_QP_DEST_QPN, &ma, 0))
-		DIE("RTR on %s", h->name);
-	va = (struct ibv_qp_attr){.qp_state = IBV_QPS_RTS};
-	if (mrc_modify_qp(h->qp, &va, IBV_QP_STATE, &ma, 0))
-		DIE("RTS on %s", h->name);
+	connect_qp_to(h->name, h->qp, peer->qp, &peer->gid);
 }
 
 static void pair(struct host *a, struct host *b)
@@ -210,8 +161,8 @@ int main(void)
 	CHECK("device_list", list && n >= 2, "%d devices", n);
 	if (!list || n < 2)
 		return 1;
-	open_host(&h0, list);
-	open_host(&h1, list);
+	open_half(&h0, list);
+	open_half(&h1, list);
 	ibv_free_device_list(list);
 	union ibv_gid gid;
 
