@@ -1135,20 +1135,28 @@ struct wr_kind {
 };
 
 #define WR_FIELD(wr, offset, type) (*(type *)((char *)(wr) + (offset)))
+#define WR_LAYOUT(type) offsetof(type, next), offsetof(type, sg_list), offsetof(type, num_sge)
+
+/* *bad_wr = wr, for a bad_wr of either kind of work request (NULL: nothing to set). */
+static void set_bad(void *bad_wr, void *wr)
+{
+	if (bad_wr)
+		memcpy(bad_wr, &wr, sizeof(wr));
+}
 
 /*
  * Post the chain from wr. It goes to the agent in requests of at most MTB_POST_BATCH work
  * requests (a request line has a size limit, and a chain may be as long as the queue): the WRs
  * before a refused one are posted, those after it are not, as ibv_post_send(3) has it. 0 when
- * every WR was posted; else the errno value, *bad the first WR not posted.
+ * every WR was posted; else the errno value, *bad_wr the first WR not posted.
  */
-static int post_chain(struct mrc_qp *qp, void *wr, const struct wr_kind *kind, void **bad)
+static int post_chain(struct mrc_qp *qp, void *wr, const struct wr_kind *kind, void *bad_wr)
 {
 	struct mtb_sb sb;
 	void *first = wr; /* the first WR of the request being written */
 	int n = 0;
 
-	*bad = wr;
+	set_bad(bad_wr, wr);
 	if (!qp_check(qp, kind->fn))
 		return EINVAL;
 	if (!wr) {
@@ -1159,7 +1167,7 @@ static int post_chain(struct mrc_qp *qp, void *wr, const struct wr_kind *kind, v
 		int num = WR_FIELD(w, kind->num_sge, int);
 
 		if (num < 0 || (num > 0 && !WR_FIELD(w, kind->sg_list, struct ibv_sge *))) {
-			*bad = w;
+			set_bad(bad_wr, w);
 			fail(EINVAL, "%s: a work request with a bad SGE list", kind->fn);
 			return EINVAL;
 		}
@@ -1190,7 +1198,7 @@ static int post_chain(struct mrc_qp *qp, void *wr, const struct wr_kind *kind, v
 				b = WR_FIELD(b, kind->next, void *);
 			if (!mtb_lost(qp->ctx->mtb))
 				kind->hold(qp, first, b); /* the agent took those before it */
-			*bad = b ? b : first;
+			set_bad(bad_wr, b ? b : first);
 			errno = err;
 			return err;
 		}
@@ -1198,7 +1206,7 @@ static int post_chain(struct mrc_qp *qp, void *wr, const struct wr_kind *kind, v
 		first = next;
 		n = 0;
 	}
-	*bad = NULL;
+	set_bad(bad_wr, NULL);
 	return 0;
 }
 
@@ -1207,18 +1215,14 @@ static void put_recv(struct mtb_sb *sb, void *wr)
 	mtb_sb_printf(sb, "[%llu,", (unsigned long long)((struct ibv_recv_wr *)wr)->wr_id);
 }
 
+static const struct wr_kind recv_kind = {
+	"mrc_post_recv", "post_recv", WR_LAYOUT(struct ibv_recv_wr), put_recv, held_recvs,
+};
+
 EXPORT int mrc_post_recv(struct mrc_qp *qp, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad_wr)
 {
-	static const struct wr_kind kind = {
-		"mrc_post_recv", "post_recv", offsetof(struct ibv_recv_wr, next),
-		offsetof(struct ibv_recv_wr, sg_list), offsetof(struct ibv_recv_wr, num_sge),
-		put_recv, held_recvs,
-	};
-	void *bad;
-	int err = post_chain(qp, wr, &kind, &bad);
+	int err = post_chain(qp, wr, &recv_kind, bad_wr);
 
-	if (bad_wr)
-		*bad_wr = bad;
 	if (!err)
 		return 0;
 	errno = err;
@@ -1234,17 +1238,11 @@ static void put_send(struct mtb_sb *sb, void *wr)
 		      (unsigned long long)w->wr.rdma.remote_addr, w->wr.rdma.rkey);
 }
 
+static const struct wr_kind send_kind = {
+	"mrc_post_send", "post_send", WR_LAYOUT(struct ibv_send_wr), put_send, held_sends,
+};
+
 EXPORT int mrc_post_send(struct mrc_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad_wr)
 {
-	static const struct wr_kind kind = {
-		"mrc_post_send", "post_send", offsetof(struct ibv_send_wr, next),
-		offsetof(struct ibv_send_wr, sg_list), offsetof(struct ibv_send_wr, num_sge),
-		put_send, held_sends,
-	};
-	void *bad;
-	int err = post_chain(qp, wr, &kind, &bad);
-
-	if (bad_wr)
-		*bad_wr = bad;
-	return err; /* the errno value, as ibv_post_send */
+	return post_chain(qp, wr, &send_kind, bad_wr); /* the errno value, as ibv_post_send */
 }
