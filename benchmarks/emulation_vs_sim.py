@@ -57,17 +57,24 @@ SCENARIOS = ("failure", "incast-3", "incast-8")
 TARGETS = ("sim", "model", "bmv2")
 
 
+def scaled(mib: float, rate: float) -> int:
+    """``mib`` MiB at 10 Mb/s, scaled to ``rate``: a run takes the same time at every rate."""
+    return int(mib * (1 << 20) * rate / 10.0)
+
+
 def failure_scenario(rate: float) -> Scenario:
     """The demo's permutation and link failure, MRC alone."""
     demo = load_scenario(shipped_scenario("demo"))
+    workload = {**demo.raw["workloads"][0], "total_bytes": scaled(14, rate)}
     return demo.with_(
-        name="failure", transports=["mrc"], link_rate_mbps=rate, sample_interval_s=SAMPLE_INTERVAL
-    )
+        name="failure", transports=["mrc"], link_rate_mbps=rate, workloads=[workload],
+        sample_interval_s=SAMPLE_INTERVAL,
+    )  # fmt: skip
 
 
 def incast_scenario(senders: int, rate: float) -> Scenario:
     """``senders`` hosts to h0 (small fabric for 3, medium for 8), at the default operating
-    point; each sends enough to keep the receiver's NICs busy for about 3 s at 10 Mb/s."""
+    point; each sends enough to keep the receiver's NICs busy for about 3 s."""
     return parse_scenario(
         {
             "name": f"incast-{senders}",
@@ -82,7 +89,7 @@ def incast_scenario(senders: int, rate: float) -> Scenario:
                     "receiver": "h0",
                     "senders": [f"h{i}" for i in range(1, senders + 1)],
                     "message_bytes": "256KiB",
-                    "total_bytes": "2MiB" if senders <= 3 else "1MiB",
+                    "total_bytes": scaled(2 if senders <= 3 else 1, rate),
                     "start_s": 0.2,
                 }
             ],
@@ -221,7 +228,9 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--targets", default=",".join(TARGETS), help="comma-separated targets")
     ap.add_argument("--only", default=",".join(SCENARIOS), help="comma-separated scenarios")
-    ap.add_argument("--rate", type=float, default=10.0, help="link rate, Mb/s (10)")
+    ap.add_argument(
+        "--rate", type=float, default=10.0, help="link rate, Mb/s (10; flows scaled alike)"
+    )
     ap.add_argument("--lock", type=Path, help="hold this file's lock for every emulated run")
     ap.add_argument("--out", type=Path, help="write the figures as JSON")
     ap.add_argument("--results", type=Path, help="keep the results folders here")
