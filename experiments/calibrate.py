@@ -9,7 +9,7 @@ ticks where schedstat is missing) over :data:`IDLE_S` with no traffic, then over
 way between the two hosts that keeps both links busy for about :data:`TRANSFER_S`. The
 traffic's CPU over the frames delivered is the cost of a switch hop (three per frame) and of an
 agent packet (two ends per frame); the idle CPU is what every process of a fabric costs
-besides. It takes about half a minute, boot included.
+besides. It takes about ten seconds, boot included.
 
 :func:`cached_calibration` keeps the figures in ``calibration.json`` of the cache folder
 (``$MRC_TESTBED_CACHE``, else ``$XDG_CACHE_HOME/mrc-testbed``, else ``~/.cache/mrc-testbed``),

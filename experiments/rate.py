@@ -216,7 +216,11 @@ class Need:
             f"{self.budget_cores:.2f} budgeted ({self.budget_cores / self.cores * 100:.0f} % of "
             f"{self.cores}), the busiest switch {self.switch_cores:.2f} and agent "
             f"{self.agent_cores:.2f} of the {self.process_budget:.2f} of a core budgeted to each; "
-            f"headroom {self.headroom * 100:.0f} % of the budget"
+            + (
+                f"headroom {self.headroom * 100:.0f} % of the budget"
+                if self.faithful
+                else f"{-self.headroom * 100:.0f} % over the budget"
+            )
         )
 
 

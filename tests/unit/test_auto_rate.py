@@ -294,3 +294,11 @@ def test_a_fixed_rate_replaces_auto() -> None:
     assert not fixed.auto_rate and fixed.topology.link_rate_mbps == 5.0
     assert fixed.duration_s == scenario.duration_s  # with_ keeps the times as written
     assert "reference_rate_mbps" not in fixed.raw
+
+
+def test_a_need_over_the_budget_says_by_how_much() -> None:
+    small = topology()
+    load = fabric_load(small, [])
+    over = assess(CAL, load, 100.0, small, cores=2)
+    assert not over.faithful and over.text().endswith("% over the budget")
+    assert "headroom" in choose_rate(CAL, load, small, cores=2).text()
