@@ -723,7 +723,9 @@ def cmd_up(args: argparse.Namespace) -> int:
     """``mrc-testbed up``: start the fabric and keep it running until Ctrl-C or ``down``."""
     topology = load_topology(_topology_arg(args.topo))
     testbed = Testbed(topology, args.target)
-    handle_termination()  # SIGTERM ('mrc-testbed down') ends the wait below as Ctrl-C does
+    # SIGTERM ('mrc-testbed down') ends the wait below as Ctrl-C does; Mininet's CLI takes a
+    # KeyboardInterrupt for a Ctrl-C at its prompt, so under it SIGTERM exits instead
+    handle_termination(SystemExit if args.cli else KeyboardInterrupt)
     try:
         testbed.up(progress=print)
         print(

@@ -17,24 +17,36 @@ import threading
 from types import FrameType
 
 
-def _terminated(signum: int, _frame: FrameType | None) -> None:
-    # one is enough: a second SIGTERM must not cut the cleanup the first one started short
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    raise KeyboardInterrupt(f"terminated by signal {signum}")
+class _Terminate:
+    """The SIGTERM handler: raises ``raise_as`` once."""
+
+    def __init__(self, raise_as: type[BaseException]) -> None:
+        self.raise_as = raise_as
+
+    def __call__(self, signum: int, _frame: FrameType | None) -> None:
+        # one is enough: a second SIGTERM must not cut the cleanup the first one started short
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        if issubclass(self.raise_as, SystemExit):
+            raise self.raise_as(128 + signum)
+        raise self.raise_as(f"terminated by signal {signum}")
 
 
-def handle_termination() -> bool:
-    """From now on SIGTERM raises :class:`KeyboardInterrupt` in the main thread (a second one,
-    while the cleanup runs, is ignored). Does nothing outside the main thread or when the
-    process has a SIGTERM handler of its own. SIGINT keeps Python's handler (which raises
-    :class:`KeyboardInterrupt`); a process started with SIGINT ignored keeps ignoring it.
-    Returns True when SIGTERM is handled so."""
+def handle_termination(raise_as: type[BaseException] | None = None) -> bool:
+    """From now on SIGTERM raises :class:`KeyboardInterrupt` (or ``raise_as``) in the main
+    thread; a second one, while the cleanup runs, is ignored. ``SystemExit`` is for code that
+    swallows KeyboardInterrupt (Mininet's CLI takes it for a Ctrl-C at its prompt); without
+    ``raise_as`` a handler installed here before is kept as it is. Does nothing
+    outside the main thread or when the process has a SIGTERM handler of its own. SIGINT keeps
+    Python's handler (which raises :class:`KeyboardInterrupt`); a process started with SIGINT
+    ignored keeps ignoring it. Returns True when SIGTERM is handled so."""
     if threading.current_thread() is not threading.main_thread():
         return False
     current = signal.getsignal(signal.SIGTERM)
-    if current is _terminated:
+    if isinstance(current, _Terminate):
+        if raise_as is not None:
+            current.raise_as = raise_as
         return True
     if current not in (signal.SIG_DFL, None):
         return False
-    signal.signal(signal.SIGTERM, _terminated)
+    signal.signal(signal.SIGTERM, _Terminate(raise_as or KeyboardInterrupt))
     return True

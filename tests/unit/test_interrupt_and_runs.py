@@ -21,6 +21,8 @@ import signal, sys, time
 from targets.interrupt import handle_termination
 if sys.argv[1] == "handled":
     handle_termination()
+elif sys.argv[1] == "exit":  # as under Mininet's CLI, which swallows KeyboardInterrupt
+    handle_termination(SystemExit)
 try:
     print("ready", flush=True)
     time.sleep(60)
@@ -31,7 +33,7 @@ finally:
 """
 
 
-@pytest.mark.parametrize("mode", ["handled", "default"])
+@pytest.mark.parametrize("mode", ["handled", "exit", "default"])
 def test_sigterm_runs_the_cleanup_once_handled(mode: str) -> None:
     child = subprocess.Popen([sys.executable, "-c", CHILD, mode], cwd=ROOT, text=True,
                              stdout=subprocess.PIPE)  # fmt: skip
@@ -40,6 +42,8 @@ def test_sigterm_runs_the_cleanup_once_handled(mode: str) -> None:
     out, _ = child.communicate(timeout=30)
     if mode == "handled":
         assert out.split("\n")[:2] == ["interrupted", "cleaned up"]
+    elif mode == "exit":
+        assert out.strip() == "cleaned up" and child.returncode == 128 + signal.SIGTERM
     else:  # Python's default: the process ends with no cleanup
         assert child.returncode == -signal.SIGTERM and "cleaned up" not in out
 
