@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from experiments.fidelity import THRESHOLDS
@@ -78,11 +78,11 @@ class Measurement:
     """How a :class:`Calibration` was measured: the link rate (Mb/s), the data frames
     delivered, the seconds of traffic, the one-minute load average and the unix time."""
 
-    rate_mbps: float = 0.0
-    packets: int = 0
-    seconds: float = 0.0
-    load: float = 0.0
-    at: float = 0.0
+    rate_mbps: float
+    packets: int
+    seconds: float
+    load: float
+    at: float
 
 
 @dataclass(frozen=True)
@@ -99,7 +99,8 @@ class Calibration:
     switch_idle_cores: float
     #: cores one agent uses with no traffic
     agent_idle_cores: float
-    measured: Measurement = field(default_factory=Measurement)
+    #: None: given, not measured (a test's figures)
+    measured: Measurement | None = None
 
     def as_json(self) -> dict[str, Any]:
         """The cache entry."""
@@ -109,9 +110,10 @@ class Calibration:
     def from_json(cls, data: Mapping[str, Any]) -> Calibration:
         """A cache entry back (:class:`RateError` when it is not one)."""
         fields = dict(data)
-        measured = fields.pop("measured", {})
+        measured = fields.pop("measured", None)
         try:
-            calibration = cls(**fields, measured=Measurement(**measured))
+            how = Measurement(**measured) if measured is not None else None
+            calibration = cls(**fields, measured=how)
             costs = (calibration.switch_hop_s, calibration.agent_packet_s)
             idle = (calibration.switch_idle_cores, calibration.agent_idle_cores)
             usable = min(costs) > 0 and min(idle) >= 0

@@ -23,6 +23,7 @@ def test_auto_resolves_to_a_rate_on_a_real_calibration(fabric_free: None, tmp_pa
     assert said and said[0].startswith("calibrating model")
     # every figure measured: CPU per hop and per packet, from thousands of frames
     assert calibration.switch_hop_s > 0 and calibration.agent_packet_s > 0
+    assert calibration.measured is not None
     assert calibration.measured.packets > 1000 and calibration.measured.seconds > 0
     entries = json.loads((tmp_path / "calibration.json").read_text())
     assert list(entries) == [cache_key("model")]

@@ -206,7 +206,7 @@ def test_round_down(value: float, expected: float) -> None:
 def counting(calls: list[str]) -> Callable[[str, Callable[[str], None]], Calibration]:
     def measure(target: str, say: Callable[[str], None]) -> Calibration:
         calls.append(target)
-        return Calibration(target, 1e-4, 2e-4, 0.01, 0.0, Measurement(10.0, packets=100))
+        return Calibration(target, 1e-4, 2e-4, 0.01, 0.0, Measurement(10.0, 100, 4.0, 1.0, 0.0))
 
     return measure
 
