@@ -511,7 +511,8 @@ class SimNet:
             self._enqueue_red(port, port.red, frame)
             return
         if self.data_depth:
-            depth = len(port.low) + (port.busy and port.current_low)
+            # the program's port_qdepth + port_arrivals: data packets queued, not yet dequeued
+            depth = len(port.low)
         else:
             depth = len(port.high) + len(port.low) + port.busy
         tc = ((frame[14] & 0x0F) << 4) | (frame[15] >> 4) if len(frame) >= 54 else 0
