@@ -6,6 +6,7 @@ real."""
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -30,6 +31,7 @@ from experiments.rate import (
     frame_rate,
     round_down,
 )
+from experiments.runner import UNFAITHFUL_EXIT, run_file
 from experiments.scenario import (
     ScenarioError,
     load_scenario,
@@ -304,3 +306,18 @@ def test_a_need_over_the_budget_says_by_how_much() -> None:
     over = assess(CAL, load, 100.0, small, cores=2)
     assert not over.faithful and over.text().endswith("% over the budget")
     assert "headroom" in choose_rate(CAL, load, small, cores=2).text()
+
+
+def test_strict_run_refuses_a_fixed_rate_over_the_budget_before_it_starts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    if os.geteuid() != 0:
+        pytest.skip("mrc-testbed run needs root before it resolves the rate")
+    monkeypatch.setenv("MRC_TESTBED_CACHE", str(tmp_path / "cache"))
+    cached_calibration("model", measure=lambda target, say: CAL)
+    path = tmp_path / "fast.yaml"
+    path.write_text(json.dumps(base(link_rate_mbps=100)))  # JSON is YAML
+    out = tmp_path / "results"
+    assert run_file(path, "model", out, progress=False, strict=True) == UNFAITHFUL_EXIT
+    assert "link_rate_mbps 100 is not faithful on model here" in capsys.readouterr().err
+    assert not out.exists()  # refused before anything was brought up
