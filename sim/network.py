@@ -510,11 +510,9 @@ class SimNet:
         if port.red is not None:
             self._enqueue_red(port, port.red, frame)
             return
-        if self.data_depth:
-            # the program's port_qdepth + port_arrivals: data packets queued, not yet dequeued
-            depth = len(port.low)
-        else:
-            depth = len(port.high) + len(port.low) + port.busy
+        # data_depth: the program's port_qdepth + port_arrivals (data packets queued, not yet
+        # dequeued); else every packet the port holds
+        depth = len(port.low) if self.data_depth else len(port.high) + len(port.low) + port.busy
         tc = ((frame[14] & 0x0F) << 4) | (frame[15] >> 4) if len(frame) >= 54 else 0
         dscp, ecn = tc >> 2, tc & 3
         high = dscp in _HIGH_DSCP
