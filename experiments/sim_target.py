@@ -11,7 +11,7 @@ network's; what this module adds is what the agents and the runner do around the
   ``trimming: false`` applied as the runner applies them): trim at the data queue's threshold
   (or when it is full), ECN at a threshold or RED between two, decided when a packet is queued
   on the depth of the data queue, each priority queue holding ``queue_depth`` packets;
-- every host is configured as ``mrc-host`` configures its core: the scenario's stack profile,
+- every host that takes part in a flow is configured as ``mrc-host`` configures its core: the scenario's stack profile,
   128 EVs per QP, NSCC fitted to the fabric (:func:`host.transport.cc.fabric.fabric_cc_profile`)
   or the transport's CC profile, its EV format, the fabric's spine routes, the topology's
   time dilation, a NIC that holds :data:`NIC_QUEUE` data frames (the agent's transmit queue);
@@ -202,7 +202,7 @@ class SimFaults:
         ]
         if not chosen:
             raise SimTargetError(f"{fault.target}: no such EV or path on the QP")
-        ctx = self.phase.contexts[fault.host]
+        ctx = self.phase.context(fault.host)
         ctx.set_ev_states(qp.qpn, chosen, operator_state(state.lower()), self.net.now)
         self.net.kick(fault.host)
         self.phase.mark("deny" if state == "DENIED" else "allow", fault.target)
@@ -235,6 +235,10 @@ class SimPhase:
         self.contexts: dict[str, Context] = {}
         self.cqs: dict[str, CompletionQueue] = {}
         self._qps: dict[tuple[str, str], QueuePair] = {}
+        self._peers: dict[str, set[str]] = {}  # host -> the hosts it has a flow with
+        for _, src, dst in scenario.flows():
+            self._peers.setdefault(src, set()).add(dst)
+            self._peers.setdefault(dst, set()).add(src)
         self._setup_hosts()
         self.flows = self._setup_flows()
 
@@ -248,20 +252,32 @@ class SimPhase:
         )  # fmt: skip
         self.cc = fabric_cc_profile(topology, self.transport.cc or CcProfile(DEFAULT_CC), config)
         self.ev_format = format_profile(self.transport.ev_format)
+        self.config = config
         for host in self.fabric.hosts:
-            routes = SpineRoutes.from_paths(
-                path
-                for peer in self.fabric.hosts
-                if peer.name != host.name
-                for path in self.fabric.paths(host.name, peer.name)
-            )
-            ctx = Context(
-                host.name, host.nics, config=config, seed=self.seed * 7919 + host.index + 1,
-                routes=routes,
-            )  # fmt: skip
-            self.net.attach(ctx)
-            self.contexts[host.name] = ctx
-            self.cqs[host.name] = ctx.create_cq()
+            if host.name in self._peers:
+                self.context(host.name)
+
+    def context(self, name: str) -> Context:
+        """Host ``name``'s transport core (made and attached on first use: a host that takes
+        part in no flow has none unless a fault names it), its spine routes those towards the
+        hosts it has a flow with (a fabric of MRC's size has too many paths for all of them)."""
+        found = self.contexts.get(name)
+        if found is not None:
+            return found
+        host = self.fabric.host(name)
+        routes = SpineRoutes.from_paths(
+            path
+            for peer in sorted(self._peers.get(name, ()))
+            for path in self.fabric.paths(name, peer)
+        )
+        ctx = Context(
+            name, host.nics, config=self.config, seed=self.seed * 7919 + host.index + 1,
+            routes=routes,
+        )  # fmt: skip
+        self.net.attach(ctx)
+        self.contexts[name] = ctx
+        self.cqs[name] = ctx.create_cq()
+        return ctx
 
     def qp(self, src: str, dst: str) -> QueuePair:
         """The QP of ``src`` towards ``dst`` for the phase's transport (made, with its peer's,
@@ -272,14 +288,14 @@ class SimPhase:
         ends = []
         for a, b in ((src, dst), (dst, src)):
             ends.append(
-                self.contexts[a].create_qp(
+                self.context(a).create_qp(
                     b,
                     self.fabric.paths(a, b),
                     cq=self.cqs[a],
                     policy=self.transport.kind,
                     cc=self.cc,
                     ev_profile=GeneratedEvProfile(fmt=self.ev_format),
-                )  # fmt: skip
+                )
             )
         ends[0].connect(ends[1].qpn)
         ends[1].connect(ends[0].qpn)
@@ -416,6 +432,8 @@ class SimPhase:
             result.ev_transitions += transitions
             if "rtt_min_s" in stats:
                 rtts.append(stats["rtt_min_s"])
+        for host in fabric.hosts:  # a host without a core sent and received nothing
+            result.hosts.setdefault(host.name, dict.fromkeys(("rtos", "nacks", "trims_seen"), 0.0))
         result.ev_transitions.sort(key=lambda tr: (float(tr["t"]), str(tr["host"])))  # type: ignore[arg-type]
         result.base_rtt_s = min(rtts) if rtts else None
         counters = net.port_counters  # a default dict: ports that sent nothing count 0
