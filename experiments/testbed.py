@@ -55,7 +55,7 @@ from targets.state import (
     register_run,
 )
 from topologies import Fabric, Topology, load_topology
-from topologies.config import shipped_topology
+from topologies.config import shipped_topologies, shipped_topology
 
 if TYPE_CHECKING:
     from mininet.net import Mininet
@@ -691,7 +691,7 @@ def teardown(
                 removed.append(f"process {sw.pid} (switch {name})")
         with contextlib.suppress(Exception):
             fabrics.append(Fabric(load_topology(state.topology)))
-    for path in [*topologies, shipped_topology("small"), shipped_topology("default")]:
+    for path in [*topologies, *shipped_topologies()]:
         with contextlib.suppress(Exception):
             fabrics.append(Fabric(load_topology(path)))
     for fabric in fabrics:

@@ -17,7 +17,7 @@ from rich.table import Table
 
 from topologies import Fabric, TopologyError, load_topology
 from topologies import usid as usidlib
-from topologies.config import shipped_topology
+from topologies.config import shipped_topologies, shipped_topology
 from topologies.scale import ClosBuild, scale
 
 
@@ -177,7 +177,8 @@ def _topology_file(name: str) -> Path:
             name,
             "<file>",
             "no such file",
-            "a topology YAML file or a shipped name (small, default)",
+            "a topology YAML file or a shipped name "
+            f"({', '.join(p.stem for p in shipped_topologies())})",
         )
     return shipped
 

@@ -408,8 +408,13 @@ def parse_topology(data: object, source: str = "<memory>") -> Topology:
 
 
 def shipped_topology(name: str) -> Path:
-    """Path of a topology shipped in this package (``small``, ``default``)."""
+    """Path of a topology shipped in this package (``small``, ``default``, ``medium``, ``mrc8``)."""
     return Path(__file__).with_name(f"{name}.yaml")
+
+
+def shipped_topologies() -> list[Path]:
+    """Every topology shipped in this package, by name."""
+    return sorted(Path(__file__).parent.glob("*.yaml"))
 
 
 __all__ = [
@@ -419,5 +424,6 @@ __all__ = [
     "load_topology",
     "parse_topology",
     "read_yaml_file",
+    "shipped_topologies",
     "shipped_topology",
 ]

@@ -1,7 +1,8 @@
 """``topologies/mrc8.yaml``, MRC's eight planes: it loads and validates, derives the fabric the
 file's header promises (32 switches, 4 hosts with 8 NICs, 16 paths between racks, interface
-names that fit), the controller computes every switch's tables from it, and ``topo draw``
-draws it (tests/unit/test_fabric_plot.py)."""
+names that fit), the controller computes every switch's tables from it, ``topo draw`` draws it
+(tests/unit/test_fabric_plot.py), and it is among the shipped topologies that
+``mrc-testbed down`` sweeps after a crash."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from collections import Counter
 
 from controller.entries import fabric_tables
 from topologies import Fabric, load_topology
-from topologies.config import IFNAME_MAX, shipped_topology
+from topologies.config import IFNAME_MAX, shipped_topologies, shipped_topology
 
 
 def test_mrc8_loads_with_eight_planes_of_two_racks_and_two_spines() -> None:
@@ -52,3 +53,11 @@ def test_mrc8_tables_for_every_switch() -> None:
     tables = fabric_tables(fabric)
     assert list(tables) == [sw.name for sw in fabric.switches]
     assert all(t.entries for t in tables.values())
+
+
+def test_mrc8_is_shipped_and_every_shipped_topology_loads() -> None:
+    shipped = shipped_topologies()
+    assert shipped_topology("mrc8") in shipped
+    assert {p.stem for p in shipped} >= {"small", "default", "medium", "mrc8"}
+    for path in shipped:
+        assert Fabric(load_topology(path)).topology.name == path.stem
