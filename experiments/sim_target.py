@@ -11,10 +11,11 @@ network's; what this module adds is what the agents and the runner do around the
   ``trimming: false`` applied as the runner applies them): trim at the data queue's threshold
   (or when it is full), ECN at a threshold or RED between two, decided when a packet is queued
   on the depth of the data queue, each priority queue holding ``queue_depth`` packets;
-- every host that takes part in a flow is configured as ``mrc-host`` configures its core: the scenario's stack profile,
-  128 EVs per QP, NSCC fitted to the fabric (:func:`host.transport.cc.fabric.fabric_cc_profile`)
-  or the transport's CC profile, its EV format, the fabric's spine routes, the topology's
-  time dilation, a NIC that holds :data:`NIC_QUEUE` data frames (the agent's transmit queue);
+- every host that takes part in a flow is configured as ``mrc-host`` configures its core:
+  the scenario's stack profile, 128 EVs per QP, NSCC fitted to the fabric
+  (:func:`host.transport.cc.fabric.fabric_cc_profile`) or the transport's CC profile, its EV
+  format, spine routes, the topology's time dilation, and a NIC that holds
+  :data:`host.agent.agent.NIC_QUEUE` data frames (the agent's transmit queue);
 - the workload runs as :class:`experiments.flows.mrc.MrcFlows` runs it: every flow keeps
   :data:`~experiments.flows.mrc.WINDOW` messages of pattern data in flight, each checked at
   the receiver after the run;
@@ -43,6 +44,7 @@ from experiments.flows.mrc import WINDOW, phase_host_stats
 from experiments.metrics import Completion, FaultMark, Progress, TransportResult, flow_name
 from experiments.results import EV_STATES
 from experiments.scenario import Scenario, Transport
+from host.agent.agent import NIC_QUEUE
 from host.agent.data import pattern, verify_bytes
 from host.agent.options import AgentOptions
 from host.transport.api import CompletionQueue, Context, QueuePair, operator_state
@@ -57,8 +59,6 @@ from topologies import Fabric, Topology
 
 #: what applies the links' latency on this target (``run.json``'s ``latency_by``)
 LATENCY_BY = "sim"
-#: data frames a host NIC holds before the core is asked for more (the agent's transmit queue)
-NIC_QUEUE = 8
 #: where the receive region of flow ``i`` starts (one region per flow, as the agents register)
 REGION_BASE = 1 << 32
 REGION_ALIGN = 1 << 16
@@ -514,7 +514,6 @@ def run_phases(
 
 __all__ = [
     "LATENCY_BY",
-    "NIC_QUEUE",
     "SimFaults",
     "SimPhase",
     "SimTargetError",
