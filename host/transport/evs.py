@@ -374,7 +374,7 @@ class PathLoad:
     """
 
     __slots__ = ("marked_until", "weight", "credit", "hold_until", "srtt", "rttvar", "evs", "rr",
-                 "acked_tsn")  # fmt: skip
+                 "sent", "acked")  # fmt: skip
 
     def __init__(self) -> None:
         self.marked_until = 0.0  #: "halve" steering: an ACK echoed a CE mark; lighten until then
@@ -385,8 +385,10 @@ class PathLoad:
         self.rttvar = 0.0  #: its mean deviation (RFC 6298)
         self.evs: list[EvSlot] = []  #: the path's EVs
         self.rr = 0  #: position in ``evs`` (recycled spraying takes them in turn)
-        #: send order (QP send sequence number) of the latest packet acknowledged on this path
-        self.acked_tsn = -1
+        #: packets sent on this path so far: the next one's place in the path's own send order
+        self.sent = 0
+        #: the path's send order of the latest packet acknowledged on it (-1: none yet)
+        self.acked = -1
 
     def next_ev(self) -> EvSlot | None:
         """The path's next GOOD EV in turn (None when none is GOOD)."""

@@ -115,7 +115,7 @@ class TxMessage:
 
 class TxPacket:
     __slots__ = ("psn", "msg", "offset", "length", "last", "slot", "sent", "ts32", "tsn", "retx",
-                 "in_net")  # fmt: skip
+                 "in_net", "path_sn")  # fmt: skip
 
     def __init__(
         self, psn: int, msg: TxMessage, offset: int, length: int, last: bool, slot: EvSlot,
@@ -129,9 +129,12 @@ class TxPacket:
         self.slot = slot
         self.sent = sent
         self.ts32 = ts32
-        self.tsn = tsn
+        self.tsn = tsn  #: the QP's send order of the latest copy
         self.retx = 0
         self.in_net = True
+        #: the send order of the latest copy among the packets of its path (``PathLoad.sent``)
+        self.path_sn = slot.load.sent
+        slot.load.sent += 1
 
 
 class RxMessage:

@@ -265,6 +265,9 @@ class Sender(QpState):
         rec.ts32 = ts32
         rec.tsn = self._tsn
         self._tsn += 1
+        load = slot.load
+        rec.path_sn = load.sent
+        load.sent += 1
         rec.in_net = True
         self.inflight += rec.length
         flags = (wire.FLAG_FIRST if rec.offset == 0 else 0) | (wire.FLAG_RETX if retx else 0)
@@ -398,8 +401,8 @@ class Sender(QpState):
                     if rec.tsn > top:
                         top = rec.tsn
                     load = rec.slot.load
-                    if rec.tsn > load.acked_tsn:
-                        load.acked_tsn = rec.tsn
+                    if rec.path_sn > load.acked:
+                        load.acked = rec.path_sn
                 msg = rec.msg
                 msg.unacked -= 1
                 if msg.all_sent and msg.unacked == 0:
@@ -450,15 +453,17 @@ class Sender(QpState):
             if rec.tsn > limit:
                 break
             if rec.in_net:
-                # Overtaken by later packets. A path delivers in order, so a later packet of
-                # the same path acknowledged means this one is lost. Packets of other paths
+                # Overtaken by later packets. A path delivers in order, so SAME_PATH_REORDER
+                # later packets of the same path acknowledged (counted in the path's own send
+                # order: with 16 paths, one later packet of the path is 16 of the QP's, and one
+                # ACK overtaken by another is enough to misjudge) mean this one is lost. Packets of other paths
                 # overtake freely (a longer queue); without evidence from its own path (a path
                 # that died acknowledges nothing) a packet is lost once it is older than its
                 # path's RTT allows, with a margin (LATE_FACTOR: a queue that grows makes packets
                 # older than the smoothed RTT says).
                 # A path with no RTT sample yet is judged by the QP's.
                 load = rec.slot.load
-                if load.acked_tsn - rec.tsn >= SAME_PATH_REORDER:
+                if load.acked - rec.path_sn >= SAME_PATH_REORDER:
                     lost.append((rec, "sack"))  # evidence from its own path
                 elif now - rec.sent >= self._late_bound(load):
                     lost.append((rec, "late"))  # no evidence: too old for its path
