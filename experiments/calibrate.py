@@ -243,7 +243,7 @@ def cached_calibration(
     calibration = measure(target, say)
     entries[key] = calibration.as_json()
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
+    tmp = path.with_suffix(f".{os.getpid()}.tmp")  # two runs may write at once
     tmp.write_text(json.dumps(entries, indent=2, sort_keys=True) + "\n")
     tmp.replace(path)
     return calibration
