@@ -17,7 +17,7 @@ network's; what this module adds is what the agents and the runner do around the
   format, spine routes, the topology's time dilation, and a NIC that holds
   :data:`host.agent.agent.NIC_QUEUE` data frames (the agent's transmit queue);
 - the workload runs as :class:`experiments.flows.mrc.MrcFlows` runs it: every flow keeps
-  :data:`~experiments.flows.mrc.WINDOW` messages of pattern data in flight, each checked at
+  :func:`~experiments.flows.mrc.window` messages of pattern data in flight, each checked at
   the receiver after the run;
 - the faults act at their times on the network (:class:`SimFaults`, an
   :class:`experiments.faults.FaultTarget`): a link, a NIC's cable (the host's core is told its
@@ -40,7 +40,7 @@ from typing import Any
 
 from controller.qos import default_qos, operating_point
 from experiments.faults import EvFault
-from experiments.flows.mrc import WINDOW, phase_host_stats
+from experiments.flows.mrc import phase_host_stats, window
 from experiments.metrics import Completion, FaultMark, Progress, TransportResult, flow_name
 from experiments.results import EV_STATES
 from experiments.scenario import Scenario, Transport
@@ -125,6 +125,7 @@ class _Flow:
     start: float
     message_bytes: int
     sizes: list[int]
+    window: int  # messages in flight
     rkey: int = 0
     addr: int = 0
     next: int = 0  # the next message to post
@@ -308,7 +309,13 @@ class SimPhase:
         for i, (w, src, dst) in enumerate(self.scenario.flows()):
             workload = self.scenario.workloads[w]
             flow = _Flow(
-                i, src, dst, workload.start_s, workload.message_bytes, workload.message_sizes()
+                i,
+                src,
+                dst,
+                workload.start_s,
+                workload.message_bytes,
+                workload.message_sizes(),
+                window(self.scenario.topology, workload.message_bytes),
             )
             addr = cursor.get(dst, REGION_BASE)
             region = self.contexts[dst].register_region(addr, workload.total_bytes)
@@ -326,7 +333,7 @@ class SimPhase:
 
     def _post(self, flow: _Flow) -> None:
         qp = self.qp(flow.src, flow.dst)
-        while not flow.failed and flow.next < len(flow.sizes) and len(flow.posted) < WINDOW:
+        while not flow.failed and flow.next < len(flow.sizes) and len(flow.posted) < flow.window:
             message, size = flow.next, flow.sizes[flow.next]
             wr_id = (flow.index << 24) | (message + 1)
             data = _pattern(flow.index + 1, size)

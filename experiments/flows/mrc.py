@@ -1,6 +1,6 @@
 """MRC flows: the workload as transfers of the host agents, through their control sockets.
 
-Every flow is one thread that keeps :data:`WINDOW` messages in flight: ``transfer`` (an RDMA
+Every flow is one thread that keeps :func:`window` messages in flight: ``transfer`` (an RDMA
 write into a region the receiver registered) and ``wait`` on the oldest. Progress is the
 receivers' placed payload bytes (agent statistics); EV states are counted at the senders
 (``paths``). After the run every completed message is checked at its receiver against what was
@@ -9,15 +9,28 @@ sent (``verify``), and the agents' statistics of the phase are recorded.
 
 from __future__ import annotations
 
+import math
 import threading
 from typing import Any
 
 from experiments.flows.base import Flows, PhaseView
 from experiments.metrics import Completion, Progress, flow_name
 from experiments.results import EV_STATES, TRANSITION_FIELDS
+from topologies import Topology
 
-WINDOW = 2  # messages in flight per flow
+WINDOW = 2  # messages in flight per flow, at least
 PLACED = "core.payload_bytes_placed"  # agent statistic: payload bytes written into regions
+
+
+def window(topology: Topology, message_bytes: int) -> int:
+    """Messages a flow keeps in flight: :data:`WINDOW`, and enough more that the host's NICs
+    stay busy while the oldest message's last ACK comes back. A flow that waits on its oldest
+    message before posting the next is bounded at ``n T / (T + RTT)`` of its host's rate (``T``
+    one message's time at every plane's rate), so two 256 KiB messages held an eight-plane host
+    at 0.44 of its capacity, whatever MRC did; as an application keeps its send queue full."""
+    host_bps = topology.planes * topology.link_rate_mbps * 1e6
+    message_time = max(1, message_bytes) * 8 / host_bps
+    return max(WINDOW, 2 + math.ceil(topology.base_rtt / message_time))
 
 
 def numbers(stats: Any, prefix: str = "") -> dict[str, float]:
@@ -125,12 +138,13 @@ class MrcFlows(Flows):
             return
         sizes = workload.message_sizes()
         count = len(sizes)
+        in_flight = window(phase.scenario.topology, workload.message_bytes)
         posted: list[tuple[int, int, float, int]] = []  # message, transfer id, start, size
         nxt = 0
         try:
             with self.client(src) as c:
                 while (nxt < count or posted) and not phase.stop.is_set():
-                    while nxt < count and len(posted) < WINDOW:
+                    while nxt < count and len(posted) < in_flight:
                         offset, size = nxt * workload.message_bytes, sizes[nxt]
                         reply = c.transfer(
                             dst,
