@@ -20,7 +20,8 @@ experiment runner, each a scenario of its own:
    with a shallow buffer, trimming on and off: bottleneck utilisation (target with trimming
    >= 0.9 and >= trimming off + 0.08) and RTOs (target 0);
 5. **CPU headroom** -- CPU time of the switch, agent and watch processes over an idle period
-   and during the MRC permutation, as a share of the machine's cores, and the time-dilation
+   and during the MRC permutation's transfers (from its first progress sample to its last), as
+   a share of the machine's cores, and the time-dilation
    margin: the emulated time of one full-size frame on a link over the CPU time a switch hop
    and an agent spend on a packet (the dilation holds while that margin is well above 1).
 
@@ -128,18 +129,24 @@ class CpuMeter:
 
 
 class MeteredPhases(PhaseObserver):
-    """CPU use of the testbed's processes over each phase (``marks``, by transport name)."""
+    """CPU use of the testbed's processes over the transfers of each phase (``marks``, by
+    transport name): from the phase's first progress sample (its agents started, its regions
+    registered, its transfers not yet begun) to its last (every flow complete), so that the
+    agents' start-up and the receivers' byte checks are not counted as per-packet CPU."""
 
     def __init__(self, cpu: CpuMeter) -> None:
         self.cpu = cpu
         self.marks: dict[str, dict[str, float]] = {}
-        self.began = 0.0
+        self.began: float | None = None
 
     def started(self, phase: Phase) -> None:
-        self.cpu.reset()
-        self.began = time.monotonic()
+        self.began = None
 
-    def finished(self, phase: Phase) -> None:
+    def sampled(self, phase: Phase) -> None:
+        if self.began is None:
+            self.cpu.reset()
+            self.began = time.monotonic()
+            return
         self.cpu.read()
         took = max(time.monotonic() - self.began, 1e-9)
         self.marks[phase.transport.name] = {
