@@ -11,7 +11,8 @@ from host.transport.qp_state import LATE_PROBE_FACTOR, NS, QpState
 REPLY_CACHE = 1 << 14  # STEV / UDP reply prefixes kept (one per plane and EV echoed)
 #: a QP with nothing to send probes an EV group that stays unanswered ever less often: the gap
 #: doubles per probe that timed out, up to 2^PROBE_BACKOFF_MAX probe intervals (a peer that is
-#: gone must not keep an idle host awake); a QP with work probes every probe_interval
+#: gone must not keep an idle host awake); a QP with work probes every probe_interval, and one
+#: that gets work again brings its backed-off probes forward (:meth:`PathChoice._wake_probes`)
 PROBE_BACKOFF_MAX = 8
 
 
@@ -177,7 +178,20 @@ class PathChoice(QpState):
             gap = cfg.probe_interval
             if not (self._send_queue or self._outstanding or self._retx):
                 gap *= 1 << min(self._probe_misses.get(key, 0), PROBE_BACKOFF_MAX)
+                self._probes_backed_off = True
             self._probe_due[key] = now + gap
+
+    def _wake_probes(self, now: float) -> None:
+        """The QP has work again: a probe backed off while it was idle is due within one
+        probe interval, as a QP with work probes. Else a path that came back during the idle
+        time (a rebooted spine) stayed retired for up to 2^PROBE_BACKOFF_MAX intervals of the
+        work: 20 s of a training job's steps on the default fabric at 10 Mb/s."""
+        self._probes_backed_off = False
+        soon = now + self._cfg.probe_interval
+        due = self._probe_due
+        for key, when in due.items():
+            if when > soon:
+                due[key] = soon
 
     # -- sender ----------------------------------------------------------------------------------
 

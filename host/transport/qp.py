@@ -163,6 +163,7 @@ class QueuePair(Sender, Receiver, LossRecovery, PathChoice):
         self._probes: dict[int, tuple[EvSlot, float]] = {}  # waiting for a reply
         self._late_probes: dict[int, tuple[EvSlot, float]] = {}  # timed out, reply still welcome
         self._next_probe_id = 1
+        self._probes_backed_off = False  # a probe is due later than probe_interval (idle QP)
         # sender
         self._send_queue: collections.deque[TxMessage] = collections.deque()
         self._outstanding: dict[int, TxPacket] = {}

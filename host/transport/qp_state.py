@@ -203,6 +203,7 @@ class QpState:
     _probes: dict[int, tuple[EvSlot, float]]
     _late_probes: dict[int, tuple[EvSlot, float]]
     _next_probe_id: int
+    _probes_backed_off: bool
     _send_queue: collections.deque[TxMessage]
     _outstanding: dict[int, TxPacket]
     _probed: dict[int, TxPacket]
@@ -279,6 +280,10 @@ class QpState:
 
     def _run_probes(self, now: float) -> None:
         """Send the probes that are due (:class:`host.transport.paths.PathChoice`)."""
+        raise NotImplementedError
+
+    def _wake_probes(self, now: float) -> None:
+        """Work again: backed-off probes come forward (:class:`host.transport.paths.PathChoice`)."""
         raise NotImplementedError
 
     def _path_feedback(self, slot: EvSlot, rtt: float | None, now: float) -> None:

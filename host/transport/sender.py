@@ -98,6 +98,8 @@ class Sender(QpState):
         beyond it: they are few and must not wait)."""
         if self.error is not None or self.remote_qpn is None:
             return
+        if self._probes_backed_off and self._send_queue:
+            self._wake_probes(now)
         table = self.ev_table
         if table.pinned is None and not table.good_count():
             # nowhere to send: the stall budget runs while there is work (LossRecovery)

@@ -201,3 +201,29 @@ def test_retry_counters_after_mrc_h_linear_then_exponential(make_net: Any) -> No
     assert len(errors) == 1 and "retry limit" in errors[0].reason
     with pytest.raises(ConfigError, match="retry_linear_cnt"):
         StackConfig(retry_linear_cnt=8)
+
+
+def test_a_qp_that_gets_work_again_probes_its_retired_paths_at_once(make_net: Any) -> None:
+    """An idle QP backs off its probes of a retired path (up to 2^PROBE_BACKOFF_MAX intervals);
+    once it has work again it probes every interval, so a path that came back while it was
+    idle (a rebooted spine) is reinstated within an interval or two of the work, not at the end
+    of the longest backed-off gap."""
+    net = make_net(seed=3)
+    flow = net.connect("h0", "h2")
+    qpn = flow.sender.qpn
+    net.sim.fail_link(*FAILED, start=0.010, end=0.4)
+    assert net.write(flow, pattern(2 << 20, 1), 10.0, wr_id=1).status == "ok"
+    assert [e for e in transitions(net, qpn) if e.new == "assumed_bad"]
+    net.run(0.45)  # idle through the outage and past the repair: the probes backed off
+    assert not [e for e in transitions(net, qpn) if e.new == "good"]
+    # driver seconds (the core keeps protocol time)
+    due = min(flow.sender._probe_due.values()) * net.config.dilation
+    interval = net.config.probe_interval * net.config.dilation
+    posted = net.sim.now
+    assert due > posted + 4 * interval  # the case: the next probe is far off
+    flow.sender.post_write(pattern(300_000, 2), BASE, flow.region.rkey)
+    net.sim.kick("h0")
+    net.run(posted + 4 * interval)
+    back = [e for e in transitions(net, qpn) if e.new == "good"]
+    assert len(back) == 32 and {e.reason for e in back} == {"probe_reply"}
+    assert max(e.time for e in back) < due
