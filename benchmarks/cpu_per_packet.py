@@ -47,6 +47,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from experiments.fidelity import process_ticks  # noqa: E402
 from experiments.runner import Phase, PhaseObserver, run_scenario  # noqa: E402
 from experiments.scenario import parse_scenario  # noqa: E402
 from experiments.testbed import Testbed  # noqa: E402
@@ -80,23 +81,14 @@ SWITCH_HOPS = 3  # host -> leaf -> spine -> leaf -> host
 IDLE_SECONDS = 5.0
 
 
-def ticks(pid: int) -> int | None:
-    """CPU ticks (user + system) process ``pid`` has used so far; None once it is gone."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return int(fields[11]) + int(fields[12])
-    except (OSError, IndexError, ValueError):
-        return None
-
-
 def snapshot(testbed: Testbed) -> dict[tuple[str, str, int], int]:
     """(kind, name, pid) -> CPU ticks of every switch and agent process."""
     out = {}
     for proc in testbed.processes():
         if proc.kind in ("switch", "agent"):
-            used = ticks(proc.pid)
+            used = process_ticks(proc.pid)
             if used is not None:
-                out[(proc.kind, proc.name, proc.pid)] = used
+                out[(proc.kind, proc.name, proc.pid)] = used[0]
     return out
 
 
