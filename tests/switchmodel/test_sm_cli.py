@@ -6,6 +6,7 @@ import os
 import socket
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -117,3 +118,32 @@ def test_module_entry_point_runs() -> None:
         check=False,
     )
     assert result.returncode == 0 and "PORT@IFACE" in result.stdout
+
+
+def test_the_stats_file_is_rewritten_in_place(tmp_path: Path) -> None:
+    """The stats file keeps its inode (no temporary file renamed over it ten times a second)
+    and holds the latest figures as JSON."""
+    import json
+    import threading
+    import time
+
+    from switchmodel.cli import _write_stats
+    from switchmodel.dataplane import DataPlane
+
+    plane = DataPlane({})
+    plane._served_late(0.123456789)
+    path = tmp_path / "s.stats.json"
+    stop = threading.Event()
+    writer = threading.Thread(target=_write_stats, args=(plane, path, stop))
+    writer.start()
+    deadline = time.monotonic() + 5.0
+    while not (path.exists() and path.stat().st_size) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    inode = path.stat().st_ino
+    time.sleep(0.35)
+    stop.set()
+    writer.join()
+    assert path.stat().st_ino == inode
+    assert not list(tmp_path.glob("*.tmp"))
+    figures = json.loads(path.read_text())
+    assert figures["service_lag_total_s"] == 0.123456789 and len(figures["windows"]) >= 3
