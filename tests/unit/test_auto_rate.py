@@ -43,7 +43,7 @@ from topologies import load_topology
 from topologies.config import shipped_topology
 
 #: every shipped scenario but training-incident, which keeps a fixed 10 Mb/s (its six runs would
-#: take 15 to 35 minutes at the rates a 2-core machine keeps faithful)
+#: take 30 to 70 minutes at the rates a 2-core machine keeps faithful)
 SHIPPED = ["baselines", "demo", "flaps", "incast", "incident", "plane", "spraying", "training"]
 
 #: figures of the order measured in a running fabric (benchmarks/fabric.py)
