@@ -11,7 +11,7 @@
  * device's defaults), set the verbs path MTU at RTR and the verbs timeout and retry counts at
  * RTS. The client sweeps sizes from 1 byte to 64 MiB, doubling: each size is ITERS WRITEs
  * (fewer for large sizes: at least one, VOLUME bytes at most beyond that), in rounds that fit
- * the server's buffer, each message with a pattern of its own; after every round the server
+ * both ends' buffers, each message with a pattern of its own; after every round the server
  * checks every byte of it and answers over TCP before the next round starts. Only the WRITEs
  * are timed (from the round's first post to its last completion).
  *
@@ -133,10 +133,13 @@ static void post_write(struct bw *b, size_t offset, size_t len, uint64_t wr_id)
 
 /* -- the sweep ------------------------------------------------------------------------------ */
 
-/* one size on the client: its rounds, each checked by the server; BW peak and average */
+/* one size on the client: its rounds, each checked by the server; BW peak and average. A
+ * round is written from this end's buffer into the server's at the same offsets, so it fits
+ * the smaller of the two (the ends may be given different -m) */
 static void client_size(struct bw *b, size_t size, size_t count, double *peak, double *avg)
 {
-	size_t per_round = b->peer.size / size, window = count / 8 ? count / 8 : 1;
+	size_t room = b->size < b->peer.size ? b->size : b->peer.size;
+	size_t per_round = room / size, window = count / 8 ? count / 8 : 1;
 	double *done_at = malloc((count + 1) * sizeof(double)), busy = 0;
 	char line[64];
 

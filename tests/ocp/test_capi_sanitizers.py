@@ -5,6 +5,9 @@ ThreadSanitizer (``make -C capi tsan``), run against two real agents in namespac
 - ``ocp_check`` (every error path of the library) and ``agent_death`` (a killed agent: the
   flush of what the library held; last, as it restarts h0's agent) under ASan + UBSan: no invalid access, no leak, no
   undefined behaviour;
+- ``capi/examples/mrc_bw`` under ASan + UBSan, its server (h1's device, the default 64 MiB
+  buffer) and client (h0's device, ``-m 65536 -n 20``) meeting over TCP on the loopback: the
+  client's rounds fit its own smaller buffer as well as the server's;
 - ``conn_threads`` under TSan: threads sharing one context's session connection, the WRs it
   holds and a completion channel, with no data race.
 
@@ -76,6 +79,38 @@ def test_threads_sharing_the_connection_under_thread_sanitizer(
     tsan = capi.build(tmp_path / "capi", "tsan")
     out = run(capi.program("conn_threads", tsan, "tsan"), net)
     assert "ok events_on_the_channel_from_a_thread" in out
+
+
+def test_mrc_bw_with_a_client_buffer_smaller_than_the_servers_under_sanitizers(
+    asan: Path, net: BackToBack
+) -> None:
+    """The client (-m 64 KiB) writes each round from its own buffer: rounds sized by the
+    server's 64 MiB buffer alone ran past the client's from 4 KiB on (20 messages of it)."""
+    bw, env = str(asan / "mrc_bw"), capi.env(asan, net)
+    server = subprocess.Popen(
+        net.exec_argv("h0", [bw, "-d", "h1", "-t", "250"]), env=env, text=True,
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+    )  # fmt: skip
+    try:  # the client tries again until the server listens
+        client = subprocess.run(
+            net.exec_argv("h0", [bw, "-d", "h0", "-m", "65536", "-n", "20", "-t", "250",
+                                 "127.0.0.1"]),
+            env=env, capture_output=True, text=True, timeout=300, check=False,
+        )  # fmt: skip
+        served = server.communicate(timeout=60)[0]
+    finally:
+        if server.poll() is None:
+            server.kill()
+            server.wait()
+    out = client.stdout + client.stderr
+    for text in (out, served):
+        assert not [r for r in capi.SANITIZER_REPORTS if r in text], text[-6000:]
+    assert client.returncode == 0, out[-6000:] + agent_logs(net)
+    rows = [line.split() for line in out.splitlines() if line[:2].strip().isdigit()]
+    assert [(int(r[0]), int(r[1])) for r in rows] == [(1 << k, 20) for k in range(17)], out
+    assert "every byte checked by the server" in out, out
+    assert server.returncode == 0, served
+    assert f"17 sizes, {20 * ((1 << 17) - 1)} bytes received, every byte checked" in served
 
 
 def test_agent_death_under_address_and_undefined_behaviour_sanitizers(
