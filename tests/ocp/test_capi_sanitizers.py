@@ -17,6 +17,7 @@ Any sanitizer finding stops the program (``halt_on_error``) and fails the test w
 from __future__ import annotations
 
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -82,27 +83,32 @@ def test_threads_sharing_the_connection_under_thread_sanitizer(
 
 
 def test_mrc_bw_with_a_client_buffer_smaller_than_the_servers_under_sanitizers(
-    asan: Path, net: BackToBack
+    asan: Path, net: BackToBack, tmp_path: Path
 ) -> None:
     """The client (-m 64 KiB) writes each round from its own buffer: rounds sized by the
     server's 64 MiB buffer alone ran past the client's from 4 KiB on (20 messages of it)."""
-    bw, env = str(asan / "mrc_bw"), capi.env(asan, net)
-    server = subprocess.Popen(
-        net.exec_argv("h0", [bw, "-d", "h1", "-t", "250"]), env=env, text=True,
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-    )  # fmt: skip
-    try:  # the client tries again until the server listens
+    bw, env, log = str(asan / "mrc_bw"), capi.env(asan, net), tmp_path / "server.out"
+    with log.open("w") as sink:
+        server = subprocess.Popen(net.exec_argv("h0", [bw, "-d", "h1", "-t", "200"]), env=env,
+                                  stdout=sink, stderr=subprocess.STDOUT)  # fmt: skip
+    try:
+        # the client starts once the server has its QP and listens
+        for _ in range(600):
+            if "Waiting for a client" in log.read_text() or server.poll() is not None:
+                break
+            time.sleep(0.1)
+        assert "Waiting for a client" in log.read_text(), log.read_text() + agent_logs(net)
         client = subprocess.run(
-            net.exec_argv("h0", [bw, "-d", "h0", "-m", "65536", "-n", "20", "-t", "250",
+            net.exec_argv("h0", [bw, "-d", "h0", "-m", "65536", "-n", "20", "-t", "200",
                                  "127.0.0.1"]),
-            env=env, capture_output=True, text=True, timeout=300, check=False,
+            env=env, capture_output=True, text=True, timeout=220, check=False,
         )  # fmt: skip
-        served = server.communicate(timeout=60)[0]
+        server.wait(timeout=30)
     finally:
         if server.poll() is None:
             server.kill()
             server.wait()
-    out = client.stdout + client.stderr
+    out, served = client.stdout + client.stderr, log.read_text()
     for text in (out, served):
         assert not [r for r in capi.SANITIZER_REPORTS if r in text], text[-6000:]
     assert client.returncode == 0, out[-6000:] + agent_logs(net)
