@@ -264,3 +264,24 @@ def test_the_log_of_ev_state_changes_is_bounded() -> None:
     assert len(out["ev_transitions"]) == EV_TRANSITIONS
     assert out["ev_transitions"][0] == {"time": 100.0}  # the newest are kept
     assert out["ev_transitions_total"] == EV_TRANSITIONS + 100
+
+
+def test_bytes_written_before_the_agent_asks_for_credentials_are_the_owners(
+    tmp_path: Path,
+) -> None:
+    """A program writes its first request at once after connect. Bytes written after the agent
+    accepted the connection but before it set ``SO_PASSCRED`` carry no credentials (pid 0);
+    only the connecting process holds the socket that early, so they are its own. Dropped as
+    another process's, its hello went unanswered and the program waited forever."""
+    server = OcpServer(tmp_path / "h0.ocp.sock", lambda c, r: answer(r), lambda c: None)
+    ours, theirs = socket.socketpair()
+    try:
+        theirs.sendall(b'{"cmd":"hello"}\n')  # before the connection asks for credentials
+        ours.settimeout(5)
+        conn = OcpConnection(server, ours)
+        assert conn.receive() == b'{"cmd":"hello"}\n'
+        assert conn.foreign_bytes == 0
+    finally:
+        ours.close()
+        theirs.close()
+        server.close()

@@ -79,7 +79,10 @@ class OcpConnection(LineConnection):
             for level, kind, value in ancillary:
                 if (level, kind) == (socket.SOL_SOCKET, socket.SCM_CREDENTIALS):
                     writer = _UCRED.unpack(value[: _UCRED.size])[0]
-            if not data or writer == self.pid:
+            # pid 0: bytes written before the agent accepted the connection and asked for
+            # credentials carry none; only the connecting process holds the socket that early
+            # (its first request, written at once after connect)
+            if not data or writer in (self.pid, 0):
                 return data
             if not self.foreign_bytes:
                 log.warning(
