@@ -266,22 +266,22 @@ def test_the_log_of_ev_state_changes_is_bounded() -> None:
     assert out["ev_transitions_total"] == EV_TRANSITIONS + 100
 
 
-def test_bytes_written_before_the_agent_asks_for_credentials_are_the_owners(
-    tmp_path: Path,
-) -> None:
-    """A program writes its first request at once after connect. Bytes written after the agent
-    accepted the connection but before it set ``SO_PASSCRED`` carry no credentials (pid 0);
-    only the connecting process holds the socket that early, so they are its own. Dropped as
-    another process's, its hello went unanswered and the program waited forever."""
+def test_a_connection_carries_credentials_from_its_accept(tmp_path: Path) -> None:
+    """A program writes its first request at once after connect. The listening socket asks for
+    credentials, so the accepted socket has them from the accept on (a flag asked only in the
+    connection's constructor left a window where a request came without them, was dropped as
+    another process's, and the program waited forever)."""
     server = OcpServer(tmp_path / "h0.ocp.sock", lambda c, r: answer(r), lambda c: None)
-    ours, theirs = socket.socketpair()
+    client = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
-        theirs.sendall(b'{"cmd":"hello"}\n')  # before the connection asks for credentials
-        ours.settimeout(5)
-        conn = OcpConnection(server, ours)
-        assert conn.receive() == b'{"cmd":"hello"}\n'
-        assert conn.foreign_bytes == 0
+        client.connect(str(server.path))
+        accepted, _ = server.sock.accept()
+        with accepted:
+            assert accepted.getsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED) == 1
+            client.sendall(b'{"cmd":"hello"}\n')
+            accepted.settimeout(5)
+            conn = OcpConnection(server, accepted)
+            assert conn.receive() == b'{"cmd":"hello"}\n' and conn.foreign_bytes == 0
     finally:
-        ours.close()
-        theirs.close()
+        client.close()
         server.close()

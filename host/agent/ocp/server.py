@@ -79,10 +79,7 @@ class OcpConnection(LineConnection):
             for level, kind, value in ancillary:
                 if (level, kind) == (socket.SOL_SOCKET, socket.SCM_CREDENTIALS):
                     writer = _UCRED.unpack(value[: _UCRED.size])[0]
-            # pid 0: bytes written before the agent accepted the connection and asked for
-            # credentials carry none; only the connecting process holds the socket that early
-            # (its first request, written at once after connect)
-            if not data or writer in (self.pid, 0):
+            if not data or writer == self.pid:
                 return data
             if not self.foreign_bytes:
                 log.warning(
@@ -113,6 +110,12 @@ class OcpServer(LineServer[OcpConnection]):
 
     def __init__(self, path: Path, dispatch: Dispatcher, on_close: Closer) -> None:
         super().__init__(path, OcpConnection)
+        # asked of the listening socket, credentials come with every byte: Linux passes the
+        # flag on to each accepted socket (unix_sock_inherit_flags), and bytes written before
+        # the accept carry them too. Asked only once a connection is accepted, a program's
+        # first request written in between came without them (pid 0, as from a process that
+        # has exited), was dropped as another process's, and the program waited forever
+        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
         self._dispatch = dispatch
         self._on_close = on_close
 
