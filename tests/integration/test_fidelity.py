@@ -93,6 +93,10 @@ def test_a_throttled_switch_is_flagged_and_strict_fails(
         )  # fmt: skip
 
     monkeypatch.setattr(runner, "run_scenario", on_the_testbed)
+    # the run goes ahead at its fixed rate on the fixture's fabric: a calibration of the
+    # machine (a fixed rate's budget check, tests/unit/test_auto_rate.py) would boot a second
+    # fabric beside it, and --strict would refuse a rate over the budget before the run
+    monkeypatch.setattr(runner, "resolve_rate", lambda scenario, target, strict=False: scenario)
     status = cli.main(["run", str(path), "--strict", "--no-progress", "--out", str(out)])
     assert status == UNFAITHFUL_EXIT, lines
     fidelity = json.loads((out / "metrics.json").read_text())["transports"]["mrc"]["fidelity"]

@@ -206,8 +206,12 @@ def test_the_session_is_bound_to_the_process_not_its_id(pair: Pair) -> None:
     process (here: this one, by giving the connection this process's id): the session reaches
     neither."""
     h1 = pair.h1
-    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    # the child says when it runs: until the loader has finished, a writable mapping of the
+    # binary may still become read-only (RELRO)
+    code = "import sys, time; print('ready', flush=True); time.sleep(60)"
+    child = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
     try:
+        assert child.stdout is not None and child.stdout.readline().strip() == "ready"
         conn = FakeConn(pid=child.pid)
         assert h1.call("hello", conn=conn)["ok"]
         with open(f"/proc/{child.pid}/maps") as maps:
