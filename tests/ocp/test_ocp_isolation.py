@@ -271,9 +271,19 @@ def test_what_another_process_writes_on_a_session_is_ignored(pair: Pair) -> None
 
         assert call(cmd="hello")["ok"]
         line = b'{"cmd":"create_cq","cqe":4}\n'
-        other = f"import socket; socket.socket(fileno={sock.fileno()}).sendall({line!r})"
-        subprocess.run([sys.executable, "-c", other], pass_fds=[sock.fileno()], check=True)
-        reply = call(cmd="stats")  # answered first: the other process's request was dropped
+        # the other process stays alive until the answer: the kernel names the writer of
+        # bytes by its process id, and a writer that has exited has none (pid 0)
+        other = (
+            f"import socket, sys; socket.socket(fileno={sock.fileno()}).sendall({line!r}); "
+            "print('sent', flush=True); sys.stdin.read()"
+        )
+        child = subprocess.Popen([sys.executable, "-c", other], pass_fds=[sock.fileno()],
+                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)  # fmt: skip
+        try:
+            assert child.stdout is not None and child.stdout.readline().strip() == "sent"
+            reply = call(cmd="stats")  # answered first: the other process's request was dropped
+        finally:
+            child.communicate(timeout=30)
         assert reply["ok"] and reply["session"]["cqs"] == 0, reply
         assert reply["foreign_bytes"] == len(line)
 

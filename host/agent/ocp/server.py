@@ -79,7 +79,10 @@ class OcpConnection(LineConnection):
             for level, kind, value in ancillary:
                 if (level, kind) == (socket.SOL_SOCKET, socket.SCM_CREDENTIALS):
                     writer = _UCRED.unpack(value[: _UCRED.size])[0]
-            if not data or writer == self.pid:
+            # pid 0: the kernel had no process id to give the agent (the writer is in a pid
+            # namespace the agent cannot see into, as in some containers); taken as the
+            # connecting process's, or such a program's requests went unanswered and it hung
+            if not data or writer in (self.pid, 0):
                 return data
             if not self.foreign_bytes:
                 log.warning(
