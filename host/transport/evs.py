@@ -735,8 +735,13 @@ class EvTable:
         self._rng = rng
         self._good: list[EvSlot] = []
         self._good_loads: list[PathLoad] = []  #: paths with a GOOD EV
-        self.order: list[EvSlot] = []  #: the spraying cycle over GOOD EVs
-        self.rr = rng.randrange(1 << 30)  #: position in the cycle (random start)
+        #: the spraying cycle: the planes with a GOOD EV take turns, and each plane's GOOD EVs
+        #: take turns within the plane (each plane keeps its own place, so a plane whose NIC
+        #: is full when its turn comes skips the turn without skipping one of its EVs)
+        self.cycles: list[list[EvSlot]] = []
+        self.cursors: list[int] = []  #: each plane's place in its cycle
+        self.turn = rng.randrange(1 << 30)  #: whose turn it is (random start)
+        self._cursor_of: dict[int, int] = {}  #: plane -> place, kept while a plane has no GOOD EV
         self._fixed: EvSlot | None = None
         #: the per-path congestion state, one object per path (shared by the path's EVs)
         self.loads: list[PathLoad] = list({id(s.load): s.load for s in slots}.values())
@@ -750,11 +755,15 @@ class EvTable:
         planes: dict[int, list[EvSlot]] = {}
         for s in self._good:
             planes.setdefault(s.plane, []).append(s)
-        lists = [planes[p] for p in sorted(planes)]
-        # one spraying cycle: planes in turn, each plane's GOOD EVs in turn, so every plane
-        # (every NIC) carries the same share however many of its EVs are GOOD
-        longest = max((len(x) for x in lists), default=0)
-        self.order = [x[i % len(x)] for i in range(longest) for x in lists]
+        # planes in turn, each plane's GOOD EVs in turn, so every plane (every NIC) carries
+        # the same share however many of its EVs are GOOD
+        for plane, cursor in zip((c[0].plane for c in self.cycles), self.cursors, strict=True):
+            self._cursor_of[plane] = cursor
+        for p in sorted(planes):
+            if p not in self._cursor_of:
+                self._cursor_of[p] = self._rng.randrange(1 << 30)  # a random start
+        self.cycles = [planes[p] for p in sorted(planes)]
+        self.cursors = [self._cursor_of[p] for p in sorted(planes)]
 
     def fastest_rtt(self) -> float:
         """The smallest smoothed RTT of the paths in use (0.0 when none has a sample)."""
@@ -789,11 +798,14 @@ class EvTable:
         """The EV for the next packet (None if none is GOOD): the next one of the cycle."""
         if self._fixed is not None:
             return self._fixed
-        order = self.order
-        if not order:
+        cycles = self.cycles
+        if not cycles:
             return None
-        self.rr = rr = self.rr + 1
-        return order[rr % len(order)]
+        self.turn = turn = self.turn + 1
+        i = turn % len(cycles)
+        cycle = cycles[i]
+        self.cursors[i] = cursor = self.cursors[i] + 1
+        return cycle[cursor % len(cycle)]
 
     def next_other(self, avoid: EvSlot) -> EvSlot | None:
         """Like :meth:`next` but not ``avoid`` when another GOOD EV exists (retransmissions)."""

@@ -54,9 +54,9 @@ SAME_PATH_REORDER = 3
 LATE_FACTOR = 1.5
 
 
-def _weighted(slot: EvSlot, order: list[EvSlot], rr: int, count: int) -> tuple[EvSlot, int]:
-    """Weighted spraying: a path of weight w takes a fraction w of its picks of the cycle, the
-    others move on along it (to the next EV, usually of another path)."""
+def _weighted(slot: EvSlot, cycle: list[EvSlot], rr: int, count: int) -> EvSlot:
+    """Weighted spraying: a path of weight w takes a fraction w of its picks of its plane's
+    cycle, the others move on along it (to the plane's next EV, usually of another path)."""
     load = slot.load
     tries = count
     while load.weight < 1.0 and tries:
@@ -67,9 +67,9 @@ def _weighted(slot: EvSlot, order: list[EvSlot], rr: int, count: int) -> tuple[E
         load.credit = credit
         tries -= 1
         rr += 1
-        slot = order[rr % count]
+        slot = cycle[rr % count]
         load = slot.load
-    return slot, rr
+    return slot
 
 
 class Shared:

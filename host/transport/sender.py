@@ -152,16 +152,26 @@ class Sender(QpState):
         sent_bytes = 0
         payload_bytes = 0
         pinned = table.pinned
-        order = table.order if pinned is None else [pinned]
-        count = len(order)
-        rr = table.rr
-        steer = self._steer and count > 1
+        if pinned is None:
+            cycles, cursors = table.cycles, table.cursors
+        else:
+            cycles, cursors = [[pinned]], [0]
+        count = len(cycles)  # planes taking turns
+        turn = table.turn
+        steer = self._steer
         weights = steer and self._weights
         skip = self._steer_skip
         recycle = self._recycle if pinned is None else None
         skipped = 0  # picks in a row that found their plane's NIC full
-        while queue and inflight < cwnd and psn < psn_limit and count:
-            if recycle and psn & EXPLORE_MASK:
+        # frames the NICs take now, all planes together (-1: no limit): the loop ends when
+        # they are full, before a pick, so that no EV's turn is spent on a NIC without room
+        room_left = -1 if budget is None else sum(n for n in budget.values() if n > 0)
+        while queue and inflight < cwnd and psn < psn_limit and count and room_left:
+            if (
+                recycle
+                and psn & EXPLORE_MASK
+                and (budget is None or budget.get(recycle[0].plane, 0) > 0)
+            ):
                 # a path that just delivered a packet without congestion: each path gets new
                 # packets at the rate it delivers them (every EXPLORE_EVERY-th packet follows
                 # the cycle instead, so a path with new spare capacity gains share)
@@ -176,25 +186,32 @@ class Sender(QpState):
                         continue
                     slot = found
             else:
-                rr += 1
-                slot = order[rr % count]
-                if weights:
-                    slot, rr = _weighted(slot, order, rr, count)
-                elif steer and slot.load.marked_until > now:
-                    # ECN steering: every other pick of a marked path goes to the next EV
-                    # instead, halving that path's share while its queue drains
-                    skip = not skip
-                    if skip:
-                        rr += 1
-                        slot = order[rr % count]
-            if budget is not None:
-                room = budget.get(slot.plane, 0)
-                if room <= 0:
+                turn += 1
+                i = turn % count
+                cycle = cycles[i]
+                if budget is not None and budget.get(cycle[0].plane, 0) <= 0:
+                    # this plane's NIC is full: the next plane takes the turn, and this one
+                    # keeps its place in its own cycle
                     skipped += 1
-                    if skipped > count:  # no GOOD EV of a plane with room: wait for the NIC
+                    if skipped > count:  # no plane with room has a GOOD EV: wait for a NIC
                         break
                     continue
-                budget[slot.plane] = room - 1
+                # the plane's place moves by one per turn: a pick a path passes goes to an EV
+                # further along the cycle, whose own turn still comes
+                n = len(cycle)
+                cursors[i] = cursor = cursors[i] + 1
+                slot = cycle[cursor % n]
+                if weights:
+                    slot = _weighted(slot, cycle, cursor, n)
+                elif steer and slot.load.marked_until > now:
+                    # ECN steering: every other pick of a marked path goes to the plane's next
+                    # EV instead, halving that path's share while its queue drains
+                    skip = not skip
+                    if skip:
+                        slot = cycle[(cursor + 1) % n]
+            if budget is not None:  # both picks above found room on the slot's plane
+                budget[slot.plane] -= 1
+                room_left -= 1
                 skipped = 0
             msg = queue[0]
             offset = msg.offset
@@ -240,7 +257,8 @@ class Sender(QpState):
             sent += 1
             sent_bytes += len(frame)
             payload_bytes += length
-        table.rr = rr
+        if pinned is None:
+            table.turn = turn
         self._steer_skip = skip
         self.inflight = inflight
         self._next_psn = psn

@@ -73,3 +73,35 @@ def test_every_psn_received_is_reported_in_some_ack(make_net: Any) -> None:
         assert cum == 0
         reported |= {base + i for i in range(64) if bitmap >> i & 1}
     assert reported == {10, 80, 81}
+
+
+def spines_by_plane(ctx: Any, flow: Any, frames: list[tuple[int, bytes | bytearray]]
+                    ) -> dict[int, list[int]]:  # fmt: skip
+    """The spine each data frame's EV leads to, per plane, in send order."""
+    slots = {s.wire: s for s in flow.sender.ev_table.slots}
+    out: dict[int, list[int]] = {}
+    for plane, frame in frames:
+        packet = wire.parse(frame)
+        if isinstance(packet, wire.DataPacket):
+            out.setdefault(plane, []).append(slots[packet.ev].path.spine)
+    return out
+
+
+def test_a_full_nic_passes_its_turn_without_skipping_an_ev_of_its_plane(make_net: Any) -> None:
+    # a NIC that is full when its plane's turn comes (the paced agent's and the sim's NICs
+    # take a frame or two at a time) must not shift which path of the plane is next: each
+    # plane still sends on its spines in strict turn, so the spines share its load evenly
+    from host.transport.cc import CcProfile
+
+    net = make_net(seed=3)
+    flow = net.connect("h0", "h2", cc=CcProfile("fixed", {"window": 1 << 20}))
+    ctx = net.hosts["h0"]
+    flow.sender.post_write(bytes(64 * 4096), BASE, flow.region.rkey)
+    frames: list[tuple[int, bytes | bytearray]] = []
+    for n in range(64):
+        budget = {0: 1, 1: 0} if n % 3 else {0: 1, 1: 1}  # plane 1's NIC is often full
+        frames += ctx.frames_to_send(0.0, budget)
+    spines = spines_by_plane(ctx, flow, frames)
+    assert set(spines) == {0, 1} and sum(map(len, spines.values())) == 64
+    for plane, order in spines.items():
+        assert all(a != b for a, b in zip(order, order[1:], strict=False)), (plane, order)
