@@ -46,6 +46,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from experiments.fidelity import machine_ticks
 from experiments.runner import UNFAITHFUL_EXIT, Phase, PhaseObserver, UnfaithfulRun, run_scenario
 from experiments.scenario import Scenario, parse_scenario
 from experiments.testbed import Testbed
@@ -64,13 +65,6 @@ def ticks(pid: int) -> int:
         return int(fields[11]) + int(fields[12])
     except (OSError, IndexError, ValueError):
         return 0
-
-
-def machine_ticks() -> tuple[int, int]:
-    """(busy, total) CPU ticks of the whole machine so far (/proc/stat, every core)."""
-    fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
-    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
-    return sum(fields) - idle, sum(fields)
 
 
 class CpuMeter:

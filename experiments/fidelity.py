@@ -246,10 +246,16 @@ def process_ticks(pid: int) -> tuple[int, dict[int, int]] | None:
     return total, threads
 
 
-def machine_ticks() -> tuple[int, int]:
-    """Busy and total ticks of all cores since boot (``/proc/stat``'s ``cpu`` line)."""
-    values = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+def machine_ticks(stat: Path = Path("/proc/stat")) -> tuple[int, int]:
+    """Busy and total ticks of all cores since boot (``/proc/stat``'s ``cpu`` line).
+
+    Busy is work at normal priority or above: time spent in processes with a positive nice
+    value (``nice``, ``guest_nice``) counts as idle, since such work yields the core whenever
+    a switch or an agent (nice 0) wants it; the processes' own lags and scheduling gaps still
+    show whether they got it."""
+    values = [int(v) for v in stat.read_text().split("\n", 1)[0].split()[1:]]
     idle = values[3] + (values[4] if len(values) > 4 else 0)  # idle + iowait
+    idle += values[1] + (values[9] if len(values) > 9 else 0)  # nice + guest_nice
     return sum(values) - idle, sum(values)
 
 

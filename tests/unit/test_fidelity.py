@@ -153,6 +153,14 @@ def test_proc_figures_of_this_process() -> None:
     assert process_ticks(2**22 + 12345) is None
 
 
+def test_niced_work_is_not_counted_as_the_machine_busy(tmp_path: Path) -> None:
+    # user nice system idle iowait irq softirq steal guest guest_nice: work at a positive
+    # nice value yields to the testbed's processes, so only the rest is "busy"
+    stat = tmp_path / "stat"
+    stat.write_text("cpu  100 50 30 800 20 5 5 0 0 7\ncpu0 1 2 3 4 5 6 7 8 9 10\n")
+    assert machine_ticks(stat) == (100 + 30 + 5 + 5, 1017)
+
+
 def test_verdict_in_metrics_summary_and_plot(tmp_path: Path) -> None:
     fabric = small_fabric()
     results = []
