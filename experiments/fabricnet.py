@@ -30,9 +30,11 @@ is applied by one of three mechanisms, named by :attr:`FabricNet.latency_by`:
   packets): it delays, it never queues behind a bottleneck and never drops;
 - ``switch``: a kernel without ``sch_netem`` and the switchmodel: the switches' own delay lines
   (:func:`targets.factory.port_latencies`: one link's delay on a port facing a switch, two on a
-  port facing a host, so that every path has its links' latency);
+  port facing a host, so that every path has its links' latency, and as many serialisations
+  of each frame: :mod:`targets.delayline`);
 - ``agents``: a kernel without ``sch_netem`` and BMv2, which cannot delay: the host agents add
-  the whole path's latency (:attr:`FabricNet.path_delay_us`) to what they send;
+  the whole path's latency (:attr:`FabricNet.path_delay_us`) and each frame's serialisation on
+  every link of the path to what they send;
 - ``none``: the topology has no link delay.
 
 ``targets.factory.choose_target("auto")`` resolves the target before the network is built.
@@ -53,7 +55,7 @@ from mininet.node import Host
 from mininet.node import Switch as MnSwitch
 
 from experiments.mgmtnet import ManagementNet
-from targets.factory import GRPC_BASE_PORT, fabric_switch, grpc_addr, port_latencies
+from targets.factory import GRPC_BASE_PORT, fabric_switch, grpc_addr, port_latencies, port_links
 from targets.model import ModelSwitch
 from targets.process import SwitchProcess
 from topologies import Fabric
@@ -321,6 +323,7 @@ class FabricNet:
         for name, node in self.switches.items():
             if isinstance(node.process, ModelSwitch):
                 node.process.port_latency_us = port_latencies(self.fabric, name, delay)
+                node.process.port_links = port_links(self.fabric, name)
         return "switch"
 
     @property

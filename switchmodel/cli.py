@@ -153,6 +153,15 @@ def build_parser() -> argparse.ArgumentParser:
         "latency, where the kernel has no netem (default 0)", "US",
     )  # fmt: skip
     parser.add_argument(
+        "--port-links-of",
+        type=_per_port(_positive("a number of links"), "a number of links"),
+        action="append",
+        default=[],
+        metavar="PORT=LINKS",
+        help="links a port's delay line stands for (default 1): a frame in it also waits its "
+        "serialisation at the port's rate on each (repeatable)",
+    )
+    parser.add_argument(
         "--queue-depth",
         type=_positive("a depth in packets"),
         default=64,
@@ -213,6 +222,10 @@ def _check(parser: argparse.ArgumentParser, args: argparse.Namespace) -> dict[in
         if number not in ports:
             parser.error(f"--port-latency-us-of: port {number} is not one of the -i ports")
         ports[number].latency_s = latency * 1e-6
+    for number, links in args.port_links_of:
+        if number not in ports:
+            parser.error(f"--port-links-of: port {number} is not one of the -i ports")
+        ports[number].links = int(links)
     if args.device_id < 0:
         parser.error(f"--device-id {args.device_id}: expected >= 0")
     return ports

@@ -15,7 +15,9 @@ cost about as much Python per wake-up as the frame's pipeline):
 - a port with a latency (:attr:`PortConfig.latency_s`, the fabric's per-hop latency where the
   kernel has no ``netem``) puts what leaves its queue in a :class:`~targets.delayline.DelayLine`
   and sends it from there when its time comes: a frame leaves no earlier than the latency after
-  it left the queue (the select timeout includes the next frame's time).
+  it left the queue, plus its serialisation at the port's rate on each link the line stands
+  for (:attr:`PortConfig.links`: a frame goes on the veth whole, a real link delivers its last
+  bit one serialisation later); the select timeout includes the next frame's time.
 
 The :class:`~switchmodel.tables.PipelineState` is shared with the P4Runtime server: both hold
 :attr:`DataPlane.lock` while they touch it (the data path for one batch at a time). Until a
@@ -81,6 +83,15 @@ class PortConfig:
     rate_bps: float = 0.0  # 0: not shaped
     mtu: int | None = None  # None: the interface's MTU
     latency_s: float = 0.0  # the link's latency, applied before the wire (0: none)
+    links: int = 1  # links the delay line stands for: a frame waits its serialisation on each
+
+    def delay_line(self) -> DelayLine[bytearray] | None:
+        """The port's delay line (None without a latency): the latency, and each frame's
+        serialisation at the port's rate on each of its links (targets.delayline)."""
+        if self.latency_s <= 0:
+            return None
+        per_byte = self.links * 8 / self.rate_bps if self.rate_bps else 0.0
+        return DelayLine(self.latency_s, per_byte)
 
 
 @dataclass
@@ -206,7 +217,7 @@ class DataPlane:
                     queue=PortQueue(self.priorities, self.queue_depth, config.rate_bps, now=now),
                     max_frame=mtu + ETH_HEADER,
                     filter_outgoing=filter_outgoing,
-                    delay=DelayLine(config.latency_s) if config.latency_s > 0 else None,
+                    delay=config.delay_line(),
                 )
                 if self._pcap_dir is not None:
                     self._pcap_dir.mkdir(parents=True, exist_ok=True)

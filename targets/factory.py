@@ -69,14 +69,17 @@ def grpc_addr(device_id: int, base_port: int = GRPC_BASE_PORT) -> str:
     return f"127.0.0.1:{base_port + device_id}"
 
 
+def port_links(fabric: Fabric, name: str) -> dict[int, int]:
+    """The links switch ``name``'s delay line stands for on each port, so that every path
+    gets each of its links once: a port facing a switch one, a port facing a host two (that
+    link both ways: hosts send at once)."""
+    return {port.number: 2 if port.peer_port == 0 else 1 for port in fabric.switch(name).ports}
+
+
 def port_latencies(fabric: Fabric, name: str, delay_us: float) -> dict[int, float]:
     """The latency (us) switch ``name``'s delay lines apply on each port, so that every path
-    gets ``delay_us`` per link: a port facing a switch delays what it sends by one link's
-    delay, a port facing a host by two (that link's both ways: hosts send at once)."""
-    return {
-        port.number: delay_us * (2 if port.peer_port == 0 else 1)
-        for port in fabric.switch(name).ports
-    }
+    gets ``delay_us`` per link (:func:`port_links` of them)."""
+    return {number: delay_us * links for number, links in port_links(fabric, name).items()}
 
 
 def fabric_switch(

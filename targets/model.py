@@ -50,6 +50,8 @@ class ModelSwitch(SwitchProcess):
     port_rates: Mapping[int, int] = field(default_factory=dict)  # port -> its own rate
     #: port -> the latency (us) its delay line holds frames before the wire (none: no delay line)
     port_latency_us: Mapping[int, float] = field(default_factory=dict)
+    #: port -> the links its delay line stands for (default 1: each adds a frame's serialisation)
+    port_links: Mapping[int, int] = field(default_factory=dict)
     log_level: str = "info"
     netns: str | None = None  # run inside this network namespace
     wrapper: Sequence[str] = ()  # or inside this command, e.g. ["mnexec", "-a", PID]
@@ -71,6 +73,11 @@ class ModelSwitch(SwitchProcess):
             if not latency >= 0:
                 raise SwitchConfigError(
                     f"switch {name}: port_latency_us[{number}] {latency}: expected >= 0"
+                )
+        for number, links in self.port_links.items():
+            if number not in self.ports or links < 1:
+                raise SwitchConfigError(
+                    f"switch {name}: port_links[{number}] {links}: expected a port and >= 1"
                 )
         if self.log_level not in LOG_LEVELS:
             raise SwitchConfigError(
@@ -99,6 +106,8 @@ class ModelSwitch(SwitchProcess):
             argv += ["--port-rate-bps-of", f"{number}={rate}"]
         for number, latency in sorted(self.port_latency_us.items()):
             argv += ["--port-latency-us-of", f"{number}={latency:g}"]
+        for number, links in sorted(self.port_links.items()):
+            argv += ["--port-links-of", f"{number}={links}"]
         if self.queue_depth is not None:
             argv += ["--queue-depth", str(self.queue_depth)]
         if self.mtu is not None:

@@ -74,6 +74,7 @@ from targets.delayline import DelayLine
 from targets.pcap import PcapWriter
 from topologies import Fabric, Host, Nic
 from topologies import usid as usidlib
+from topologies.config import BASE_RTT_LINKS
 
 log = logging.getLogger("mrc.host.agent.agent")
 
@@ -333,7 +334,12 @@ class Agent:
                 nic, sock, done, nic.address.packed, bytes.fromhex(nic.mac.replace(":", ""))
             )
             if self.options.path_latency_us > 0:
-                plane.delay = DelayLine(self.options.path_latency_us * 1e-6)
+                # the path's latency, and a frame's serialisation on each of its links (BMv2's
+                # ports, like the NIC's pacing, let a frame go whole when it may start)
+                plane.delay = DelayLine(
+                    self.options.path_latency_us * 1e-6,
+                    BASE_RTT_LINKS * 8 / (self.topology.link_rate_mbps * 1e6),
+                )
             if self.options.pace:
                 plane.wire = NicWire(
                     self.topology.link_rate_mbps * 1e6, self.topology.link_mtu + 14

@@ -177,3 +177,16 @@ def test_delay_line_releases_in_order_no_earlier_than_the_latency() -> None:
     assert (line.pop(2.001), line.pop(2.0015), line.pop(2.002)) == ("c", None, "d")
     with pytest.raises(ValueError, match="latency -1"):
         DelayLine(-1)
+
+
+def test_delay_line_adds_each_frames_serialisation() -> None:
+    # 1 Mb/s, a line standing for two links: a 1,250-byte frame waits 2 x 10 ms on top of the
+    # latency, an ACK of 125 bytes 2 x 1 ms; in order all the same (a cable is a FIFO)
+    line: DelayLine[bytes] = DelayLine(0.1, 2 * 8 / 1e6)
+    line.put(bytes(1250), 0.0)
+    line.put(bytes(125), 0.0)
+    assert line.next_due() == pytest.approx(0.12)
+    assert line.pop(0.1199) is None
+    assert len(line.pop(0.1201) or b"") == 1250 and len(line.pop(0.1201) or b"") == 125
+    with pytest.raises(ValueError, match="serialisation -1"):
+        DelayLine(0.1, -1)
