@@ -283,6 +283,23 @@ def capacity_series(
     return out
 
 
+def capacity_integral(
+    fabric: Fabric,
+    flows: Sequence[tuple[str, str]],
+    marks: Sequence[FaultMark],
+    start: float,
+    end: float,
+) -> float:
+    """The bits the flows' capacity allowed between ``start`` and ``end``: exact, piece by
+    piece between the faults' times (not the sampling intervals', which at a slow emulated
+    rate last seconds and would stretch the window by up to one of them)."""
+    cuts = sorted({start, end, *(m.t for m in marks if start < m.t < end)})
+    return sum(
+        capacity_bps(fabric, flows, failed_links(fabric, marks, (a + b) / 2)) * (b - a)
+        for a, b in zip(cuts, cuts[1:], strict=False)
+    )
+
+
 def percentile(values: Sequence[float], q: float) -> float | None:
     """The ``q`` quantile (0..1) by nearest rank, or None for no values."""
     if not values:
@@ -453,9 +470,7 @@ def summarise(fabric: Fabric, result: TransportResult, interval: float) -> Trans
     for p in result.progress:  # per flow, or per receiver ("rx:h0") for MRC agents
         most[p.flow] = max(most.get(p.flow, 0), p.delivered)
     delivered = sum(most.values())
-    cap_integral = sum(
-        cap * interval for t, cap in capacity if first < t - interval / 2 < end
-    ) or capacity_bps(fabric, result.flows) * max(end - first, 1e-9)
+    cap_integral = capacity_integral(fabric, result.flows, result.faults, first, end)
     latencies = [c.end - c.start for c in done if c.end is not None]
     recoveries = []
     # A data packet's RTT cannot be below the serialisation floor; an agent's smallest sample

@@ -5,6 +5,8 @@ within the run. tests/integration/test_demo.py runs it."""
 
 from __future__ import annotations
 
+import pytest
+
 from experiments.metrics import FaultMark, capacity_series
 from experiments.scenario import load_scenario, shipped_scenario
 
@@ -35,3 +37,21 @@ def test_the_demo_runs_through_the_failure_and_the_repair() -> None:
     end, repaired, duration = ideal_end()
     assert end >= repaired + PROBE_BACK_S, (end, repaired)
     assert end <= duration - 2.0, (end, duration)  # with room for MRC's own overheads
+
+
+def test_the_capacity_of_a_window_is_integrated_exactly_between_the_faults() -> None:
+    # a window of 2.3 s with a link down for 0.5 s of it: what the sampling grid (here 10 s
+    # bins, as a slow auto rate scales them) cannot resolve, the integral does
+    from experiments.metrics import capacity_bps, capacity_integral, failed_links
+
+    scenario = load_scenario(shipped_scenario("demo"))
+    flows = [(s, d) for _, s, d in scenario.flows()]
+    fabric = scenario.fabric
+    target = " <-> ".join(scenario.raw["faults"][0]["link"])
+    marks = [FaultMark(1.0, "down", target), FaultMark(1.5, "up", target)]
+    full = capacity_bps(fabric, flows)
+    degraded = capacity_bps(fabric, flows, failed_links(fabric, marks, 1.2))
+    assert degraded < full
+    got = capacity_integral(fabric, flows, marks, 0.2, 2.5)
+    assert got == pytest.approx(full * 1.8 + degraded * 0.5)
+    assert capacity_integral(fabric, flows, [], 0.2, 2.5) == pytest.approx(full * 2.3)
