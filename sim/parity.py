@@ -62,7 +62,18 @@ class Experiment:
     end_us: float = 1000.0
     paths: int = REFERENCE_PATHS
     failed: int = 0  #: spines whose links run at FAILED_LINK_SHARE
+    #: the reference's receiver ACKs once 16,384 bytes are in (4 frames of 4,210 B), or at once
+    #: for a CE-marked packet, an ACK request or the first packet (``UecSink::processData``)
     ack_every: int = 4
+    #: the reference's receiver has no ACK timer: the sim's (``ack_delay``, the agents' 10 ns
+    #: ACKs every packet at line rate) waits this long, one unloaded RTT when None, so that an
+    #: ACK waits for its 4 packets as the reference's does
+    ack_delay_us: float | None = None
+    #: data frames the sim's host NIC holds. The reference's NIC asks a source for its packet
+    #: when a port is free (``UecNIC::requestSending``), so a packet's send time, and its RTT,
+    #: start on the wire; with the agents' two (the one on the wire and the next) every RTT
+    #: sample of a sender at line rate carries one frame time of the NIC's queue
+    nic_slots: int = 1
     reference_args: tuple[str, ...] = ("-sender_cc_only",)
     notes: tuple[str, ...] = ()  #: options the sim does not model
 
@@ -224,6 +235,7 @@ def run_reference(exp: Experiment) -> Figures:
 def build_sim(exp: Experiment, *, seed: int = 1) -> SimNet:
     """The sim's network for ``exp``, its failed links degraded."""
     net = SimNet.build(exp.fabric, seed=seed)
+    net.nic_slots = exp.nic_slots
     fabric = net.fabric
     for plane in range(exp.fabric.planes):
         for rack in range(exp.fabric.racks):
@@ -236,7 +248,10 @@ def build_sim(exp: Experiment, *, seed: int = 1) -> SimNet:
 def run_sim(exp: Experiment, *, seed: int = 1) -> Figures:
     """The experiment on the sim."""
     net = build_sim(exp, seed=seed)
-    config = StackConfig(mtu=exp.fabric.mtu, ev_count=exp.paths, ack_every=exp.ack_every)
+    ack_delay = exp.fabric.base_rtt() if exp.ack_delay_us is None else exp.ack_delay_us * 1e-6
+    config = StackConfig(
+        mtu=exp.fabric.mtu, ev_count=exp.paths, ack_every=exp.ack_every, ack_delay=ack_delay
+    )
     result = run_flows(
         net,
         exp.matrix.connections,

@@ -34,7 +34,7 @@ CONTEXT_FIELDS = ("mtu", "dilation", "max_frame", "hop_limit", "ev_min_active")
 LIVE_FIELDS = (
     "ack_timeout_exp", "max_backoff_exp", "retry_linear_cnt", "retry_exp_cnt", "max_retransmits",
     "reorder_threshold", "ack_every", "ack_delay", "probe_timeout", "probe_interval", "rto_min",
-    "tlp", "rx_window", "max_outstanding", "ack_ce_at_once",
+    "tlp", "rx_window", "max_outstanding", "ack_ce_at_once", "ack_requests",
 )  # fmt: skip
 
 # The profile names are the fabric's too (topologies.operating): ``uet``, the default, feeds
@@ -48,6 +48,7 @@ STACK_PROFILES: Mapping[str, Mapping[str, Any]] = {
         "cc_raw_delay": False,
         "cc_learn_base_rtt": False,
         "ack_ce_at_once": False,
+        "ack_requests": False,
         "timeout_quick_adapt": True,
         "ev_min_active": 1,
     },
@@ -73,6 +74,10 @@ class StackConfig:
     ack_every: int = 4  #: the receiver ACKs after this many data packets...
     ack_delay: float = 10e-9  #: ...or this long after the first unacknowledged one (seconds)
     ack_ce_at_once: bool = True  #: ...or at once for a CE-marked one (uet-htsim processData)
+    #: ...or at once for the first packet and for the last one the sender's window lets out
+    #: (it sets the ACK request bit), and again once the PSNs before a requested one are in
+    #: (uet-htsim sendNewPacket, UecSink::processData)
+    ack_requests: bool = True
     probe_timeout: float = 8e-6  #: a probe without reply after this long is lost (seconds)
     probe_interval: float = 8e-6  #: gap between probes of an EV that is not GOOD (seconds)
     ev_count: int = 128  #: EVs per QP for the generated profile (split evenly over planes)

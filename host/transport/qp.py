@@ -195,6 +195,8 @@ class QueuePair(Sender, Receiver, LossRecovery, PathChoice):
         self._msn = 0
         self._ack_pending = 0
         self._ack_deadline: float | None = None
+        self._ack_requested = False
+        self._rx_started = False
         self._ack_ce = 0
         self._ack_ce_ev = 0  # EV of the latest CE-marked packet since the previous ACK
         self._ack_echo = (0, 0, 0, 0xFF)  # EV, timestamp, plane, spine
@@ -230,6 +232,7 @@ class QueuePair(Sender, Receiver, LossRecovery, PathChoice):
         self._rx_window = cfg.rx_window
         self._ack_every = cfg.ack_every
         self._ack_ce_now = cfg.ack_ce_at_once
+        self._ack_requests = cfg.ack_requests
         self._ack_delay = cfg.ack_delay
         self._steer_hold = cfg.ack_delay * 10
         self._rto_floor = cfg.ack_timeout if cfg.rto_min is None else cfg.rto_min

@@ -233,6 +233,11 @@ class QpState:
     _msn: int
     _ack_pending: int
     _ack_deadline: float | None
+    #: an ACK request arrived while PSNs were missing: ACK again once they are all in
+    _ack_requested: bool
+    _ack_requests: bool  #: StackConfig.ack_requests
+    #: a data packet was placed (the first one is acknowledged at once)
+    _rx_started: bool
     _ack_ce: int
     _ack_ce_ev: int
     _ack_echo: tuple[int, int, int, int]

@@ -100,12 +100,24 @@ class Receiver(QpState):
             self._nack(wire.FLAG_ACCESS, plane, spine, ev, ts, psn24, now)
             return
         stats.payload_bytes_placed += dma_len
+        if not self._rx_started:
+            # the first packet is acknowledged at once: the sender's first RTT sample and
+            # window feedback come a packet after it started (uet-htsim UecSink::processData)
+            self._rx_started = True
+            ack_req = ack_req or self._ack_requests
+        if ack_req and self._ack_requests:
+            self._ack_requested = True
         if d == 0:
             cum += 1
             while cum in rcv:
                 rcv.remove(cum)
                 cum += 1
             self._rcv_cum = cum
+            if not rcv and self._ack_requested:
+                # every PSN up to the newest is in: the ACK a request asked for is answered
+                # again now that it is cumulative (uet-htsim UecSink::processData, _ack_request)
+                self._ack_requested = False
+                ack_req = True
         else:
             rcv.add(psn)
             if psn > self._rcv_max:

@@ -145,6 +145,7 @@ class Sender(QpState):
         remote_qpn = self.remote_qpn
         ts32 = int(now * NS) & 0xFFFFFFFF
         inflight = self.inflight
+        window_ar = self._ack_requests
         psn = self._next_psn
         tsn = self._tsn
         psn_limit = self._snd_una + limit
@@ -237,13 +238,18 @@ class Sender(QpState):
                 )  # fmt: skip
             else:
                 # inline of wire.encode_data_split for WRITE Only, the common packet (the IPv6
-                # payload length counts the slot's SRH, if any)
+                # payload length counts the slot's SRH, if any). The ACK request bit: the
+                # message's last packet, or the last the window lets out before an ACK frees
+                # room (uet-htsim sendNewPacket: the receiver ACKs it at once, not after its
+                # ack_every packets, which a window-bound sender would wait for)
                 udp_len = _DATA_UDP_BASE + length
                 frame = join((
                     slot.head, pack_len(udp_len + slot.ext_len), slot.mid,
                     pack_tail(
                         udp_len, 0, _OP_WRITE_ONLY, 0, 0xFFFF, remote_qpn,
-                        (0x80000000 | (psn & PSN_MASK)) if last else psn & PSN_MASK,
+                        (0x80000000 | (psn & PSN_MASK))
+                        if last or (window_ar and inflight + length >= cwnd)
+                        else psn & PSN_MASK,
                         msg.remote_addr + offset, msg.rkey, length, _EXT_DATA, flags,
                         slot.plane, slot.spine_hint, slot.wire, msg.msg_id, msg.length, offset,
                         ts32,

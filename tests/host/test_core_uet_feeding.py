@@ -6,6 +6,9 @@ profile ``testbed-2026`` that keeps the testbed's earlier rules:
 - the base RTT starts at the fabric's unloaded RTT and the smallest sample replaces it, with
   ``max_cwnd`` following (``UecSrc::update_base_rtt``);
 - a CE-marked packet is acknowledged at once (``UecSink::processData``);
+- so are the first packet and the last one the sender's window lets out (its ACK request
+  bit), and a requested ACK again once the PSNs before it are in (``sendNewPacket``,
+  ``processData``);
 - a timeout takes the timed-out packet out of the window (``UecSrc::rtxTimerExpired``);
 - ``ev_min_active`` defaults to a quarter of the EVs (the OCP MRC API's examples).
 
@@ -74,10 +77,11 @@ def test_the_legacy_profile_is_named_once_and_sets_the_earlier_rules() -> None:
     assert set(STACK_PROFILES) == {UET_PROFILE, LEGACY_PROFILE}
     assert StackConfig.profile(UET_PROFILE) == StackConfig()
     assert not LEGACY.cc_raw_delay and not LEGACY.cc_learn_base_rtt
-    assert not LEGACY.ack_ce_at_once and LEGACY.timeout_quick_adapt
+    assert not LEGACY.ack_ce_at_once and LEGACY.timeout_quick_adapt and not LEGACY.ack_requests
     assert LEGACY.ev_min_active == 1
     default = StackConfig()
     assert default.cc_raw_delay and default.cc_learn_base_rtt and default.ack_ce_at_once
+    assert default.ack_requests
     assert not default.timeout_quick_adapt and default.ev_min_active is None
     assert StackConfig.profile(LEGACY_PROFILE, ack_every=2).ack_every == 2
     with pytest.raises(ValueError, match="stack profile 'nope'"):
@@ -169,11 +173,11 @@ def test_the_fabric_base_rtt_is_the_unloaded_one_learnt_on_the_network(make_net:
 # -- (c) CE-marked packets acknowledged at once -------------------------------------------------
 
 
-def data(flow: Any, psn: int, ecn: int) -> wire.DataFields:
+def data(flow: Any, psn: int, ecn: int, ack_req: bool = False) -> wire.DataFields:
     """The fields of a one-MTU WRITE of message ``psn + 1`` as the receiver decodes them."""
     payload = memoryview(bytes(MTU))
     return (
-        flow.receiver.qpn, psn, False, ecn, wire.OP_WRITE_ONLY, REGION + psn * MTU,
+        flow.receiver.qpn, psn, ack_req, ecn, wire.OP_WRITE_ONLY, REGION + psn * MTU,
         flow.region.rkey, MTU, None, 0, 0xFF, 7, psn + 1, MTU, 0, 0, payload, 0,
     )  # fmt: skip
 
@@ -187,17 +191,57 @@ def test_a_ce_marked_packet_is_acknowledged_at_once(
     stats = net.hosts["h3"]._shared.stats
     receiver = flow.receiver
     receiver.on_data_fields(data(flow, 0, wire.ECN_ECT0), 1.0)
-    assert stats.acks_sent == 0  # an unmarked packet waits for ack_every packets
-    receiver.on_data_fields(data(flow, 1, wire.ECN_CE), 1.0)
+    first = stats.acks_sent  # uet: the first packet is acknowledged at once
+    assert first == (1 if config is None else 0)
+    receiver.on_data_fields(data(flow, 1, wire.ECN_ECT0), 1.0)
+    assert stats.acks_sent == first  # an unmarked packet waits for ack_every packets
+    receiver.on_data_fields(data(flow, 2, wire.ECN_CE), 1.0)
     if config is None:
-        assert stats.acks_sent == 1  # at once, covering both, one of them CE
+        assert stats.acks_sent == first + 1  # at once, covering both, one of them CE
         ack = wire.decode_ack(net.hosts["h3"]._shared.outbox[-1][1])
         assert ack is not None and ack[5:7] == (1, 2)  # CE count, packets covered
     else:
         assert stats.acks_sent == 0  # testbed-2026: the mark waits with the others
-        for psn in (2, 3):
-            receiver.on_data_fields(data(flow, psn, wire.ECN_ECT0), 1.0)
+        receiver.on_data_fields(data(flow, 3, wire.ECN_ECT0), 1.0)
         assert stats.acks_sent == 1
+
+
+@pytest.mark.parametrize("config", [None, LEGACY], ids=["uet", LEGACY_PROFILE])
+def test_a_requested_ack_is_sent_again_once_the_psns_before_it_are_in(
+    make_net: Any, config: StackConfig | None
+) -> None:
+    net = make_net(seed=5, config=config)
+    flow = net.connect("h0", "h3")
+    stats = net.hosts["h3"]._shared.stats
+    receiver = flow.receiver
+    receiver.on_data_fields(data(flow, 0, wire.ECN_ECT0), 1.0)
+    before = stats.acks_sent
+    receiver.on_data_fields(data(flow, 2, wire.ECN_ECT0, ack_req=True), 1.0)
+    assert stats.acks_sent == before + 1  # the request, at once (PSN 1 still missing)
+    receiver.on_data_fields(data(flow, 1, wire.ECN_ECT0), 1.0)
+    # uet: PSN 1 fills the gap and the requested ACK comes again, cumulative; testbed-2026
+    # waits for ack_every packets
+    assert stats.acks_sent == before + (2 if config is None else 1)
+    ack = wire.decode_ack(net.hosts["h3"]._shared.outbox[-1][1])
+    assert ack is not None
+
+
+@pytest.mark.parametrize("config", [None, LEGACY], ids=["uet", LEGACY_PROFILE])
+def test_the_last_packet_the_window_lets_out_requests_an_ack(
+    make_net: Any, config: StackConfig | None
+) -> None:
+    net = make_net(seed=5, config=config)
+    flow = net.connect("h0", "h3")
+    sender = flow.sender
+    sender.cc.cwnd = 3 * MTU  # room for three packets
+    sender.post_write(b"\1" * (8 * MTU), REGION, flow.region.rkey)
+    frames = [f for _, f in net.hosts["h0"].frames_to_send(1.0)]
+    data_pkts = [wire.decode_data(f) for f in frames]
+    requests = [d[2] for d in data_pkts if d is not None]
+    assert len(requests) == 3
+    # uet: the third fills the window (uet-htsim sendNewPacket); testbed-2026: none (the
+    # message's last packet is not among them)
+    assert requests == [False, False, config is None]
 
 
 # -- (d) a timeout ------------------------------------------------------------------------------

@@ -3,8 +3,9 @@ simulator (uet-htsim, ``uec.cpp``) defines it, configured with the fields of the
 controller API's ``struct mrc_ctl_cc_nscc_cfg`` (same names, same units: nanoseconds, bytes).
 
 Per acknowledgement, with ``delay`` = RTT - ``base_rtt`` (the queueing delay) and ``ecn`` =
-the acknowledged packets were CE-marked (an ACK covering marked and unmarked packets is taken
-as two: the marked bytes, then the others):
+an acknowledged packet was CE-marked (an ACK echoing a mark counts all the bytes it
+acknowledges as marked, as uet-htsim's ``processAck`` does; receivers ACK a marked packet at
+once, so the others are at most the few that waited with it):
 
 - quick adapt first (``disable_qa``, ``qa_gate``, ``qa_threshold``): once per base RTT +
   target delay, after a NACK or a loss, or with a delay above ``qa_threshold``, and when what
@@ -21,7 +22,8 @@ as two: the marked bytes, then the others):
   steers away from it);
 - increases accumulate and are applied in batches, ``cwnd += increase / cwnd``, once
   ``adjust_bytes_threshold`` bytes were acknowledged or ``adjust_period_threshold`` passed;
-  ``eta`` is added once per adjustment period;
+  ``eta`` is added once per adjustment period, which runs from the last adjustment that
+  added it;
 - a NACK (trim) takes the NACKed bytes out of the window and triggers quick adapt; the delay
   EWMA takes it as a delay of one network RTT above base. A trim at the receiver's own leaf
   (``last_hop``) is the incast's congestion, not a path's: the window answers it, the path
@@ -158,8 +160,7 @@ class Nscc(CongestionControl):
         self.inflight = 0.0  # bytes sent and not yet acknowledged, lost or NACKed
         self._inc_bytes = 0.0  # increases waiting for the next adjustment
         self._received_bytes = 0.0  # acknowledged since the last adjustment
-        self._last_adjust = 0.0
-        self._last_eta = 0.0
+        self._last_adjust = 0.0  # the last adjustment that added eta
         self._last_decrease = float("-inf")
         self._fi_count = 0.0
         self._increasing = False
@@ -232,13 +233,9 @@ class Nscc(CongestionControl):
         if self.base_rtt <= 0.0 or acked_bytes <= 0:
             return
         delay = max(0.0, rtt - self.base_rtt) if rtt is not None else self.avg_delay
-        marked = acked_bytes * min(1.0, ce_count / pkt_count) if ce_count and pkt_count else 0
-        if marked:
-            self._update_delay(delay, ecn=True)
-            self._on_bytes(True, delay, marked, now)
-        if acked_bytes - marked > 0:
-            self._update_delay(delay, ecn=False)
-            self._on_bytes(False, delay, acked_bytes - marked, now)
+        ecn = ce_count > 0
+        self._update_delay(delay, ecn=ecn)
+        self._on_bytes(ecn, delay, acked_bytes, now)
 
     def on_trim(self, *, nbytes: int, now: float, last_hop: bool = False) -> None:
         """A NACK: quick adapt is triggered, and the NACKed bytes leave the window."""
@@ -336,11 +333,12 @@ class Nscc(CongestionControl):
         self.changes["fair_inc"] += self._pending_fair / self.cwnd
         self.changes["prop_inc"] += self._pending_prop / self.cwnd
         self._pending_fair = self._pending_prop = 0.0
-        if now - self._last_eta >= self.adjust_period:
+        # the period runs from the last adjustment that added eta: past it, every ACK adjusts
+        # (uet-htsim fulfill_adjustment, _last_adjust_time)
+        if now - self._last_adjust >= self.adjust_period:
             self.cwnd += self.eta
             self.changes["eta_inc"] += self.eta
-            self._last_eta = now
-        self._last_adjust = now
+            self._last_adjust = now
         self._inc_bytes = 0.0
         self._received_bytes = 0.0
 
