@@ -61,10 +61,14 @@ NIC_SLOTS = 2  # red discipline: data frames a host NIC holds (the one on the wi
 
 _ROCE_PORT = ROCEV2_UDP_PORT.to_bytes(2, "big")  # UDP destination port of MRC frames
 _IPV6_TYPE = ETHERTYPE_IPV6.to_bytes(2, "big")
-_ARG_BITS = 128 - BLOCK_BITS - USID_BITS  # carrier bits after the active uSID
-_ARG_MASK = (1 << _ARG_BITS) - 1
-_USID_MASK = (1 << USID_BITS) - 1
-_BLOCK_MASK = ((1 << BLOCK_BITS) - 1) << (128 - BLOCK_BITS)
+# the IPv6 destination address of a frame, in bytes: the block, the active uSID, the carrier's
+# rest (the switches read and shift it in place)
+_DST, _DST_END = 38, 54
+_ACTIVE = _DST + BLOCK_BITS // 8
+_ARG = _ACTIVE + USID_BITS // 8
+_ARG_ZERO = bytes(_DST_END - _ARG)
+_USID_ZERO = bytes(USID_BITS // 8)
+assert BLOCK_BITS % 8 == 0 and USID_BITS == 16, "the switches read uSIDs as whole bytes"
 _HIGH_DSCP = frozenset((wire.DSCP_CONTROL, wire.DSCP_TRIMMED, wire.DSCP_TRIMMED_LAST_HOP))
 
 
@@ -182,7 +186,7 @@ class SimNet:
         ecn_at = ecn_threshold if ecn_threshold is not None else max(1, depth // 4)
         if queues is not None:
             trim_at = None if not queues.trim else 0
-        self._block = int(fabric.block.network_address) >> 96
+        self._block_bytes = fabric.block.network_address.packed[: BLOCK_BITS // 8]
         hosts = frozenset(h.name for h in fabric.hosts)
         self._hosts_of_fabric = hosts
         self._hosts: dict[str, Context] = {}
@@ -473,8 +477,10 @@ class SimNet:
                 self._enqueue(ports[(host, plane)], frame)
         else:
             # a NIC takes a data frame when it has a free slot: the EV is chosen then
-            budget = {p.number: max(0, slots - len(p.low) - p.busy)
-                      for p in self._host_ports[host]}  # fmt: skip
+            budget: dict[int, int] = {}
+            for port in self._host_ports[host]:
+                room = slots - len(port.low) - port.busy
+                budget[port.number] = room if room > 0 else 0
             for plane, frame in ctx.frames_to_send(now, budget):
                 if not isinstance(frame, bytearray):
                     frame = bytearray(frame)
@@ -686,14 +692,15 @@ class SimNet:
             counters["drop_hop_limit"] += 1
             return
         frame[21] -= 1
-        addr = int.from_bytes(frame[38:54], "big")
-        if addr >> 96 != self._block:
+        # the destination address in place: the block, the active uSID, the rest (bytes)
+        if frame[_DST:_ACTIVE] != self._block_bytes:
             counters["drop_no_route"] += 1
             return
-        if (addr >> _ARG_BITS) & _USID_MASK == switch.usid:
-            if addr & _ARG_MASK:
+        active = (frame[_ACTIVE] << 8) | frame[_ACTIVE + 1]
+        if active == switch.usid:
+            if frame[_ARG:_DST_END] != _ARG_ZERO:
                 # uN: drop the active uSID, move the rest up, zero-fill
-                addr = (addr & _BLOCK_MASK) | ((addr & _ARG_MASK) << USID_BITS)
+                frame[_ACTIVE:_DST_END] = frame[_ARG:_DST_END] + _USID_ZERO
             elif frame[20] == wire.IPPROTO_ROUTING and len(frame) >= 62 and frame[57] > 0:
                 # End: segments left -= 1, the segment it now points at is the destination
                 left = frame[57] - 1
@@ -702,12 +709,11 @@ class SimNet:
                 if frame[58] < left or len(frame) < at + 16:
                     counters["drop_sid_end"] += 1
                     return
-                addr = int.from_bytes(frame[at : at + 16], "big")
+                frame[_DST:_DST_END] = frame[at : at + 16]
             else:
                 counters["drop_sid_end"] += 1
                 return
-            frame[38:54] = addr.to_bytes(16, "big")
-        active = (addr >> _ARG_BITS) & _USID_MASK
+            active = (frame[_ACTIVE] << 8) | frame[_ACTIVE + 1]
         out: _Port | None
         if active in switch.ecmp_remote:
             ports = switch.ecmp_ports
