@@ -547,12 +547,15 @@ class Context:
             now = self._protocol_time(now)
         self._now = now
         self._endpoint.departing(now)
-        out = self._shared.outbox
-        self._shared.outbox = []
-        qps = list(self._qps.values())
-        if budget is not None and len(qps) > 1:
-            self._turn = (self._turn + 1) % len(qps)
-            qps = qps[self._turn :] + qps[: self._turn]
+        shared = self._shared
+        out = shared.outbox
+        shared.outbox = []
+        qps: Iterable[QueuePair] = self._qps.values()
+        if budget is not None and len(self._qps) > 1:
+            turn = self._turn = (self._turn + 1) % len(self._qps)
+            if turn:
+                ordered = list(qps)
+                qps = ordered[turn:] + ordered[:turn]
         for qp in qps:
             if qp._send_queue or qp._retx:
                 qp.frames(now, out, budget)

@@ -371,6 +371,8 @@ class Endpoint:
 
     def departing(self, now: float) -> None:
         """Write the service time into the responses leaving now (``frames_to_send``)."""
+        if not self._responses:
+            return
         for frame, arrived in self._responses:
             wire.set_service_time(frame, int((now - arrived) * NS))
         self._responses.clear()
@@ -443,6 +445,8 @@ class Endpoint:
 
     def next_timer(self) -> float | None:
         """When the next round of unanswered port status updates is due (protocol time)."""
+        if not self._status_due:
+            return None
         return min((due for _, due in self._status_due.values()), default=None)
 
     def handle_timer(self, now: float) -> None:

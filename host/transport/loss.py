@@ -197,7 +197,8 @@ class LossRecovery(QpState):
     def next_timer(self) -> float | None:
         """The earliest time this QP needs handle_timer."""
         when: float | None = self._ack_deadline
-        first = self._first_in_net()
+        # a receiver's QP has nothing outstanding: no call for it (asked after every event)
+        first = self._first_in_net() if self._outstanding else None
         if first is not None:
             rto = max(first.sent, self._last_ack) + self._timeout()
             when = rto if when is None else min(when, rto)
