@@ -3,9 +3,9 @@
 An :class:`Experiment` is what both simulators are built from: the fabric
 (:class:`sim.fabric.SimFabric`: hosts, tiers, rate, hop latency, queue sizes), the traffic
 (a :class:`sim.htsim.Matrix`) and the reference's options that have a meaning on both sides
-(``-paths`` as EVs per QP, ``-failed N`` as the links of spines ``0..N-1`` at a quarter of their
-rate, ``-q`` as the queue size, ``-sack_threshold`` at or below one packet as an ACK per
-packet, ``-end`` as the run's end). :func:`from_plan` makes one from an experiment of a
+(``-paths`` as EVs per QP, ``-paths 1`` as one EV per QP drawn by a hash, ``-failed N`` as
+the links of spines ``0..N-1`` at a quarter of their rate, ``-q`` as the queue size,
+``-sack_threshold`` at or below one packet as an ACK per packet, ``-end`` as the run's end). :func:`from_plan` makes one from an experiment of a
 validation plan; the fabric is the two-tier leaf-spine of the matrix's node count
 (:func:`sim.fabric.leaf_spine`) unless the plan names a topology file.
 
@@ -74,6 +74,12 @@ class Experiment:
     #: start on the wire; with the agents' two (the one on the wire and the next) every RTT
     #: sample of a sender at line rate carries one frame time of the NIC's queue
     nic_slots: int = 1
+    #: the sim's transport policy (:data:`host.transport.policy.POLICIES`): MRC's spraying,
+    #: or with ``-paths 1`` "ecmp", one EV per QP picked by a hash of the QP among EVs on
+    #: every path. The reference's one EV per connection goes where its switches' ECMP hash
+    #: sends it (``FatTreeSwitch``: ``freeBSDHash(flow, EV, salt)``), a spine drawn per flow;
+    #: MRC with one EV would put every QP on its first path, every flow on spine 0
+    policy: str = "mrc"
     reference_args: tuple[str, ...] = ("-sender_cc_only",)
     notes: tuple[str, ...] = ()  #: options the sim does not model
 
@@ -122,6 +128,8 @@ def from_plan(plan: PlanExperiment, shared: Path) -> Experiment:
             options["end_us"] = float(value)
         elif key == "-paths":
             options["paths"] = int(value)
+            if int(value) == 1:
+                options["policy"] = "ecmp"
         elif key == "-failed":
             options["failed"] = int(value)
         elif key == "-q":
@@ -249,8 +257,9 @@ def run_sim(exp: Experiment, *, seed: int = 1) -> Figures:
     """The experiment on the sim."""
     net = build_sim(exp, seed=seed)
     ack_delay = exp.fabric.base_rtt() if exp.ack_delay_us is None else exp.ack_delay_us * 1e-6
+    ev_count = exp.paths if exp.policy == "mrc" else REFERENCE_PATHS
     config = StackConfig(
-        mtu=exp.fabric.mtu, ev_count=exp.paths, ack_every=exp.ack_every, ack_delay=ack_delay
+        mtu=exp.fabric.mtu, ev_count=ev_count, ack_every=exp.ack_every, ack_delay=ack_delay
     )
     result = run_flows(
         net,
@@ -260,6 +269,7 @@ def run_sim(exp: Experiment, *, seed: int = 1) -> Figures:
         until=exp.end_us * 1e-6,
         seed=seed,
         barriers={t.id: t.count for t in exp.matrix.triggers if t.kind == "barrier"},
+        policy=exp.policy,
     )
     fcts = [f.fct * 1e6 for f in result.flows if f.fct is not None]
     changes = result.summary()["changes"]

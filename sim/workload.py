@@ -108,8 +108,10 @@ def run_flows(
     until: float = 1.0,
     seed: int = 1,
     barriers: Mapping[int, int] | None = None,
+    policy: str = "mrc",
 ) -> FlowsResult:
-    """Run ``connections`` on ``net`` (see the module docstring); times in seconds.
+    """Run ``connections`` on ``net`` (see the module docstring); times in seconds. Every QP
+    runs ``policy`` (:data:`host.transport.policy.POLICIES`).
 
     A trigger fires when a flow that names it as ``send_done_trigger`` completes; a trigger of
     ``barriers`` (id -> count) fires only once that many such flows completed."""
@@ -142,8 +144,12 @@ def run_flows(
         src, dst = context(conn.src), context(conn.dst)
         if dst.host not in regions:
             regions[dst.host] = dst.register_region(REGION, max(largest, 1)).rkey
-        qs = src.create_qp(dst.host, fabric.paths(src.host, dst.host), cq=cqs[src.host], cc=cc)
-        qr = dst.create_qp(src.host, fabric.paths(dst.host, src.host), cq=cqs[dst.host], cc=cc)
+        qs = src.create_qp(
+            dst.host, fabric.paths(src.host, dst.host), cq=cqs[src.host], cc=cc, policy=policy
+        )
+        qr = dst.create_qp(
+            src.host, fabric.paths(dst.host, src.host), cq=cqs[dst.host], cc=cc, policy=policy
+        )
         qs.connect(qr.qpn)
         qr.connect(qs.qpn)
         flows.append(FlowResult(conn))
