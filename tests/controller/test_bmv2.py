@@ -12,7 +12,7 @@ import pytest
 
 from p4src.compile import P4BuildError, ToolMissing, compile_p4
 from targets.bmv2 import CONTROL_BYTES, Bmv2Switch, missing_tools, queue_rate_pps
-from targets.factory import GRPC_BASE_PORT, THRIFT_BASE_PORT, fabric_switch
+from targets.factory import GRPC_BASE_PORT, PORT_SPEEDUP, THRIFT_BASE_PORT, fabric_switch
 from targets.lab import NetnsLab, free_port
 from targets.model import ModelSwitch
 from targets.process import SwitchConfigError, SwitchStartError
@@ -93,7 +93,9 @@ def test_factory_maps_a_fabric_switch_to_its_process(fabric: Fabric, target: str
     assert process.name == sw.name and process.device_id == sw.device_id
     assert process.ports == {p.number: p.intf for p in sw.ports}
     assert process.grpc_addr == f"127.0.0.1:{GRPC_BASE_PORT + sw.device_id}"
-    assert process.rate_bps == int(topo.link_rate_mbps * 1_000_000)
+    # shaped a little faster than the hosts' NICs pace (targets.factory.PORT_SPEEDUP)
+    assert process.rate_bps == int(topo.link_rate_mbps * 1_000_000 * (1 + PORT_SPEEDUP))
+    assert process.rate_bps > topo.link_rate_mbps * 1_000_000
     assert (process.queue_depth, process.mtu, process.priority_queues) == (
         topo.queue_depth,
         topo.link_mtu,
