@@ -110,7 +110,10 @@ class Sender(QpState):
         cwnd = self.cc.cwnd
         retx = self._retx
         outstanding = self._outstanding
-        while retx and self.inflight < cwnd:
+        # a packet goes when the window has room for all of it (uet-htsim can_send_NSCC:
+        # in flight + the packet <= cwnd), or when nothing is in flight
+        room = cwnd - self._cfg.mtu
+        while retx and (self.inflight <= room or not self.inflight):
             rec = retx[0]
             if rec.in_net or outstanding.get(rec.psn) is not rec:
                 retx.popleft()
@@ -167,7 +170,9 @@ class Sender(QpState):
         # frames the NICs take now, all planes together (-1: no limit): the loop ends when
         # they are full, before a pick, so that no EV's turn is spent on a NIC without room
         room_left = -1 if budget is None else sum(n for n in budget.values() if n > 0)
-        while queue and inflight < cwnd and psn < psn_limit and count and room_left:
+        while (
+            queue and (inflight <= room or not inflight) and psn < psn_limit and count and room_left
+        ):
             if (
                 recycle
                 and psn & EXPLORE_MASK
@@ -240,15 +245,16 @@ class Sender(QpState):
                 # inline of wire.encode_data_split for WRITE Only, the common packet (the IPv6
                 # payload length counts the slot's SRH, if any). The ACK request bit: the
                 # message's last packet, or the last the window lets out before an ACK frees
-                # room (uet-htsim sendNewPacket: the receiver ACKs it at once, not after its
-                # ack_every packets, which a window-bound sender would wait for)
+                # room (uet-htsim sendNewPacket: in flight + a packet >= cwnd; the receiver
+                # ACKs it at once, not after ack_every packets a window-bound sender would
+                # wait for)
                 udp_len = _DATA_UDP_BASE + length
                 frame = join((
                     slot.head, pack_len(udp_len + slot.ext_len), slot.mid,
                     pack_tail(
                         udp_len, 0, _OP_WRITE_ONLY, 0, 0xFFFF, remote_qpn,
                         (0x80000000 | (psn & PSN_MASK))
-                        if last or (window_ar and inflight + length >= cwnd)
+                        if last or (window_ar and inflight + length >= room)
                         else psn & PSN_MASK,
                         msg.remote_addr + offset, msg.rkey, length, _EXT_DATA, flags,
                         slot.plane, slot.spine_hint, slot.wire, msg.msg_id, msg.length, offset,

@@ -161,6 +161,26 @@ def test_a_nack_after_an_interval_triggers_quick_adapt() -> None:
     assert algo.cwnd == pytest.approx(MTU)  # delivered only the NACK's worth: one MTU floor
 
 
+def test_after_quick_adapt_marks_are_ignored_until_the_bytes_in_flight_are_acknowledged() -> None:
+    algo = nscc()
+    algo.on_packet_sent(nbytes=8 * MTU, now=1.0)
+    ack(algo, 1.0, delay=10e-6, nbytes=MTU)
+    algo.on_trim(nbytes=MTU, now=1.0 + BASE + algo.target_delay + 1e-6)
+    assert algo.quick_adapts == 1
+    in_flight = algo.inflight  # the bytes the quick adapt left in flight
+    now = 1.0 + BASE + algo.target_delay + 2e-6
+    window = algo.cwnd
+    algo.avg_delay = 200e-6  # a standing queue: a mark above target would decrease
+    acked = 0
+    while acked + MTU < in_flight:  # marked ACKs of those bytes: ignored (uet-htsim processAck)
+        algo.on_ack(acked_bytes=MTU, rtt=BASE + 200e-6, ce_count=1, pkt_count=1, now=now)
+        acked += MTU
+    assert algo.cwnd == window and algo.decreases == 0
+    # the ACK that brings the last of them in counts: a mark decreases the window again
+    algo.on_ack(acked_bytes=MTU, rtt=BASE + 200e-6, ce_count=1, pkt_count=1, now=now)
+    assert algo.decreases == 1
+
+
 def test_incast_with_last_hop_trims_completes_without_timeouts(make_net: Any) -> None:
     """Three senders to one receiver on the in-memory network: the receiver's leaf trims on
     its downlink (last hop), the spines now and then on theirs: every byte arrives, no ACK

@@ -233,7 +233,7 @@ def test_the_last_packet_the_window_lets_out_requests_an_ack(
     net = make_net(seed=5, config=config)
     flow = net.connect("h0", "h3")
     sender = flow.sender
-    sender.cc.cwnd = 3 * MTU  # room for three packets
+    sender.cc.cwnd = 3.5 * MTU  # room for three packets (in flight + a packet <= cwnd)
     sender.post_write(b"\1" * (8 * MTU), REGION, flow.region.rkey)
     frames = [f for _, f in net.hosts["h0"].frames_to_send(1.0)]
     data_pkts = [wire.decode_data(f) for f in frames]

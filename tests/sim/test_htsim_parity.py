@@ -43,15 +43,7 @@ INCAST16 = parity.Experiment(
     [
         SINGLE,
         INCAST,
-        pytest.param(
-            INCAST16,
-            marks=pytest.mark.xfail(
-                reason="measured (htsim 40ccb05, seed 1): tail FCT ratio 1.01, NACKs per packet "
-                "0.100 against 0.084 (factor 1.20), NACK share of window changes 0.56 against "
-                "0.41 (gap 0.15 > 0.1); see docs/validation.md",
-                strict=False,
-            ),
-        ),
+        INCAST16,
     ],
     ids=["single", "incast-8", "incast-15"],
 )

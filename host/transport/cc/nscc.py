@@ -286,6 +286,9 @@ class Nscc(CongestionControl):
     def _on_bytes(self, ecn: bool, delay: float, nbytes: float, now: float) -> None:
         self._achieved_bytes += nbytes
         self._received_bytes += nbytes
+        # the bytes in flight at a quick adapt are ignored once that many were acknowledged or
+        # NACKed (uet-htsim processAck counts acknowledged bytes into _bytes_ignored)
+        self._bytes_ignored += nbytes
         if self._quick_adapt(False, ecn, delay, now):
             return
         target = self.target_delay
