@@ -2,16 +2,20 @@
 
 The network is built from a :class:`topologies.Fabric`: every link of the fabric becomes two
 directed ports with a rate, a propagation delay and a bounded two-class queue (control and
-trimmed packets first). Switches forward by the packet's uSID carrier exactly as the P4 program
-does: a switch whose uSID is active shifts the carrier (uN), or, when the carrier is exhausted
-there and an SRH has segments left, performs End (the next segment becomes the destination),
-then the new active uSID selects the port towards that node. A packet addressed to a host
-NIC's plain address (STEV and UDP EVs) is spread by a leaf over its uplinks with the switches'
-ECMP hash (:func:`p4src.contract.member_index`: CRC-32 over source, destination, flow label and
-UDP source port, members in spine order) and routed down by the spine, as the controller's
-``ipv6_ecmp`` entries make the P4 program do. Only MRC data packets marked trimmable (DSCP 10)
-are trimmed: cut to their headers, re-marked DSCP 12 (13 at the receiver's own leaf) and queued
-at high priority; only ECT packets are ECN-marked.
+trimmed packets first). Switches decide every frame as the P4 program does (docs/p4-pipeline.md),
+on the tables the controller installs (:class:`sim.switch.SwitchTables`, built from the fabric
+model): frames the program's parser refuses are dropped (PARSE_ERROR, SRH_INVALID, NOT_IPV6), as
+is a hop limit of 1; a switch whose uN SID matches shifts the carrier, or, when the carrier is
+exhausted there (or the End SID matched) and an SRH has segments left, performs End (the next
+segment becomes the destination); then ``ipv6_ecmp`` or ``ipv6_lpm`` on the new destination
+picks the egress port and the MACs written. A packet addressed to a host NIC's plain address
+(STEV and UDP EVs) is spread by a leaf over its uplinks with the switches' ECMP hash
+(:func:`p4src.contract.member_index`: CRC-32 over source, destination, flow label and UDP
+source port, members in spine order) and routed down by the spine. Only MRC data packets
+marked trimmable (DSCP 10) are trimmed: cut to their headers, re-marked DSCP 12 (13 at the
+receiver's own leaf) and queued at high priority; only ECT packets that were not trimmed are
+ECN-marked; control packets (DSCP 48) go at high priority, everything else (a header trimmed
+by an earlier switch too) in the data queue.
 
 Two queue disciplines (:class:`sim.queues.QueuePolicy`):
 
@@ -29,6 +33,11 @@ of a switch, a plane or a host NIC (every link of it). A discrete-event loop del
 to the hosts' :class:`host.transport.api.Context` objects and runs their timers, so a run is a
 pure function of its seed.
 
+:class:`SwitchBench` is one switch of the same kind between test ports, its tables installed
+from entries (:meth:`sim.switch.SwitchTables.of_entries`): the data-plane case table runs
+against it (``tests/dataplane/targets_sim.py``). Both are a :class:`Network`: ports, switches,
+host contexts and the event loop.
+
 Usage::
 
     net = SimNet(fabric, seed=1)
@@ -42,14 +51,23 @@ from __future__ import annotations
 import collections
 import heapq
 import random
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from host.transport import wire
 from host.transport.api import Context
-from p4src.contract import ETHERTYPE_IPV6, ROCEV2_UDP_PORT, member_index
+from p4src.contract import (
+    ETHERTYPE_IPV6,
+    ROCEV2_UDP_PORT,
+    SRH_MAX_SEGMENTS,
+    SRH_ROUTING_TYPE,
+    DropReason,
+    PortQosParams,
+    member_index,
+)
 from sim.queues import PortQueue, QueuePolicy
+from sim.switch import DROP_COUNTERS, NO_ROUTE, UN, Hop, SwitchTables
 from topologies import Fabric
 from topologies.usid import BLOCK_BITS, USID_BITS
 
@@ -70,6 +88,18 @@ _ARG_ZERO = bytes(_DST_END - _ARG)
 _USID_ZERO = bytes(USID_BITS // 8)
 assert BLOCK_BITS % 8 == 0 and USID_BITS == 16, "the switches read uSIDs as whole bytes"
 _HIGH_DSCP = frozenset((wire.DSCP_CONTROL, wire.DSCP_TRIMMED, wire.DSCP_TRIMMED_LAST_HOP))
+_ROUTING = wire.IPPROTO_ROUTING
+_INDEX_BITS = BLOCK_BITS + USID_BITS  # my_sid by the /48: the block and the first uSID
+_INDEX_SHIFT = 128 - _INDEX_BITS
+#: a frame at least this long, IPv6 without an SRH, holds every header the parser looks for
+_WHOLE_HEADERS = wire.DATA_IMM_HEADER_LEN
+_NOT_IPV6 = DROP_COUNTERS[DropReason.NOT_IPV6]
+_PARSE_ERROR = DROP_COUNTERS[DropReason.PARSE_ERROR]
+_SRH_INVALID = DROP_COUNTERS[DropReason.SRH_INVALID]
+#: the bench's links: fast enough that an unshaped port sends at once
+BENCH_RATE = 1e12
+#: packets a port of the bench queues per class (no case fills it)
+BENCH_QUEUE = 1024
 
 
 @dataclass
@@ -118,167 +148,138 @@ class _Port:
     tx: int = 0
     tx_bytes: int = 0  #: bytes sent (every frame as it left the queue)
     ecn_full: int | None = None  #: threshold discipline, RED: every ECT packet from this depth
+    ecn_step: float = 0.0  #: ...and below it, the marking probability per packet above ecn_at
 
     def __post_init__(self) -> None:
         self.byte_time = 8 / self.rate
         self.name = f"{self.node}-eth{self.number}" if self.number else self.node
 
 
+#: a next hop as the per-frame path reads it: the egress port (None: drop) and the MACs written
+_Route = tuple["_Port | None", bytes]
+
+
 class _Switch:
-    """What a switch forwards by: its uSID, its routes and its ECMP group."""
+    """A switch's tables (:class:`sim.switch.SwitchTables`) as the per-frame path reads them,
+    next hops with their egress ports resolved: the LPM probes of each table, and, when every
+    prefix is a ``/48`` of one block (``my_sid`` also ``/128`` s: End SIDs) and no default
+    entry is set -- the controller's tables -- the same tables by the active uSID alone."""
 
-    __slots__ = ("name", "usid", "routes", "ecmp_remote", "ecmp_ports")
+    __slots__ = ("name", "sids", "sid_default", "ecmp", "routes", "default_route", "block",
+                 "sid16", "ecmp16", "routes16")  # fmt: skip
 
-    def __init__(self, name: str, usid: int, routes: dict[int, _Port]) -> None:
+    def __init__(
+        self, name: str, tables: SwitchTables, port_of: Callable[[int], _Port | None]
+    ) -> None:
+        def route(hop: Hop) -> _Route:
+            return (port_of(hop.port) if hop.port >= 0 else None, hop.macs)
+
         self.name = name
-        self.usid = usid
-        self.routes = routes  # active uSID -> egress port
-        self.ecmp_remote: frozenset[int] = frozenset()  # NIC uSIDs hashed over the uplinks
-        self.ecmp_ports: tuple[_Port, ...] = ()
+        self.sids = tables.my_sid.probes
+        self.sid_default = tables.my_sid_default
+        groups = tables.ipv6_ecmp.map(lambda hops: tuple(route(h) for h in hops))
+        routes = tables.ipv6_lpm.map(route)
+        self.ecmp = groups.probes
+        self.routes = routes.probes
+        self.default_route = route(tables.ipv6_lpm_default)
+        #: the block every prefix is in (None: the LPM probes decide every frame)
+        self.block: bytes | None = None
+        #: active uSID -> my_sid: the action of its /48 (0: none), and of its /128s by the
+        #: bytes after the active uSID (None: it has none)
+        self.sid16: dict[int, tuple[int, dict[bytes, int] | None]] = {}
+        self.ecmp16: dict[int, tuple[_Route, ...]] = {}
+        self.routes16: dict[int, _Route] = {}
+        sids, by_group, by_route = (
+            tables.my_sid.by_length, groups.by_length, routes.by_length
+        )  # fmt: skip
+        if (
+            set(sids) - {_INDEX_BITS, 128}
+            or set(by_group) - {_INDEX_BITS}
+            or set(by_route) - {_INDEX_BITS}
+            or tables.my_sid_default
+            or tables.ipv6_lpm_default != NO_ROUTE
+        ):
+            return
+        full = sids.get(128, {})
+        sid48 = sids.get(_INDEX_BITS, {})
+        group48 = by_group.get(_INDEX_BITS, {})
+        route48 = by_route.get(_INDEX_BITS, {})
+        blocks = {key >> USID_BITS for key in (*sid48, *group48, *route48)}
+        blocks |= {key >> (128 - BLOCK_BITS) for key in full}
+        if len(blocks) != 1:
+            return
+        (block,) = blocks
+        self.block = block.to_bytes(BLOCK_BITS // 8, "big")
+        usid = (1 << USID_BITS) - 1
+        ends: dict[int, dict[bytes, int]] = {}
+        for key, action in full.items():
+            rest = (key & ((1 << _INDEX_SHIFT) - 1)).to_bytes(_DST_END - _ARG, "big")
+            ends.setdefault((key >> _INDEX_SHIFT) & usid, {})[rest] = action
+        actives = {key & usid: action for key, action in sid48.items()}
+        self.sid16 = {a: (actives.get(a, 0), ends.get(a)) for a in {*actives, *ends}}
+        self.ecmp16 = {key & usid: group for key, group in group48.items()}
+        self.routes16 = {key & usid: hop for key, hop in route48.items()}
 
 
-class SimNet:
-    """A fabric of trimming switches and links between the attached host contexts."""
+def _set_qos(port: _Port, qos: PortQosParams | None) -> None:
+    """Give a switch port the thresholds of ``port_qos`` (None: ``NoAction``)."""
+    if qos is None:
+        port.trim_at = port.ecn_at = port.ecn_full = None
+        port.to_host = False
+        return
+    port.trim_at, port.ecn_at = qos.trim_threshold, qos.ecn_threshold
+    _set_red(port, qos.ecn_max_threshold, qos.ecn_slope)
+    port.to_host = bool(qos.last_hop)
+
+
+def _set_red(port: _Port, full: int | None, slope: int | None) -> None:
+    """RED between the port's ECN threshold and ``full`` (None, or not above it: a fixed
+    threshold), with probability ``slope`` / 65536 per packet above the threshold (None: one
+    that reaches 1 at ``full``), as the program's ``ecn_max_threshold`` and ``ecn_slope``."""
+    low = port.ecn_at
+    if full is None or low is None or full <= low:
+        port.ecn_full, port.ecn_step = None, 0.0
+        return
+    port.ecn_full = full
+    port.ecn_step = 1 / (full - low) if slope is None else slope / 65536
+
+
+class Network:
+    """Ports, switches and host contexts in virtual time: the event loop, the queues and the
+    switches' per-frame decisions, whatever built them (:class:`SimNet` from a fabric,
+    :class:`SwitchBench` one switch between test ports)."""
 
     def __init__(
         self,
-        fabric: Fabric,
         *,
         seed: int = 0,
-        trim: bool = True,
-        trim_threshold: int | None = None,
-        ecn_threshold: int | None = None,
-        queue_depth: int | None = None,
-        rate_mbps: float | None = None,
-        delay_us: float | None = None,
         queues: PortQueue | None = None,
-        switch_latency_us: float = 0.0,
-        ecn_max_threshold: int | None = None,
         data_depth: bool = False,
         nic_slots: int | None = None,
-        host_ecn: bool = True,
+        name: str = "the network",
     ) -> None:
-        topo = fabric.topology
-        self.fabric = fabric
         self.now = 0.0
         self._rng = random.Random(seed)
         self._heap: list[tuple[float, int, int, object, object]] = []
         self._seq = 0
-        depth = queue_depth or topo.queue_depth
-        rate = (rate_mbps or topo.link_rate_mbps) * 1e6
-        delay = (delay_us if delay_us is not None else topo.link_delay_us) * 1e-6
-        switch_latency = switch_latency_us * 1e-6
-        #: the fabric's topology with this network's link rate and delay
-        self.topology = topo.with_(
-            link={"rate_mbps": rate / 1e6, "delay_us": delay * 1e6,
-                  "nominal_rate_gbps": topo.nominal_rate_gbps}
-        )  # fmt: skip
-        #: the time dilation of contexts on this network: nominal rate / its links' rate
-        self.dilation = self.topology.dilation
+        self._name = name
         #: the red discipline's port bounds (None: the threshold discipline)
         self.queues = queues
         #: data frames a host NIC holds (None: every frame the window allows, EVs chosen then)
-        self.nic_slots: int | None = nic_slots or (NIC_SLOTS if queues is not None else None)
+        self.nic_slots = nic_slots
         #: threshold discipline: trim and ECN judge the data queue's depth alone, and each
         #: class holds ``queue_depth`` packets (the P4 program on BMv2's priority queues)
         self.data_depth = data_depth
-        trim_at = (trim_threshold if trim_threshold is not None else depth // 2) if trim else None
-        ecn_at = ecn_threshold if ecn_threshold is not None else max(1, depth // 4)
-        if queues is not None:
-            trim_at = None if not queues.trim else 0
-        self._block_bytes = fabric.block.network_address.packed[: BLOCK_BITS // 8]
-        hosts = frozenset(h.name for h in fabric.hosts)
-        self._hosts_of_fabric = hosts
         self._hosts: dict[str, Context] = {}
         self._host_timer: dict[str, float | None] = {}
         self._host_ports: dict[str, list[_Port]] = collections.defaultdict(list)
         self._ports: dict[tuple[str, int], _Port] = {}
-        self._routes: dict[str, dict[int, _Port]] = {}  # switch -> active uSID -> port
-        self._usid: dict[str, int] = {}
         self._faults: dict[frozenset[str], LinkFaults] = {}
+        #: nodes that are neither switch nor host: the frames that reach them wait here
+        self._taps: dict[str, collections.deque[bytearray]] = {}
         self.counters: collections.Counter[str] = collections.Counter()
-        for link in fabric.links:
-            faults = self._faults.setdefault(frozenset((link.a, link.b)), LinkFaults())
-            a_host = link.a_port == 0
-            # a host NIC is port "plane" of the host node (0 means plane 0 here)
-            a_key = link.plane if a_host else link.a_port
-            # a frame reaching a switch waits the switch latency before its egress queue
-            a_delay = delay + (switch_latency if link.b not in hosts else 0.0)
-            b_delay = delay + (switch_latency if link.a not in hosts else 0.0)
-            port_a = _Port(
-                link.a, a_key, link.b, link.b_port, rate, a_delay,
-                HOST_QUEUE if a_host else depth, None if a_host else trim_at,
-                (None if queues is not None or not host_ecn else ecn_at) if a_host else ecn_at,
-                faults, None if a_host else queues, a_host, False,
-            )  # fmt: skip
-            if not a_host:
-                port_a.ecn_full = ecn_max_threshold
-            self._ports[(link.a, a_key)] = port_a
-            if a_host:
-                self._host_ports[link.a].append(port_a)
-            b_peer_port = link.plane if a_host else link.a_port
-            self._ports[(link.b, link.b_port)] = _Port(
-                link.b, link.b_port, link.a, b_peer_port, rate, b_delay, depth, trim_at, ecn_at,
-                faults, queues, False, a_host, ecn_full=ecn_max_threshold,
-            )  # fmt: skip
-        for sw in fabric.switches:
-            self._usid[sw.name] = sw.usid
-            table: dict[int, _Port] = {}
-            for port in sw.ports:
-                if fabric.node_kind(port.peer) == "switch":
-                    usid = fabric.switch(port.peer).usid
-                else:
-                    usid = fabric.host(port.peer).nic(sw.plane).usid
-                table[usid] = self._ports[(sw.name, port.number)]
-            self._routes[sw.name] = table
-        # ECMP (docs/p4-pipeline.md): a leaf hashes a NIC of its plane in another rack over its
-        # uplinks; a spine routes every NIC of its plane down to the NIC's leaf
-        self._ecmp: dict[str, tuple[frozenset[int], tuple[_Port, ...]]] = {}
-        for sw in fabric.switches:
-            uplinks = tuple(self._ports[(sw.name, p.number)] for p in fabric.uplinks(sw))
-            nics = fabric.plane_nics(sw.plane)
-            if uplinks:
-                remote = frozenset(n.usid for n in nics if n.switch != sw.name)
-                self._ecmp[sw.name] = (remote, uplinks)
-            else:
-                for nic in nics:
-                    self._routes[sw.name].setdefault(
-                        nic.usid, self._ports[(sw.name, sw.port_to(nic.switch).number)]
-                    )
-        switches: dict[str, _Switch] = {}
-        for sw in fabric.switches:
-            node = switches[sw.name] = _Switch(sw.name, sw.usid, self._routes[sw.name])
-            if sw.name in self._ecmp:
-                node.ecmp_remote, node.ecmp_ports = self._ecmp[sw.name]
-        for egress in self._ports.values():
-            egress.peer_switch = switches.get(egress.peer)
-
-    @classmethod
-    def build(cls, spec: SimFabric, *, seed: int = 0) -> SimNet:
-        """The network of a :class:`sim.fabric.SimFabric`: real units, its queue policy and
-        switch latency."""
-        policy: QueuePolicy = spec.queues
-        queues = None if policy.discipline == "threshold" else spec.port_queue()
-        return cls(
-            Fabric(spec.topology()),
-            seed=seed,
-            trim=policy.trim,
-            queues=queues,
-            switch_latency_us=spec.switch_latency_us,
-        )
 
     # -- set-up ----------------------------------------------------------------------------------
-
-    def attach(self, ctx: Context) -> None:
-        """Connect a host's context to its NICs."""
-        self.fabric.host(ctx.host)  # validates the name
-        self._hosts[ctx.host] = ctx
-        self._host_timer[ctx.host] = None
-
-    @property
-    def contexts(self) -> dict[str, Context]:
-        """The attached host contexts, by host name."""
-        return dict(self._hosts)
 
     @property
     def port_counters(self) -> dict[str, collections.Counter[str]]:
@@ -299,7 +300,7 @@ class SimNet:
         try:
             return self._faults[frozenset((a, b))]
         except KeyError:
-            raise KeyError(f"no link between {a} and {b} in {self.fabric.topology.name}") from None
+            raise KeyError(f"no link between {a} and {b} in {self._name}") from None
 
     def set_faults(self, *, loss: float = 0.0, duplicate: float = 0.0, reorder: float = 0.0,
                    reorder_delay: float = 1e-3) -> None:  # fmt: skip
@@ -331,22 +332,6 @@ class SimNet:
             count += 1
         return count
 
-    def fail_switch(self, name: str, start: float, end: float = float("inf")) -> int:
-        """Every link of switch ``name`` is down from ``start`` to ``end`` (a reboot: its
-        tables are the controller's and come back with it); returns the links failed."""
-        sw = self.fabric.switch(name)
-        return self._fail_links(((name, p.peer) for p in sw.ports), start, end)
-
-    def fail_plane(self, plane: int, start: float, end: float = float("inf")) -> int:
-        """Every link of ``plane`` is down from ``start`` to ``end``; returns the links failed."""
-        links = ((lk.a, lk.b) for lk in self.fabric.links if lk.plane == plane)
-        return self._fail_links(links, start, end)
-
-    def fail_nic(self, host: str, plane: int, start: float, end: float = float("inf")) -> None:
-        """Host ``host``'s NIC on ``plane`` (its link to its leaf) is down from ``start``."""
-        nic = self.fabric.host(host).nic(plane)
-        self.fail_link(host, nic.switch, start, end)
-
     # -- the same faults as a scenario's phase drives them, at the current simulated time
     #    (experiments.faults.FaultTarget) ------------------------------------------------------
 
@@ -358,18 +343,6 @@ class SimNet:
         """Repair the link between ``a`` and ``b`` now (ends every failure still open)."""
         faults = self.faults(a, b)
         faults.down = [(s, min(e, self.now)) if s <= self.now else (s, e) for s, e in faults.down]
-
-    def kill_switches(self, names: Iterable[str]) -> None:
-        """Stop switches now: every link of each is down until :meth:`start_switches`."""
-        for name in names:
-            for port in self.fabric.switch(name).ports:
-                self.link_down(name, port.peer)
-
-    def start_switches(self, names: Iterable[str]) -> None:
-        """Start switches again now (their forwarding is the fabric's: nothing to reinstall)."""
-        for name in names:
-            for port in self.fabric.switch(name).ports:
-                self.link_up(name, port.peer)
 
     def degrade_link(self, a: str, b: str, share: float) -> None:
         """The link between ``a`` and ``b`` runs at ``share`` of its rate, both directions, its
@@ -521,34 +494,55 @@ class SimNet:
         depth = len(port.low) if self.data_depth else len(port.high) + len(port.low) + port.busy
         tc = ((frame[14] & 0x0F) << 4) | (frame[15] >> 4) if len(frame) >= 54 else 0
         dscp, ecn = tc >> 2, tc & 3
-        high = dscp in _HIGH_DSCP
-        if port.trim_at is not None and dscp == wire.DSCP_TRIMMABLE and depth >= port.trim_at:
-            high = self._trim(port, frame, ecn) or high
-        if (len(port.high) if high else depth) >= port.depth:
-            port.counters["queue_full"] += 1
-            self.counters["drop_queue_full"] += 1
-            return
+        # the program's priority: control high, and a packet it trims here; the rest (a header
+        # trimmed by an earlier switch too) goes to the data queue
+        high = dscp == wire.DSCP_CONTROL
         full = port.ecn_full
         if (
+            port.trim_at is not None
+            and dscp == wire.DSCP_TRIMMABLE
+            and depth >= port.trim_at
+            and self._trim(port, frame, ecn)
+        ):
+            high = True
+        elif (
             port.ecn_at is not None
             and ecn in (1, 2)
             and depth >= port.ecn_at
             # RED as the P4 program's: every packet from ecn_full on, below it a probability
-            # rising linearly from 0 at the ECN threshold
+            # rising by ecn_step per packet of depth above the ECN threshold
             and (
                 full is None
                 or depth >= full
-                or self._rng.random() < (depth - port.ecn_at) / (full - port.ecn_at)
+                or self._rng.random() < (depth - port.ecn_at) * port.ecn_step
             )
         ):
             frame[15] |= 0x30  # ECN bits of the traffic class -> CE
             port.counters["ecn_marked"] += 1
             self.counters["ecn_marked"] += 1
+        if (len(port.high) if high else depth) >= port.depth:
+            port.counters["queue_full"] += 1
+            self.counters["drop_queue_full"] += 1
+            return
         if high:
             port.high.append(frame)
             port.high_bytes += len(frame)
         else:
             port.low.append(frame)
+        if not port.busy:
+            self._start(port)
+
+    def _enqueue_plain(self, port: _Port, frame: bytearray) -> None:
+        """Queue a frame ``ipv6_lpm``'s default action forwards: the program returns before
+        priority, trimming and ECN, so it goes into the data queue as it came."""
+        if port.red is not None:
+            self._enqueue_red(port, port.red, frame)
+            return
+        depth = len(port.low) if self.data_depth else len(port.high) + len(port.low) + port.busy
+        if depth >= port.depth:
+            self._drop_full(port)
+            return
+        port.low.append(frame)
         if not port.busy:
             self._start(port)
 
@@ -679,52 +673,396 @@ class SimNet:
             ctx.receive_frame(port.peer_port, frame, self.now)
             self._pump(node)
             return node
+        tap = self._taps.get(node)
+        if tap is not None:
+            tap.append(frame)
+            return None
         self.counters["drop_no_host"] += 1
         return None
 
     def _switch(self, switch: _Switch, frame: bytearray) -> None:
+        """One frame through a switch, as the P4 program's ingress decides it
+        (docs/p4-pipeline.md), then into the chosen port's queue (:meth:`_enqueue`)."""
         counters = self.counters
         counters["switched"] += 1
-        if len(frame) < 54 or frame[12:14] != _IPV6_TYPE:
-            counters["drop_not_ipv6"] += 1
-            return
+        if len(frame) < _WHOLE_HEADERS or frame[12:14] != _IPV6_TYPE or frame[20] == _ROUTING:
+            problem = _parse_problem(frame)
+            if problem is not None:
+                counters[problem] += 1
+                return
         if frame[21] <= 1:
             counters["drop_hop_limit"] += 1
             return
         frame[21] -= 1
-        # the destination address in place: the block, the active uSID, the rest (bytes)
-        if frame[_DST:_ACTIVE] != self._block_bytes:
-            counters["drop_no_route"] += 1
+        block = switch.block
+        if block is None or frame[_DST:_ACTIVE] != block:
+            self._switch_lpm(switch, frame)
             return
+        # the controller's tables, by the active uSID: my_sid (uN; End when the carrier is
+        # exhausted here or the End SID matched), then ipv6_ecmp, else ipv6_lpm
         active = (frame[_ACTIVE] << 8) | frame[_ACTIVE + 1]
-        if active == switch.usid:
-            if frame[_ARG:_DST_END] != _ARG_ZERO:
-                # uN: drop the active uSID, move the rest up, zero-fill
-                frame[_ACTIVE:_DST_END] = frame[_ARG:_DST_END] + _USID_ZERO
-            elif frame[20] == wire.IPPROTO_ROUTING and len(frame) >= 62 and frame[57] > 0:
-                # End: segments left -= 1, the segment it now points at is the destination
-                left = frame[57] - 1
-                frame[57] = left
-                at = 62 + 16 * left
-                if frame[58] < left or len(frame) < at + 16:
-                    counters["drop_sid_end"] += 1
+        sid = switch.sid16.get(active)
+        if sid is not None:
+            action, ends = sid
+            rest = bytes(frame[_ARG:_DST_END])  # the carrier after the active uSID
+            if ends is not None:
+                action = ends.get(rest, action)
+        else:
+            action = 0
+        if action:
+            if action == UN and rest != _ARG_ZERO:
+                # uN: drop the active uSID, move the rest up, zero-fill (the bytes, in place)
+                frame[_ACTIVE:_DST_END] = rest + _USID_ZERO
+            elif frame[20] == _ROUTING and frame[57]:
+                self._end(frame)
+                if frame[_DST:_ACTIVE] != block:
+                    self._forward_lpm(switch, frame, int.from_bytes(frame[_DST:_DST_END], "big"))
                     return
-                frame[_DST:_DST_END] = frame[at : at + 16]
             else:
                 counters["drop_sid_end"] += 1
                 return
             active = (frame[_ACTIVE] << 8) | frame[_ACTIVE + 1]
-        out: _Port | None
-        if active in switch.ecmp_remote:
-            ports = switch.ecmp_ports
-            out = ports[_ecmp_member(frame, len(ports))]
+        group = switch.ecmp16.get(active)
+        if group is not None:
+            route = group[_ecmp_member(frame, len(group))]
             counters["ecmp"] += 1
         else:
-            out = switch.routes.get(active)
+            found = switch.routes16.get(active)
+            if found is None:
+                self._forward_default(switch, frame)
+                return
+            route = found
+        out, macs = route
         if out is None:
-            counters["drop_no_route"] += 1
+            counters["drop_no_route" if not macs else "drop_no_port"] += 1
             return
+        frame[0:12] = macs
         self._enqueue(out, frame)
+
+    @staticmethod
+    def _end(frame: bytearray) -> None:
+        """End, on a frame whose SRH passed the parser's checks and has segments left:
+        segments left -= 1, the segment it now points at is the destination."""
+        left = frame[57] - 1
+        frame[57] = left
+        at = 62 + 16 * left
+        frame[_DST:_DST_END] = frame[at : at + 16]
+
+    def _switch_lpm(self, switch: _Switch, frame: bytearray) -> None:
+        """The rest of :meth:`_switch` by longest-prefix match, for any tables."""
+        addr = int.from_bytes(frame[_DST:_DST_END], "big")
+        for shift, sids in switch.sids:
+            action = sids.get(addr >> shift)
+            if action is not None:
+                break
+        else:
+            action = switch.sid_default
+        if action:
+            if action == UN and frame[_ARG:_DST_END] != _ARG_ZERO:
+                frame[_ACTIVE:_DST_END] = frame[_ARG:_DST_END] + _USID_ZERO
+            elif frame[20] == _ROUTING and frame[57]:
+                self._end(frame)
+            else:
+                self.counters["drop_sid_end"] += 1
+                return
+            addr = int.from_bytes(frame[_DST:_DST_END], "big")
+        self._forward_lpm(switch, frame, addr)
+
+    def _forward_lpm(self, switch: _Switch, frame: bytearray, addr: int) -> None:
+        """ipv6_ecmp (a group's member by the hash), else ipv6_lpm, by longest-prefix match on
+        the destination ``addr``; then into the egress port's queue."""
+        route: _Route | None = None
+        for shift, groups in switch.ecmp:
+            group = groups.get(addr >> shift)
+            if group is not None:
+                route = group[_ecmp_member(frame, len(group))]
+                self.counters["ecmp"] += 1
+                break
+        else:
+            for shift, routes in switch.routes:
+                route = routes.get(addr >> shift)
+                if route is not None:
+                    break
+        if route is None:
+            self._forward_default(switch, frame)
+            return
+        out, macs = route
+        if out is None:
+            self.counters["drop_no_route" if not macs else "drop_no_port"] += 1
+            return
+        frame[0:12] = macs
+        self._enqueue(out, frame)
+
+    def _forward_default(self, switch: _Switch, frame: bytearray) -> None:
+        """A miss in ``ipv6_lpm``: its default action (``drop_no_route``, unless set)."""
+        out, macs = switch.default_route
+        if out is None:
+            self.counters["drop_no_route" if not macs else "drop_no_port"] += 1
+            return
+        frame[0:12] = macs
+        self._enqueue_plain(out, frame)
+
+
+class SimNet(Network):
+    """A fabric of trimming switches and links between the attached host contexts.
+
+    Thresholds (the threshold discipline) are every switch port's: trim at ``trim_threshold``
+    (None: half the queue; ``trim`` False: never), ECN at ``ecn_threshold`` (None: a quarter of
+    it), RED up to ``ecn_max_threshold`` with ``ecn_slope`` (the program's ``set_port_qos``
+    parameters; None: a fixed threshold, and a probability that reaches 1 there)."""
+
+    def __init__(
+        self,
+        fabric: Fabric,
+        *,
+        seed: int = 0,
+        trim: bool = True,
+        trim_threshold: int | None = None,
+        ecn_threshold: int | None = None,
+        queue_depth: int | None = None,
+        rate_mbps: float | None = None,
+        delay_us: float | None = None,
+        queues: PortQueue | None = None,
+        switch_latency_us: float = 0.0,
+        ecn_max_threshold: int | None = None,
+        data_depth: bool = False,
+        nic_slots: int | None = None,
+        host_ecn: bool = True,
+        ecn_slope: int | None = None,
+    ) -> None:
+        topo = fabric.topology
+        super().__init__(
+            seed=seed,
+            queues=queues,
+            data_depth=data_depth,
+            nic_slots=nic_slots or (NIC_SLOTS if queues is not None else None),
+            name=topo.name,
+        )
+        self.fabric = fabric
+        depth = queue_depth or topo.queue_depth
+        rate = (rate_mbps or topo.link_rate_mbps) * 1e6
+        delay = (delay_us if delay_us is not None else topo.link_delay_us) * 1e-6
+        switch_latency = switch_latency_us * 1e-6
+        #: the fabric's topology with this network's link rate and delay
+        self.topology = topo.with_(
+            link={"rate_mbps": rate / 1e6, "delay_us": delay * 1e6,
+                  "nominal_rate_gbps": topo.nominal_rate_gbps}
+        )  # fmt: skip
+        #: the time dilation of contexts on this network: nominal rate / its links' rate
+        self.dilation = self.topology.dilation
+        trim_at = (trim_threshold if trim_threshold is not None else depth // 2) if trim else None
+        ecn_at = ecn_threshold if ecn_threshold is not None else max(1, depth // 4)
+        if queues is not None:
+            trim_at = None if not queues.trim else 0
+        hosts = frozenset(h.name for h in fabric.hosts)
+        for link in fabric.links:
+            faults = self._faults.setdefault(frozenset((link.a, link.b)), LinkFaults())
+            a_host = link.a_port == 0
+            # a host NIC is port "plane" of the host node (0 means plane 0 here)
+            a_key = link.plane if a_host else link.a_port
+            # a frame reaching a switch waits the switch latency before its egress queue
+            a_delay = delay + (switch_latency if link.b not in hosts else 0.0)
+            b_delay = delay + (switch_latency if link.a not in hosts else 0.0)
+            port_a = _Port(
+                link.a, a_key, link.b, link.b_port, rate, a_delay,
+                HOST_QUEUE if a_host else depth, None if a_host else trim_at,
+                (None if queues is not None or not host_ecn else ecn_at) if a_host else ecn_at,
+                faults, None if a_host else queues, a_host, False,
+            )  # fmt: skip
+            if not a_host:
+                _set_red(port_a, ecn_max_threshold, ecn_slope)
+            self._ports[(link.a, a_key)] = port_a
+            if a_host:
+                self._host_ports[link.a].append(port_a)
+            b_peer_port = link.plane if a_host else link.a_port
+            self._ports[(link.b, link.b_port)] = _Port(
+                link.b, link.b_port, link.a, b_peer_port, rate, b_delay, depth, trim_at, ecn_at,
+                faults, queues, False, a_host,
+            )  # fmt: skip
+            _set_red(self._ports[(link.b, link.b_port)], ecn_max_threshold, ecn_slope)
+        # what each switch forwards by: the controller's tables, from the fabric model
+        switches: dict[str, _Switch] = {}
+        for sw in fabric.switches:
+            ports = {p.number: self._ports[(sw.name, p.number)] for p in sw.ports}
+            switches[sw.name] = _Switch(sw.name, SwitchTables.of_fabric(fabric, sw), ports.get)
+        for egress in self._ports.values():
+            egress.peer_switch = switches.get(egress.peer)
+
+    @classmethod
+    def build(cls, spec: SimFabric, *, seed: int = 0) -> SimNet:
+        """The network of a :class:`sim.fabric.SimFabric`: real units, its queue policy and
+        switch latency."""
+        policy: QueuePolicy = spec.queues
+        queues = None if policy.discipline == "threshold" else spec.port_queue()
+        return cls(
+            Fabric(spec.topology()),
+            seed=seed,
+            trim=policy.trim,
+            queues=queues,
+            switch_latency_us=spec.switch_latency_us,
+        )
+
+    # -- set-up ----------------------------------------------------------------------------------
+
+    def attach(self, ctx: Context) -> None:
+        """Connect a host's context to its NICs."""
+        self.fabric.host(ctx.host)  # validates the name
+        self._hosts[ctx.host] = ctx
+        self._host_timer[ctx.host] = None
+
+    @property
+    def contexts(self) -> dict[str, Context]:
+        """The attached host contexts, by host name."""
+        return dict(self._hosts)
+
+    # -- faults of the fabric's nodes (times in seconds of simulated time) ------------------------
+
+    def fail_switch(self, name: str, start: float, end: float = float("inf")) -> int:
+        """Every link of switch ``name`` is down from ``start`` to ``end`` (a reboot: its
+        tables are the controller's and come back with it); returns the links failed."""
+        sw = self.fabric.switch(name)
+        return self._fail_links(((name, p.peer) for p in sw.ports), start, end)
+
+    def fail_plane(self, plane: int, start: float, end: float = float("inf")) -> int:
+        """Every link of ``plane`` is down from ``start`` to ``end``; returns the links failed."""
+        links = ((lk.a, lk.b) for lk in self.fabric.links if lk.plane == plane)
+        return self._fail_links(links, start, end)
+
+    def fail_nic(self, host: str, plane: int, start: float, end: float = float("inf")) -> None:
+        """Host ``host``'s NIC on ``plane`` (its link to its leaf) is down from ``start``."""
+        nic = self.fabric.host(host).nic(plane)
+        self.fail_link(host, nic.switch, start, end)
+
+    def kill_switches(self, names: Iterable[str]) -> None:
+        """Stop switches now: every link of each is down until :meth:`start_switches`."""
+        for name in names:
+            for port in self.fabric.switch(name).ports:
+                self.link_down(name, port.peer)
+
+    def start_switches(self, names: Iterable[str]) -> None:
+        """Start switches again now (their forwarding is the fabric's: nothing to reinstall)."""
+        for name in names:
+            for port in self.fabric.switch(name).ports:
+                self.link_up(name, port.peer)
+
+
+class SwitchBench(Network):
+    """One switch of the sim between test ports, its tables installed from entries: the switch
+    as a data-plane test drives it (``tests/dataplane/targets_sim.py``).
+
+    Switch port ``n`` (of ``ports``) links to a test port: a frame sent in on ``n`` crosses that
+    link into the switch; one the switch sends out of ``n`` waits at the test port until taken.
+    Links have no delay; a port of ``rates`` (bit/s) sends at that rate, the others at
+    :data:`BENCH_RATE` (at once). The queues are the threshold discipline's as the program
+    reads them (``data_depth``), each class holding ``queue_depth`` packets. Time is
+    simulated: :meth:`take` runs the network until a frame reaches the test port or nothing is
+    left to happen.
+    """
+
+    SWITCH = "switch"
+
+    def __init__(
+        self,
+        ports: Sequence[int],
+        *,
+        rates: Mapping[int, float] | None = None,
+        queue_depth: int = BENCH_QUEUE,
+        seed: int = 0,
+    ) -> None:
+        super().__init__(seed=seed, data_depth=True, name="the switch bench")
+        rates = dict(rates or {})
+        for n, rate in rates.items():
+            if n not in ports or rate <= 0:
+                raise ValueError(
+                    f"rate of port {n}: {rate}; expected one of ports {list(ports)}, > 0"
+                )
+        self._stand_ins: dict[int, bytearray] = {}  # id -> a packet that only fills a queue
+        self._stand_ins_sent: collections.Counter[int] = collections.Counter()
+        for n in ports:
+            if not 0 < n < 512:
+                raise ValueError(f"switch port {n}: expected 1..511 (a bit<9> port number)")
+            tester = self._tester(n)
+            faults = self._faults.setdefault(frozenset((self.SWITCH, tester)), LinkFaults())
+            self._ports[(self.SWITCH, n)] = _Port(
+                self.SWITCH, n, tester, 0, rates.get(n, BENCH_RATE), 0.0, queue_depth,
+                None, None, faults, None, False, False,
+            )  # fmt: skip
+            self._ports[(tester, 0)] = _Port(
+                tester, 0, self.SWITCH, n, BENCH_RATE, 0.0, HOST_QUEUE, None, None, faults, None,
+                False, False,
+            )  # fmt: skip
+            self._taps[tester] = collections.deque()
+        self.ports = tuple(ports)
+        self.install(SwitchTables())
+
+    @staticmethod
+    def _tester(port: int) -> str:
+        return f"test{port}"
+
+    def _port(self, port: int) -> _Port:
+        try:
+            return self._ports[(self.SWITCH, port)]
+        except KeyError:
+            raise KeyError(f"the switch bench has no port {port} (ports {self.ports})") from None
+
+    def install(self, tables: SwitchTables) -> None:
+        """Make ``tables`` the switch's: its forwarding, and its ports' ``port_qos``."""
+        node = _Switch(self.SWITCH, tables, lambda n: self._ports.get((self.SWITCH, n)))
+        for n in self.ports:
+            _set_qos(self._port(n), tables.qos(n))
+            self._ports[(self._tester(n), 0)].peer_switch = node
+
+    def send(self, port: int, frame: bytes | bytearray) -> None:
+        """Send ``frame`` into the switch on ``port`` (it arrives once the network runs)."""
+        self._port(port)
+        self._enqueue(self._ports[(self._tester(port), 0)], bytearray(frame))
+
+    def take(self, port: int) -> bytes | None:
+        """The next frame the switch sent out of ``port``: run the network until one reaches
+        the test port (None: none will, nothing is left to happen)."""
+        self._port(port)
+        waiting = self._taps[self._tester(port)]
+        while True:
+            if not waiting:
+                self.run(float("inf"), stop=lambda: bool(waiting))
+            if not waiting:
+                return None
+            frame = waiting.popleft()
+            if self._stand_ins.pop(id(frame), None) is None:
+                return bytes(frame)
+            self._stand_ins_sent[port] += 1
+
+    def hold(self, port: int, packets: int) -> None:
+        """Make the data queue of the idle ``port`` hold ``packets`` stand-in packets, which
+        leave (and are never taken) before anything queued after them: the depth the
+        program's ``port_qdepth`` and ``port_arrivals`` registers say when written."""
+        out = self._port(port)
+        if out.busy or out.high or any(id(f) not in self._stand_ins for f in out.low):
+            raise RuntimeError(f"port {port} of the switch bench is busy: hold() needs it idle")
+        if packets < 0:
+            raise ValueError(f"{packets} packets: expected a depth >= 0")
+        while len(out.low) > packets:
+            del self._stand_ins[id(out.low.pop())]
+        while len(out.low) < packets:
+            stand_in = bytearray(64)
+            self._stand_ins[id(stand_in)] = stand_in
+            out.low.append(stand_in)
+
+    def held(self, port: int) -> int:
+        """Stand-in packets still in ``port``'s queue."""
+        return sum(id(f) in self._stand_ins for f in self._port(port).low)
+
+    def counts(self, port: int) -> dict[str, int]:
+        """What switch port ``port`` counted: ``in`` (frames that arrived on it), ``out``
+        (frames it sent, stand-ins not counted), ``trimmed``, ``ecn_marked``, ``queue_full``."""
+        out = self._port(port)
+        return {
+            "in": self._ports[(self._tester(port), 0)].tx,
+            "out": out.tx - self._stand_ins_sent[port],
+            "trimmed": out.counters["trimmed"],
+            "ecn_marked": out.counters["ecn_marked"],
+            "queue_full": out.counters["queue_full"],
+        }
 
 
 _ARRIVE, _TXDONE, _TIMER, _PUMP = range(4)
@@ -738,6 +1076,49 @@ def _ecmp_member(frame: bytearray, members: int) -> int:
     udp = _udp_offset(frame)
     sport = int.from_bytes(frame[udp : udp + 2], "big") if udp >= 0 else 0
     return member_index(src, dst, flow, sport, members)
+
+
+def _parse_problem(frame: bytearray) -> str | None:
+    """The drop counter of a frame the program's parser refuses or finds not IPv6 (None: it
+    parses): Ethernet, IPv6, the SRH (routing type 4, at most four segments, its length and
+    segments left consistent, RFC 8754's reduced SRH allowed), UDP, and for UDP port 4791 the
+    BTH, and the RETH (ImmDt) and MRC data extension of a WRITE. A header cut short is a
+    PARSE_ERROR."""
+    n = len(frame)
+    if n < 14:
+        return _PARSE_ERROR
+    if frame[12:14] != _IPV6_TYPE:
+        return _NOT_IPV6
+    if n < wire.OFF_UDP:
+        return _PARSE_ERROR
+    nh, off = frame[20], wire.OFF_UDP
+    if nh == _ROUTING:
+        if n < off + 8:
+            return _PARSE_ERROR
+        ext_len, rtype, left, last = frame[off + 1], frame[off + 2], frame[off + 3], frame[off + 4]
+        if (
+            rtype != SRH_ROUTING_TYPE
+            or last >= SRH_MAX_SEGMENTS
+            or ext_len != 2 * (last + 1)
+            or left > last + 1
+        ):
+            return _SRH_INVALID
+        nh, off = frame[off], off + 8 + 16 * (last + 1)
+        if n < off:
+            return _PARSE_ERROR
+    if nh == wire.IPPROTO_UDP:
+        if n < off + wire.UDP_LEN:
+            return _PARSE_ERROR
+        if frame[off + 2 : off + 4] == _ROCE_PORT:
+            ext = off - wire.OFF_UDP
+            if n < wire.OFF_BTH + ext + wire.BTH_LEN:
+                return _PARSE_ERROR
+            opcode = frame[wire.OFF_BTH + ext]
+            if (opcode == wire.OP_WRITE_ONLY and n < wire.DATA_HEADER_LEN + ext) or (
+                opcode == wire.OP_WRITE_ONLY_IMM and n < wire.DATA_IMM_HEADER_LEN + ext
+            ):
+                return _PARSE_ERROR
+    return None
 
 
 def _udp_offset(frame: bytearray) -> int:
