@@ -65,9 +65,11 @@ class Experiment:
     #: the reference's receiver ACKs once 16,384 bytes are in (4 frames of 4,210 B), or at once
     #: for a CE-marked packet, an ACK request or the first packet (``UecSink::processData``)
     ack_every: int = 4
-    #: the reference's receiver has no ACK timer: the sim's (``ack_delay``, the agents' 10 ns
-    #: ACKs every packet at line rate) waits this long, one unloaded RTT when None, so that an
-    #: ACK waits for its 4 packets as the reference's does
+    #: the reference's receiver has no ACK timer: the sim's (``ack_delay``; the agents' 10 ns
+    #: ACKs every packet at line rate) waits this long, past the run's end when None. A shorter
+    #: one fires before the 4 packets of a flow that gets a share of a link (the outcast's
+    #: tenths), and the RTT it echoes carries the wait: no sample stays under 1 us, no fast
+    #: increase
     ack_delay_us: float | None = None
     #: data frames the sim's host NIC holds. The reference's NIC asks a source for its packet
     #: when a port is free (``UecNIC::requestSending``), so a packet's send time, and its RTT,
@@ -256,7 +258,7 @@ def build_sim(exp: Experiment, *, seed: int = 1) -> SimNet:
 def run_sim(exp: Experiment, *, seed: int = 1) -> Figures:
     """The experiment on the sim."""
     net = build_sim(exp, seed=seed)
-    ack_delay = exp.fabric.base_rtt() if exp.ack_delay_us is None else exp.ack_delay_us * 1e-6
+    ack_delay = (exp.ack_delay_us if exp.ack_delay_us is not None else 2 * exp.end_us) * 1e-6
     ev_count = exp.paths if exp.policy == "mrc" else REFERENCE_PATHS
     config = StackConfig(
         mtu=exp.fabric.mtu, ev_count=ev_count, ack_every=exp.ack_every, ack_delay=ack_delay
