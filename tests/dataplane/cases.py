@@ -365,6 +365,15 @@ def all_cases() -> tuple[Case, ...]:
             counters=((TRIMMED, s_out, 1),),
         ),
         Case(
+            "trimmed_packet_not_also_ecn_marked",
+            "DSCP 10 ECT(0) WRITE at trim and ECN threshold 0: trimmed, its ECT(0) kept, not CE",
+            spine.name, tables(spine, qos(s_out, 0, 0)), s_in,
+            frame_in(spine, s_in, inter.carrier, write, ecn=Ecn.ECT0, **dscp),
+            out=((s_out, frame_out(spine, s_out, shifted, write_trimmed, ecn=Ecn.ECT0,
+                                   dscp=Dscp.TRIMMED)),),
+            counters=((TRIMMED, s_out, 1), (ECN_MARKED, s_out, 0)),
+        ),
+        Case(
             "no_trim_for_dscp_0",
             "an ordinary (DSCP 0) WRITE is never trimmed, even at threshold 0",
             spine.name, trim_at_0, s_in, frame_in(spine, s_in, inter.carrier, write),

@@ -2,6 +2,8 @@
 
 - ``pipeline``: switchmodel's pipeline called in this process (``targets_pipeline``), over an
   in-process P4Runtime server: runs everywhere, no root, no namespace;
+- ``sim``: the virtual-time simulator's switch (``targets_sim``), its tables made from the
+  entries: runs everywhere, so any divergence of the sim from the program fails in CI;
 - ``bmv2``: p4c + simple_switch_grpc on veth pairs in namespace ``dpb<id>`` (skips with the
   reason when p4c/BMv2 are not on PATH or when not root);
 - ``model``: ``ModelTarget`` from ``tests/dataplane/targets_model.py``, written by the
@@ -22,9 +24,9 @@ import pytest
 from .cases import PORTS, shaped_ports
 from .target import DataplaneTarget, TargetUnavailable
 
-TARGETS = ("pipeline", "bmv2", "model")
+TARGETS = ("pipeline", "sim", "bmv2", "model")
 #: the fixture parameters: BMv2's are marked ``bmv2`` (they may not skip in CI)
-TARGET_PARAMS = ["pipeline", pytest.param("bmv2", marks=pytest.mark.bmv2), "model"]
+TARGET_PARAMS = ["pipeline", "sim", pytest.param("bmv2", marks=pytest.mark.bmv2), "model"]
 MODEL_MODULE = Path(__file__).with_name("targets_model.py")
 
 
@@ -36,6 +38,10 @@ def make_target(
         from .targets_pipeline import PipelineTarget
 
         return PipelineTarget(PORTS, workdir, port_rates)
+    if kind == "sim":
+        from .targets_sim import SimTarget
+
+        return SimTarget(PORTS, workdir, port_rates)
     if kind == "bmv2":
         from .targets_bmv2 import Bmv2Target
 

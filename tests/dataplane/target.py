@@ -2,7 +2,8 @@
 
 The shared case list (``cases.py``) runs against every implementation of
 :class:`DataplaneTarget`: switchmodel's pipeline in this process
-(``targets_pipeline.PipelineTarget``, no root needed), BMv2 (``targets_bmv2.Bmv2Target``) and
+(``targets_pipeline.PipelineTarget``, no root needed), the virtual-time simulator's switch
+(``targets_sim.SimTarget``, no root needed), BMv2 (``targets_bmv2.Bmv2Target``) and
 mrc-switch on veth pairs (``targets_model.ModelTarget``). A target is constructed with
 the data-plane port numbers the cases use and a working directory for its logs::
 
@@ -44,7 +45,7 @@ class TargetUnavailable(RuntimeError):
 class DataplaneTarget(abc.ABC):
     """One switch under test, driven packet by packet."""
 
-    #: short name used in test ids ("pipeline", "bmv2", "model")
+    #: short name used in test ids ("pipeline", "sim", "bmv2", "model")
     name = "target"
     #: why this target cannot shape an egress port to ``port_rates`` (None: it can)
     cannot_shape: str | None = "the target does not implement port_rates"
