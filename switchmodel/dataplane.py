@@ -5,9 +5,12 @@ transmissions ignored) and runs one thread with an ``epoll`` loop (:func:`select
 the loop wakes up for nearly every frame of a paced fabric, and the :mod:`selectors` layer
 cost about as much Python per wake-up as the frame's pipeline):
 
-- a readable socket is drained until EAGAIN (at most :data:`RX_BATCH` frames at a time) into one
-  preallocated buffer; each frame goes through :func:`switchmodel.pipeline.ingress` and, when
-  forwarded, into the :class:`~switchmodel.queues.PortQueue` of its egress port;
+- a readable port is emptied (at most :data:`RX_BATCH` frames at a time) from its receive ring
+  (:class:`~targets.rxring.RxRing`: no system call per frame, and no read that ends in
+  ``EAGAIN`` per wake-up), or, where the kernel has no ring or cannot ignore the socket's own
+  transmissions, read until ``EAGAIN`` into one preallocated buffer; each frame goes through
+  :func:`switchmodel.pipeline.ingress` and, when forwarded, into the
+  :class:`~switchmodel.queues.PortQueue` of its egress port;
 - the select timeout is the earliest time a shaped queue may send again, so an idle switch
   sleeps in the kernel (no polling) and a busy one wakes when its token buckets allow;
 - a packet leaving a queue goes through :func:`switchmodel.pipeline.egress` (``port_qdepth``
@@ -47,6 +50,7 @@ from switchmodel.queues import PortQueue
 from switchmodel.tables import PipelineState
 from targets.delayline import DelayLine
 from targets.pcap import PcapWriter
+from targets.rxring import RELEASE, TP2_LEN_MAC, TP_STATUS_USER, RxRing
 
 log = logging.getLogger("switchmodel.dataplane")
 
@@ -106,6 +110,7 @@ class _Port:
     pcap_out: PcapWriter | None = None
     blocked: bool = False
     delay: DelayLine[bytearray] | None = None  # frames that left the queue, not yet on the wire
+    ring: RxRing | None = None  # the socket's receive ring (None: read with recv)
     rx_frames: int = 0
     tx_frames: int = 0
     tx_errors: int = 0
@@ -124,11 +129,13 @@ def interface_mtu(intf: str) -> int:
     return int(struct.unpack("16si", reply)[1])
 
 
-def open_port_socket(intf: str) -> tuple[socket.socket, bool]:
+def open_port_socket(intf: str, max_frame: int = 0) -> tuple[socket.socket, bool, RxRing | None]:
     """A non-blocking, promiscuous AF_PACKET socket bound to ``intf``.
 
-    Returns the socket and whether the caller must filter out its own transmissions (kernels
-    without PACKET_IGNORE_OUTGOING).
+    Returns the socket, whether the caller must filter out its own transmissions (kernels
+    without PACKET_IGNORE_OUTGOING) and, when ``max_frame`` is given and the kernel ignores the
+    socket's own transmissions, a receive ring (:class:`~targets.rxring.RxRing`, None where the
+    kernel refuses one: then the socket is read with ``recv``).
     """
     try:
         ifindex = socket.if_nametoindex(intf)
@@ -140,6 +147,17 @@ def open_port_socket(intf: str) -> tuple[socket.socket, bool]:
         sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, 0)
     except PermissionError:
         raise DataPlaneError(f"interface '{intf}': raw sockets need root (CAP_NET_RAW)") from None
+    filter_outgoing = False
+    try:
+        sock.setsockopt(SOL_PACKET, PACKET_IGNORE_OUTGOING, 1)
+    except OSError:
+        filter_outgoing = True
+    ring: RxRing | None = None
+    if max_frame and not filter_outgoing:
+        try:  # before bind(): no frame waits in the socket's own queue beside the ring
+            ring = RxRing(sock, max_frame, SOCKET_BUFFER)
+        except OSError:
+            ring = None
     try:
         sock.bind((intf, ETH_P_ALL))
         mreq = struct.pack("iHH8s", ifindex, PACKET_MR_PROMISC, 0, b"")
@@ -153,15 +171,12 @@ def open_port_socket(intf: str) -> tuple[socket.socket, bool]:
             except PermissionError:
                 sock.setsockopt(socket.SOL_SOCKET, plain, SOCKET_BUFFER)
     except OSError as exc:
+        if ring is not None:
+            ring.close()
         sock.close()
         raise DataPlaneError(f"interface '{intf}': {exc.strerror}") from None
-    filter_outgoing = False
-    try:
-        sock.setsockopt(SOL_PACKET, PACKET_IGNORE_OUTGOING, 1)
-    except OSError:
-        filter_outgoing = True
     sock.setblocking(False)
-    return sock, filter_outgoing
+    return sock, filter_outgoing, ring
 
 
 class DataPlane:
@@ -174,6 +189,7 @@ class DataPlane:
         queue_depth: int = 64,
         pcap_dir: Path | None = None,
         profile: Path | None = None,
+        rx_ring: bool = True,
     ) -> None:
         self.priorities = priorities
         self.queue_depth = queue_depth
@@ -192,6 +208,7 @@ class DataPlane:
         self._thread: threading.Thread | None = None
         self._buffer = bytearray(RX_BUFFER)
         self._profile = profile
+        self._rx_ring = rx_ring  # read the ports through receive rings where the kernel has them
         self._trace = False  # log every transmitted frame (at debug level)
         self.unknown_port_drops = 0
         #: service lag: how much later than its shaped time the loop served a queue that was
@@ -209,7 +226,9 @@ class DataPlane:
         try:
             for number, config in sorted(self._configs.items()):
                 mtu = config.mtu if config.mtu is not None else interface_mtu(config.intf)
-                sock, filter_outgoing = open_port_socket(config.intf)
+                sock, filter_outgoing, ring = open_port_socket(
+                    config.intf, mtu + ETH_HEADER if self._rx_ring else 0
+                )
                 port = _Port(
                     number=number,
                     intf=config.intf,
@@ -218,6 +237,7 @@ class DataPlane:
                     max_frame=mtu + ETH_HEADER,
                     filter_outgoing=filter_outgoing,
                     delay=config.delay_line(),
+                    ring=ring,
                 )
                 if self._pcap_dir is not None:
                     self._pcap_dir.mkdir(parents=True, exist_ok=True)
@@ -278,6 +298,8 @@ class DataPlane:
             if self._by_fd.pop(fd, None) is not None:
                 with contextlib.suppress(OSError, ValueError):
                     self._epoll.unregister(fd)
+            if port.ring is not None:
+                port.ring.close()
             port.sock.close()
             for writer in (port.pcap_in, port.pcap_out):
                 if writer is not None:
@@ -323,6 +345,8 @@ class DataPlane:
                     port.blocked = False
                     self._epoll.modify(fd, select.EPOLLIN)
                 if mask & readable:
+                    if mask & select.EPOLLERR and port.ring is not None:
+                        self._take_error(port)  # what a recv would have raised and cleared
                     self._receive(port)
             now = monotonic()
             if due is not None and now > due:
@@ -354,6 +378,12 @@ class DataPlane:
             "service_late": self.service_late,
         }
 
+    def _take_error(self, port: _Port) -> None:
+        with contextlib.suppress(OSError):
+            error = port.sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR)
+            if error:
+                log.debug("port %d (%s): %s", port.number, port.intf, os.strerror(error))
+
     def _drain_wake(self) -> None:
         try:
             while self._wake_r.recv(4096):
@@ -370,29 +400,54 @@ class DataPlane:
         max_frame = port.max_frame
         pcap = port.pcap_in
         received = 0
+        ring = port.ring
+        if ring is not None:
+            mem = ring.mem
+            slot = ring.slot
+            slots = ring.count
+            slot_size = ring.frame_size
+            unpack = TP2_LEN_MAC.unpack_from
         now = time.monotonic()
         with self.lock:
             state = self.state
             for _ in range(RX_BATCH):
-                try:
-                    if port.filter_outgoing:
-                        n, address = sock.recvfrom_into(buf)
-                        if address[2] == PACKET_OUTGOING:
-                            continue
-                    else:
-                        n = sock.recv_into(buf)
-                except BlockingIOError:
-                    break
-                except OSError as exc:
-                    if exc.errno in (errno.ENETDOWN, errno.ENXIO):
+                if ring is not None:
+                    # the ring: no system call per frame, and none to find it empty
+                    off = slot * slot_size
+                    if not mem[off] & TP_STATUS_USER:
                         break
-                    raise
-                received += 1
-                frame = view[:n]
-                if pcap is not None:
-                    pcap.write(frame)
-                if state is None:
-                    continue
+                    length, n, mac = unpack(mem, off + 4)
+                    frame: bytes | memoryview = mem[off + mac : off + mac + n]
+                    mem[off : off + 4] = RELEASE  # the slot goes back to the kernel
+                    slot = slot + 1 if slot + 1 < slots else 0
+                    received += 1
+                    if pcap is not None:
+                        pcap.write(frame)
+                    if state is None:
+                        continue
+                    if n < length:  # larger than a slot, so larger than the port's frames
+                        count_drop(state, DropReason.OVERSIZE, length)
+                        continue
+                else:
+                    try:
+                        if port.filter_outgoing:
+                            n, address = sock.recvfrom_into(buf)
+                            if address[2] == PACKET_OUTGOING:
+                                continue
+                        else:
+                            n = sock.recv_into(buf)
+                    except BlockingIOError:
+                        break
+                    except OSError as exc:
+                        if exc.errno in (errno.ENETDOWN, errno.ENXIO):
+                            break
+                        raise
+                    received += 1
+                    frame = view[:n]
+                    if pcap is not None:
+                        pcap.write(frame)
+                    if state is None:
+                        continue
                 if n > max_frame:
                     count_drop(state, DropReason.OVERSIZE, n)
                     continue
@@ -431,6 +486,8 @@ class DataPlane:
                         log.debug(TX_TRACE, out_port, priority, len(out), 0)
                 elif queue.enqueue((out, n, priority, queue.length), len(out), priority) is None:
                     count_drop(state, DropReason.QUEUE_FULL, n)
+        if ring is not None:
+            ring.slot = slot
         port.rx_frames += received
 
     def _transmit(self, now: float) -> float | None:

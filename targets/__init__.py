@@ -16,6 +16,8 @@ A target is a program that runs the P4 program of ``p4src/`` behind P4Runtime: B
 - ``pcap``    -- the pcap writer of the switchmodel's and the host agent's captures;
 - ``delayline`` -- a link's latency as a delay line, applied by the switchmodel's ports and
   the host agents' NICs where the kernel has no ``netem``;
+- ``rxring`` -- a memory-mapped ``PACKET_RX_RING``: the switchmodel's ports and the host
+  agents' NICs read frames from it with no system call each;
 - ``lab``     -- network-namespace labs (namespaces, veth pairs, packet sockets that remove
   exactly what they made) for tests, the agent networks and the benchmarks.
 

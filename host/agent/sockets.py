@@ -6,7 +6,7 @@
   the frames this host sends (no ``PACKET_OUTGOING`` copies to filter), and
   ``PACKET_IGNORE_OUTGOING`` is set as well where the kernel has it;
 - :meth:`PlaneSocket.receive_batch` takes frames from a memory-mapped ``PACKET_RX_RING``
-  (:class:`RxRing`: no system call per frame) or, without a ring, with ``recv_into`` into one
+  (:class:`targets.rxring.RxRing`: no system call per frame) or, without a ring, with ``recv_into`` into one
   reusable buffer, until the socket is empty (or a batch limit, so timers and other planes get
   their turn), and keeps only frames that :func:`is_mrc_frame` accepts (IPv6, then UDP to port
   4791 or a routing header); the rest is counted as ``ignored`` and dropped -- a filter in
@@ -23,12 +23,12 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import mmap
 import socket
 import struct
 from collections import deque
 
 from p4src.contract import ETHERTYPE_IPV6, IP_PROTO_ROUTING, IP_PROTO_UDP, ROCEV2_UDP_PORT
+from targets.rxring import RELEASE, TP2_LEN_MAC, TP_STATUS_USER, RxRing
 
 ETH_P_IPV6 = ETHERTYPE_IPV6
 SOL_PACKET = 263
@@ -42,14 +42,7 @@ RECV_BUFFER = 16384  # larger than any frame of a fabric (link_mtu <= 9500)
 BATCH = 128  # frames read per readiness event before the loop looks at timers and sends
 MAX_BACKLOG = 16384  # frames waiting for socket space on one plane (then the oldest are dropped)
 
-PACKET_VERSION = 10
-PACKET_RX_RING = 5
-TPACKET_V2 = 1
-TP_STATUS_USER = 1
 RING_BYTES = 16 << 20  # receive ring per plane
-RING_BLOCK = 1 << 17
-_TP2_LEN_MAC = struct.Struct("=IIH")  # tp_len, tp_snaplen, tp_mac (after the 4-byte tp_status)
-_RELEASE = b"\x00\x00\x00\x00"  # TP_STATUS_KERNEL
 
 _IPV6_TYPE = ETHERTYPE_IPV6.to_bytes(2, "big")
 _ROCE_PORT = ROCEV2_UDP_PORT.to_bytes(2, "big")
@@ -67,35 +60,6 @@ def is_mrc_frame(frame: bytes) -> bool:
     return next_header == _ROUTING
 
 
-class RxRing:
-    """A ``PACKET_RX_RING`` (TPACKET_V2) receive ring mapped into the process.
-
-    The kernel writes each frame into the next free slot (a ``tpacket2_hdr`` then the frame at
-    ``tp_mac``) and sets ``TP_STATUS_USER``; the reader copies it out and hands the slot back by
-    writing ``TP_STATUS_KERNEL``. Slots are read in order, so one index (:attr:`slot`) follows
-    the kernel. A full ring drops frames (counted in ``PACKET_STATISTICS``), like a full buffer.
-    """
-
-    def __init__(self, sock: socket.socket, max_frame: int) -> None:
-        frame_size = 1 << (max_frame + 128 - 1).bit_length()  # header + frame, power of two
-        block = max(RING_BLOCK, frame_size)
-        blocks = max(RING_BYTES // block, 1)
-        self.frame_size = frame_size
-        self.count = blocks * (block // frame_size)
-        self.slot = 0
-        sock.setsockopt(SOL_PACKET, PACKET_VERSION, TPACKET_V2)
-        sock.setsockopt(
-            SOL_PACKET, PACKET_RX_RING, struct.pack("IIII", block, blocks, frame_size, self.count)
-        )
-        self.mem = mmap.mmap(
-            sock.fileno(), block * blocks, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE
-        )
-
-    def close(self) -> None:
-        """Unmap the ring."""
-        self.mem.close()
-
-
 class PlaneSocket:
     """The raw socket of one plane NIC and its counters."""
 
@@ -107,7 +71,7 @@ class PlaneSocket:
         self.ring: RxRing | None = None
         if ring:
             try:
-                self.ring = RxRing(self.sock, max_frame)
+                self.ring = RxRing(self.sock, max_frame, RING_BYTES)
             except OSError:
                 self.ring = None  # no ring (old kernel, locked memory limit): plain reads
         try:
@@ -198,7 +162,7 @@ class PlaneSocket:
         slot = ring.slot
         count = ring.count
         size = ring.frame_size
-        unpack = _TP2_LEN_MAC.unpack_from
+        unpack = TP2_LEN_MAC.unpack_from
         more = True
         for _ in range(limit):
             off = slot * size
@@ -208,7 +172,7 @@ class PlaneSocket:
             length, snaplen, mac = unpack(mem, off + 4)
             start = off + mac
             frame = mem[start : start + snaplen]
-            mem[off : off + 4] = _RELEASE  # the slot goes back to the kernel
+            mem[off : off + 4] = RELEASE  # the slot goes back to the kernel
             slot = slot + 1 if slot + 1 < count else 0
             if snaplen < length:
                 self.truncated += 1  # larger than a ring slot: cannot be an MRC frame of ours
