@@ -91,6 +91,9 @@ class MrcFlows(Flows):
             if dst not in self.peers.setdefault(src, []):
                 self.peers[src].append(dst)
         self.stats_before: dict[str, dict[str, float]] = {}
+        #: the sampler's connections, kept from one sample to the next (an agent pays for a
+        #: connection's accept and teardown as much as for a brief request)
+        self._sampling: dict[str, Any] = {}
 
     def client(self, host: str, timeout: float = 10.0) -> Any:
         from host.agent.control_client import ControlClient
@@ -180,15 +183,27 @@ class MrcFlows(Flows):
         if not posted and nxt >= count:
             self.done.add(i)
 
+    def _sampler(self, host: str) -> Any:
+        client = self._sampling.get(host)
+        if client is None:
+            client = self._sampling[host] = self.client(host, timeout=2.0)
+        return client
+
+    def _sampler_failed(self, host: str) -> None:
+        client = self._sampling.pop(host, None)
+        if client is not None:
+            client.close()
+
     def sample(self) -> None:
-        """Delivered bytes at every receiver and EV states at every sender."""
+        """Delivered bytes at every receiver (the core's counters alone) and EV states at
+        every sender, each agent asked over one connection kept between samples."""
         phase = self.phase
         for host in self.receivers:
             asked = phase.now()
             try:
-                with self.client(host, timeout=2.0) as c:
-                    stats = numbers(c.stats().get("stats", {}))
+                stats = numbers(self._sampler(host).stats(counters=True).get("stats", {}))
             except Exception:
+                self._sampler_failed(host)
                 continue
             t = (asked + phase.now()) / 2  # the agent answered somewhere in between
             placed = stats.get(PLACED, 0.0) - self.stats_before.get(host, {}).get(PLACED, 0.0)
@@ -199,15 +214,16 @@ class MrcFlows(Flows):
         asked = phase.now()
         for src, peers in self.peers.items():
             try:
-                with self.client(src, timeout=2.0) as c:
-                    for dst in peers:
-                        reply = c.request("paths", peer=dst, policy=policy)
-                        table = reply["paths"][dst]["paths"]
-                        for entry in table.values():
-                            for state, n in entry.get("states", {}).items():
-                                if state.upper() in counts:
-                                    counts[state.upper()] += int(n)
+                c = self._sampler(src)
+                for dst in peers:
+                    reply = c.request("paths", peer=dst, policy=policy)
+                    table = reply["paths"][dst]["paths"]
+                    for entry in table.values():
+                        for state, n in entry.get("states", {}).items():
+                            if state.upper() in counts:
+                                counts[state.upper()] += int(n)
             except Exception:
+                self._sampler_failed(src)
                 continue
         t = (asked + phase.now()) / 2
         with phase.lock:
@@ -269,4 +285,6 @@ class MrcFlows(Flows):
         phase.result.corrupt = corrupt
 
     def cleanup(self) -> None:
-        """Nothing to undo: the next phase restarts the agents."""
+        """Close the sampler's connections (the next phase restarts the agents)."""
+        for host in list(self._sampling):
+            self._sampler_failed(host)

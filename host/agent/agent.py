@@ -816,6 +816,10 @@ class Agent:
             },
         }
 
+    def counters(self) -> dict[str, int]:
+        """The core's integer counters alone (a sampler's cheap ``stats``)."""
+        return self.context.counters()
+
     def fidelity(self) -> dict[str, float]:
         """The largest loop scheduling gap and pacing lag since the previous call (a sampler's
         window, see experiments.fidelity), with the CPU seconds the agent used so far."""

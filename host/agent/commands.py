@@ -84,6 +84,7 @@ class AgentView(CoreDriver, Protocol):
     def planes(self) -> Sequence[PlaneView]: ...
     def start_transfer(self, transfer: Transfer) -> None: ...
     def stats(self) -> dict[str, Any]: ...
+    def counters(self) -> dict[str, int]: ...
     def fidelity(self) -> dict[str, float]: ...
     def stop(self) -> None: ...
     @property
@@ -337,8 +338,16 @@ class Commands:
             raise BadRequest(f"field '{name}': {exc}", name) from None
 
     def stats(self, request: Mapping[str, Any]) -> Reply:
-        """All statistics of the agent and the core."""
-        reject_unknown(request, set())
+        """All statistics of the agent and the core; with ``counters`` true only the core's
+        integer counters (``{"core": {...}}``), which a sampler reads every interval."""
+        reject_unknown(request, {"counters"})
+        counters = request.get("counters", False)
+        if not isinstance(counters, bool):
+            raise BadRequest(
+                f"field 'counters': expected true or false, got {counters!r}", "counters"
+            )
+        if counters:
+            return {"ok": True, "stats": {"core": self.agent.counters()}}
         return {"ok": True, "stats": self.agent.stats()}
 
     def fidelity(self, request: Mapping[str, Any]) -> Reply:

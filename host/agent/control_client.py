@@ -186,8 +186,11 @@ class ControlClient:
             raise ControlError(str(reply.get("error", "request failed")), reply.get("field"), reply)
         return reply
 
-    def stats(self) -> dict[str, Any]:
-        """The agent's statistics (``reply["stats"]``)."""
+    def stats(self, counters: bool = False) -> dict[str, Any]:
+        """The agent's statistics (``reply["stats"]``); ``counters``: the core's integer
+        counters only (``reply["stats"]["core"]``)."""
+        if counters:
+            return self.request("stats", counters=True)
         return self.request("stats")
 
     def paths(self, peer: str | None = None, policy: str | None = None) -> dict[str, Any]:

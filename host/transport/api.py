@@ -593,6 +593,16 @@ class Context:
             return None
         return _to_driver(events.popleft(), self.dilation)
 
+    def counters(self) -> dict[str, int]:
+        """The integer counters of :meth:`stats` alone (no per-QP descriptions, RTT summary or
+        EV transitions): what a sampler reads every interval, at a fraction of the cost."""
+        stats = self._stats
+        out = {
+            k: v for k, v in vars(stats).items() if isinstance(v, int) and not isinstance(v, bool)
+        }
+        out["ev_transitions_total"] = stats.ev_transitions.total
+        return out
+
     def stats(self) -> dict[str, Any]:
         """The statistics dict (see docs/host-stack.md): times in the driver's clock, and the
         RTT summary also in protocol (real-fabric) time as ``rtt_protocol``."""

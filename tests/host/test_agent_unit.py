@@ -359,7 +359,7 @@ def test_cli_says_it_needs_root(tmp_path: Path) -> None:
 
 FIELDS = ["name", "size", "peer", "addr", "rkey", "policy", "message_size", "imm", "seed",
           "file", "transfers", "timeout", "region", "offset", "sha256", "state", "ev", "path",
-          "algorithm", "config"]  # fmt: skip
+          "algorithm", "config", "counters"]  # fmt: skip
 COMMANDS = ["info", "register", "regions", "transfer", "write", "wait", "stats", "paths",
             "set-ev", "verify", "cc-profile", "nope", ""]  # fmt: skip
 
@@ -446,6 +446,27 @@ def test_control_lines_of_garbage_get_errors(
     reply, _ = server.dispatch(line)
     if isinstance(reply, dict) and not reply["ok"]:
         assert reply["error"]
+
+
+def test_stats_counters_are_the_full_stats_integers(
+    commands_server: tuple[ControlServer, Any],
+) -> None:
+    server, _ = commands_server
+
+    def ask(**request: Any) -> dict[str, Any]:
+        reply, _ = server.dispatch(json.dumps({"cmd": "stats", **request}).encode())
+        assert isinstance(reply, dict)
+        return reply
+
+    full = ask()["stats"]["core"]
+    brief = ask(counters=True)
+    assert brief["ok"] and set(brief["stats"]) == {"core"}
+    counters = brief["stats"]["core"]
+    assert counters == {k: v for k, v in full.items() if type(v) is int}
+    assert "payload_bytes_placed" in counters and "qps" not in counters
+    assert ask(counters=False)["stats"]["core"].keys() == full.keys()
+    bad = ask(counters="yes")
+    assert not bad["ok"] and bad["field"] == "counters"
 
 
 # -- CC profiles on the control interface ------------------------------------------------------
