@@ -184,9 +184,9 @@ class _Switch:
         self.default_route = route(tables.ipv6_lpm_default)
         #: the block every prefix is in (None: the LPM probes decide every frame)
         self.block: bytes | None = None
-        #: active uSID -> my_sid: the action of its /48 (0: none), and of its /128s by the
-        #: bytes after the active uSID (None: it has none)
-        self.sid16: dict[int, tuple[int, dict[bytes, int] | None]] = {}
+        #: active uSID -> my_sid: the action of its /48 (0: none), and its /128s (End SIDs):
+        #: (the bytes after the active uSID, action), compared in turn (few: one per switch)
+        self.sid16: dict[int, tuple[int, tuple[tuple[bytes, int], ...]]] = {}
         self.ecmp16: dict[int, tuple[_Route, ...]] = {}
         self.routes16: dict[int, _Route] = {}
         sids, by_group, by_route = (
@@ -216,7 +216,9 @@ class _Switch:
             rest = (key & ((1 << _INDEX_SHIFT) - 1)).to_bytes(_DST_END - _ARG, "big")
             ends.setdefault((key >> _INDEX_SHIFT) & usid, {})[rest] = action
         actives = {key & usid: action for key, action in sid48.items()}
-        self.sid16 = {a: (actives.get(a, 0), ends.get(a)) for a in {*actives, *ends}}
+        self.sid16 = {
+            a: (actives.get(a, 0), tuple(ends.get(a, {}).items())) for a in {*actives, *ends}
+        }
         self.ecmp16 = {key & usid: group for key, group in group48.items()}
         self.routes16 = {key & usid: hop for key, hop in route48.items()}
 
@@ -704,9 +706,11 @@ class Network:
         sid = switch.sid16.get(active)
         if sid is not None:
             action, ends = sid
-            rest = bytes(frame[_ARG:_DST_END])  # the carrier after the active uSID
-            if ends is not None:
-                action = ends.get(rest, action)
+            rest = frame[_ARG:_DST_END]  # the carrier after the active uSID
+            for end, end_action in ends:
+                if rest == end:
+                    action = end_action
+                    break
         else:
             action = 0
         if action:
