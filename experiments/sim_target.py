@@ -108,6 +108,8 @@ def build_network(scenario: Scenario, transport: Transport, seed: int) -> SimNet
         trim_threshold=trim,
         ecn_threshold=qos.ecn,
         ecn_max_threshold=qos.ecn_max if qos.ecn_mode == "red" else None,
+        # the slope the controller installs (its rounding, its ecn_pmax), as the switches mark
+        ecn_slope=qos.action_params(depth)["ecn_slope"] if qos.ecn_mode == "red" else None,
         queue_depth=depth,
         data_depth=True,
         nic_slots=NIC_QUEUE,

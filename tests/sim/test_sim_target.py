@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 import experiments.results
+from controller.qos import default_qos
 from experiments.cli import build_parser
 from experiments.runner import run_scenario
 from experiments.scenario import Scenario, load_scenario, shipped_scenario
@@ -115,6 +116,9 @@ def test_the_switches_run_the_emulated_operating_point() -> None:
     assert port.depth == topology.queue_depth
     assert port.trim_at == queue.packets  # uet: trim when the 1-BDP data queue is full
     assert (port.ecn_at, port.ecn_full) == (max(1, queue.ecn_low), queue.ecn_high)
+    # RED's slope as the controller installs it (rounded to 1/65536 per packet)
+    slope = default_qos(topology).action_params(topology.queue_depth)["ecn_slope"]
+    assert port.ecn_step == slope / 65536
     incast = load_scenario(shipped_scenario("incast"))
     on, off = incast.transports
     port = build_network(incast, on, seed=1)._ports[("t0-p0-r0", 1)]
