@@ -33,6 +33,10 @@ from sim.htsim import HTSIM_COMMIT, parse_published, read_plan, shared_dir  # no
 PLANS = ("validate_uec_sender", "validate_load_balancing_failed_snd")
 
 
+def _us(t: float | None) -> str:
+    return "never" if t is None else f"{t:.1f} us"
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the comparison; returns 0 when every experiment run met its targets."""
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
@@ -93,6 +97,15 @@ def main(argv: list[str] | None = None) -> int:
                 f"wall: sim {sim_wall:.1f} s (CPU {sim.cpu_seconds or 0:.1f} s), "
                 f"htsim {ref_wall:.1f} s"
             )
+            cases = sim.case_shares()
+            if cases:
+                first = sim.first_us
+                steer, nack = first.get("ecn_below_target"), first.get("nack")
+                print(
+                    "  NSCC cases (sim, share of acknowledged bytes): "
+                    + " / ".join(f"{c} {v:.2f}" for c, v in cases.items())
+                    + f"; first ECN below target at {_us(steer)}, first NACK at {_us(nack)}"
+                )
             print("  targets: " + ("met" if verdict.ok else "MISSED: " + "; ".join(verdict.misses)))
             misses += not verdict.ok
             report.append(
@@ -105,6 +118,8 @@ def main(argv: list[str] | None = None) -> int:
                     "nack_factor": verdict.nack_factor,
                     "share_gap": verdict.share_gap,
                     "misses": list(verdict.misses),
+                    "sim_nscc_cases": cases,
+                    "sim_first_us": sim.first_us,
                     "sim_wall_s": sim_wall,
                     "htsim_wall_s": ref_wall,
                 }

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from host.transport.cc.nscc import CHANGE_CAUSES
+from host.transport.cc.nscc import CHANGE_CAUSES, NSCC_CASES
 from host.transport.config import StackConfig
 from sim.fabric import SimFabric, leaf_spine
 from sim.htsim import (
@@ -190,6 +190,10 @@ class Figures:
     retransmits: int
     changes: dict[str, float] = field(default_factory=dict)
     cpu_seconds: float | None = None
+    #: the sim's only: acknowledged bytes per NSCC case (NSCC_CASES), every flow together, and
+    #: the earliest time (us) any flow met each case or took its first NACK
+    cases: dict[str, float] = field(default_factory=dict)
+    first_us: dict[str, float] = field(default_factory=dict)
 
     @property
     def tail_over_ideal(self) -> float | None:
@@ -217,6 +221,19 @@ class Figures:
         """Each cause's share of the window changes (bytes), summing to 1 (empty: none)."""
         total = sum(abs(v) for v in self.changes.values())
         return {c: abs(self.changes.get(c, 0.0)) / total for c in CHANGE_CAUSES} if total else {}
+
+    def case_shares(self) -> dict[str, float]:
+        """Each NSCC case's share of the acknowledged bytes, summing to 1 (empty: none)."""
+        total = sum(self.cases.values())
+        return {c: self.cases.get(c, 0.0) / total for c in NSCC_CASES} if total else {}
+
+    def steered_before_trims(self) -> bool | None:
+        """True when a flow met ECN with its delay below target (the steering case) before any
+        flow took a NACK; None when neither happened."""
+        steer, nack = self.first_us.get("ecn_below_target"), self.first_us.get("nack")
+        if steer is None and nack is None:
+            return None
+        return steer is not None and (nack is None or steer < nack)
 
 
 def run_reference(exp: Experiment) -> Figures:
@@ -275,6 +292,13 @@ def run_sim(exp: Experiment, *, seed: int = 1) -> Figures:
     )
     fcts = [f.fct * 1e6 for f in result.flows if f.fct is not None]
     changes = result.summary()["changes"]
+    cases = dict.fromkeys(NSCC_CASES, 0.0)
+    first_us: dict[str, float] = {}
+    for flow in result.flows:
+        for case, nbytes in flow.cases.items():
+            cases[case] += nbytes
+        for what, t in flow.first.items():
+            first_us[what] = min(first_us.get(what, math.inf), t * 1e6)
     return Figures(
         tail_fct_us=max(fcts) if len(fcts) == len(result.flows) and fcts else None,
         first_fct_us=min(fcts) if fcts else None,
@@ -286,6 +310,8 @@ def run_sim(exp: Experiment, *, seed: int = 1) -> Figures:
         retransmits=result.retransmits,
         changes=changes,
         cpu_seconds=result.cpu_seconds,
+        cases=cases,
+        first_us=first_us,
     )
 
 

@@ -49,6 +49,10 @@ class FlowResult:
     started: float | None = None  #: seconds
     finished: float | None = None  #: seconds (sender's completion)
     changes: dict[str, float] = field(default_factory=dict)  #: NSCC window changes by cause
+    #: acknowledged bytes per NSCC case, and when each case and the first NACK first came
+    #: (simulated seconds): host.transport.cc.nscc.NSCC_CASES
+    cases: dict[str, float] = field(default_factory=dict)
+    first: dict[str, float] = field(default_factory=dict)
 
     @property
     def fct(self) -> float | None:
@@ -202,6 +206,8 @@ def run_flows(
             break
     for qp, flow in senders:
         flow.changes = dict(getattr(qp.cc, "changes", {}))
+        flow.cases = dict(getattr(qp.cc, "cases", {}))
+        flow.first = dict(getattr(qp.cc, "first", {}))
     stats = [ctx.stats() for ctx in contexts.values()]
     return FlowsResult(
         flows=flows,

@@ -53,3 +53,15 @@ def test_the_sim_meets_the_targets_beside_htsim(exp: parity.Experiment) -> None:
     assert sim.finished == ref.finished == len(exp.matrix.connections)
     verdict = parity.compare(sim, ref)
     assert verdict.ok, verdict.misses
+
+
+def test_an_incast_steers_by_ecn_before_it_trims() -> None:
+    # UET's operating point (RED ECN from 0.2 BDP, trim only at a full 1 BDP queue): a queue
+    # marks before it fills, so NSCC meets "ECN with delay below target" before any NACK
+    sim = parity.run_sim(INCAST)
+    shares = sim.case_shares()
+    assert set(shares) == {"fair_increase", "proportional_increase",
+                           "multiplicative_decrease", "ecn_below_target"}  # fmt: skip
+    assert sum(shares.values()) == pytest.approx(1.0)
+    assert shares["ecn_below_target"] > 0 and "nack" in sim.first_us
+    assert sim.steered_before_trims(), sim.first_us

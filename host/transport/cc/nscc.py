@@ -60,6 +60,13 @@ CHANGE_CAUSES = (
     "quick_dec",
     "nack_dec",
 )
+#: NSCC's four cases, by the signals an acknowledged packet brings (UET's NSCC; uet-htsim
+#: uec.cpp, the switch in updateCwndOnAck_NSCC): delay above target without ECN (fair
+#: increase), below target without ECN (proportional or fast increase), ECN with delay above
+#: target (multiplicative decrease), ECN with delay below target (no window change: the mark is
+#: on one path, which the sender steers away from)
+NSCC_CASES = ("fair_increase", "proportional_increase", "multiplicative_decrease",
+              "ecn_below_target")  # fmt: skip
 
 #: the fields of struct mrc_ctl_cc_nscc_cfg (mrc_ctl.h) and their units
 NSCC_FIELDS: Mapping[str, str] = {
@@ -174,6 +181,10 @@ class Nscc(CongestionControl):
         #: bytes of window change by cause (:data:`CHANGE_CAUSES`), counted as the reference
         #: counts them: fair and proportional increases divided by the window at adjustment
         self.changes = dict.fromkeys(CHANGE_CAUSES, 0.0)
+        #: acknowledged bytes that met each of NSCC's four cases (:data:`NSCC_CASES`), and when
+        #: each case and the first NACK (a trim) first happened (protocol seconds)
+        self.cases = dict.fromkeys(NSCC_CASES, 0.0)
+        self.first: dict[str, float] = {}
         self._pending_fair = 0.0
         self._pending_prop = 0.0
 
@@ -242,6 +253,7 @@ class Nscc(CongestionControl):
         self.inflight = max(0.0, self.inflight - nbytes)
         self._bytes_ignored += nbytes
         self.changes["nack_dec"] += nbytes
+        self.first.setdefault("nack", now)
         # the reference takes a NACK as a delay sample of one network RTT above base
         self._update_delay(self.base_rtt, ecn=True)
         self._trigger_qa = True
@@ -293,13 +305,20 @@ class Nscc(CongestionControl):
             return
         target = self.target_delay
         if not ecn and delay >= target:
+            case = "fair_increase"
             self._inc_bytes += self.fi * nbytes
             self._pending_fair += self.fi * nbytes
         elif not ecn:
+            case = "proportional_increase"
             self._proportional_increase(nbytes, delay)
         elif delay >= target:
+            case = "multiplicative_decrease"
             self._multiplicative_decrease(now)
-        # ECN with a delay below target: no window change (switch paths)
+        else:
+            case = "ecn_below_target"  # no window change (switch paths)
+        self.cases[case] += nbytes
+        if case not in self.first:
+            self.first[case] = now
         self._bound()
         if self._received_bytes > self.adjust_bytes or now - self._last_adjust > self.adjust_period:
             self._fulfill(now)
