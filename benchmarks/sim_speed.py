@@ -5,7 +5,7 @@ reference's ``perm_1024n_1024c_0u_2000000b.cm``: 1,024 hosts, 2 MB per flow) on 
 leaf-spine of ``--planes`` planes (racks of 32 hosts, ``--spines`` spines per plane) at
 ``--rate`` Gb/s per link, and prints:
 
-- the set-up time (fabric, contexts, QPs) and the run's wall and CPU time;
+- the set-up time (the fabric; contexts, regions and QPs) and the run's wall and CPU time;
 - events, data packets sent and link transmissions (a packet crossing one link), each per
   CPU-second of the run;
 - the flows' completion times (first, tail, tail over ideal), NACKs and retransmissions;
@@ -105,6 +105,7 @@ def main(argv: list[str] | None = None) -> int:
     figures: dict[str, Any] = {
         "fabric": fabric.describe(),
         "setup_cpu_s": build,
+        "contexts_qps_cpu_s": result.setup_cpu_seconds,
         "wall_s": wall,
         "run_cpu_s": cpu_run,
         "events": result.events,
@@ -129,7 +130,7 @@ def main(argv: list[str] | None = None) -> int:
     }
     print(
         f"sim: wall {wall:.1f} s (fabric CPU {build:.1f} s, contexts, QPs and run CPU "
-        f"{cpu_run:.1f} s); "
+        f"{cpu_run:.1f} s, of which contexts and QPs {result.setup_cpu_seconds:.1f} s); "
         f"{result.events} events, {result.packets} data packets, {hops} link transmissions; "
         f"per CPU-second: {figures['packets_per_cpu_s']:.0f} data packets, "
         f"{figures['link_transmissions_per_cpu_s']:.0f} link transmissions, "

@@ -74,6 +74,7 @@ class FlowsResult:
     packets: int = 0  #: data packets the senders sent, retransmissions included
     nacks: int = 0  #: NACKs the senders received
     retransmits: int = 0  #: packets retransmitted (every cause)
+    setup_cpu_seconds: float = 0.0  #: of ``cpu_seconds``: creating contexts, regions and QPs
 
     @property
     def finished(self) -> list[FlowResult]:
@@ -160,6 +161,7 @@ def run_flows(
         senders.append((qs, flows[-1]))
         if conn.trigger is not None:
             by_trigger.setdefault(conn.trigger, []).append(n)
+    setup = time.process_time() - cpu
     payload = bytes(largest)
     pending: dict[tuple[str, int], int] = {}  # (host, qpn) -> flow index
 
@@ -218,6 +220,7 @@ def run_flows(
         packets=sum(int(s["data_packets_sent"]) for s in stats),
         nacks=sum(int(s["nacks_received"]) for s in stats),
         retransmits=sum(sum(s["retransmits"].values()) for s in stats),
+        setup_cpu_seconds=setup,
     )
 
 
