@@ -85,12 +85,12 @@ class Switch:
     ports: tuple[Port, ...]
     block: ipaddress.IPv6Network
 
-    @property
+    @cached_property
     def usid_prefix(self) -> ipaddress.IPv6Network:
         """``block:uSID::/48``: the uN SID of this switch, and the route towards it."""
         return usidlib.prefix(self.block, self.usid)
 
-    @property
+    @cached_property  # every path through the switch names it: once per switch, not per path
     def end_sid(self) -> ipaddress.IPv6Address:
         """The classic (RFC 8986 End) 128-bit SID of this switch: ``block:uSID::e``."""
         return ipaddress.IPv6Address(int(self.usid_prefix.network_address) | END_FUNCTION)
