@@ -15,8 +15,10 @@ a :class:`SwitchTables`, built one of two ways:
   controller or a test installs them on one switch, ``port_qos`` included:
   ``tests/dataplane/targets_sim.py`` runs the data-plane case table against the sim's switch so.
 
-- :class:`Lpm`: longest-prefix match over 128-bit addresses, one dict per prefix length, the
-  longest first (what the per-frame path walks: one probe for a table of ``/48`` s);
+``my_sid``, ``ipv6_ecmp`` and ``ipv6_lpm`` are the switch model's longest-prefix match,
+:class:`switchmodel.tables.LpmTable` (one dict per prefix length, the longest first: what the
+per-frame path walks, one probe for a table of ``/48`` s). Here:
+
 - :class:`Hop`: the action data of ``set_next_hop`` (port and the 12 bytes of MACs);
 - :data:`UN`, :data:`END`: the actions of ``my_sid`` (0 is ``NoAction``);
 - :data:`DROP_COUNTERS`: the sim's counter of each drop reason the program counts.
@@ -25,9 +27,9 @@ a :class:`SwitchTables`, built one of two ways:
 from __future__ import annotations
 
 import ipaddress
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Generic, NamedTuple, TypeVar
+from typing import TYPE_CHECKING, NamedTuple
 
 from p4src.contract import (
     DROP_NO_ROUTE,
@@ -44,13 +46,11 @@ from p4src.contract import (
     DropReason,
     PortQosParams,
 )
+from switchmodel.tables import LpmTable
 from topologies import Fabric, Switch, Tier
 
 if TYPE_CHECKING:
     from controller.entries import Entry
-
-V = TypeVar("V")
-W = TypeVar("W")
 
 #: ``my_sid`` actions as the per-frame path compares them (0: ``NoAction``)
 UN = 1
@@ -89,83 +89,6 @@ def _mac(text: str) -> bytes:
     return raw
 
 
-class Lpm(Generic[V]):
-    """Longest-prefix match over 128-bit addresses: a dict per prefix length."""
-
-    __slots__ = ("_by_length", "probes")
-
-    def __init__(self) -> None:
-        self._by_length: dict[int, dict[int, V]] = {}
-        #: (shift, dict) per prefix length, longest first: what a lookup walks
-        self.probes: tuple[tuple[int, dict[int, V]], ...] = ()
-
-    @classmethod
-    def of_prefixes(cls, length: int, values: dict[int, V]) -> Lpm[V]:
-        """A table of prefixes of one ``length``, given as their leading ``length`` bits."""
-        table: Lpm[V] = cls()
-        if values:
-            table._by_length[length] = values
-            table._reindex()
-        return table
-
-    def _reindex(self) -> None:
-        self.probes = tuple(
-            (_ADDR_BITS - n, self._by_length[n]) for n in sorted(self._by_length, reverse=True)
-        )
-
-    def insert(self, prefix: ipaddress.IPv6Network, data: V) -> None:
-        """Add (or replace) the entry ``prefix``."""
-        n = prefix.prefixlen
-        bucket = self._by_length.setdefault(n, {})
-        bucket[int(prefix.network_address) >> (_ADDR_BITS - n)] = data
-        self._reindex()
-
-    def lookup(self, addr: int) -> V | None:
-        """The data of the longest prefix holding ``addr`` (None: a miss)."""
-        for shift, bucket in self.probes:
-            data = bucket.get(addr >> shift)
-            if data is not None:
-                return data
-        return None
-
-    def map(self, convert: Callable[[V], W]) -> Lpm[W]:
-        """The same prefixes with ``convert`` of each value (called once per distinct value)."""
-        done: dict[V, W] = {}
-        table: Lpm[W] = Lpm()
-        for n, bucket in self._by_length.items():
-            out: dict[int, W] = {}
-            for key, value in bucket.items():
-                got = done.get(value)
-                if got is None:
-                    got = done[value] = convert(value)
-                out[key] = got
-            table._by_length[n] = out
-        table._reindex()
-        return table
-
-    @property
-    def by_length(self) -> dict[int, dict[int, V]]:
-        """Prefix length -> {leading bits of the prefix: data} (not to be modified)."""
-        return self._by_length
-
-    def items(self) -> Iterator[tuple[ipaddress.IPv6Network, V]]:
-        """Every entry: (prefix, data)."""
-        for n, bucket in self._by_length.items():
-            for key, value in bucket.items():
-                yield ipaddress.IPv6Network((key << (_ADDR_BITS - n), n)), value
-
-    def __len__(self) -> int:
-        return sum(len(bucket) for bucket in self._by_length.values())
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, Lpm) and self._by_length == other._by_length
-
-    __hash__ = None  # type: ignore[assignment]
-
-    def __repr__(self) -> str:
-        return f"Lpm({len(self)} entries, lengths {sorted(self._by_length)})"
-
-
 @dataclass(eq=True)
 class SwitchTables:
     """The tables of one switch: what its frames are decided by.
@@ -176,10 +99,10 @@ class SwitchTables:
     no trimming or ECN there); ports of neither get ``port_qos_default``.
     """
 
-    my_sid: Lpm[int] = field(default_factory=Lpm)
+    my_sid: LpmTable[int] = field(default_factory=LpmTable)
     my_sid_default: int = 0
-    ipv6_ecmp: Lpm[tuple[Hop, ...]] = field(default_factory=Lpm)
-    ipv6_lpm: Lpm[Hop] = field(default_factory=Lpm)
+    ipv6_ecmp: LpmTable[tuple[Hop, ...]] = field(default_factory=LpmTable)
+    ipv6_lpm: LpmTable[Hop] = field(default_factory=LpmTable)
     ipv6_lpm_default: Hop = NO_ROUTE
     port_qos: dict[int, PortQosParams | None] = field(default_factory=dict)
     port_qos_default: PortQosParams | None = None
@@ -198,8 +121,8 @@ class SwitchTables:
         empty (the network's thresholds apply)."""
         base = int(fabric.block.network_address) >> (_ADDR_BITS - 32) << 16
         tables = cls()
-        tables.my_sid = Lpm.of_prefixes(_INDEX_BITS, {base | sw.usid: UN})
-        tables.my_sid.insert(ipaddress.IPv6Network((sw.end_sid, _ADDR_BITS)), END)
+        tables.my_sid = LpmTable.of_prefixes(_INDEX_BITS, {base | sw.usid: UN})
+        tables.my_sid.insert(int(sw.end_sid), _ADDR_BITS, END)
         routes: dict[int, Hop] = {}
         for port in sw.ports:
             hop = Hop.of(port.number, port.mac, port.peer_mac)
@@ -219,8 +142,8 @@ class SwitchTables:
         elif uplinks:
             group = tuple(Hop.of(p.number, p.mac, p.peer_mac) for p in uplinks)
             remote = {base | nic.usid: group for nic in nics if nic.switch != sw.name}
-            tables.ipv6_ecmp = Lpm.of_prefixes(_INDEX_BITS, remote)
-        tables.ipv6_lpm = Lpm.of_prefixes(_INDEX_BITS, routes)
+            tables.ipv6_ecmp = LpmTable.of_prefixes(_INDEX_BITS, remote)
+        tables.ipv6_lpm = LpmTable.of_prefixes(_INDEX_BITS, routes)
         return tables
 
     @classmethod
@@ -270,20 +193,23 @@ class SwitchTables:
                 tables.port_qos[port] = _qos(entry) if action == SET_PORT_QOS else None
                 continue
             prefix = ipaddress.IPv6Network(_match(entry))
+            value, length = int(prefix.network_address), prefix.prefixlen
             if entry.table == MY_SID:
                 _expect(entry, action in _SID_ACTIONS)
-                tables.my_sid.insert(prefix, _SID_ACTIONS[action])
+                tables.my_sid.insert(value, length, _SID_ACTIONS[action])
             elif entry.table == IPV6_LPM:
                 _expect(entry, action in (SET_NEXT_HOP, DROP_NO_ROUTE))
-                tables.ipv6_lpm.insert(prefix, _hop(entry) if action == SET_NEXT_HOP else NO_ROUTE)
+                tables.ipv6_lpm.insert(
+                    value, length, _hop(entry) if action == SET_NEXT_HOP else NO_ROUTE
+                )
             elif entry.table == IPV6_ECMP:
                 if entry.group:
                     if entry.group not in groups:
                         raise ValueError(f"{entry}: no group {entry.group} in {ECMP_SELECTOR}")
                     if groups[entry.group]:
-                        tables.ipv6_ecmp.insert(prefix, groups[entry.group])
+                        tables.ipv6_ecmp.insert(value, length, groups[entry.group])
                 elif action == SET_NEXT_HOP:
-                    tables.ipv6_ecmp.insert(prefix, (_hop(entry),))
+                    tables.ipv6_ecmp.insert(value, length, (_hop(entry),))
                 else:
                     _expect(entry, action == NO_ACTION)
             else:

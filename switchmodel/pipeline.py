@@ -170,7 +170,7 @@ def ingress(frame: bytes | bytearray | memoryview, in_port: int, state: Pipeline
     new_dst = dst
     end_done = False
     action = None
-    for shift, bucket in state.my_sid._probes:  # LpmTable.lookup, inlined
+    for shift, bucket in state.my_sid.probes:  # LpmTable.lookup, inlined
         action = bucket.get(dst >> shift)
         if action is not None:
             break
@@ -189,7 +189,7 @@ def ingress(frame: bytes | bytearray | memoryview, in_port: int, state: Pipeline
             return _drop(state, DropReason.SID_END, n)
 
     hop: NextHop | None = None
-    if state.ipv6_ecmp._probes:
+    if state.ipv6_ecmp.probes:
         group: EcmpGroup | None = state.ipv6_ecmp.lookup(new_dst)
         if group is not None and group.hops:  # an empty group is a miss
             src = int.from_bytes(frame[ETHERNET_BYTES + 8 : ETHERNET_BYTES + 24], "big")
@@ -197,7 +197,7 @@ def ingress(frame: bytes | bytearray | memoryview, in_port: int, state: Pipeline
             hops = group.hops
             hop = hops[ecmp_hash(src, new_dst, vtf & 0xFFFFF, sport) % len(hops)]
     if hop is None:
-        for shift, routes in state.ipv6_lpm._probes:  # LpmTable.lookup, inlined
+        for shift, routes in state.ipv6_lpm.probes:  # LpmTable.lookup, inlined
             hop = routes.get(new_dst >> shift)
             if hop is not None:
                 break

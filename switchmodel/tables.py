@@ -5,6 +5,7 @@ the pure pipeline (:mod:`switchmodel.pipeline`) only looks them up:
 
 - :class:`LpmTable`   -- longest-prefix match over 128-bit keys, one dict per prefix length
   (lookups try the lengths in use, longest first: two dict probes for the fabric's /48 + /128);
+  the sim's switches (:mod:`sim.switch`) hold their tables in it too;
 - :class:`ExactTable` -- exact match (a dict);
 - :class:`NextHop`, :class:`PortQos` -- the action data of ``set_next_hop`` and ``set_port_qos``;
 - :class:`EcmpGroup` -- an ECMP group of ``ipv6_ecmp``: its members' next hops in BMv2's order;
@@ -18,6 +19,7 @@ data path's lock (see :mod:`switchmodel.dataplane`).
 from __future__ import annotations
 
 import enum
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Generic, NamedTuple, TypeVar
 
@@ -36,6 +38,7 @@ from p4src.contract import (
 )
 
 V = TypeVar("V")
+W = TypeVar("W")
 
 
 class SidAction(enum.IntEnum):
@@ -93,24 +96,50 @@ NO_QOS = PortQos(1 << QDEPTH_BITS, 1 << QDEPTH_BITS, 1 << QDEPTH_BITS, 0)
 
 
 class LpmTable(Generic[V]):
-    """Longest-prefix match over ``width``-bit integer keys."""
+    """Longest-prefix match over ``width``-bit integer keys: one dict per prefix length, from
+    the leading ``length`` bits of a prefix to its data.
+
+    The switch model's pipeline and the sim's switches (:mod:`sim.switch`) both read it; a
+    per-packet path may walk :attr:`probes` itself (as :meth:`lookup` does) rather than call.
+    """
+
+    __slots__ = ("width", "_by_length", "probes")
 
     def __init__(self, width: int = 128) -> None:
+        if width <= 0:
+            raise ValueError(f"LPM key width {width}: expected a positive number of bits")
         self.width = width
         self._by_length: dict[int, dict[int, V]] = {}
-        # (shift, dict) pairs, longest prefix first: what lookup() walks
-        self._probes: list[tuple[int, dict[int, V]]] = []
+        #: (shift, dict) per prefix length in use, longest first: what a lookup walks
+        #: (replaced, not changed, when a length comes or goes; not to be modified)
+        self.probes: tuple[tuple[int, dict[int, V]], ...] = ()
+
+    @classmethod
+    def of_prefixes(cls, length: int, values: dict[int, V], width: int = 128) -> LpmTable[V]:
+        """A table of prefixes of one ``length``, given as their leading ``length`` bits
+        (the table takes ``values`` over: no copy)."""
+        table: LpmTable[V] = cls(width)
+        table._check_length(length)
+        if values:
+            table._by_length[length] = values
+            table._reindex()
+        return table
+
+    def _check_length(self, length: int) -> None:
+        if not 0 <= length <= self.width:
+            raise ValueError(f"prefix length {length}: expected 0 to {self.width}")
 
     def _reindex(self) -> None:
-        self._probes = [
+        self.probes = tuple(
             (self.width - length, self._by_length[length])
             for length in sorted(self._by_length, reverse=True)
-        ]
+        )
 
     def insert(self, value: int, length: int, data: V) -> None:
         """Add or replace the entry ``value/length`` (``value`` must have no bits past length)."""
         bucket = self._by_length.get(length)
         if bucket is None:
+            self._check_length(length)
             bucket = self._by_length[length] = {}
             bucket[value >> (self.width - length)] = data
             self._reindex()
@@ -127,19 +156,57 @@ class LpmTable(Generic[V]):
 
     def lookup(self, key: int) -> V | None:
         """The data of the longest prefix containing ``key``, or None."""
-        for shift, bucket in self._probes:
+        for shift, bucket in self.probes:
             data = bucket.get(key >> shift)
             if data is not None:
                 return data
         return None
 
+    def map(self, convert: Callable[[V], W]) -> LpmTable[W]:
+        """The same prefixes with ``convert`` of each value (called once per distinct value)."""
+        done: dict[V, W] = {}
+        table: LpmTable[W] = LpmTable(self.width)
+        for length, bucket in self._by_length.items():
+            out: dict[int, W] = {}
+            for key, value in bucket.items():
+                got = done.get(value)
+                if got is None:
+                    got = done[value] = convert(value)
+                out[key] = got
+            table._by_length[length] = out
+        table._reindex()
+        return table
+
+    @property
+    def by_length(self) -> dict[int, dict[int, V]]:
+        """Prefix length -> {leading bits of the prefix: data} (not to be modified)."""
+        return self._by_length
+
+    def items(self) -> Iterator[tuple[int, int, V]]:
+        """Every entry: (value, length, data), as :meth:`insert` takes them."""
+        for length, bucket in self._by_length.items():
+            for key, data in bucket.items():
+                yield key << (self.width - length), length, data
+
     def __len__(self) -> int:
         return sum(len(bucket) for bucket in self._by_length.values())
+
+    def __eq__(self, other: object) -> bool:
+        return (
+            isinstance(other, LpmTable)
+            and self.width == other.width
+            and self._by_length == other._by_length
+        )
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"LpmTable({len(self)} entries, lengths {sorted(self._by_length)})"
 
     def clear(self) -> None:
         """Remove every entry."""
         self._by_length.clear()
-        self._probes = []
+        self.probes = ()
 
 
 class ExactTable(Generic[V]):

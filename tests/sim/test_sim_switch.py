@@ -15,7 +15,7 @@ import pytest
 
 from controller.entries import Entry, switch_tables
 from p4src.contract import IPV6_LPM, PORT_QOS, SET_NEXT_HOP, PortQosParams
-from sim.switch import END, NO_ROUTE, UN, Hop, Lpm, SwitchTables
+from sim.switch import END, NO_ROUTE, UN, Hop, SwitchTables
 from topologies import Fabric, load_topology
 from topologies.config import shipped_topology
 
@@ -29,19 +29,6 @@ def test_fabric_tables_are_the_controllers(name: str) -> None:
         assert len(from_entries.port_qos) == len(sw.ports)  # the controller's thresholds
         from_entries.port_qos = {}
         assert SwitchTables.of_fabric(fabric, sw) == from_entries, sw.name
-
-
-def test_lpm_takes_the_longest_prefix() -> None:
-    table: Lpm[str] = Lpm()
-    table.insert(ipaddress.IPv6Network("fcbb:bb00::/32"), "block")
-    table.insert(ipaddress.IPv6Network("fcbb:bb00:1::/48"), "node")
-    table.insert(ipaddress.IPv6Network("fcbb:bb00:1::e/128"), "end")
-    assert table.lookup(int(ipaddress.IPv6Address("fcbb:bb00:1::e"))) == "end"
-    assert table.lookup(int(ipaddress.IPv6Address("fcbb:bb00:1:2::"))) == "node"
-    assert table.lookup(int(ipaddress.IPv6Address("fcbb:bb00:2::"))) == "block"
-    assert table.lookup(int(ipaddress.IPv6Address("2001:db8::"))) is None
-    assert len(table) == 3
-    assert dict(table.items())[ipaddress.IPv6Network("fcbb:bb00:1::/48")] == "node"
 
 
 def test_entries_and_defaults_become_tables() -> None:
