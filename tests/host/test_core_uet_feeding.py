@@ -182,15 +182,22 @@ def data(flow: Any, psn: int, ecn: int, ack_req: bool = False) -> wire.DataField
     )  # fmt: skip
 
 
+def receiving(make_net: Any, config: StackConfig | None) -> tuple[Any, Any, Any]:
+    """A flow h0 -> h3 whose receiver took its first (unmarked) packet: the flow, the
+    receiving host's counters and the in-memory network."""
+    net = make_net(seed=5, config=config)
+    flow = net.connect("h0", "h3")
+    stats = net.hosts["h3"]._shared.stats
+    flow.receiver.on_data_fields(data(flow, 0, wire.ECN_ECT0), 1.0)
+    return flow, stats, net
+
+
 @pytest.mark.parametrize("config", [None, LEGACY], ids=["uet", LEGACY_PROFILE])
 def test_a_ce_marked_packet_is_acknowledged_at_once(
     make_net: Any, config: StackConfig | None
 ) -> None:
-    net = make_net(seed=5, config=config)
-    flow = net.connect("h0", "h3")
-    stats = net.hosts["h3"]._shared.stats
+    flow, stats, net = receiving(make_net, config)
     receiver = flow.receiver
-    receiver.on_data_fields(data(flow, 0, wire.ECN_ECT0), 1.0)
     first = stats.acks_sent  # uet: the first packet is acknowledged at once
     assert first == (1 if config is None else 0)
     receiver.on_data_fields(data(flow, 1, wire.ECN_ECT0), 1.0)
@@ -210,11 +217,8 @@ def test_a_ce_marked_packet_is_acknowledged_at_once(
 def test_a_requested_ack_is_sent_again_once_the_psns_before_it_are_in(
     make_net: Any, config: StackConfig | None
 ) -> None:
-    net = make_net(seed=5, config=config)
-    flow = net.connect("h0", "h3")
-    stats = net.hosts["h3"]._shared.stats
+    flow, stats, net = receiving(make_net, config)
     receiver = flow.receiver
-    receiver.on_data_fields(data(flow, 0, wire.ECN_ECT0), 1.0)
     before = stats.acks_sent
     receiver.on_data_fields(data(flow, 2, wire.ECN_ECT0, ack_req=True), 1.0)
     assert stats.acks_sent == before + 1  # the request, at once (PSN 1 still missing)
