@@ -505,10 +505,33 @@ class EvInfo:
     since: float
 
 
-def _generated(paths: Sequence[Path], count: int) -> list[tuple[int, int, int]]:
+def _generated(paths: Sequence[Path], count: int, rng: random.Random) -> list[tuple[int, int, int]]:
+    """(ev, wire, path index) of ``count`` generated SRV6 EVs: given to the planes in turn
+    (split evenly across planes), and each plane's EVs spread evenly over its paths -- every
+    path once before any twice, and with fewer EVs than paths, evenly spaced over the spines
+    (k EVs over S spines: one every S / k). Where the EVs do not divide evenly (planes or
+    spines), which ones get the extra EV, or which spines an evenly spaced set starts from, is
+    drawn from ``rng`` per QP, so that the QPs of a fabric together load every path alike."""
+    by_plane: dict[int, list[int]] = {}
+    for index, path in enumerate(paths):
+        by_plane.setdefault(path.plane, []).append(index)
+    planes = sorted(by_plane)
+    if count % len(planes):
+        shift = rng.randrange(len(planes))
+        planes = planes[shift:] + planes[:shift]
+    per_plane = {p: count // len(planes) + (i < count % len(planes)) for i, p in enumerate(planes)}
+    offset = {}
+    for p in planes:
+        spines = len(by_plane[p])
+        offset[p] = rng.randrange(spines) if per_plane[p] % spines else 0
     out = []
     for n in range(count):
-        index = n % len(paths)
+        plane = planes[n % len(planes)]
+        j = n // len(planes)
+        members = by_plane[plane]
+        spines, k = len(members), per_plane[plane]
+        place = j if k >= spines else j * spines // k
+        index = members[(offset[plane] + place) % spines]
         path = paths[index]
         spine = 0 if path.spine is None else path.spine + 1
         ev = (path.plane << 28) | (spine << 20) | (n + 1)
@@ -587,8 +610,11 @@ def _srv6_text(ev: int, srh: bool) -> str:
     return f"{first} + SRH {ipaddress.IPv6Address(ev & ((1 << 128) - 1))}"
 
 
-def build_slots(paths: Sequence[Path], profile: EvProfile, default_count: int) -> list[EvSlot]:
-    """The EV slots of a profile applied to ``paths`` (ordered: planes interleaved)."""
+def build_slots(
+    paths: Sequence[Path], profile: EvProfile, default_count: int, rng: random.Random
+) -> list[EvSlot]:
+    """The EV slots of a profile applied to ``paths`` (ordered: planes interleaved); ``rng``
+    draws what a generated profile's uneven split leaves open (:func:`_generated`)."""
     if not paths:
         raise EvProfileError("no paths given: a QP needs at least one path to its peer")
     mode = profile.fmt.mode
@@ -608,7 +634,7 @@ def build_slots(paths: Sequence[Path], profile: EvProfile, default_count: int) -
         count = default_count if profile.count is None else profile.count
         if not 1 <= count < 1 << 20:
             raise EvProfileError(f"generated EV count {count}: expected 1..1048575")
-        triples = _generated(paths, count)
+        triples = _generated(paths, count, rng)
     elif isinstance(profile, ExplicitEvProfile) and profile.carriers:
         triples = _carrier_triples(paths, profile)
     elif isinstance(profile, ExplicitEvProfile):

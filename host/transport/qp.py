@@ -119,7 +119,7 @@ class QueuePair(Sender, Receiver, LossRecovery, PathChoice):
             )
         self.ev_profile = profile  #: the EV profile (its states are shared with its other QPs)
         self._ev_mode = profile.mode
-        slots = build_slots(self.paths, profile.profile, cfg.ev_count)
+        slots = build_slots(self.paths, profile.profile, cfg.ev_count, rng)
         dscp = wire.DSCP_TRIMMABLE if policy.trimmable else wire.DSCP_DEFAULT
         for slot in slots:
             slot.prefix = self._slot_prefix(slot, dscp, wire.ECN_ECT0)

@@ -4,9 +4,11 @@ states shared by every QP of a profile, ev_min_active per profile."""
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import ipaddress
 import math
+import random
 from typing import Any
 
 import pytest
@@ -24,10 +26,12 @@ from host.transport.evs import (
     EvState,
     ExplicitEvProfile,
     GeneratedEvProfile,
+    build_slots,
     expand_ev,
     generate_evs,
     srv6_ev,
 )
+from sim.fabric import real_topology
 from topologies import Fabric
 
 BASE = 0x7F00_0000_0000
@@ -455,3 +459,54 @@ def test_explicit_srv6_evs_go_on_the_wire_as_carriers(
                               carriers=True)  # fmt: skip
     with pytest.raises(EvProfileError, match="no path to"):
         _connect_from_h0(net, wrong)
+
+
+# -- generated SRV6 EVs over more paths than EVs ---------------------------------------------------
+
+
+def _slots_per_path(paths: list[Any], count: int, seed: int) -> tuple[list[Any], dict[int, int]]:
+    slots = build_slots(paths, GeneratedEvProfile(count=count), count, random.Random(seed))
+    per_path: dict[int, int] = collections.Counter(slot.path_index for slot in slots)
+    return slots, per_path
+
+
+def test_generated_srv6_evs_cover_every_plane_with_fewer_evs_than_paths() -> None:
+    # 8 planes x 32 spines: 256 paths between racks, and a QP of 64 EVs (MRC's scale): every
+    # plane gets its eighth, evenly spaced over its spines, never the first 64 paths alone
+    fabric = Fabric(real_topology(racks=2, hosts_per_rack=1, spines_per_plane=32, planes=8))
+    paths = fabric.paths("h0", "h1")
+    assert len(paths) == 256
+    slots, per_path = _slots_per_path(paths, 64, seed=1)
+    assert len(slots) == 64 and max(per_path.values()) == 1
+    for plane in range(8):
+        spines = sorted(s.path.spine for s in slots if s.plane == plane)
+        assert len(spines) == 8
+        gaps = {(b - a) % 32 for a, b in zip(spines, spines[1:] + spines[:1], strict=True)}
+        assert gaps == {4}, f"plane {plane}: spines {spines}"
+    # consecutive EVs take the planes in turn
+    assert [s.plane for s in slots[:8]] == sorted(s.plane for s in slots[:8])
+
+
+def test_generated_srv6_evs_of_many_qps_load_every_path_alike() -> None:
+    fabric = Fabric(real_topology(racks=2, hosts_per_rack=1, spines_per_plane=32, planes=8))
+    paths = fabric.paths("h0", "h1")
+    load: collections.Counter[int] = collections.Counter()
+    for seed in range(256):
+        load.update(_slots_per_path(paths, 64, seed)[1])
+    # 256 QPs of 64 EVs over 256 paths: 64 EVs per path on average; every path is used
+    assert len(load) == 256
+    assert min(load.values()) >= 32 and max(load.values()) <= 96
+
+
+def test_generated_srv6_evs_divide_evenly_as_before() -> None:
+    # as many EVs as a whole number of times the paths: each path the same count, no draw
+    fabric = Fabric(real_topology(racks=2, hosts_per_rack=1, spines_per_plane=2, planes=4))
+    paths = fabric.paths("h0", "h1")
+    rng = random.Random(3)
+    state = rng.getstate()
+    slots = build_slots(paths, GeneratedEvProfile(count=128), 128, rng)
+    assert rng.getstate() == state
+    assert set(collections.Counter(s.path_index for s in slots).values()) == {16}
+    # an uneven split gives every path one EV before any gets two (9 EVs over 8 paths)
+    _, per_path = _slots_per_path(paths, 9, seed=1)
+    assert len(per_path) == 8 and sorted(per_path.values()) == [1] * 7 + [2]
