@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
+
+import pytest
 
 from host.transport.api import Context
 from sim import parity
@@ -42,3 +45,26 @@ def test_parity_runs_acknowledge_as_the_reference_does(tmp_path: Path) -> None:
     assert exp.ack_every == 4 and exp.nic_slots == 1 and exp.ack_delay_us is None
     assert plan(tmp_path, "-sack_threshold", "4000").ack_every == 1
     assert parity.build_sim(exp).nic_slots == 1
+
+
+def test_single_path_runs_are_compared_over_several_draws(tmp_path: Path) -> None:
+    exp = plan(tmp_path, "-paths", "1", "-end", "400")
+    assert exp.draws == parity.ECMP_DRAWS > 1 and plan(tmp_path, "-paths", "128").draws == 1
+    few = dataclasses.replace(exp, draws=3)
+    pooled = parity.run_sim(few, seed=1)
+    runs = [parity.run_sim(dataclasses.replace(few, draws=1), seed=s) for s in (1, 2, 3)]
+    # seeds 1, 2, 3, each its own draw of the flows' paths (CPU time aside, the same runs)
+    assert [dataclasses.replace(d, cpu_seconds=None) for d in pooled.draws] == [
+        dataclasses.replace(r, cpu_seconds=None) for r in runs
+    ]
+    assert pooled.flows == 3 * len(exp.matrix.connections)
+    assert pooled.new_packets == sum(r.new_packets for r in runs)
+    assert pooled.nacks == sum(r.nacks for r in runs)
+    tails = [r.tail_fct_us for r in runs]
+    assert None not in tails and pooled.tail_fct_us == pytest.approx(sum(tails) / 3)  # type: ignore[arg-type]
+    assert pooled.changes == {
+        c: pytest.approx(sum(r.changes.get(c, 0.0) for r in runs)) for c in pooled.changes
+    }
+    # a run that did not finish leaves the pooled tail undecided, not the others' mean
+    unfinished = dataclasses.replace(runs[0], tail_fct_us=None)
+    assert parity.pool([unfinished, runs[1]]).tail_fct_us is None
