@@ -173,14 +173,15 @@ class Sender(QpState):
         while (
             queue and (inflight <= room or not inflight) and psn < psn_limit and count and room_left
         ):
-            if (
-                recycle
-                and psn & EXPLORE_MASK
-                and (budget is None or budget.get(recycle[0].plane, 0) > 0)
-            ):
+            if recycle and psn & EXPLORE_MASK:
                 # a path that just delivered a packet without congestion: each path gets new
                 # packets at the rate it delivers them (every EXPLORE_EVERY-th packet follows
-                # the cycle instead, so a path with new spare capacity gains share)
+                # the cycle instead, so a path with new spare capacity gains share). When that
+                # path's NIC is full the packet waits for it: sent on whichever plane has room
+                # instead, it overloaded the one plane whose NIC a lost uplink keeps from
+                # filling (docs/host-stack.md, "Multipath load balancing")
+                if budget is not None and budget.get(recycle[0].plane, 0) <= 0:
+                    break
                 # the path of a packet just delivered, its next EV (inline of next_ev)
                 load = recycle.popleft().load
                 evs = load.evs
