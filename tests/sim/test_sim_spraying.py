@@ -34,7 +34,7 @@ def test_a_plane_that_lost_an_uplink_takes_no_more_than_it_delivers(tmp_path: Pa
                     "message_bytes": "256KiB",
                     "total_bytes": "20MiB",
                     "start_s": 0.5,
-                }  # fmt: skip
+                }
             ],
             "faults": [{"kind": "link_down", "at_s": 1.5, "link": LINK}],
         }
