@@ -43,6 +43,10 @@ TLP_PACKETS = 4
 RETRY_EXP_UNLIMITED = 25
 # recycled EVs kept at most (the newest)
 RECYCLE_MAX = 4096
+#: recycled paths looked at beyond the first when its NIC is full: one whose NIC has room and
+#: whose path is at full weight (no congestion of late) goes first, so that a NIC never idles
+#: behind another's; a congested path's turn stays in the queue
+RECYCLE_SCAN = 8
 # one packet in this many (a power of two) takes the spraying cycle even when EVs are recycled
 EXPLORE_EVERY = 16
 EXPLORE_MASK = EXPLORE_EVERY - 1

@@ -22,6 +22,7 @@ from host.transport.qp_state import (
     EXPLORE_MASK,
     NS,
     PSN_MASK,
+    RECYCLE_SCAN,
     SAME_PATH_REORDER,
     QpState,
     TxMessage,
@@ -177,13 +178,23 @@ class Sender(QpState):
                 # a path that just delivered a packet without congestion: each path gets new
                 # packets at the rate it delivers them (every EXPLORE_EVERY-th packet follows
                 # the cycle instead, so a path with new spare capacity gains share). When that
-                # path's NIC is full the packet waits for it: sent on whichever plane has room
-                # instead, it overloaded the one plane whose NIC a lost uplink keeps from
-                # filling (docs/host-stack.md, "Multipath load balancing")
+                # path's NIC is full, one of the next RECYCLE_SCAN whose NIC has room and whose
+                # path is at full weight goes first; else the packet waits for a NIC. Sent on
+                # whichever plane had room instead, it overloaded the one plane whose NIC a lost
+                # uplink keeps from filling (docs/host-stack.md, "Multipath load balancing")
                 if budget is not None and budget.get(recycle[0].plane, 0) <= 0:
-                    break
-                # the path of a packet just delivered, its next EV (inline of next_ev)
-                load = recycle.popleft().load
+                    load = None
+                    for i in range(1, min(len(recycle), RECYCLE_SCAN + 1)):
+                        ahead = recycle[i]
+                        if budget.get(ahead.plane, 0) > 0 and ahead.load.weight >= 1.0:
+                            del recycle[i]
+                            load = ahead.load
+                            break
+                    if load is None:
+                        break
+                else:
+                    # the path of a packet just delivered, its next EV (inline of next_ev)
+                    load = recycle.popleft().load
                 evs = load.evs
                 load.rr = n = load.rr + 1
                 slot = evs[n % len(evs)]
