@@ -453,7 +453,7 @@ def report(f: dict[str, Any]) -> None:
     width = 30
 
     def row(label: str, cells: list[str]) -> None:
-        print(f"  {label:<44}" + "".join(f"{c:>{width}}" for c in cells))
+        print(f"  {label:<44}" + "".join(f"  {c:>{width}}" for c in cells))
 
     row("", targets)
     row("idle testbed CPU (cores)", [f"{by[t]['cpu_idle_cores']:.2f}" for t in targets])
@@ -536,7 +536,8 @@ def report(f: dict[str, Any]) -> None:
         )
     if "incast" in first:
         print(
-            "4. incast: bottleneck utilisation (target trimming >= 0.9 and >= off + 0.08, 0 RTOs)"
+            "4. incast: bottleneck utilisation (target trimming >= 0.9 and >= off + 0.08, 0 RTOs;"
+            " with trimming 0 EVs retired: nothing failed)"
         )
         for label in first["incast"]:
             for k in first["incast"][label]:
@@ -547,7 +548,8 @@ def report(f: dict[str, Any]) -> None:
                         "-"
                         if v is None
                         else f"{v['bottleneck_utilisation']:.2f}, {v['rtos']:.0f} RTO, "
-                        f"{v['trims']} trims, {v['drops']} drops"
+                        f"{v['trims']} trims, {v['drops']} drops, "
+                        f"{v.get('ev_retirements', 0)} EVs retired"
                     )
                 row(f"   {label} {k}", cells)
 
