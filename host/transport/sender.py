@@ -183,6 +183,9 @@ class Sender(QpState):
                 # whichever plane had room instead, it overloaded the one plane whose NIC a lost
                 # uplink keeps from filling (docs/host-stack.md, "Multipath load balancing")
                 if budget is not None and budget.get(recycle[0].plane, 0) <= 0:
+                    if recycle[0].state is not _GOOD:
+                        recycle.popleft()  # a retired path's turn goes with it: never waited for
+                        continue
                     load = None
                     for i in range(1, min(len(recycle), RECYCLE_SCAN + 1)):
                         ahead = recycle[i]

@@ -105,3 +105,23 @@ def test_a_full_nic_passes_its_turn_without_skipping_an_ev_of_its_plane(make_net
     assert set(spines) == {0, 1} and sum(map(len, spines.values())) == 64
     for plane, order in spines.items():
         assert all(a != b for a, b in zip(order, order[1:], strict=False)), (plane, order)
+
+
+def test_a_recycled_path_waits_for_its_full_nic_and_a_retired_one_does_not(make_net: Any) -> None:
+    # a recycled path's turn is not handed to whichever plane has room: that plane may be the one
+    # a lost uplink keeps from filling (docs/host-stack.md, "Multipath load balancing")
+    from host.transport.evs import EvState
+
+    net = make_net(seed=3)
+    flow = net.connect("h0", "h2")
+    ctx, qp = net.hosts["h0"], flow.sender
+    qp.post_write(bytes(64 * 4096), BASE, flow.region.rkey)
+    plane0 = [s for s in qp.ev_table.slots if s.plane == 0]
+    assert qp._recycle is not None
+    qp._recycle.extend(plane0[:2] * 10)  # plane 0's paths just delivered 20 packets
+    sent = data_planes(ctx.frames_to_send(0.0, {0: 0, 1: 4}))
+    # plane 0's NIC is full: at most the one packet in EXPLORE_EVERY that follows the cycle
+    assert len(sent) <= 1 and set(sent) <= {1}
+    for slot in plane0:  # plane 0's paths retired: their recycled turns are no longer waited for
+        qp.ev_table.set_state(slot, EvState.ASSUMED_BAD, 0.0)
+    assert data_planes(ctx.frames_to_send(0.0, {0: 0, 1: 4})) == [1, 1, 1, 1]
