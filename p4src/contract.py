@@ -222,6 +222,11 @@ class Dscp(enum.IntEnum):
     CONTROL = 48  #: MRC control: ACK, NACK, probes, endpoint requests
 
 
+#: the DSCPs the program queues at high priority (step 7 of ``MrcIngress``): control, and headers
+#: trimmed here or by an earlier switch; every other packet goes to the data queue
+HIGH_PRIORITY_DSCPS = frozenset((Dscp.CONTROL, Dscp.TRIMMED, Dscp.TRIMMED_LAST_HOP))
+
+
 class Ecn(enum.IntEnum):
     """ECN code points (the lower 2 bits of the IPv6 traffic class)."""
 

@@ -59,6 +59,7 @@ from host.transport import wire
 from host.transport.api import Context
 from p4src.contract import (
     ETHERTYPE_IPV6,
+    HIGH_PRIORITY_DSCPS,
     ROCEV2_UDP_PORT,
     SRH_MAX_SEGMENTS,
     SRH_ROUTING_TYPE,
@@ -87,7 +88,6 @@ _ARG = _ACTIVE + USID_BITS // 8
 _ARG_ZERO = bytes(_DST_END - _ARG)
 _USID_ZERO = bytes(USID_BITS // 8)
 assert BLOCK_BITS % 8 == 0 and USID_BITS == 16, "the switches read uSIDs as whole bytes"
-_HIGH_DSCP = frozenset((wire.DSCP_CONTROL, wire.DSCP_TRIMMED, wire.DSCP_TRIMMED_LAST_HOP))
 _ROUTING = wire.IPPROTO_ROUTING
 _INDEX_BITS = BLOCK_BITS + USID_BITS  # my_sid by the /48: the block and the first uSID
 _INDEX_SHIFT = 128 - _INDEX_BITS
@@ -496,9 +496,9 @@ class Network:
         depth = len(port.low) if self.data_depth else len(port.high) + len(port.low) + port.busy
         tc = ((frame[14] & 0x0F) << 4) | (frame[15] >> 4) if len(frame) >= 54 else 0
         dscp, ecn = tc >> 2, tc & 3
-        # the program's priority: control high, and a packet it trims here; the rest (a header
-        # trimmed by an earlier switch too) goes to the data queue
-        high = dscp == wire.DSCP_CONTROL
+        # the program's priority: control and trimmed headers high (trimmed here or by an
+        # earlier switch), the rest to the data queue
+        high = dscp in HIGH_PRIORITY_DSCPS
         full = port.ecn_full
         if (
             port.trim_at is not None
@@ -553,7 +553,7 @@ class Network:
         or the newest queued one, a coin flip), headers and control at high priority."""
         size = len(frame)
         dscp = (((frame[14] & 0x0F) << 4) | (frame[15] >> 4)) >> 2 if size >= 54 else 0
-        if dscp not in _HIGH_DSCP:
+        if dscp not in HIGH_PRIORITY_DSCPS:
             if port.low_bytes + size <= bounds.size_bytes or self._rng.random() < 0.5:
                 if port.low_bytes + size > bounds.size_bytes:
                     # make room: the newest queued data packet loses its payload

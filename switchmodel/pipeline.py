@@ -39,6 +39,7 @@ from p4src.contract import (
     BTH_BYTES,
     ETHERNET_BYTES,
     ETHERTYPE_IPV6,
+    HIGH_PRIORITY_DSCPS,
     IMMDT_BYTES,
     IP_PROTO_ROUTING,
     IP_PROTO_UDP,
@@ -63,7 +64,7 @@ from switchmodel.tables import NO_QOS, EcmpGroup, NextHop, PipelineState, SidAct
 
 # the code points the per-packet path compares, bound once (looking up an enum member costs more)
 _WRITE_ONLY, _WRITE_ONLY_IMM = Opcode.WRITE_ONLY, Opcode.WRITE_ONLY_IMM
-_TRIMMABLE, _CONTROL, _CE = Dscp.TRIMMABLE, Dscp.CONTROL, Ecn.CE
+_TRIMMABLE, _CE = Dscp.TRIMMABLE, Ecn.CE
 _TRIMMED, _TRIMMED_LAST_HOP = Dscp.TRIMMED, Dscp.TRIMMED_LAST_HOP
 PRIORITY_LOW, PRIORITY_HIGH = Priority.LOW, Priority.HIGH
 _dice = random.Random()  # RED's draws, as BMv2's random(): not for security
@@ -218,7 +219,8 @@ def ingress(frame: bytes | bytearray | memoryview, in_port: int, state: Pipeline
         qos = _NO_QOS
         priority = PRIORITY_LOW
     else:
-        priority = PRIORITY_HIGH if dscp == _CONTROL else PRIORITY_LOW
+        # control, and a header trimmed by an earlier switch, go to the high-priority queue
+        priority = PRIORITY_HIGH if dscp in HIGH_PRIORITY_DSCPS else PRIORITY_LOW
         qos = state.port_qos.entries.get(port, state.port_qos_default)
     in_range = hit and port < len(state.port_arrivals)
     arrivals = state.port_arrivals[port] if in_range else 0

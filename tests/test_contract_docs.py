@@ -166,9 +166,12 @@ def test_the_pipeline_docs_code_points_are_the_contracts() -> None:
     text = section(PIPELINE, "Code points")
     dscp = {number(r[0]): r[2] for r in rows(text)[1:]}
     assert set(dscp) == {int(d) for d in contract.Dscp}
-    high = {contract.Dscp.TRIMMED, contract.Dscp.TRIMMED_LAST_HOP, contract.Dscp.CONTROL}
     for code, priority in dscp.items():
-        want = contract.Priority.HIGH if code in high else contract.Priority.LOW
+        want = (
+            contract.Priority.HIGH
+            if code in contract.HIGH_PRIORITY_DSCPS
+            else contract.Priority.LOW
+        )
         assert priority == f"{want.name.lower()} ({int(want)})", f"DSCP {code}: {priority}"
     ecn = re.search(r"ECN \(the low 2 bits of the IPv6 traffic class\): ([^.]*)\.", text)
     assert ecn is not None

@@ -13,7 +13,7 @@
  *   6. ipv6_ecmp: a plain host NIC address of another rack (on a leaf) goes to one of the
  *      equal-cost uplinks, chosen by a hash of (IPv6 source, IPv6 destination, flow label,
  *      UDP source port); anything else: ipv6_lpm picks port and MACs, or drops (NO_ROUTE);
- *   7. priority: control DSCP high, else low;
+ *   7. priority: control and trimmed DSCPs high (a header trimmed upstream), else low;
  *   8. the depth of the egress port's data queue: port_qdepth (left by the last departure)
  *      plus port_arrivals (packets queued there since);
  *   9. port_qos: trim an MRC data packet with DSCP 10 when that depth is >= the trim threshold
@@ -222,8 +222,9 @@ control MrcIngress(inout headers_t hdr,
             }
         }
 
-        // -- 7: priority class --
-        if (hdr.ipv6.dscp == DSCP_CONTROL) {
+        // -- 7: priority class: control, and headers trimmed by an earlier switch --
+        if (hdr.ipv6.dscp == DSCP_CONTROL || hdr.ipv6.dscp == DSCP_TRIMMED ||
+                hdr.ipv6.dscp == DSCP_TRIMMED_LAST_HOP) {
             standard_metadata.priority = PRIORITY_HIGH;
         } else {
             standard_metadata.priority = PRIORITY_LOW;

@@ -818,6 +818,20 @@ def burst_cases() -> tuple[Burst, ...]:
             overtakes=(("late", last),),
             counters=((TRIMMED, s_out, 1), (ECN_MARKED, s_out, 0)),
         ),
+        Burst(
+            "header_trimmed_upstream_overtakes_queued_data",
+            f"headers trimmed by an earlier switch (DSCP 12, and 13 as a last hop writes it) sent "
+            f"right behind {BURST} ordinary packets leave before the last of them, not trimmed "
+            "again: a trimmed header stays in the high-priority queue at every hop",
+            spine.name, build.tables(spine, qos(s_out, 0, NEVER)), s_in, s_out,
+            sends=(
+                *queued(0),
+                through("fabric", write_trimmed, dscp=Dscp.TRIMMED),
+                through("last_hop", write_trimmed, dscp=Dscp.TRIMMED_LAST_HOP),
+            ),
+            overtakes=(("fabric", last), ("last_hop", last)),
+            counters=((TRIMMED, s_out, 0), (ECN_MARKED, s_out, 0)),
+        ),
     )  # fmt: skip
 
 

@@ -13,7 +13,7 @@ import ipaddress
 from scapy.layers.inet6 import UDP, IPv6, IPv6ExtHdrSegmentRouting
 from scapy.layers.l2 import Ether
 
-from p4src.contract import TRIMMED, Dscp
+from p4src.contract import HIGH_PRIORITY_DSCPS, TRIMMED, Dscp
 from topologies import usid as usidlib
 
 from .cases import (
@@ -110,7 +110,7 @@ def test_bursts_can_run_and_put_high_priority_behind_a_queue() -> None:
         assert len(ordinary) == BURST
         assert all(_dscp(s.frame) == _dscp(s.out) == Dscp.DEFAULT for s in ordinary)
         high = {_dscp(s.out) for s in burst.sends if s.label not in fifo}
-        assert high <= {Dscp.CONTROL, Dscp.TRIMMED}, f"{burst.name}: high class by the contract"
+        assert high <= HIGH_PRIORITY_DSCPS, f"{burst.name}: high class by the contract"
 
 
 def test_trimming_burst_trims_only_behind_a_queue() -> None:

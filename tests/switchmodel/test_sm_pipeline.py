@@ -158,14 +158,24 @@ def test_control_dscp_is_high_priority() -> None:
         (Dscp.TRIMMABLE, Opcode.ACKNOWLEDGE, Ecn.NOT_ECT),
         (Dscp.DEFAULT, Opcode.WRITE_ONLY, Ecn.CE),
         (Dscp.TRIMMED, Opcode.WRITE_ONLY, Ecn.NOT_ECT),
+        (Dscp.TRIMMED_LAST_HOP, Opcode.WRITE_ONLY, Ecn.NOT_ECT),
     ],
-    ids=["ordinary", "control", "ack-with-data-dscp", "ce-not-recounted", "already-trimmed"],
+    ids=[
+        "ordinary",
+        "control",
+        "ack-with-data-dscp",
+        "ce-not-recounted",
+        "already-trimmed",
+        "already-trimmed-last-hop",
+    ],
 )
 def test_untouched_packets_keep_their_priority(dscp: int, opcode: int, ecn: int) -> None:
     state = t1_state()
     state.port_qos.entries[OUT_PORT] = PortQos.fixed(0, 0)
     frame = mrc_frame(carrier_via_t1(), dscp=dscp, opcode=opcode, ecn=ecn)
-    out = expect_forward(ingress(frame, 1, state), OUT_PORT, 1 if dscp == Dscp.CONTROL else 0)
+    # control and headers trimmed upstream go high, as the program's step 7 puts them
+    high = dscp in (Dscp.CONTROL, Dscp.TRIMMED, Dscp.TRIMMED_LAST_HOP)
+    out = expect_forward(ingress(frame, 1, state), OUT_PORT, 1 if high else 0)
     assert len(out) == len(frame)
 
 
