@@ -16,6 +16,8 @@ import pytest
 from scapy.layers.inet6 import IPv6
 from scapy.layers.l2 import Ether
 
+from p4src.contract import DROPS, PORT_IN, PORT_OUT, DropReason
+
 from .cases import Burst, burst_cases
 from .packets import describe
 from .target import DataplaneTarget, counter_deltas
@@ -78,3 +80,45 @@ def test_priority_by_overtaking(shaped_target: DataplaneTarget, burst: Burst) ->
         assert extra is None, (
             f"{burst.name}: unexpected frame out of port {port}:\n{describe(extra)}"
         )
+
+
+#: ordinary frames sent back to back into the shaped port: more than a bounded queue holds
+#: (BMv2 and switchmodel: 64 packets a priority queue) while it drains at 500 kb/s
+OVERFLOW = 120
+
+
+def test_a_full_queue_drops_where_each_target_says(shaped_target: DataplaneTarget) -> None:
+    """What a target does when a queue is full, as its counters show it.
+
+    switchmodel and the sim drop at the queue and count QUEUE_FULL. BMv2 does not drop there:
+    its traffic manager makes ingress wait for room (``QueueingLogic::push_front`` blocks), so
+    the whole switch stops reading and what it loses is lost before ingress, where no counter
+    of the program sees it. The in-process pipeline's queues have no bound.
+    """
+    target = shaped_target
+    burst = burst_cases()[0]  # its tables: through the spine, no trimming, no ECN
+    target.install([entry.to_proto(target.p4info) for entry in burst.entries])
+    target.drain()
+    frames = [s.frame for s in burst.sends if s.label.startswith("data")]
+    names = (PORT_IN, PORT_OUT, DROPS)
+    before = {name: target.counters(name) for name in names}
+    for i in range(OVERFLOW):
+        target.send(burst.in_port, frames[i % len(frames)])
+    left = 0
+    while target.expect(burst.out_port, OUT_TIMEOUT) is not None:
+        left += 1
+    full = (DROPS, DropReason.QUEUE_FULL)
+    out = (PORT_OUT, burst.out_port)
+    arrived = (PORT_IN, burst.in_port)
+    if target.name == "bmv2":
+        # everything ingress took in left: the losses happened before ingress
+        assert left < OVERFLOW, f"bmv2: all {OVERFLOW} frames left a queue of 64"
+        wanted = {arrived: left, out: left}
+    elif target.name == "model":
+        assert left < OVERFLOW, f"model: all {OVERFLOW} frames left a queue of 64"
+        wanted = {arrived: OVERFLOW, out: left, full: OVERFLOW - left}
+    else:
+        wanted = {arrived: OVERFLOW, out: OVERFLOW, full: 0}
+    assert counter_deltas(target, before, wanted, COUNTER_WAIT) == wanted, (
+        f"{target.name}: {left} of {OVERFLOW} frames left"
+    )
