@@ -23,6 +23,10 @@ network's; what this module adds is what the agents and the runner do around the
   :class:`experiments.faults.FaultTarget`): a link, a NIC's cable (the host's core is told its
   port went down, as the agent's link watch tells it), switches (every link of each down), a
   plane (its spines), the operator's EV states;
+- a scenario's training job runs as the agents run it (:func:`experiments.jobs.sim.run_steps`
+  over the phase's hosts and QPs: each step's compute time, then its collectives of
+  WRITE_IMMs), with the faults applied at their times between the network's events; its steps
+  are the phase's ``steps.jsonl``;
 - every ``sample_interval_s`` of simulated time the receivers' placed bytes and the senders' EV
   states are sampled; switch and port counters, host statistics and EV transitions are read at
   the end.
@@ -34,13 +38,15 @@ in emulation (:func:`skip_reason`). A run is a pure function of the scenario and
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from controller.qos import default_qos, operating_point
 from experiments.faults import EvFault
 from experiments.flows.mrc import phase_host_stats, window
+from experiments.jobs.collectives import Job
+from experiments.jobs.sim import Ranks, rank_pairs, run_steps
 from experiments.metrics import Completion, FaultMark, Progress, TransportResult, flow_name
 from experiments.results import EV_STATES
 from experiments.scenario import Scenario, Transport
@@ -218,10 +224,9 @@ class SimPhase:
         reason = skip_reason(transport)
         if reason is not None:
             raise SimTargetError(f"{scenario.name}: {reason}")
-        if scenario.job is not None:
+        if scenario.job is not None and scenario.workloads:
             raise SimTargetError(
-                f"{scenario.name}: a training job runs in simulated time with "
-                "'mrc-testbed collective --target sim'; the sim target of 'run' runs workloads"
+                f"{scenario.name}: a job beside workloads: the sim target runs one or the other"
             )
         self.scenario = scenario
         self.transport = transport
@@ -239,9 +244,15 @@ class SimPhase:
         self.cqs: dict[str, CompletionQueue] = {}
         self._qps: dict[tuple[str, str], QueuePair] = {}
         self._peers: dict[str, set[str]] = {}  # host -> the hosts it has a flow with
-        for _, src, dst in scenario.flows():
+        pairs = [(src, dst) for _, src, dst in scenario.flows()]
+        if scenario.job is not None:
+            ranks = scenario.job.ranks
+            pairs = [(ranks[a], ranks[b]) for a, b in rank_pairs(scenario.job)]
+        for src, dst in pairs:
             self._peers.setdefault(src, set()).add(dst)
             self._peers.setdefault(dst, set()).add(src)
+        #: what is sampled: the receivers' placed bytes, the senders' QPs' EV states
+        self._pairs = list(dict.fromkeys(pairs))
         self._setup_hosts()
         self.flows = self._setup_flows()
 
@@ -368,11 +379,11 @@ class SimPhase:
 
     def _sample(self) -> None:
         t = self.net.now
-        for host in sorted({f.dst for f in self.flows}):
+        for host in sorted({dst for _, dst in self._pairs}):
             placed = int(self.contexts[host].stats()["payload_bytes_placed"])
             self.result.progress.append(Progress(t, f"rx:{host}", placed))
         counts = dict.fromkeys(EV_STATES, 0.0)
-        for src, dst in dict.fromkeys((f.src, f.dst) for f in self.flows):
+        for src, dst in self._pairs:
             for state, n in self.qp(src, dst).ev_table.counts().items():
                 if state.upper() in counts:
                     counts[state.upper()] += n
@@ -382,7 +393,10 @@ class SimPhase:
         return all(f.done or f.failed for f in self.flows)
 
     def run(self) -> TransportResult:
-        """Run the transport's flows with the scenario's faults; returns the records."""
+        """Run the transport's flows (or its job) with the scenario's faults; returns the
+        records."""
+        if self.scenario.job is not None:
+            return self._run_job(self.scenario.job)
         scenario, net = self.scenario, self.net
         duration, interval = scenario.duration_s, scenario.sample_interval_s
         faults = SimFaults(self)
@@ -418,8 +432,7 @@ class SimPhase:
                 next_sample += interval
             if net.now >= duration:
                 break
-        faults.restore()
-        self.result.duration = min(duration, max(net.now, interval))
+        self._finish(faults)
         for flow in self.flows:  # what never completed, as the emulation records it
             for message, start, size in flow.posted.values():
                 self.result.completions.append(Completion(flow.name, message, size, start, None))
@@ -427,6 +440,49 @@ class SimPhase:
                 self.result.completions.append(
                     Completion(flow.name, message, flow.sizes[message], net.now, None)
                 )
+        self._record()
+        return self.result
+
+    def _finish(self, faults: SimFaults) -> None:
+        faults.restore()
+        scenario = self.scenario
+        self.result.duration = min(
+            scenario.duration_s, max(self.net.now, scenario.sample_interval_s)
+        )
+
+    def _run_job(self, job: Job) -> TransportResult:
+        """The scenario's job until its last step or ``duration_s``; every fault action and
+        sample at its time, between the network's events."""
+        scenario, net = self.scenario, self.net
+        faults = SimFaults(self)
+        timeline = scenario.timeline()
+        interval = scenario.sample_interval_s
+        next_sample = [interval]
+
+        def advance(until: float, stop: Callable[[str], bool] | None) -> None:
+            while True:
+                horizon = min(until, next_sample[0], timeline[0].t if timeline else until)
+                net.run(horizon, host_stop=stop)
+                while timeline and timeline[0].t <= net.now:
+                    step = timeline.pop(0)
+                    try:
+                        step.run(faults)
+                    except Exception as exc:
+                        self.errors.append(
+                            f"fault {step.action} {step.fault.target} at {step.t:g} s: {exc}"
+                        )
+                if net.now >= next_sample[0]:
+                    self._sample()
+                    next_sample[0] += interval
+                if net.now < horizon or net.now >= until:
+                    return
+
+        ranks = Ranks(net, job, self.context, self.cqs.__getitem__, self.qp)
+        duration = scenario.duration_s
+        self.result.steps = run_steps(job, ranks, duration, advance)
+        if net.now < duration and self.result.steps and self.result.steps[-1].end is not None:
+            self._sample()
+        self._finish(faults)
         self._record()
         return self.result
 

@@ -12,11 +12,15 @@ collective ends when every rank is finished, the step when its last collective e
 Link failures may be scheduled (``failures``: a link down between two times); they are marked
 as a run's faults are, so :func:`experiments.jobs.steps.annotate` says which steps they
 overlapped. A run is a pure function of the job, the fabric and the seed.
+
+:func:`run_steps` is the step loop alone, over :class:`Ranks` made from any contexts and QPs and
+an ``advance`` that runs the network to a time: the sim target of ``mrc-testbed run``
+(:mod:`experiments.sim_target`) drives a scenario's job with it, its faults applied between.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from experiments.jobs.collectives import Collective, Job, RankMachine, Send, machines
@@ -40,40 +44,47 @@ class SimJobResult:
     end: float = 0.0
 
 
-class _Ranks:
-    """The contexts, QPs and regions of a job's ranks on one network."""
+#: runs the network to a time, stopping early when the predicate says a host has work
+Advance = Callable[[float, Callable[[str], bool] | None], None]
 
-    def __init__(self, net: SimNet, job: Job, policy: str, seed: int) -> None:
-        fabric = net.fabric
-        config = StackConfig(mtu=fabric.topology.mtu).with_(dilation=net.dilation)
+
+def rank_pairs(job: Job) -> list[tuple[int, int]]:
+    """The (writer, written) rank pairs of a job's collectives: ring neighbours, every pair
+    for an all-to-all."""
+    n = len(job.ranks)
+    pairs = {(r, (r + 1) % n) for r in range(n)}
+    if any(c.kind == "all-to-all" for c in job.collectives):
+        pairs = {(a, b) for a in range(n) for b in range(n) if a != b}
+    return sorted(pairs)
+
+
+class Ranks:
+    """The contexts, QPs and regions of a job's ranks on one network: ``context(host)`` gives a
+    rank's attached context, ``cq(host)`` its completion queue, ``qp(a, b)`` a connected QP of
+    host ``a`` towards ``b`` whose peer's QPN is ``peer_qpn(a, b)``."""
+
+    def __init__(
+        self,
+        net: SimNet,
+        job: Job,
+        context: Callable[[str], Context],
+        cq: Callable[[str], CompletionQueue],
+        qp: Callable[[str, str], QueuePair],
+    ) -> None:
         self.net = net
         self.hosts = list(job.ranks)
         n = len(self.hosts)
-        self.contexts: list[Context] = []
-        self.cqs: list[CompletionQueue] = []
+        self.contexts = [context(name) for name in self.hosts]
+        self.cqs = [cq(name) for name in self.hosts]
         region = max(RankMachine(c, 0, n).region_bytes() for c in job.collectives)
-        self.rkeys: list[int] = []
-        for name in self.hosts:
-            host = fabric.host(name)
-            ctx = Context(name, host.nics, config=config, seed=seed * 7919 + host.index)
-            net.attach(ctx)
-            self.contexts.append(ctx)
-            self.cqs.append(ctx.create_cq())
-            self.rkeys.append(ctx.register_region(REGION, region).rkey)
+        self.rkeys = [ctx.register_region(REGION, region).rkey for ctx in self.contexts]
         self.payload = memoryview(bytes(max(c.chunk(n) for c in job.collectives)))
-        pairs = {(r, (r + 1) % n) for r in range(n)}
-        if any(c.kind == "all-to-all" for c in job.collectives):
-            pairs = {(a, b) for a in range(n) for b in range(n) if a != b}
         self.qps: dict[tuple[int, int], QueuePair] = {}  # (src, dst) -> the src's QP
         self.source: dict[tuple[int, int], int] = {}  # (receiving rank, its QPN) -> src rank
-        for a, b in sorted(pairs):
+        for a, b in rank_pairs(job):
             ha, hb = self.hosts[a], self.hosts[b]
-            qa = self.contexts[a].create_qp(hb, fabric.paths(ha, hb), cq=self.cqs[a], policy=policy)
-            qb = self.contexts[b].create_qp(ha, fabric.paths(hb, ha), cq=self.cqs[b], policy=policy)
-            qa.connect(qb.qpn)
-            qb.connect(qa.qpn)
-            self.qps[(a, b)] = qa
-            self.source[(b, qb.qpn)] = a
+            self.qps[(a, b)] = qp(ha, hb)
+            self.source[(b, qp(hb, ha).qpn)] = a
 
     def post(self, src: int, sends: Sequence[Send]) -> None:
         for s in sends:
@@ -89,8 +100,11 @@ class _Ranks:
                 total[key] = total.get(key, 0.0) + value
         return total
 
-    def run_collective(self, collective: Collective, tag: int, deadline: float) -> float | None:
+    def run_collective(
+        self, collective: Collective, tag: int, deadline: float, advance: Advance | None = None
+    ) -> float | None:
         """Run one collective from now; its end time (None: not finished by ``deadline``)."""
+        advance = advance or self._advance
         ranks = machines(collective, len(self.hosts), tag)
         for r, m in enumerate(ranks):
             self.post(r, m.start())
@@ -98,7 +112,7 @@ class _Ranks:
         while not all(m.finished for m in ranks):
             if self.net.now >= deadline:
                 return None
-            self.net.run(deadline, host_stop=lambda host: host in cqs and len(cqs[host]) > 0)
+            advance(deadline, lambda host: host in cqs and len(cqs[host]) > 0)
             for r, cq in enumerate(self.cqs):
                 for done in cq.poll(1 << 16):
                     if done.status != "ok" or done.imm is None:
@@ -111,6 +125,38 @@ class _Ranks:
                     else:
                         self.post(r, ranks[r].on_sent(done.imm))
         return self.net.now
+
+    def _advance(self, until: float, stop: Callable[[str], bool] | None) -> None:
+        self.net.run(until, host_stop=stop)
+
+
+def run_steps(
+    job: Job, ranks: Ranks, until: float, advance: Advance | None = None
+) -> list[StepRecord]:
+    """The job's steps from the network's now (its ``start_s`` first): each step's compute
+    time, then its collectives; stops at a collective not finished by ``until``."""
+    net = ranks.net
+    advance = advance or ranks._advance
+    advance(job.start_s, None)
+    steps: list[StepRecord] = []
+    for k in range(job.steps):
+        start = net.now
+        before = ranks.counters()
+        advance(start + job.compute_s, None)
+        step = StepRecord(k, start, None, job.compute_s, [])
+        end: float | None = net.now
+        for i, collective in enumerate(job.collectives):
+            began = net.now
+            end = ranks.run_collective(collective, k * len(job.collectives) + i, until, advance)
+            step.collectives.append(collective_record(collective, len(job.ranks), began, end))
+            if end is None:
+                break
+        step.end = end
+        add_counters(step, before, ranks.counters())
+        steps.append(step)
+        if end is None:
+            break
+    return steps
 
 
 def run_job(
@@ -130,26 +176,35 @@ def run_job(
     for a, b, down, up in failures:
         net.fail_link(a, b, down, up)
         marks += [FaultMark(down, "down", f"{a} <-> {b}"), FaultMark(up, "up", f"{a} <-> {b}")]
-    ranks = _Ranks(net, job, policy, seed)
-    steps: list[StepRecord] = []
-    net.run(job.start_s)
-    for k in range(job.steps):
-        start = net.now
-        before = ranks.counters()
-        net.run(start + job.compute_s)
-        step = StepRecord(k, start, None, job.compute_s, [])
-        end: float | None = net.now
-        for i, collective in enumerate(job.collectives):
-            began = net.now
-            end = ranks.run_collective(collective, k * len(job.collectives) + i, until)
-            step.collectives.append(collective_record(collective, len(job.ranks), began, end))
-            if end is None:
-                break
-        step.end = end
-        add_counters(step, before, ranks.counters())
-        steps.append(step)
-        if end is None:
-            break
+    fabric = net.fabric
+    config = StackConfig(mtu=fabric.topology.mtu).with_(dilation=net.dilation)
+    contexts: dict[str, Context] = {}
+    cqs: dict[str, CompletionQueue] = {}
+    qps: dict[tuple[str, str], QueuePair] = {}
+
+    def context(name: str) -> Context:
+        if name not in contexts:
+            host = fabric.host(name)
+            ctx = Context(name, host.nics, config=config, seed=seed * 7919 + host.index)
+            net.attach(ctx)
+            contexts[name], cqs[name] = ctx, ctx.create_cq()
+        return contexts[name]
+
+    def cq(name: str) -> CompletionQueue:
+        context(name)
+        return cqs[name]
+
+    def qp(a: str, b: str) -> QueuePair:
+        if (a, b) not in qps:
+            qa = context(a).create_qp(b, fabric.paths(a, b), cq=cqs[a], policy=policy)
+            qb = context(b).create_qp(a, fabric.paths(b, a), cq=cqs[b], policy=policy)
+            qa.connect(qb.qpn)
+            qb.connect(qa.qpn)
+            qps[(a, b)], qps[(b, a)] = qa, qb
+        return qps[(a, b)]
+
+    ranks = Ranks(net, job, context, cq, qp)
+    steps = run_steps(job, ranks, until)
     transitions = [
         {"t": float(tr["time"]), "host": ctx.host, **{k: v for k, v in tr.items() if k != "time"}}
         for ctx in ranks.contexts
@@ -159,4 +214,4 @@ def run_job(
     return SimJobResult(steps, marks, transitions, net.now)
 
 
-__all__ = ["SimJobResult", "run_job"]
+__all__ = ["Advance", "Ranks", "SimJobResult", "rank_pairs", "run_job", "run_steps"]

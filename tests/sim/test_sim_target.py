@@ -3,7 +3,8 @@
 No root, no fabric: the shipped demo (its fault, both transports; smaller flows so that the
 test is quick) runs on the in-memory network and must leave every file a results folder holds
 (the layout ``experiments.results`` documents, which the emulated runs write), with the
-emulation's metrics; one seed gives identical runs; kernel baselines are skipped, saying so.
+emulation's metrics; one seed gives identical runs; kernel baselines are skipped, saying so;
+a training job runs its steps through its faults.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import experiments.results
 from controller.qos import default_qos
 from experiments.cli import build_parser
 from experiments.runner import run_scenario
-from experiments.scenario import Scenario, load_scenario, shipped_scenario
+from experiments.scenario import Scenario, load_scenario, parse_scenario, shipped_scenario
 from experiments.sim_target import SimTargetError, build_network
 from targets.factory import SIM_TARGET, TARGETS, choose_target
 
@@ -174,3 +175,43 @@ def test_every_fault_kind_acts_in_simulated_time(tmp_path: Path) -> None:
     }
     assert ("h2", "operator") in reasons  # the operator's DENIED
     assert ("h0", "port_down") in reasons  # h0's core saw its NIC's link go down
+
+
+def test_a_training_job_runs_its_steps_through_the_faults(tmp_path: Path) -> None:
+    """A scenario's job on the sim target: every step recorded against its fault-free baseline,
+    the faults acting between the network's events and marked on the steps they overlap, and
+    the job's files (steps.jsonl, steps.png) in the results folder."""
+    scenario = parse_scenario(
+        {
+            "name": "sim-job",
+            "topology": "small",
+            "link_rate_mbps": 10,
+            "duration_s": 20,
+            "sample_interval_s": 0.5,
+            "baseline": True,
+            "transports": ["mrc"],
+            "job": {
+                "steps": 4,
+                "compute_s": 0.2,
+                "start_s": 0.2,
+                "collectives": [{"kind": "all-reduce", "size": "1MiB"}],
+            },
+            "faults": [
+                {"kind": "switch_reboot", "at_s": 1.0, "down_s": 1.0, "switch": "t1-p0-s0"},
+            ],
+        }
+    )
+    metrics = run_scenario(scenario, tmp_path, SIM_TARGET, show=lambda _: None, progress=False)
+    assert list(metrics) == ["mrc-baseline", "mrc"]
+    assert files(tmp_path) >= JOB_FILES
+    steps = [json.loads(line) for line in (tmp_path / "steps.jsonl").read_text().splitlines()]
+    by = {name: [s for s in steps if s["transport"] == name] for name in metrics}
+    for name, records in by.items():
+        assert [s["step"] for s in records] == [0, 1, 2, 3], name
+        assert all(s["time_s"] and s["time_s"] > 0.2 for s in records), name  # compute + comm
+    assert not any(s["faults"] for s in by["mrc-baseline"])
+    hit = [s for s in by["mrc"] if s["faults"]]
+    assert hit and all(s["faults"] == ["t1-p0-s0"] for s in hit)
+    assert sum(s["evs_retired"] for s in hit) > 0  # the reboot retired the spine's EVs
+    faults = (tmp_path / "faults.csv").read_text().splitlines()[1:]
+    assert [line.split(",")[2] for line in faults if line.startswith("mrc,")] == ["kill", "start"]
