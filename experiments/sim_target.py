@@ -43,7 +43,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from controller.qos import default_qos, operating_point
-from experiments.faults import EvFault
+from experiments.faults import EvFault, Step
 from experiments.flows.mrc import phase_host_stats, window
 from experiments.jobs.collectives import Job
 from experiments.jobs.sim import Ranks, rank_pairs, run_steps
@@ -414,14 +414,7 @@ class SimPhase:
             )
             net.run(horizon, host_stop=lambda h: h in senders and len(cqs[h]) > 0)
             self._poll()
-            while steps and steps[0].t <= net.now:
-                step = steps.pop(0)
-                try:
-                    step.run(faults)
-                except Exception as exc:
-                    self.errors.append(
-                        f"fault {step.action} {step.fault.target} at {step.t:g} s: {exc}"
-                    )
+            self._act(steps, faults)
             while starts and starts[0].start <= net.now:
                 self._post(starts.pop(0))
             if self._finished() and not starts:
@@ -443,6 +436,18 @@ class SimPhase:
         self._record()
         return self.result
 
+    def _act(self, timeline: list[Step], faults: SimFaults) -> None:
+        """Take the fault actions due by now off the front of ``timeline`` and apply them (one
+        that fails is reported with the run's errors)."""
+        while timeline and timeline[0].t <= self.net.now:
+            step = timeline.pop(0)
+            try:
+                step.run(faults)
+            except Exception as exc:
+                self.errors.append(
+                    f"fault {step.action} {step.fault.target} at {step.t:g} s: {exc}"
+                )
+
     def _finish(self, faults: SimFaults) -> None:
         faults.restore()
         scenario = self.scenario
@@ -463,14 +468,7 @@ class SimPhase:
             while True:
                 horizon = min(until, next_sample[0], timeline[0].t if timeline else until)
                 net.run(horizon, host_stop=stop)
-                while timeline and timeline[0].t <= net.now:
-                    step = timeline.pop(0)
-                    try:
-                        step.run(faults)
-                    except Exception as exc:
-                        self.errors.append(
-                            f"fault {step.action} {step.fault.target} at {step.t:g} s: {exc}"
-                        )
+                self._act(timeline, faults)
                 if net.now >= next_sample[0]:
                     self._sample()
                     next_sample[0] += interval
