@@ -462,16 +462,17 @@ class SimPhase:
         faults = SimFaults(self)
         timeline = scenario.timeline()
         interval = scenario.sample_interval_s
-        next_sample = [interval]
+        next_sample = interval
 
         def advance(until: float, stop: Callable[[str], bool] | None) -> None:
+            nonlocal next_sample
             while True:
-                horizon = min(until, next_sample[0], timeline[0].t if timeline else until)
+                horizon = min(until, next_sample, timeline[0].t if timeline else until)
                 net.run(horizon, host_stop=stop)
                 self._act(timeline, faults)
-                if net.now >= next_sample[0]:
+                if net.now >= next_sample:
                     self._sample()
-                    next_sample[0] += interval
+                    next_sample += interval
                 if net.now < horizon or net.now >= until:
                     return
 

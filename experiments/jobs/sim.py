@@ -61,7 +61,7 @@ def rank_pairs(job: Job) -> list[tuple[int, int]]:
 class Ranks:
     """The contexts, QPs and regions of a job's ranks on one network: ``context(host)`` gives a
     rank's attached context, ``cq(host)`` its completion queue, ``qp(a, b)`` a connected QP of
-    host ``a`` towards ``b`` whose peer's QPN is ``peer_qpn(a, b)``."""
+    host ``a`` towards ``b`` (its peer is ``qp(b, a)``)."""
 
     def __init__(
         self,
@@ -104,7 +104,7 @@ class Ranks:
         self, collective: Collective, tag: int, deadline: float, advance: Advance | None = None
     ) -> float | None:
         """Run one collective from now; its end time (None: not finished by ``deadline``)."""
-        advance = advance or self._advance
+        advance = advance or self.advance
         ranks = machines(collective, len(self.hosts), tag)
         for r, m in enumerate(ranks):
             self.post(r, m.start())
@@ -126,7 +126,8 @@ class Ranks:
                         self.post(r, ranks[r].on_sent(done.imm))
         return self.net.now
 
-    def _advance(self, until: float, stop: Callable[[str], bool] | None) -> None:
+    def advance(self, until: float, stop: Callable[[str], bool] | None) -> None:
+        """Run the network to ``until``, or until ``stop`` says a host has work."""
         self.net.run(until, host_stop=stop)
 
 
@@ -136,7 +137,7 @@ def run_steps(
     """The job's steps from the network's now (its ``start_s`` first): each step's compute
     time, then its collectives; stops at a collective not finished by ``until``."""
     net = ranks.net
-    advance = advance or ranks._advance
+    advance = advance or ranks.advance
     advance(job.start_s, None)
     steps: list[StepRecord] = []
     for k in range(job.steps):
