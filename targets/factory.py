@@ -32,7 +32,11 @@ SWITCH_TARGETS = ("auto", "bmv2", "model")
 SIM_TARGET = "sim"
 #: every target a scenario runs on
 TARGETS = (*SWITCH_TARGETS, SIM_TARGET)
-GRPC_BASE_PORT = 51000  # switch with device id N serves P4Runtime on GRPC_BASE_PORT + N
+#: switch with device id N serves P4Runtime on GRPC_BASE_PORT + N. Below Linux's ephemeral range
+#: (32768-60999 by default): a server port inside it can be taken as the source port of any
+#: outgoing connection of the root namespace (a gRPC client of another switch, say), and the
+#: switch then fails to start with "Address already in use".
+GRPC_BASE_PORT = 29000
 THRIFT_BASE_PORT = 9190  # BMv2 runtime CLI port: THRIFT_BASE_PORT + device id
 PRIORITY_QUEUES = 2  # control (ACKs, NACKs, probes, trimmed headers) above data
 

@@ -298,7 +298,7 @@ class KernelCollectiveFlows(JobDriver, KernelFlows):
         super().finish()
 
 
-RANK_PORT = 46000  # the kernel rank programs' port
+RANK_PORT = 26000  # the kernel rank programs' port, below the ephemeral ports
 
 
 def _read_json(proc: subprocess.Popen[bytes], lines: queue.Queue[dict[str, Any]]) -> None:

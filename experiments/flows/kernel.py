@@ -32,7 +32,7 @@ from experiments.metrics import Completion, Progress, flow_name
 from experiments.testbed import HostHandle
 from topologies import Fabric
 
-BASE_PORT = 45000
+BASE_PORT = 25000  # below the ephemeral ports (32768-60999), which outgoing connections take
 SRH_ROOM = 80  # bytes left for the inserted SRH (two segments) and slack
 
 
