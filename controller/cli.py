@@ -171,8 +171,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--interval",
         type=float,
-        default=0.5,
-        help="seconds between checks of each switch (default 0.5)",
+        help="seconds between checks of each switch (default: controller.watch's "
+        "default_interval, which bounds the reads a second the whole fabric gets)",
     )
 
     p = sub.add_parser("shell", parents=[common], help="p4runtime-shell on one switch")
