@@ -9,7 +9,9 @@ ticks where schedstat is missing) over :data:`IDLE_S` with no traffic, then over
 way between the two hosts that keeps both links busy for about :data:`TRANSFER_S`. The
 traffic's CPU over the frames delivered is the cost of a switch hop (three per frame) and of an
 agent packet (two ends per frame); the idle CPU is what every process of a fabric costs
-besides. It takes about ten seconds, boot included.
+besides. It does so twice, at :data:`CALIBRATION_RATE_MBPS` and again at
+:data:`CALIBRATION_SLOW_RATE_MBPS`: a frame costs more where a process handles fewer
+(:mod:`experiments.rate`). It takes about twenty-five seconds, boots included.
 
 :func:`cached_calibration` keeps the figures in ``calibration.json`` of the cache folder
 (``$MRC_TESTBED_CACHE``, else ``$XDG_CACHE_HOME/mrc-testbed``, else ``~/.cache/mrc-testbed``),
@@ -33,6 +35,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from experiments.rate import (
@@ -52,11 +55,13 @@ from targets.factory import SIM_TARGET, choose_target
 from topologies import Topology, load_topology
 from topologies.config import shipped_topology
 
-CALIBRATION_RATE_MBPS = 10.0  # near the rates auto picks on a small machine
+CALIBRATION_RATE_MBPS = 10.0  # above the rates auto picks on a small machine
+CALIBRATION_SLOW_RATE_MBPS = 1.0  # and below most: what a frame costs there is interpolated
 IDLE_S = 2.0
 TRANSFER_S = 4.0
 MESSAGE_BYTES = 256 << 10  # as a workload's default messages
 CACHE_FILE = "calibration.json"
+MEASURES = "two rates"  # in the cache key: a calibration of one rate is measured again
 HZ = os.sysconf("SC_CLK_TCK")
 REPO = Path(__file__).resolve().parent.parent
 #: the sources whose change changes what a packet costs
@@ -100,16 +105,50 @@ def _cpu_by_kind(testbed: Testbed) -> dict[str, float]:
 
 
 def calibrate(target: str, say: Callable[[str], None] = print) -> Calibration:
-    """Measure ``target``'s and the agent's CPU per packet on the smallest fabric (as root,
-    with no other fabric up: it uses the fabric's interface names)."""
+    """Measure ``target``'s and the agent's CPU per packet on the smallest fabric at two rates
+    (as root, with no other fabric up: it uses the fabric's interface names)."""
+    target = choose_target(target)
+    say(f"calibrating {target} on this machine ({os.cpu_count()} cores, load "
+        f"{os.getloadavg()[0]:.1f}): one write each way for about {TRANSFER_S:g} s at "
+        f"{CALIBRATION_RATE_MBPS:g} and at {CALIBRATION_SLOW_RATE_MBPS:g} Mb/s")  # fmt: skip
+    fast, slow = (
+        _measure(target, rate, say) for rate in (CALIBRATION_RATE_MBPS, CALIBRATION_SLOW_RATE_MBPS)
+    )
+    return Calibration.from_json(
+        {
+            "target": target,
+            "switch_hop_s": fast.switch_hop_s,
+            "agent_packet_s": fast.agent_packet_s,
+            "switch_idle_cores": fast.switch_idle_cores,
+            "agent_idle_cores": fast.agent_idle_cores,
+            "frames_per_s": fast.frames_per_s,
+            "slow": {
+                "frames_per_s": slow.frames_per_s,
+                "switch_hop_s": slow.switch_hop_s,
+                "agent_packet_s": slow.agent_packet_s,
+            },
+            "measured": fast.measured,
+        }
+    )
+
+
+@dataclass(frozen=True)
+class _Measured:
+    switch_hop_s: float
+    agent_packet_s: float
+    switch_idle_cores: float
+    agent_idle_cores: float
+    frames_per_s: float  # data frames a second each switch and agent handled
+    measured: dict[str, float]
+
+
+def _measure(target: str, rate_mbps: float, say: Callable[[str], None]) -> _Measured:
+    """One measurement of the smallest fabric at ``rate_mbps``, said when done."""
     from host.agent.control_client import ControlClient
 
-    target = choose_target(target)
-    topology = calibration_topology()
-    frames = CALIBRATION_RATE_MBPS * 1e6 / ((topology.link_mtu + 14) * 8)
+    topology = calibration_topology(rate_mbps)
+    frames = rate_mbps * 1e6 / ((topology.link_mtu + 14) * 8)
     size = int(frames * TRANSFER_S) * topology.mtu
-    say(f"calibrating {target} on this machine ({os.cpu_count()} cores, load "
-        f"{os.getloadavg()[0]:.1f}): one write each way for about {TRANSFER_S:g} s")  # fmt: skip
     with tempfile.TemporaryDirectory(prefix="mrc-calibrate-") as run_dir:
         testbed = Testbed(topology, target, state_path=Path(run_dir) / "state.json", watch=False)
         testbed.up()
@@ -153,25 +192,28 @@ def calibrate(target: str, say: Callable[[str], None] = print) -> Calibration:
         finally:
             testbed.down()
     if errors:
-        raise RateError(f"calibrating {target}: {'; '.join(errors)}")
+        raise RateError(f"calibrating {target} at {rate_mbps:g} Mb/s: {'; '.join(errors)}")
     packets = 2 * -(-size // topology.mtu)
     idle = {k: (idle1[k] - idle0[k]) / (t1 - t0) for k in idle1}
     traffic = {k: busy[k] - idle1[k] - idle[k] * (t2 - t1) for k in busy}
-    return Calibration.from_json(
-        {
-            "target": target,
-            "switch_hop_s": max(traffic["switch"], 1e-9) / (packets * 3),
-            "agent_packet_s": max(traffic["agent"], 1e-9) / (packets * 2),
-            "switch_idle_cores": max(idle["switch"], 0.0) / 3,
-            "agent_idle_cores": max(idle["agent"], 0.0) / 2,
-            "measured": {
-                "rate_mbps": CALIBRATION_RATE_MBPS,
-                "packets": packets,
-                "seconds": round(t2 - t1, 3),
-                "load": round(load, 2),
-                "at": round(time.time(), 1),
-            },
-        }
+    switch_hop_s = max(traffic["switch"], 1e-9) / (packets * 3)
+    agent_packet_s = max(traffic["agent"], 1e-9) / (packets * 2)
+    say(f"  at {rate_mbps:g} Mb/s: a switch hop {switch_hop_s * 1e6:.0f} us, an agent packet "
+        f"{agent_packet_s * 1e6:.0f} us of CPU")  # fmt: skip
+    return _Measured(
+        switch_hop_s=switch_hop_s,
+        agent_packet_s=agent_packet_s,
+        switch_idle_cores=max(idle["switch"], 0.0) / 3,
+        agent_idle_cores=max(idle["agent"], 0.0) / 2,
+        # every switch carries both writes, every agent sends one and receives the other
+        frames_per_s=packets / (t2 - t1),
+        measured={
+            "rate_mbps": rate_mbps,
+            "packets": packets,
+            "seconds": round(t2 - t1, 3),
+            "load": round(load, 2),
+            "at": round(time.time(), 1),
+        },
     )
 
 
@@ -213,8 +255,9 @@ def code_version(target: str) -> str:
 
 
 def cache_key(target: str) -> str:
-    """The calibration's key: CPU model, core count, target, code version."""
-    return f"{cpu_model()}|{os.cpu_count()} cores|{target}|{code_version(target)}"
+    """The calibration's key: CPU model, core count, target, code version, and what a
+    calibration measures (:data:`MEASURES`)."""
+    return f"{cpu_model()}|{os.cpu_count()} cores|{target}|{code_version(target)}|{MEASURES}"
 
 
 def cached_calibration(
@@ -309,6 +352,7 @@ def resolve_rate(
 
 __all__ = [
     "CALIBRATION_RATE_MBPS",
+    "CALIBRATION_SLOW_RATE_MBPS",
     "cache_dir",
     "cache_key",
     "cached_calibration",

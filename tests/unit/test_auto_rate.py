@@ -19,10 +19,12 @@ from experiments.faults import LinkFlap
 from experiments.fidelity import THRESHOLDS
 from experiments.rate import (
     BUDGET,
+    EXTRAPOLATE_BELOW,
     MIN_RATE_MBPS,
     Budget,
     Calibration,
     Measurement,
+    Point,
     RateError,
     UnfaithfulRate,
     assess,
@@ -178,6 +180,49 @@ def test_more_cores_or_a_bigger_fabric_move_the_rate() -> None:
     assert need.agent_cores == pytest.approx(BUDGET.process_share, rel=0.05)
 
 
+#: costs that rise where a process handles fewer frames, as measured (experiments.rate)
+SLOPED = Calibration("model", switch_hop_s=200e-6, agent_packet_s=272e-6,
+                     switch_idle_cores=0.005, agent_idle_cores=0.0, frames_per_s=583.0,
+                     slow=Point(frames_per_s=58.0, switch_hop_s=473e-6, agent_packet_s=520e-6))  # fmt: skip
+
+
+def test_a_frame_costs_more_where_a_process_handles_fewer() -> None:
+    c = SLOPED
+    # the two measured points, and the fast cost above the fast one
+    assert c.switch_hop_at(583.0) == pytest.approx(200e-6)
+    assert c.switch_hop_at(58.0) == pytest.approx(473e-6)
+    assert c.switch_hop_at(5_000.0) == pytest.approx(200e-6)
+    assert c.agent_packet_at(58.0) == pytest.approx(520e-6)
+    # between them on the logarithm of the frame rate: the geometric middle halfway
+    middle = (583.0 * 58.0) ** 0.5
+    assert c.switch_hop_at(middle) == pytest.approx((200e-6 + 473e-6) / 2)
+    # extrapolated below the slow point, down to EXTRAPOLATE_BELOW times lower, then flat
+    assert c.switch_hop_at(29.0) > c.switch_hop_at(58.0)
+    assert c.switch_hop_at(1.0) == c.switch_hop_at(58.0 / EXTRAPOLATE_BELOW)
+    # a calibration of one point costs the same at every rate
+    assert CAL.switch_hop_at(1.0) == CAL.switch_hop_at(1e6) == CAL.switch_hop_s
+    # and the cache keeps the slow point
+    assert Calibration.from_json(c.as_json()) == c
+
+
+def test_the_rate_comes_from_each_process_s_own_frame_rate() -> None:
+    small = topology()
+    load = fabric_load(small, [("h0", "h2"), ("h2", "h1"), ("h1", "h3"), ("h3", "h0")])
+    need = choose_rate(SLOPED, load, small, cores=2)
+    assert need.faithful and need.rate_mbps == round_down(need.rate_mbps)
+    step = 10 ** (len(str(int(need.rate_mbps))) - 2) if need.rate_mbps >= 10 else 0.1
+    assert not assess(SLOPED, load, need.rate_mbps + step, small, cores=2).faithful
+    # by hand at the chosen rate: the average switch and agent's frame rates set the costs
+    f = frame_rate(small, need.rate_mbps)
+    hops, ends = f * load.frames * load.hops, f * load.frames * 2
+    expected = (8 * 0.005 + hops * SLOPED.switch_hop_at(hops / 8)
+                + ends * SLOPED.agent_packet_at(ends / 4))  # fmt: skip
+    assert need.fabric_cores == pytest.approx(expected)
+    # dearer frames at low rates choose a lower rate than the fast costs alone would
+    fast_only = Calibration("model", 200e-6, 272e-6, 0.005, 0.0)
+    assert need.rate_mbps < choose_rate(fast_only, load, small, cores=2).rate_mbps
+
+
 def test_no_rate_when_idle_processes_exceed_the_budget() -> None:
     busy = Calibration("bmv2", 1e-4, 1e-4, switch_idle_cores=0.2, agent_idle_cores=0.0)
     small = topology()
@@ -223,8 +268,9 @@ def test_the_cache_keeps_a_calibration_per_machine_target_and_code(
     entries = json.loads((tmp_path / "calibration.json").read_text())
     key = cache_key("model")
     assert list(entries) == [key]
-    cpu, cores, target, version = key.split("|")
+    cpu, cores, target, version, measures = key.split("|")
     assert cpu and cores.endswith(" cores") and target == "model" and len(version) == 16
+    assert measures == calibrate_module.MEASURES
     # a change of the code is another key: measured again, both kept
     monkeypatch.setattr(calibrate_module, "code_version", lambda target: "0" * 16)
     cached_calibration("model", folder=tmp_path, measure=counting(calls))
