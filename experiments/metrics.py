@@ -358,14 +358,21 @@ def affected_labels(fabric: Fabric, target: str) -> set[str]:
     return labels
 
 
+#: how long after a fault an EV going ASSUMED_BAD on an affected path counts as its failover,
+#: in base RTTs (a time in seconds would shrink, in RTTs, as the link rate falls: 2 s, once
+#: the window, is under two base RTTs on eight planes at 0.65 Mb/s)
+DETECTION_RTTS = 20.0
+
+
 def detection(
     fabric: Fabric,
     transitions: Sequence[Mapping[str, object]],
     mark: FaultMark,
-    window: float = 2.0,
+    window: float,
 ) -> tuple[float | None, float | None, int]:
     """How fast senders stopped trusting the failed paths: (median, max, QPs) of the delay
-    from the fault to each QP's first EV on an affected path going ASSUMED_BAD."""
+    from the fault to each QP's first EV on an affected path going ASSUMED_BAD within
+    ``window`` seconds."""
     labels = affected_labels(fabric, mark.target)
     first: dict[tuple[str, str], float] = {}
     for tr in transitions:
@@ -486,7 +493,9 @@ def summarise(fabric: Fabric, result: TransportResult, interval: float) -> Trans
             )
             rtt = base_rtt
             rtts = took / rtt if took is not None and rtt else None
-            median, worst, qps = detection(fabric, result.ev_transitions, mark)
+            median, worst, qps = detection(
+                fabric, result.ev_transitions, mark, DETECTION_RTTS * base_rtt
+            )
             recoveries.append(
                 Recovery(
                     t=mark.t,

@@ -8,11 +8,13 @@ from pathlib import Path
 import pytest
 
 from experiments.metrics import (
+    DETECTION_RTTS,
     Completion,
     FaultMark,
     Progress,
     TransportResult,
     capacity_bps,
+    detection,
     failed_links,
     goodput_series,
     percentile,
@@ -189,3 +191,17 @@ def test_not_a_results_folder(tmp_path: Path) -> None:
         render(tmp_path / "absent")
     with pytest.raises(ResultsError, match="run.json"):
         render(tmp_path)
+
+
+def test_failover_is_looked_for_within_base_rtts_not_seconds(fabric: Fabric) -> None:
+    """At a low rate a base RTT is seconds long: a failover 1.7 base RTTs after the fault is
+    found whatever the RTT, one after DETECTION_RTTS is not."""
+    mark = FaultMark(30.0, "down", "t0-p0-r0 <-> t1-p0-s0")
+    for rtt in (0.01, 1.45):
+        bad = [
+            {"t": mark.t + after * rtt, "host": host, "qpn": 256, "path": "p0-s0",
+             "new": "ASSUMED_BAD"}
+            for after, host in ((1.7, "h0"), (DETECTION_RTTS + 1, "h1"))
+        ]  # fmt: skip
+        found = detection(fabric, bad, mark, DETECTION_RTTS * rtt)
+        assert found == (pytest.approx(1.7 * rtt), pytest.approx(1.7 * rtt), 1)
