@@ -45,7 +45,7 @@ from topologies import load_topology
 from topologies.config import shipped_topology
 
 #: every shipped scenario
-SHIPPED = ["baselines", "demo", "flaps", "incast", "incident", "plane", "spraying", "training",
+SHIPPED = ["baselines", "demo", "demo-mrc8", "flaps", "incast", "incident", "plane", "spraying", "training",
            "training-incident"]  # fmt: skip
 
 #: figures of the order measured in a running fabric (benchmarks/fabric.py)

@@ -1,4 +1,4 @@
-"""The shipped demo is sized so that each transport runs through the failure and the repair:
+"""The shipped demos (the small fabric's and the eight planes') are sized so that each transport runs through the failure and the repair:
 even at the full capacity the fault leaves, a flow cannot finish before the link has been back
 for a second (the time MRC takes to probe its retired EVs back to GOOD), and it can finish
 within the run. tests/integration/test_demo.py runs it."""
@@ -33,8 +33,9 @@ def ideal_end(path_name: str = "demo") -> tuple[float, float, float]:
     return float("inf"), repaired, scenario.duration_s
 
 
-def test_the_demo_runs_through_the_failure_and_the_repair() -> None:
-    end, repaired, duration = ideal_end()
+@pytest.mark.parametrize("name", ["demo", "demo-mrc8"])
+def test_the_demo_runs_through_the_failure_and_the_repair(name: str) -> None:
+    end, repaired, duration = ideal_end(name)
     assert end >= repaired + PROBE_BACK_S, (end, repaired)
     assert end <= duration - 2.0, (end, duration)  # with room for MRC's own overheads
 
