@@ -1,7 +1,7 @@
 """``link_rate_mbps: auto`` on a real calibration: the smallest fabric boots on the switch
-model, its switches and agents are measured under traffic at two rates, the figures are cached, and the
-shipped demo resolves to a rate within the budget (tests/unit/test_auto_rate.py checks the
-choice from given figures)."""
+model, its switches and agents are measured under traffic at two rates, the figures are
+cached, and the shipped demo resolves to a rate within the budget
+(tests/unit/test_auto_rate.py checks the choice from given figures)."""
 
 from __future__ import annotations
 
