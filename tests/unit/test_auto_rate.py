@@ -23,7 +23,9 @@ from experiments.rate import (
     MIN_RATE_MBPS,
     Budget,
     Calibration,
+    Load,
     Measurement,
+    Need,
     Point,
     RateError,
     UnfaithfulRate,
@@ -41,7 +43,7 @@ from experiments.scenario import (
     scale_times,
     shipped_scenario,
 )
-from topologies import load_topology
+from topologies import Topology, load_topology
 from topologies.config import shipped_topology
 
 #: every shipped scenario
@@ -152,14 +154,20 @@ def test_the_load_of_a_permutation_and_of_an_incast() -> None:
     assert fabric_load(small, []).frames == 8.0
 
 
+def chosen_on_two_cores(calibration: Calibration, load: Load, fabric: Topology) -> Need:
+    """The rate chosen for ``load``, checked to be the highest of the two-figure grid within
+    the budget: faithful, and the next step up is not."""
+    need = choose_rate(calibration, load, fabric, cores=2)
+    assert need.faithful and need.rate_mbps == round_down(need.rate_mbps)
+    step = 10 ** (len(str(int(need.rate_mbps))) - 2) if need.rate_mbps >= 10 else 0.1
+    assert not assess(calibration, load, need.rate_mbps + step, fabric, cores=2).faithful
+    return need
+
+
 def test_the_chosen_rate_is_the_highest_within_the_budget() -> None:
     small = topology()
     load = fabric_load(small, [("h0", "h2"), ("h2", "h1"), ("h1", "h3"), ("h3", "h0")])
-    need = choose_rate(CAL, load, small, cores=2)
-    assert need.faithful and need.rate_mbps == round_down(need.rate_mbps)
-    # the next step up the two-figure grid is over the budget
-    step = 10 ** (len(str(int(need.rate_mbps))) - 2) if need.rate_mbps >= 10 else 0.1
-    assert not assess(CAL, load, need.rate_mbps + step, small, cores=2).faithful
+    need = chosen_on_two_cores(CAL, load, small)
     # by hand: idle 8 switches and 4 agents, then 8 NICs' frames over 3 hops and 2 ends
     per_frame = 3 * CAL.switch_hop_s + 2 * CAL.agent_packet_s
     frames = (BUDGET.machine_share * 2 - 8 * 0.01 - 4 * 0.01) / (8 * per_frame)
@@ -208,10 +216,7 @@ def test_a_frame_costs_more_where_a_process_handles_fewer() -> None:
 def test_the_rate_comes_from_each_process_s_own_frame_rate() -> None:
     small = topology()
     load = fabric_load(small, [("h0", "h2"), ("h2", "h1"), ("h1", "h3"), ("h3", "h0")])
-    need = choose_rate(SLOPED, load, small, cores=2)
-    assert need.faithful and need.rate_mbps == round_down(need.rate_mbps)
-    step = 10 ** (len(str(int(need.rate_mbps))) - 2) if need.rate_mbps >= 10 else 0.1
-    assert not assess(SLOPED, load, need.rate_mbps + step, small, cores=2).faithful
+    need = chosen_on_two_cores(SLOPED, load, small)
     # by hand at the chosen rate: the average switch and agent's frame rates set the costs
     f = frame_rate(small, need.rate_mbps)
     hops, ends = f * load.frames * load.hops, f * load.frames * 2
