@@ -109,17 +109,19 @@ def test_factory_maps_a_fabric_switch_to_its_process(fabric: Fabric, target: str
         fabric_switch("tofino", fabric, sw.name)
 
 
-def test_queue_rate_never_exceeds_the_link_rate() -> None:
+def test_queue_rate_is_the_rate_asked_rounded_up_to_a_whole_packet() -> None:
     for rate, mtu in [
         (100_000_000, 1500),
         (100_000_000, 4200),
         (10_000, 9000),
         (1_000_000_000, 64),
+        (479_400, 4272),  # 0.47 Mb/s with the ports' 2 % speed-up: 13.98 packets a second
     ]:
         pps = queue_rate_pps(rate, mtu)
+        frame_bits = 8 * (mtu + 18)
         assert pps >= 1
-        if rate >= 8 * (mtu + 18):
-            assert pps * 8 * (mtu + 18) <= rate
+        assert pps * frame_bits >= rate > (pps - 1) * frame_bits  # never slower than asked
+    assert queue_rate_pps(479_400, 4272) == 14
     with pytest.raises(ValueError, match="expected positive"):
         queue_rate_pps(0, 1500)
 
