@@ -35,7 +35,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from experiments.rate import (
@@ -43,6 +43,7 @@ from experiments.rate import (
     Budget,
     Calibration,
     Need,
+    Point,
     RateError,
     UnfaithfulRate,
     assess,
@@ -117,16 +118,10 @@ def calibrate(target: str, say: Callable[[str], None] = print) -> Calibration:
     return Calibration.from_json(
         {
             "target": target,
-            "switch_hop_s": fast.switch_hop_s,
-            "agent_packet_s": fast.agent_packet_s,
+            **asdict(fast.costs),
             "switch_idle_cores": fast.switch_idle_cores,
             "agent_idle_cores": fast.agent_idle_cores,
-            "frames_per_s": fast.frames_per_s,
-            "slow": {
-                "frames_per_s": slow.frames_per_s,
-                "switch_hop_s": slow.switch_hop_s,
-                "agent_packet_s": slow.agent_packet_s,
-            },
+            "slow": asdict(slow.costs),
             "measured": fast.measured,
         }
     )
@@ -134,11 +129,9 @@ def calibrate(target: str, say: Callable[[str], None] = print) -> Calibration:
 
 @dataclass(frozen=True)
 class _Measured:
-    switch_hop_s: float
-    agent_packet_s: float
+    costs: Point  # its frames_per_s: what each switch and agent handled
     switch_idle_cores: float
     agent_idle_cores: float
-    frames_per_s: float  # data frames a second each switch and agent handled
     measured: dict[str, float]
 
 
@@ -201,12 +194,10 @@ def _measure(target: str, rate_mbps: float, say: Callable[[str], None]) -> _Meas
     say(f"  at {rate_mbps:g} Mb/s: a switch hop {switch_hop_s * 1e6:.0f} us, an agent packet "
         f"{agent_packet_s * 1e6:.0f} us of CPU")  # fmt: skip
     return _Measured(
-        switch_hop_s=switch_hop_s,
-        agent_packet_s=agent_packet_s,
+        # every switch carries both writes, every agent sends one and receives the other
+        costs=Point(packets / (t2 - t1), switch_hop_s, agent_packet_s),
         switch_idle_cores=max(idle["switch"], 0.0) / 3,
         agent_idle_cores=max(idle["agent"], 0.0) / 2,
-        # every switch carries both writes, every agent sends one and receives the other
-        frames_per_s=packets / (t2 - t1),
         measured={
             "rate_mbps": rate_mbps,
             "packets": packets,

@@ -350,8 +350,9 @@ def choose_rate(
             f"on {calibration.target} here: {name} needs {at0:.2f} cores idle and {at:.2f} at "
             f"{MIN_RATE_MBPS:g} Mb/s, of a budget of {cap:.2f}"
         )
-    if need(MAX_RATE_MBPS).faithful:
-        return need(MAX_RATE_MBPS)
+    highest = need(MAX_RATE_MBPS)
+    if highest.faithful:
+        return highest
     low, high = MIN_RATE_MBPS, MAX_RATE_MBPS
     while high - low > 1e-4 * low:
         middle = math.sqrt(low * high)
