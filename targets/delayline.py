@@ -1,10 +1,11 @@
 """A link's latency as a delay line: what is put in leaves, in order, ``latency`` seconds later.
 
 Where the kernel has no ``netem``, the testbed's own processes apply the fabric's latency: the
-switchmodel's ports (a delay line between the queue and the wire, one link's latency each) and,
-with BMv2, which cannot delay, the host agents' NICs (the whole path's latency). Both use
-:class:`DelayLine`. Time is passed in (seconds, any monotonic origin); nothing here reads a
-clock or sleeps.
+switchmodel's ports (:class:`DelayLine` between the queue and the wire, one link's latency
+each: every frame takes the same links, a FIFO) and, with BMv2, which cannot delay, the host
+agents' NICs (:class:`PathLine`: the whole path's latency, for frames to every host, which
+share only the NIC's own link). Time is passed in (seconds, any monotonic origin); nothing here
+reads a clock or sleeps.
 
 A line also adds each frame's serialisation (``per_byte``: seconds per byte, every link it
 stands for together). An emulated port lets a frame go the moment it may start (a shaped
@@ -17,6 +18,8 @@ queueing delay congestion control derives from it would read low.
 
 from __future__ import annotations
 
+import heapq
+import itertools
 from collections import deque
 from collections.abc import Sized
 from typing import Generic, TypeVar
@@ -60,3 +63,49 @@ class DelayLine(Generic[T]):
     def next_due(self) -> float | None:
         """When the oldest item may leave, or None (empty)."""
         return self._line[0][0] if self._line else None
+
+
+class PathLine(Generic[T]):
+    """The latency of whole paths from one NIC (a host agent's, standing in for the fabric's
+    links where the switches cannot delay): each item leaves ``latency`` seconds after it was
+    put in plus ``per_byte`` seconds for each of its bytes, by its own time, not in the order
+    of putting.
+
+    A NIC's frames share only its own link; beyond the first switch a data frame to one host
+    and an ACK to another go their own ways. In a FIFO an ACK put in just after a data frame
+    would wait for the data frame's serialisation on every link of the path, three frame times
+    on links it never shares with that frame: every RTT the peer measures would grow by them
+    (at 1.4 Mb/s 72 ms, 1 us of the real fabric's 9.4). The NIC's own link is the pacing's
+    (:class:`host.agent.pacing.NicWire`: data frames wait their turn, control frames jump the
+    line). Items of one size (a flow's data frames) keep their order; a tie keeps the order of
+    putting.
+    """
+
+    def __init__(self, latency: float, per_byte: float = 0.0) -> None:
+        if latency < 0:
+            raise ValueError(f"latency {latency} s: expected >= 0")
+        if per_byte < 0:
+            raise ValueError(f"serialisation {per_byte} s per byte: expected >= 0")
+        self.latency = latency
+        self.per_byte = per_byte
+        self._heap: list[tuple[float, int, T]] = []
+        self._seq = itertools.count()
+
+    def __len__(self) -> int:
+        return len(self._heap)
+
+    def put(self, item: T, now: float) -> None:
+        """``item`` left the NIC at ``now``: it arrives ``latency`` plus its serialisation later."""
+        due = now + self.latency + len(item) * self.per_byte
+        heapq.heappush(self._heap, (due, next(self._seq), item))
+
+    def pop(self, now: float) -> T | None:
+        """The item due first if its time has come at ``now``, else None."""
+        heap = self._heap
+        if heap and heap[0][0] <= now:
+            return heapq.heappop(heap)[2]
+        return None
+
+    def next_due(self) -> float | None:
+        """When the item due first may leave, or None (empty)."""
+        return self._heap[0][0] if self._heap else None

@@ -70,7 +70,7 @@ from host.transport.events import (
 )
 from host.transport.evs import EvFormatProfile, GeneratedEvProfile, format_profile
 from host.transport.policy import POLICIES
-from targets.delayline import DelayLine
+from targets.delayline import PathLine
 from targets.pcap import PcapWriter
 from topologies import Fabric, Host, Nic
 from topologies import usid as usidlib
@@ -126,7 +126,7 @@ class PlaneNic:
     ready: Callable[[int], None] | None = None  # the selector callback of the socket
     wire: NicWire | None = None  # the link-rate pacing of data frames (None: not paced)
     #: the path's latency before the socket (None: frames are sent at once)
-    delay: DelayLine[bytes | bytearray] | None = None
+    delay: PathLine[bytes | bytearray] | None = None
 
 
 @dataclass
@@ -335,8 +335,9 @@ class Agent:
             )
             if self.options.path_latency_us > 0:
                 # the path's latency, and a frame's serialisation on each of its links (BMv2's
-                # ports, like the NIC's pacing, let a frame go whole when it may start)
-                plane.delay = DelayLine(
+                # ports, like the NIC's pacing, let a frame go whole when it may start); each
+                # frame by its own time: a NIC's frames to different hosts share one link only
+                plane.delay = PathLine(
                     self.options.path_latency_us * 1e-6,
                     BASE_RTT_LINKS * 8 / (self.topology.link_rate_mbps * 1e6),
                 )
