@@ -27,18 +27,30 @@ from typing import Generic, TypeVar
 T = TypeVar("T", bound=Sized)
 
 
-class DelayLine(Generic[T]):
-    """A fixed latency before the wire: items leave in order, each ``latency`` seconds after
-    it was put in plus ``per_byte`` seconds for each of its bytes (its serialisation: see the
-    module docstring), a FIFO, as a cable is."""
+class _Timing:
+    """What a line adds to an item: ``latency`` seconds, and ``per_byte`` seconds for each of
+    its bytes (its serialisation: see the module docstring)."""
 
-    def __init__(self, latency: float, per_byte: float = 0.0) -> None:
+    def __init__(self, latency: float, per_byte: float) -> None:
         if latency < 0:
             raise ValueError(f"latency {latency} s: expected >= 0")
         if per_byte < 0:
             raise ValueError(f"serialisation {per_byte} s per byte: expected >= 0")
         self.latency = latency
         self.per_byte = per_byte
+
+    def due(self, item: Sized, now: float) -> float:
+        """When ``item``, put in at ``now``, may leave."""
+        return now + self.latency + len(item) * self.per_byte
+
+
+class DelayLine(_Timing, Generic[T]):
+    """A fixed latency before the wire: items leave in order, each ``latency`` seconds after
+    it was put in plus ``per_byte`` seconds for each of its bytes (its serialisation: see the
+    module docstring), a FIFO, as a cable is."""
+
+    def __init__(self, latency: float, per_byte: float = 0.0) -> None:
+        super().__init__(latency, per_byte)
         self._line: deque[tuple[float, T]] = deque()
 
     def __len__(self) -> int:
@@ -47,7 +59,7 @@ class DelayLine(Generic[T]):
     def put(self, item: T, now: float) -> None:
         """``item`` left the queue at ``now``: it may go on the wire from ``now + latency``
         plus its serialisation."""
-        self._line.append((now + self.latency + len(item) * self.per_byte, item))
+        self._line.append((self.due(item, now), item))
 
     def pop(self, now: float) -> T | None:
         """The oldest item if its time has come at ``now``, else None."""
@@ -65,7 +77,7 @@ class DelayLine(Generic[T]):
         return self._line[0][0] if self._line else None
 
 
-class PathLine(Generic[T]):
+class PathLine(_Timing, Generic[T]):
     """The latency of whole paths from one NIC (a host agent's, standing in for the fabric's
     links where the switches cannot delay): each item leaves ``latency`` seconds after it was
     put in plus ``per_byte`` seconds for each of its bytes, by its own time, not in the order
@@ -82,12 +94,7 @@ class PathLine(Generic[T]):
     """
 
     def __init__(self, latency: float, per_byte: float = 0.0) -> None:
-        if latency < 0:
-            raise ValueError(f"latency {latency} s: expected >= 0")
-        if per_byte < 0:
-            raise ValueError(f"serialisation {per_byte} s per byte: expected >= 0")
-        self.latency = latency
-        self.per_byte = per_byte
+        super().__init__(latency, per_byte)
         self._heap: list[tuple[float, int, T]] = []
         self._seq = itertools.count()
 
@@ -96,8 +103,7 @@ class PathLine(Generic[T]):
 
     def put(self, item: T, now: float) -> None:
         """``item`` left the NIC at ``now``: it arrives ``latency`` plus its serialisation later."""
-        due = now + self.latency + len(item) * self.per_byte
-        heapq.heappush(self._heap, (due, next(self._seq), item))
+        heapq.heappush(self._heap, (self.due(item, now), next(self._seq), item))
 
     def pop(self, now: float) -> T | None:
         """The item due first if its time has come at ``now``, else None."""
