@@ -1,4 +1,4 @@
-"""A link's latency as a delay line: what is put in leaves, in order, ``latency`` seconds later.
+"""Latency as delay lines: what is put in leaves ``latency`` seconds (and its serialisation) later.
 
 Where the kernel has no ``netem``, the testbed's own processes apply the fabric's latency: the
 switchmodel's ports (:class:`DelayLine` between the queue and the wire, one link's latency
