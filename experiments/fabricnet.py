@@ -59,7 +59,6 @@ from targets.factory import GRPC_BASE_PORT, fabric_switch, grpc_addr, port_laten
 from targets.model import ModelSwitch
 from targets.process import SwitchProcess
 from topologies import Fabric
-from topologies.config import BASE_RTT_LINKS
 
 NETEM_LIMIT = 100_000  # packets: never reached by a delay line (see the module docstring)
 #: the qdisc of a failed BMv2 link end: it holds nothing, so it drops every frame sent on it
@@ -325,11 +324,6 @@ class FabricNet:
                 node.process.port_latency_us = port_latencies(self.fabric, name, delay)
                 node.process.port_links = port_links(self.fabric, name)
         return "switch"
-
-    @property
-    def path_delay_us(self) -> float:
-        """The emulated one-way latency of a path between racks (every link's delay)."""
-        return BASE_RTT_LINKS * self.fabric.topology.link_delay_us
 
     @property
     def delay_applied(self) -> bool:

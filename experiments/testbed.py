@@ -391,8 +391,8 @@ class Testbed:
                 str(sock),
                 *self.agent_args,
             ]
-            if self.latency_by == "agents":  # BMv2 without netem: the path's latency
-                argv += ["--path-latency-us", f"{self.network.path_delay_us:g}"]
+            if self.latency_by == "agents":  # BMv2 without netem: each path's links' latency
+                argv += ["--link-latency-us", f"{self.topology.link_delay_us:g}"]
             self.agents[name] = self.host(name).popen(
                 argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=self.env()
             )

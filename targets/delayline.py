@@ -3,9 +3,9 @@
 Where the kernel has no ``netem``, the testbed's own processes apply the fabric's latency: the
 switchmodel's ports (:class:`DelayLine` between the queue and the wire, one link's latency
 each: every frame takes the same links, a FIFO) and, with BMv2, which cannot delay, the host
-agents' NICs (:class:`PathLine`: the whole path's latency, for frames to every host, which
-share only the NIC's own link). Time is passed in (seconds, any monotonic origin); nothing here
-reads a clock or sleeps.
+agents' NICs (:class:`PathLine`: the latency of each frame's whole path, its links' count
+times one link's, for frames to every host, which share only the NIC's own link). Time is
+passed in (seconds, any monotonic origin); nothing here reads a clock or sleeps.
 
 A line also adds each frame's serialisation (``per_byte``: seconds per byte, every link it
 stands for together). An emulated port lets a frame go the moment it may start (a shaped
@@ -39,9 +39,10 @@ class _Timing:
         self.latency = latency
         self.per_byte = per_byte
 
-    def due(self, item: Sized, now: float) -> float:
-        """When ``item``, put in at ``now``, may leave."""
-        return now + self.latency + len(item) * self.per_byte
+    def due(self, item: Sized, now: float, links: int = 1) -> float:
+        """When ``item``, put in at ``now``, may leave after ``links`` times the line's latency
+        and serialisation."""
+        return now + links * (self.latency + len(item) * self.per_byte)
 
 
 class DelayLine(_Timing, Generic[T]):
@@ -79,9 +80,11 @@ class DelayLine(_Timing, Generic[T]):
 
 class PathLine(_Timing, Generic[T]):
     """The latency of whole paths from one NIC (a host agent's, standing in for the fabric's
-    links where the switches cannot delay): each item leaves ``latency`` seconds after it was
-    put in plus ``per_byte`` seconds for each of its bytes, by its own time, not in the order
-    of putting.
+    links where the switches cannot delay): an item put in for a path of ``links`` links
+    leaves ``links`` times ``latency`` seconds (one link's) after it was put in, plus
+    ``links`` times ``per_byte`` seconds for each of its bytes, by its own time, not in the
+    order of putting. Within a rack a path has two links, between racks four
+    (:meth:`topologies.fabric.Fabric.links_to`).
 
     A NIC's frames share only its own link; beyond the first switch a data frame to one host
     and an ACK to another go their own ways. In a FIFO an ACK put in just after a data frame
@@ -89,8 +92,8 @@ class PathLine(_Timing, Generic[T]):
     on links it never shares with that frame: every RTT the peer measures would grow by them
     (at 1.4 Mb/s 72 ms, 1 us of the real fabric's 9.4). The NIC's own link is the pacing's
     (:class:`host.agent.pacing.NicWire`: data frames wait their turn, control frames jump the
-    line). Items of one size (a flow's data frames) keep their order; a tie keeps the order of
-    putting.
+    line). Items of one size on paths of one length (a flow's data frames) keep their order; a
+    tie keeps the order of putting.
     """
 
     def __init__(self, latency: float, per_byte: float = 0.0) -> None:
@@ -101,9 +104,12 @@ class PathLine(_Timing, Generic[T]):
     def __len__(self) -> int:
         return len(self._heap)
 
-    def put(self, item: T, now: float) -> None:
-        """``item`` left the NIC at ``now``: it arrives ``latency`` plus its serialisation later."""
-        heapq.heappush(self._heap, (self.due(item, now), next(self._seq), item))
+    def put(self, item: T, now: float, links: int) -> None:
+        """``item`` left the NIC at ``now`` for a path of ``links`` links: it arrives their
+        latency plus its serialisation on each later."""
+        if links < 1:
+            raise ValueError(f"a path of {links} links: expected at least 1")
+        heapq.heappush(self._heap, (self.due(item, now, links), next(self._seq), item))
 
     def pop(self, now: float) -> T | None:
         """The item due first if its time has come at ``now``, else None."""

@@ -64,6 +64,7 @@ MAX_HEADER_BYTES = 14 + 40 + 8 + 4 * 16 + 8 + 12 + 16 + 4 + 24
 MAX_LINK_MTU = 9500
 CONTROL_FRAME_BYTES = 128  # an ACK, NACK or probe frame of the host stack, rounded up
 BASE_RTT_LINKS = 4  # links a packet crosses between racks: NIC, leaf, spine, leaf, NIC
+RACK_LINKS = 2  # links a packet crosses within a rack: NIC, leaf, NIC
 BASE_RTT_SWITCHES = 3  # switches on that path: leaf, spine, leaf
 
 

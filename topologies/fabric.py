@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from functools import cached_property
 
 from topologies import usid as usidlib
-from topologies.config import IFNAME_MAX, Topology, TopologyError
+from topologies.config import BASE_RTT_LINKS, IFNAME_MAX, RACK_LINKS, Topology, TopologyError
 from topologies.usid import TierCode
 
 END_FUNCTION = 0xE  # the low bits of a switch's classic End SID
@@ -386,6 +386,18 @@ class Fabric:
         if isinstance(node, Nic) and node.address == address:
             return node
         raise KeyError(f"{address} is no host NIC address of {self.topology.name}")
+
+    def links_to(self, nic: Nic, destination: ipaddress.IPv6Address) -> int:
+        """The links a packet that ``nic`` sends to ``destination`` crosses to its last NIC:
+        :data:`RACK_LINKS` when it turns at the NIC's own T0 (a carrier whose active uSID is
+        that T0, or the address of a NIC of the same rack and plane), :data:`BASE_RTT_LINKS`
+        otherwise (through a T1 to another rack; also a destination that names no node of the
+        fabric, which the T0 sends up or drops: the longest path is the bound)."""
+        node = self._by_usid.get(usidlib.active(destination))
+        if destination not in self.block or node is None:
+            return BASE_RTT_LINKS
+        turn = node.name if isinstance(node, Switch) else node.switch
+        return RACK_LINKS if turn == nic.switch else BASE_RTT_LINKS
 
     def uplinks(self, switch: Switch | str) -> tuple[Port, ...]:
         """A T0's ports up to the spines of its plane, in spine order (its ECMP choices);

@@ -36,7 +36,7 @@ import socket
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from host.agent.commands import Commands
@@ -87,6 +87,11 @@ STATS_FINISHED = 32  # finished transfers listed in the statistics
 NIC_QUEUE = 8
 STATS_FILE_INTERVAL = 1.0  # seconds between --stats-file rewrites
 IPV6_DST = slice(38, 54)
+#: a frame's IPv6 destination up to its active uSID: the block and the node the path turns at or
+#: ends on, all the agents' path latency needs (``_path_links``)
+IPV6_DST_ACTIVE = slice(
+    IPV6_DST.start, IPV6_DST.start + (usidlib.BLOCK_BITS + usidlib.USID_BITS) // 8
+)
 
 POLICY_NAMES = tuple(POLICIES)
 #: the policies whose QPs towards one peer share an EV profile (those that retire EVs)
@@ -127,6 +132,9 @@ class PlaneNic:
     wire: NicWire | None = None  # the link-rate pacing of data frames (None: not paced)
     #: the path's latency before the socket (None: frames are sent at once)
     delay: PathLine[bytes | bytearray] | None = None
+    #: the links of a frame's path by its destination's block and active uSID
+    #: (``Fabric.links_to``), learnt as frames are sent: one entry per node of the plane
+    links: dict[bytes, int] = field(default_factory=dict)
 
 
 @dataclass
@@ -333,13 +341,13 @@ class Agent:
             plane = PlaneNic(
                 nic, sock, done, nic.address.packed, bytes.fromhex(nic.mac.replace(":", ""))
             )
-            if self.options.path_latency_us > 0:
-                # the path's latency, and a frame's serialisation on each of its links (BMv2's
-                # ports, like the NIC's pacing, let a frame go whole when it may start); each
-                # frame by its own time: a NIC's frames to different hosts share one link only
+            if self.options.link_latency_us > 0:
+                # each link's latency, and a frame's serialisation on each (BMv2's ports, like
+                # the NIC's pacing, let a frame go whole when it may start); each frame by its
+                # own time: a NIC's frames to different hosts share one link only
                 plane.delay = PathLine(
-                    self.options.path_latency_us * 1e-6,
-                    BASE_RTT_LINKS * 8 / (self.topology.link_rate_mbps * 1e6),
+                    self.options.link_latency_us * 1e-6,
+                    8 / (self.topology.link_rate_mbps * 1e6),
                 )
             if self.options.pace:
                 plane.wire = NicWire(
@@ -620,10 +628,22 @@ class Agent:
                     self._send_now(plane, late)
 
     def _transmit(self, plane: PlaneNic, frame: bytes | bytearray) -> None:
-        if plane.delay is not None:  # the path's latency first (options.path_latency_us)
-            plane.delay.put(frame, self.now())
+        if plane.delay is not None:  # the path's latency first (options.link_latency_us)
+            plane.delay.put(frame, self.now(), self._path_links(plane, frame))
             return
         self._send_now(plane, frame)
+
+    def _path_links(self, plane: PlaneNic, frame: bytes | bytearray) -> int:
+        """The links ``frame`` crosses to its last NIC, from its IPv6 destination's block and
+        active uSID: within the rack or between racks (``Fabric.links_to``)."""
+        key = bytes(frame[IPV6_DST_ACTIVE])
+        links = plane.links.get(key)
+        if links is None:
+            if len(key) < IPV6_DST_ACTIVE.stop - IPV6_DST_ACTIVE.start:  # no IPv6 header: the
+                return BASE_RTT_LINKS  # longest path bounds it
+            destination = ipaddress.IPv6Address(key + bytes(16 - len(key)))
+            links = plane.links[key] = self.fabric.links_to(plane.nic, destination)
+        return links
 
     def _send_now(self, plane: PlaneNic, frame: bytes | bytearray) -> None:
         if self.pcap is not None:

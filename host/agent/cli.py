@@ -136,12 +136,13 @@ def agent_parser() -> argparse.ArgumentParser:
         help="send data frames as fast as the socket takes them instead of at the link rate",
     )
     parser.add_argument(
-        "--path-latency-us",
+        "--link-latency-us",
         type=float,
         default=0.0,
         metavar="US",
-        help="hold every frame US microseconds before it is sent: the whole path's latency, "
-        "where the switches and links apply none (BMv2 without netem; default 0)",
+        help="hold every frame US microseconds for each link of its path (two within a rack, "
+        "four between racks) before it is sent: the links' latency, where the switches and "
+        "links apply none (BMv2 without netem; default 0)",
     )
     parser.add_argument(
         "--no-rx-ring",
@@ -212,7 +213,7 @@ def run_agent(argv: list[str]) -> int:
         ev_format=args.ev_format,
         rx_ring=args.rx_ring,
         pace=args.pace,
-        path_latency_us=args.path_latency_us,
+        link_latency_us=args.link_latency_us,
     )
     try:
         agent = Agent(fabric, options)

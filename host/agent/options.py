@@ -36,7 +36,8 @@ class AgentOptions:
     window: int = DEFAULT_WINDOW
     rx_ring: bool = True  # receive through a PACKET_RX_RING (else one recv per frame)
     pace: bool = True  # data frames leave each NIC at the link rate (host.agent.pacing)
-    #: one-way latency (us) added to every frame sent: the whole path's, where nothing in the
-    #: fabric applies the links' latency (BMv2 on a kernel without netem); 0: none
-    path_latency_us: float = 0.0
+    #: one link's latency (us), added to every frame sent once for each link of its path (two
+    #: within a rack, four between racks), where nothing in the fabric applies the links'
+    #: latency (BMv2 on a kernel without netem); 0: none
+    link_latency_us: float = 0.0
     seed: int | None = None  # the core's random seed (default: derived from the host index)

@@ -9,7 +9,7 @@ import pytest
 
 from topologies import Fabric, Nic, Tier, load_topology
 from topologies import usid as usidlib
-from topologies.config import shipped_topology
+from topologies.config import BASE_RTT_LINKS, RACK_LINKS, shipped_topology
 
 SHIPPED = {
     # name: (planes, switches, hosts, links)
@@ -236,6 +236,23 @@ def test_srh_split_reaches_the_nic_via_the_same_spine(fabric: Fabric) -> None:
         t.planes * (1 if a.rack == b.rack else t.spines_per_plane)
         for a, b in itertools.permutations(fabric.hosts, 2)
     )
+
+
+def test_links_to_counts_a_path_s_links_from_its_destination(fabric: Fabric) -> None:
+    """What the agents' path latency holds a frame for: every destination a sender puts in a
+    packet (a path's carrier, its SRH split's destination, a NIC's own address for STEV and UDP
+    EVs) gives the links of the path it takes, one more than its switch hops."""
+    for a, b in itertools.permutations(fabric.hosts, 2):
+        for path in fabric.paths(a.name, b.name):
+            links = len(path.hops) + 1
+            assert links == (RACK_LINKS if a.rack == b.rack else BASE_RTT_LINKS)
+            for destination in (path.carrier, path.srh_carrier, path.dst_nic.address):
+                assert fabric.links_to(path.src_nic, destination) == links
+    nic = fabric.hosts[0].nic(0)
+    # a destination outside the block, or one naming no node, is bounded by the longest path
+    assert fabric.links_to(nic, ipaddress.IPv6Address("2001:db8::1")) == BASE_RTT_LINKS
+    stray = usidlib.carrier(fabric.block, [usidlib.encode(0, usidlib.TierCode.T1, 1000)])
+    assert fabric.links_to(nic, stray) == BASE_RTT_LINKS
 
 
 def test_usid_split_bounds() -> None:
