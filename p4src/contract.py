@@ -324,6 +324,18 @@ AETH_BYTES = 4
 MRC_DATA_BYTES = 24  #: the MRC data extension
 MRC_CONTROL_BYTES = 32  #: an MRC control extension
 
+
+def largest_data_packet(payload: int) -> int:
+    """The largest IPv6 packet an MRC NIC sends with ``payload`` bytes of data: IPv6, a reduced
+    SRH of one segment, UDP, BTH, RETH, ImmDt and the MRC data extension around it."""
+    if payload <= 0:
+        raise ValueError(f"payload {payload} B: expected a positive size")
+    return (
+        IPV6_BYTES + SRH_FIXED_BYTES + SRH_SEGMENT_BYTES + UDP_BYTES + BTH_BYTES + RETH_BYTES
+        + IMMDT_BYTES + MRC_DATA_BYTES + payload
+    )  # fmt: skip
+
+
 #: The ``const`` declarations of the P4 program under their P4 names (and ``SRH_MAX_SEGMENTS``,
 #: a ``#define`` there): the values are this module's.
 P4_CONSTANTS: Mapping[str, int] = {

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from p4src.contract import largest_data_packet
 from targets.bmv2 import Bmv2Switch, missing_tools
 from targets.model import ModelSwitch
 from targets.process import StrPath, SwitchProcess
@@ -135,6 +136,7 @@ def fabric_switch(
             log_level="warn" if quiet else "info",
             priority_queues=PRIORITY_QUEUES, rate_bps=rate_bps, queue_depth=queue_depth,
             mtu=mtu, log_dir=log_dir, pcap_dir=pcap_dir,
+            paced_packet_bytes=largest_data_packet(topo.mtu),
         )  # fmt: skip
     if target == "model":
         return ModelSwitch(

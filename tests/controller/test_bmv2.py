@@ -10,7 +10,10 @@ from pathlib import Path
 
 import pytest
 
+from host.agent.pacing import PREAMBLE_AND_GAP
+from host.transport.wire import DATA_HEADER_LEN
 from p4src.compile import P4BuildError, ToolMissing, compile_p4
+from p4src.contract import largest_data_packet
 from targets.bmv2 import CONTROL_BYTES, Bmv2Switch, missing_tools, queue_rate_pps
 from targets.factory import GRPC_BASE_PORT, PORT_SPEEDUP, THRIFT_BASE_PORT, fabric_switch
 from targets.lab import NetnsLab, free_port
@@ -107,6 +110,25 @@ def test_factory_maps_a_fabric_switch_to_its_process(fabric: Fabric, target: str
     assert bench.ports == {1: "x1"} and bench.rate_bps is None
     with pytest.raises(ValueError, match="target 'tofino'"):
         fabric_switch("tofino", fabric, sw.name)
+
+
+def test_data_queue_keeps_ahead_of_the_nics_full_data_frames(fabric: Fabric) -> None:
+    """BMv2 paces in packets a second: its data queue is paced for the largest packet the NICs
+    send, not the interface MTU, so that it sends their full data frames (a NIC paces them with
+    preamble and gap) faster than a NIC by the ports' speed-up, give or take the rounding."""
+    topo = fabric.topology
+    process = fabric_switch("bmv2", fabric, "t0-p0-r0")
+    assert isinstance(process, Bmv2Switch) and process.rate_bps is not None
+    assert process.frame_mtu == largest_data_packet(topo.mtu) < topo.link_mtu
+    port_pps = queue_rate_pps(process.rate_bps, process.frame_mtu)
+    nic_pps = topo.link_rate_mbps * 1e6 / (8 * (DATA_HEADER_LEN + topo.mtu + PREAMBLE_AND_GAP))
+    assert port_pps / nic_pps >= 1 + PORT_SPEEDUP * 0.8
+    # the MTU (an SRH of four segments no NIC sends) left 0.6 % of the 2 %
+    mtu_pps = process.rate_bps / (8 * (topo.link_mtu + 18))
+    assert mtu_pps / nic_pps < 1 + PORT_SPEEDUP / 2
+    # a smaller MTU than that packet is what is paced for
+    small = fabric_switch("bmv2", fabric, "t0-p0-r0", mtu=1500)
+    assert isinstance(small, Bmv2Switch) and small.frame_mtu == 1500
 
 
 def test_queue_rate_is_the_rate_asked_rounded_up_to_a_whole_packet() -> None:
