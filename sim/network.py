@@ -20,8 +20,10 @@ by an earlier switch too) in the data queue.
 Two queue disciplines (:class:`sim.queues.QueuePolicy`):
 
 - ``threshold``, the P4 program's and the emulated switches': trim above a queue depth, ECN
-  above another, both decided at enqueue, a full queue drops; a host NIC's queue marks ECN but
-  never trims or drops. ``SimNet(fabric, trim_threshold=, ecn_threshold=, queue_depth=)``.
+  above another, both decided at enqueue, a full queue drops (a fabric port's high-priority
+  queue holds the reference's bytes of control-size packets:
+  ``topologies.operating.header_queue_depth``); a host NIC's queue marks ECN but never trims or
+  drops. ``SimNet(fabric, trim_threshold=, ecn_threshold=, queue_depth=)``.
 - ``red``, UET's reference simulator's, in real units: byte-bounded queues of one BDP, RED ECN
   decided at dequeue, trim only at a full queue, a switch latency, host NICs that hand the
   transport one frame slot at a time (the EV is chosen when the NIC can send, as a NIC's
@@ -70,6 +72,8 @@ from p4src.contract import (
 from sim.queues import PortQueue, QueuePolicy
 from sim.switch import DROP_COUNTERS, NO_ROUTE, UN, Hop, SwitchTables
 from topologies import Fabric
+from topologies.config import CONTROL_FRAME_BYTES
+from topologies.operating import HEADER_QUEUE_BYTES_FACTOR, header_queue_depth
 from topologies.usid import BLOCK_BITS, USID_BITS
 
 if TYPE_CHECKING:
@@ -149,9 +153,13 @@ class _Port:
     tx_bytes: int = 0  #: bytes sent (every frame as it left the queue)
     ecn_full: int | None = None  #: threshold discipline, RED: every ECT packet from this depth
     ecn_step: float = 0.0  #: ...and below it, the marking probability per packet above ecn_at
+    #: threshold discipline: packets the high-priority queue holds (0: ``depth``)
+    high_depth: int = 0
 
     def __post_init__(self) -> None:
         self.byte_time = 8 / self.rate
+        if not self.high_depth:
+            self.high_depth = self.depth
         self.name = f"{self.node}-eth{self.number}" if self.number else self.node
 
 
@@ -269,8 +277,8 @@ class Network:
         self.queues = queues
         #: data frames a host NIC holds (None: every frame the window allows, EVs chosen then)
         self.nic_slots = nic_slots
-        #: threshold discipline: trim and ECN judge the data queue's depth alone, and each
-        #: class holds ``queue_depth`` packets (the P4 program on BMv2's priority queues)
+        #: threshold discipline: trim and ECN judge the data queue's depth alone (the P4
+        #: program on BMv2's priority queues)
         self.data_depth = data_depth
         self._hosts: dict[str, Context] = {}
         self._host_timer: dict[str, float | None] = {}
@@ -522,7 +530,7 @@ class Network:
             frame[15] |= 0x30  # ECN bits of the traffic class -> CE
             port.counters["ecn_marked"] += 1
             self.counters["ecn_marked"] += 1
-        if (len(port.high) if high else depth) >= port.depth:
+        if (len(port.high) >= port.high_depth) if high else (depth >= port.depth):
             port.counters["queue_full"] += 1
             self.counters["drop_queue_full"] += 1
             return
@@ -579,7 +587,7 @@ class Network:
         self._enqueue_high(port, bounds, frame)
 
     def _enqueue_high(self, port: _Port, bounds: PortQueue, frame: bytearray) -> None:
-        if port.high_bytes + len(frame) > 2 * bounds.size_bytes:
+        if port.high_bytes + len(frame) > HEADER_QUEUE_BYTES_FACTOR * bounds.size_bytes:
             self._drop_full(port)
             return
         port.high.append(frame)
@@ -854,6 +862,8 @@ class SimNet(Network):
         )  # fmt: skip
         #: the time dilation of contexts on this network: nominal rate / its links' rate
         self.dilation = self.topology.dilation
+        # headers, ACKs and NACKs are small: their queue holds the reference's bytes
+        high_depth = header_queue_depth(depth, topo.link_mtu + 14, CONTROL_FRAME_BYTES)
         trim_at = (trim_threshold if trim_threshold is not None else depth // 2) if trim else None
         ecn_at = ecn_threshold if ecn_threshold is not None else max(1, depth // 4)
         if queues is not None:
@@ -874,6 +884,7 @@ class SimNet(Network):
                 faults, None if a_host else queues, a_host, False,
             )  # fmt: skip
             if not a_host:
+                port_a.high_depth = high_depth
                 _set_red(port_a, ecn_max_threshold, ecn_slope)
             self._ports[(link.a, a_key)] = port_a
             if a_host:
@@ -881,7 +892,7 @@ class SimNet(Network):
             b_peer_port = link.plane if a_host else link.a_port
             self._ports[(link.b, link.b_port)] = _Port(
                 link.b, link.b_port, link.a, b_peer_port, rate, b_delay, depth, trim_at, ecn_at,
-                faults, queues, False, a_host,
+                faults, queues, False, a_host, high_depth=high_depth,
             )  # fmt: skip
             _set_red(self._ports[(link.b, link.b_port)], ecn_max_threshold, ecn_slope)
         # what each switch forwards by: the controller's tables, from the fabric model

@@ -168,6 +168,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="packets each priority queue of a port holds (default 64)",
     )
     parser.add_argument(
+        "--control-queue-depth",
+        type=_positive("a depth in packets"),
+        default=None,
+        help="packets each high-priority queue (headers, ACKs, NACKs) holds instead "
+        "(default: --queue-depth)",
+    )
+    parser.add_argument(
         "--mtu",
         type=_positive("an MTU in bytes"),
         default=None,
@@ -264,6 +271,7 @@ def main(argv: list[str] | None = None) -> int:
         ports,
         priorities=args.priority_queues,
         queue_depth=args.queue_depth,
+        control_queue_depth=args.control_queue_depth,
         pcap_dir=args.pcap,
         profile=args.profile,
     )

@@ -190,9 +190,11 @@ class DataPlane:
         pcap_dir: Path | None = None,
         profile: Path | None = None,
         rx_ring: bool = True,
+        control_queue_depth: int | None = None,
     ) -> None:
         self.priorities = priorities
         self.queue_depth = queue_depth
+        self.control_queue_depth = control_queue_depth
         self.lock = threading.Lock()
         self.state: PipelineState | None = None
         self._configs = dict(ports)
@@ -233,7 +235,13 @@ class DataPlane:
                     number=number,
                     intf=config.intf,
                     sock=sock,
-                    queue=PortQueue(self.priorities, self.queue_depth, config.rate_bps, now=now),
+                    queue=PortQueue(
+                        self.priorities,
+                        self.queue_depth,
+                        config.rate_bps,
+                        now=now,
+                        control_depth=self.control_queue_depth,
+                    ),
                     max_frame=mtu + ETH_HEADER,
                     filter_outgoing=filter_outgoing,
                     delay=config.delay_line(),

@@ -43,15 +43,21 @@ class PortQueue(Generic[T]):
         rate_bps: float = 0.0,
         burst_bits: float | None = None,
         now: float = 0.0,
+        control_depth: int | None = None,
     ) -> None:
         if priorities < 1:
             raise ValueError(f"priorities {priorities}: expected at least 1")
         if depth < 1:
             raise ValueError(f"queue depth {depth}: expected at least 1 packet")
+        if control_depth is not None and control_depth < 1:
+            raise ValueError(f"control queue depth {control_depth}: expected at least 1 packet")
         if rate_bps < 0:
             raise ValueError(f"rate {rate_bps} bit/s: expected >= 0 (0 = not shaped)")
         self.priorities = priorities
         self.depth = depth
+        #: packets each queue above priority 0 holds (headers, ACKs, NACKs: small ones)
+        self.control_depth = depth if control_depth is None else control_depth
+        self._depths = [depth] + [self.control_depth] * (priorities - 1)
         self.rate_bps = float(rate_bps)
         self.burst_bits = default_burst_bits(rate_bps) if burst_bits is None else burst_bits
         self._fifos: list[deque[tuple[int, T]]] = [deque() for _ in range(priorities)]
@@ -71,7 +77,7 @@ class PortQueue(Generic[T]):
         elif priority < 0:
             priority = 0
         fifo = self._fifos[priority]
-        if len(fifo) >= self.depth:
+        if len(fifo) >= self._depths[priority]:
             return None
         observed = self.length
         fifo.append((size, item))

@@ -55,9 +55,18 @@ def queue_rate_pps(rate_bps: int, frame_bytes: int) -> int:
 
 
 def port_queue_commands(
-    port: int, rate_bps: int | None, depth: int | None, mtu: int, priority_queues: int = 2
+    port: int,
+    rate_bps: int | None,
+    depth: int | None,
+    mtu: int,
+    priority_queues: int = 2,
+    control_depth: int | None = None,
 ) -> list[str]:
-    """``simple_switch_CLI`` commands that give one port its depth and rates.
+    """``simple_switch_CLI`` commands that give one port its depths and rates.
+
+    The data queue (priority 0) holds ``depth`` packets, the higher ones ``control_depth``
+    (default ``depth``): headers, ACKs and NACKs are small, and the reference bounds their queue
+    in bytes (``topologies.operating.header_queue_depth``).
 
     BMv2 paces every priority queue of a port on its own, in packets per second; the CLI's
     priority is the program's ``standard_metadata.priority`` (the higher is served first). So the
@@ -67,7 +76,9 @@ def port_queue_commands(
     """
     commands = []
     if depth is not None:
-        commands.append(f"set_queue_depth {depth} {port}")
+        for priority in range(priority_queues):
+            size = depth if priority == 0 or control_depth is None else control_depth
+            commands.append(f"set_queue_depth {size} {port} {priority}")
     if rate_bps is not None:
         rates = {0: queue_rate_pps(rate_bps, mtu), 1: queue_rate_pps(rate_bps, CONTROL_BYTES)}
         for priority, pps in rates.items():
@@ -166,7 +177,12 @@ class Bmv2Switch(SwitchProcess):
         commands = []
         for number in self.ports:
             commands += port_queue_commands(
-                number, self.rate_bps, self.queue_depth, self.frame_mtu, self.priority_queues
+                number,
+                self.rate_bps,
+                self.queue_depth,
+                self.frame_mtu,
+                self.priority_queues,
+                self.control_queue_depth,
             )
         return commands
 

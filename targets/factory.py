@@ -20,11 +20,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from p4src.contract import largest_data_packet
+from p4src.contract import ETHERNET_BYTES, largest_data_packet
 from targets.bmv2 import Bmv2Switch, missing_tools
 from targets.model import ModelSwitch
 from targets.process import StrPath, SwitchProcess
 from topologies import Fabric
+from topologies.config import CONTROL_FRAME_BYTES
+from topologies.operating import header_queue_depth
 
 #: the switch targets a fabric is emulated on (a switch process per switch)
 SWITCH_TARGETS = ("auto", "bmv2", "model")
@@ -129,13 +131,14 @@ def fabric_switch(
     rate_bps = int(topo.link_rate_mbps * 1_000_000 * (1 + PORT_SPEEDUP)) if shaped else None
     queue_depth = queue_depth or topo.queue_depth
     mtu = mtu or topo.link_mtu
+    control_depth = header_queue_depth(queue_depth, mtu + ETHERNET_BYTES, CONTROL_FRAME_BYTES)
     if target == "bmv2":
         return Bmv2Switch(
             *identity,
             thrift_port=thrift_port or THRIFT_BASE_PORT + switch.device_id,
             log_level="warn" if quiet else "info",
             priority_queues=PRIORITY_QUEUES, rate_bps=rate_bps, queue_depth=queue_depth,
-            mtu=mtu, log_dir=log_dir, pcap_dir=pcap_dir,
+            control_queue_depth=control_depth, mtu=mtu, log_dir=log_dir, pcap_dir=pcap_dir,
             paced_packet_bytes=largest_data_packet(topo.mtu),
         )  # fmt: skip
     if target == "model":
@@ -143,7 +146,7 @@ def fabric_switch(
             *identity,
             log_level="warning" if quiet else "info",
             priority_queues=PRIORITY_QUEUES, rate_bps=rate_bps, queue_depth=queue_depth,
-            mtu=mtu, log_dir=log_dir, pcap_dir=pcap_dir,
+            control_queue_depth=control_depth, mtu=mtu, log_dir=log_dir, pcap_dir=pcap_dir,
         )  # fmt: skip
     raise ValueError(f"target {target!r}: expected 'bmv2' or 'model'")
 

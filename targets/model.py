@@ -110,6 +110,8 @@ class ModelSwitch(SwitchProcess):
             argv += ["--port-links-of", f"{number}={links}"]
         if self.queue_depth is not None:
             argv += ["--queue-depth", str(self.queue_depth)]
+        if self.control_queue_depth is not None:
+            argv += ["--control-queue-depth", str(self.control_queue_depth)]
         if self.mtu is not None:
             argv += ["--mtu", str(self.mtu)]
         if self.pcap_dir is not None:

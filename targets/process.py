@@ -84,6 +84,9 @@ class SwitchProcess(abc.ABC):
     priority_queues: int = 2  # strict-priority classes of every egress port
     rate_bps: int | None = None  # egress shaping of every port (None: none)
     queue_depth: int | None = None  # packets an egress queue holds (None: the target's own)
+    #: packets a port's high-priority queues hold (None: ``queue_depth``); headers, ACKs and
+    #: NACKs are small: topologies.operating.header_queue_depth
+    control_queue_depth: int | None = None
     mtu: int | None = None  # largest IP packet a port carries (None: the target's own)
     pcap_dir: StrPath | None = None  # where per-port captures go (None: no capture)
     log_dir: StrPath | None = None  # where the log goes (None: a temporary directory)
@@ -115,6 +118,7 @@ class SwitchProcess(abc.ABC):
             ("priority_queues", self.priority_queues, 1),
             ("rate_bps", self.rate_bps, 1),
             ("queue_depth", self.queue_depth, 1),
+            ("control_queue_depth", self.control_queue_depth, 1),
             ("mtu", self.mtu, 64),
         ):
             if value is not None and value < low:

@@ -20,7 +20,8 @@ Two named fabric profiles (:data:`FABRIC_PROFILES`), named as the host stack's p
 
 - ``uet`` (the default): the operating point above, in the topology's real units; an emulated
   switch trims when its data queue holds 1 BDP, and each of its priority queues holds four
-  times that (:data:`UET_QUEUE_FACTOR`), so that headers, ACKs and NACKs find room;
+  times that (:data:`UET_QUEUE_FACTOR`), so that headers, ACKs and NACKs find room; the
+  high-priority queues hold more still, in control-size packets (:func:`header_queue_depth`);
 - ``testbed-2026``: the testbed's earlier settings, kept so that the two can be compared: 64
   packets per queue (the topology's ``switch.queue_depth``), trimming at half the queue, ECN at a
   fixed quarter of it, and 50 us of *emulated* delay per link.
@@ -52,6 +53,10 @@ REFERENCE_ACK_BYTES = 64
 #: bursts of them beyond the data queue's BDP. Measured on an 8 -> 1 incast on the switchmodel:
 #: with 2 BDPs, bursts of trimmed headers still overflowed the receiver's port (docs/p4-pipeline.md)
 UET_QUEUE_FACTOR = 4
+
+#: the reference's high-priority queue (trimmed headers, ACKs, NACKs) holds this many times the
+#: data queue's bytes (uet-htsim's composite queue, the sim's ``red`` discipline)
+HEADER_QUEUE_BYTES_FACTOR = 2
 
 #: ``testbed-2026``: packets per egress queue, and the emulated delay of every link
 LEGACY_QUEUE_DEPTH = 64
@@ -97,6 +102,20 @@ def bdp_queue(
     return BdpQueue(packets=size, ecn_low=low, ecn_high=high)
 
 
+def header_queue_depth(depth: int, frame_bytes: int, header_bytes: int) -> int:
+    """Packets of ``header_bytes`` a port's high-priority queue holds beside a data queue of
+    ``depth`` frames of ``frame_bytes``: the reference bounds headers, ACKs and NACKs in bytes,
+    :data:`HEADER_QUEUE_BYTES_FACTOR` times the data queue's, where a queue counted in packets
+    (BMv2's, the switch model's, the sim's ``threshold`` discipline) would hold as few headers as
+    data frames, and a burst of headers trimmed upstream would overflow it (a loss, which MRC
+    takes for a failed path). Never fewer than ``depth``."""
+    if depth < 1 or frame_bytes < 1 or header_bytes < 1:
+        raise ValueError(
+            f"depth {depth}, frame {frame_bytes} B, header {header_bytes} B: expected positive"
+        )
+    return max(depth, -(-HEADER_QUEUE_BYTES_FACTOR * depth * frame_bytes // header_bytes))
+
+
 def check_profile(name: str) -> str:
     """``name`` when it is a fabric profile, else ValueError naming the choices."""
     if name not in FABRIC_PROFILES:
@@ -108,6 +127,7 @@ __all__ = [
     "ECN_HIGH",
     "ECN_LOW",
     "FABRIC_PROFILES",
+    "HEADER_QUEUE_BYTES_FACTOR",
     "HOP_LATENCY_US",
     "LEGACY_DELAY_US",
     "LEGACY_PROFILE",
@@ -119,5 +139,6 @@ __all__ = [
     "bdp_packets",
     "bdp_queue",
     "check_profile",
+    "header_queue_depth",
     "unloaded_rtt",
 ]

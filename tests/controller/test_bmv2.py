@@ -20,6 +20,8 @@ from targets.lab import NetnsLab, free_port
 from targets.model import ModelSwitch
 from targets.process import SwitchConfigError, SwitchStartError
 from topologies import Fabric
+from topologies.config import CONTROL_FRAME_BYTES
+from topologies.operating import header_queue_depth
 
 
 def switch_for(fabric: Fabric, name: str, tmp_path: Path, **kwargs: object) -> Bmv2Switch:
@@ -68,15 +70,25 @@ def test_json_replaces_no_p4_and_cpu_port_is_a_target_option(
 def test_queue_commands_per_port(fabric: Fabric, tmp_path: Path) -> None:
     topo = fabric.topology
     rate = int(topo.link_rate_mbps * 1_000_000)
+    control_depth = header_queue_depth(topo.queue_depth, topo.link_mtu + 14, CONTROL_FRAME_BYTES)
     switch = switch_for(
-        fabric, "t0-p0-r1", tmp_path, rate_bps=rate, queue_depth=topo.queue_depth, mtu=topo.link_mtu
+        fabric,
+        "t0-p0-r1",
+        tmp_path,
+        rate_bps=rate,
+        queue_depth=topo.queue_depth,
+        control_queue_depth=control_depth,
+        mtu=topo.link_mtu,
     )
     data_pps = queue_rate_pps(rate, topo.link_mtu)
     control_pps = queue_rate_pps(rate, CONTROL_BYTES)
+    # the high-priority queue holds twice the data queue's bytes of control-size packets
+    assert control_depth * CONTROL_FRAME_BYTES >= 2 * topo.queue_depth * (topo.link_mtu + 14)
     expected = []
     for port in fabric.switch("t0-p0-r1").ports:
         expected += [
-            f"set_queue_depth {topo.queue_depth} {port.number}",
+            f"set_queue_depth {topo.queue_depth} {port.number} 0",
+            f"set_queue_depth {control_depth} {port.number} 1",
             f"set_queue_rate {data_pps} {port.number} 0",
             f"set_queue_rate {control_pps} {port.number} 1",
         ]
@@ -103,6 +115,10 @@ def test_factory_maps_a_fabric_switch_to_its_process(fabric: Fabric, target: str
         topo.queue_depth,
         topo.link_mtu,
         2,
+    )
+    # headers, ACKs and NACKs get the reference's bytes, in control-size packets
+    assert process.control_queue_depth == header_queue_depth(
+        topo.queue_depth, topo.link_mtu + 14, CONTROL_FRAME_BYTES
     )
     if isinstance(process, Bmv2Switch):
         assert process.thrift_port == THRIFT_BASE_PORT + sw.device_id

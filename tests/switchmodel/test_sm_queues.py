@@ -75,6 +75,20 @@ def test_full_queue_refuses_and_depth_is_summed_over_priorities() -> None:
     assert queue.depth_of(0) == 3 and queue.depth_of(1) == 1
 
 
+def test_control_queues_hold_their_own_depth() -> None:
+    """Headers, ACKs and NACKs are small: the queues above priority 0 hold
+    ``control_depth`` packets (topologies.operating.header_queue_depth), the data queue
+    ``depth``; a burst of headers beyond the data queue's depth is queued, not dropped."""
+    q: PortQueue[str] = PortQueue(priorities=2, depth=4, control_depth=64)
+    assert [q.enqueue(f"d{n}", 4210, 0) for n in range(5)][-1] is None  # the fifth data packet
+    assert all(q.enqueue(f"h{n}", 114, 1) is not None for n in range(64))
+    assert q.enqueue("h64", 114, 1) is None
+    assert (q.depth_of(0), q.depth_of(1)) == (4, 64)
+    assert PortQueue(depth=8).control_depth == 8  # one depth for every queue unless told
+    with pytest.raises(ValueError, match="control queue depth 0"):
+        PortQueue(depth=8, control_depth=0)
+
+
 def test_high_priority_overtakes_low() -> None:
     queue: PortQueue[str] = PortQueue(priorities=2, depth=10, rate_bps=8000, burst_bits=0)
     for i in range(3):

@@ -15,11 +15,13 @@ from targets.factory import port_latencies
 from topologies import load_topology
 from topologies.config import shipped_topology
 from topologies.operating import (
+    HEADER_QUEUE_BYTES_FACTOR,
     LEGACY_PROFILE,
     UET_PROFILE,
     BdpQueue,
     bdp_packets,
     bdp_queue,
+    header_queue_depth,
     unloaded_rtt,
 )
 
@@ -132,3 +134,15 @@ def test_a_run_records_its_operating_point(tmp_path: Path) -> None:
     summary = (tmp_path / "summary.md").read_text()
     assert "operating point uet: BDP 28 packets, queues of 112, trim 28, ECN RED 6..23" in summary
     assert "1 us per link (1000 us emulated), applied by switch" in summary
+
+
+def test_header_queue_holds_the_reference_s_bytes_in_control_size_packets() -> None:
+    """The high-priority queue of a port counted in packets holds as many control-size
+    packets as fit in twice the data queue's bytes (the reference's composite queue)."""
+    depth, frame, header = 8, 4286, 128
+    held = header_queue_depth(depth, frame, header)
+    assert (held - 1) * header < HEADER_QUEUE_BYTES_FACTOR * depth * frame <= held * header
+    assert held == 536
+    assert header_queue_depth(8, 50, 128) == 8  # never fewer than the data queue's packets
+    with pytest.raises(ValueError, match="expected positive"):
+        header_queue_depth(0, frame, header)
