@@ -882,9 +882,9 @@ class SimNet(Network):
                 HOST_QUEUE if a_host else depth, None if a_host else trim_at,
                 (None if queues is not None or not host_ecn else ecn_at) if a_host else ecn_at,
                 faults, None if a_host else queues, a_host, False,
+                high_depth=0 if a_host else high_depth,
             )  # fmt: skip
             if not a_host:
-                port_a.high_depth = high_depth
                 _set_red(port_a, ecn_max_threshold, ecn_slope)
             self._ports[(link.a, a_key)] = port_a
             if a_host:
