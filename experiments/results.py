@@ -16,7 +16,8 @@ A run writes its raw records; :func:`render` (the end of ``mrc-testbed run`` and
                          (agent EV changes; profile: the EV profile, shared by its QPs)
     switches.csv         transport, switch, trimmed, ecn_marked, drops
     ports.csv            transport, switch, port, rx_bytes, tx_bytes (per-port byte counters)
-    hosts/TRANSPORT.json per-host agent statistics (deltas over the transport's run)
+    hosts/TRANSPORT.json per-host agent statistics (counts over the transport's run, states
+                         such as a QP's window as they stood at its end)
     fidelity.csv         transport, time_s, kind, name, cpu, thread_cpu, lag_s, gap_s (per
                          sampling interval, every switch, agent and the machine:
                          experiments.fidelity.FidelitySample)

@@ -56,11 +56,28 @@ def numbers(stats: Any, prefix: str = "") -> dict[str, float]:
     return out
 
 
+#: The parts of an agent's statistics that are states, not counts: a QP's window, RTT estimates
+#: and EV states, the RTT distribution, the dilation, the clock, the fidelity summaries. A phase
+#: reports them as they stand at its end (the agents restart before each phase, so a
+#: distribution covers the phase); a difference from the phase's start would be meaningless (a
+#: window that shrank would read negative).
+STATE_PARTS = frozenset(
+    {"qps", "dilation", "ports_up", "rtt_protocol", "clock", "fidelity", "paced_waiting",
+     "time", "uptime"}
+)  # fmt: skip
+
+
+def is_state(name: str) -> bool:
+    """True for a flattened statistic (``core.qps.256.cwnd``) that is a state, not a count."""
+    return not STATE_PARTS.isdisjoint(name.split("."))
+
+
 def phase_host_stats(
     host: str, raw: Any, before: dict[str, float], t0: float
 ) -> tuple[dict[str, float], list[dict[str, object]]]:
     """One host's statistics over a phase from its agent's ``stats`` (``raw``, the core's under
-    ``core``): every number as a delta from ``before``, with ``rtos``, ``nacks``,
+    ``core``): every count as a delta from ``before`` and every state (:func:`is_state`) as it
+    stands, with ``rtos``, ``nacks``,
     ``trims_seen`` and the RTT (``rtt_min_s``, ``rtt_p50_s``); and its EV transitions, their
     times ``t`` from ``t0``."""
     core = raw.get("core", {}) if isinstance(raw, dict) else {}
@@ -74,7 +91,7 @@ def phase_host_stats(
         for tr in core.get("ev_transitions", [])
         if isinstance(tr, dict) and "time" in tr
     ]
-    stats = {k: v - before.get(k, 0.0) for k, v in numbers(raw).items()}
+    stats = {k: v if is_state(k) else v - before.get(k, 0.0) for k, v in numbers(raw).items()}
     stats["rtos"] = stats.get("core.rtos", 0.0)
     stats["nacks"] = stats.get("core.nacks_received", 0.0)
     stats["trims_seen"] = stats.get("core.trims_seen", 0.0)
