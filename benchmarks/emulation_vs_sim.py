@@ -18,13 +18,19 @@ column per target, and the targets against the sim's column:
 - NACKs the senders received: within a factor of 1.5;
 
 with each run's fidelity verdict and the machine's load average beside them: an emulated run
-that was not faithful measured the machine. Emulated runs boot a Mininet fabric (root);
+that was not faithful measured the machine.
+
+A run of these short scenarios is one draw: which flows a burst of trims hits first, and so
+which windows a quick adapt cuts, moves goodput by several hundredths from one run to the next
+(the sim's incast-8 reads 0.79 to 0.86 over seeds 1 to 8). ``--runs N`` runs every target N
+times (the sim with seeds 1 to N, the emulation N times over) and holds the means against each
+other; each cell shows the mean and, after it, the range of the runs. Emulated runs boot a Mininet fabric (root);
 the sim's runs come first, then every emulated one, under an exclusive lock on ``--lock FILE``
 when given (a shared machine's fabric lock: some five minutes on a loaded 2-core machine). ``--out F.json`` keeps the figures; ``--table F.json`` prints the table of a file
 written before.
 
     .venv/bin/python benchmarks/emulation_vs_sim.py [--targets sim,model,bmv2] [--lock FILE]
-        [--only failure,incast-3,incast-8] [--rate 10] [--out F.json]
+        [--only failure,incast-3,incast-8] [--rate 10] [--runs 1] [--out F.json]
 """
 
 from __future__ import annotations
@@ -34,9 +40,11 @@ import contextlib
 import fcntl
 import json
 import os
+import statistics
 import sys
 import tempfile
-from collections.abc import Iterator
+from collections import Counter
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -143,11 +151,48 @@ def held(lock: Path | None) -> Iterator[None]:
             fcntl.flock(f, fcntl.LOCK_UN)
 
 
-def run_one(scenario: Scenario, target: str, out: Path) -> dict[str, Any]:
-    """One scenario on one target: its figures, with the load average after the run."""
+def run_one(scenario: Scenario, target: str, out: Path, seed: int = 1) -> dict[str, Any]:
+    """One scenario on one target: its figures, with the load average after the run (``seed``:
+    the sim's)."""
     lines: list[str] = []
-    metrics = run_scenario(scenario, out, target, show=lines.append, progress=False)
+    metrics = run_scenario(scenario, out, target, show=lines.append, progress=False, seed=seed)
     return {**figures(metrics["mrc"]), "load": load_average(), "results": str(out)}
+
+
+#: figures pooled as the mean of the runs that have them (None when none has)
+MEAN_FIGURES = ("goodput_fraction", "ev_failover_s", "recovery_s", "nacks", "trims",
+                "ev_retirements", "rtos")  # fmt: skip
+
+
+def pooled(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Several runs of one scenario on one target as one column: each figure's mean, the run
+    complete when every run was, the fidelity verdicts counted, and the runs kept (``runs``)."""
+    if len(runs) == 1:
+        return {**runs[0], "runs": runs}
+    out: dict[str, Any] = {}
+    for key in MEAN_FIGURES:
+        values = [r[key] for r in runs if r.get(key) is not None]
+        out[key] = statistics.fmean(values) if values else None
+    verdicts = Counter(str(r["fidelity"]) for r in runs)
+    out["fidelity"] = ", ".join(
+        v if n == len(runs) else f"{v} x{n}" for v, n in sorted(verdicts.items())
+    )
+    out["complete"] = all(r["complete"] for r in runs)
+    out["base_rtt_s"] = runs[0]["base_rtt_s"]
+    out["load"] = runs[-1].get("load", "-")
+    out["runs"] = runs
+    return out
+
+
+def _spread(f: dict[str, Any], key: str, show: Callable[[float], str]) -> str:
+    """``f[key]`` shown, with the range of its runs after it when they differ."""
+    if f.get(key) is None:
+        return "-"
+    values = [r[key] for r in f.get("runs", ()) if r.get(key) is not None]
+    cell = show(f[key])
+    if len(values) > 1 and min(values) != max(values):
+        cell += f" ({show(min(values))} to {show(max(values))})"
+    return cell
 
 
 # -- the comparison ------------------------------------------------------------------------
@@ -175,14 +220,31 @@ def verdicts(sim: dict[str, Any], other: dict[str, Any]) -> dict[str, bool | Non
     return out
 
 
+def _rtts(f: dict[str, Any], key: str) -> str:
+    """A time in ms and base RTTs, the runs' range (when they differ) in base RTTs."""
+    if f.get(key) is None:
+        return "-"
+    rtt = f["base_rtt_s"]
+    cell = _seconds(f[key], rtt)
+    values = [r[key] for r in f.get("runs", ()) if r.get(key) is not None]
+    if rtt and len(values) > 1 and min(values) != max(values):
+        cell += f" ({min(values) / rtt:.1f} to {max(values) / rtt:.1f} RTT)"
+    return cell
+
+
+def _count(f: dict[str, Any], key: str) -> str:
+    return _spread(f, key, lambda v: f"{v:.0f}")
+
+
 ROWS = (
-    ("goodput / capacity", lambda f: f"{f['goodput_fraction']:.2f}", "goodput"),
-    ("EV failover p50", lambda f: _seconds(f["ev_failover_s"], f["base_rtt_s"]), "ev_failover_s"),
-    ("goodput recovery", lambda f: _seconds(f["recovery_s"], f["base_rtt_s"]), "recovery_s"),
-    ("NACKs", lambda f: f"{f['nacks']:.0f}", "nacks"),
-    ("trims", lambda f: str(f["trims"]), None),
-    ("EVs retired", lambda f: str(f["ev_retirements"]), None),
-    ("RTOs", lambda f: f"{f['rtos']:.0f}", None),
+    ("goodput / capacity", lambda f: _spread(f, "goodput_fraction", "{:.2f}".format), "goodput"),
+    ("EV failover p50", lambda f: _rtts(f, "ev_failover_s"), "ev_failover_s"),
+    ("goodput recovery", lambda f: _rtts(f, "recovery_s"), "recovery_s"),
+    ("NACKs", lambda f: _count(f, "nacks"), "nacks"),
+    ("trims", lambda f: _count(f, "trims"), None),
+    ("EVs retired", lambda f: _count(f, "ev_retirements"), None),
+    ("RTOs", lambda f: _count(f, "rtos"), None),
+    ("runs", lambda f: str(len(f.get("runs", ())) or 1), None),
     ("complete", lambda f: "yes" if f["complete"] else "no", None),
     ("fidelity", lambda f: str(f["fidelity"]), None),
     ("load average", lambda f: str(f.get("load", "-")), None),
@@ -231,6 +293,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--rate", type=float, default=10.0, help="link rate, Mb/s (10; flows scaled alike)"
     )
+    ap.add_argument(
+        "--runs", type=int, default=1, help="runs per target (the sim's seeds 1..N), pooled"
+    )
     ap.add_argument("--lock", type=Path, help="hold this file's lock for every emulated run")
     ap.add_argument("--out", type=Path, help="write the figures as JSON")
     ap.add_argument("--results", type=Path, help="keep the results folders here")
@@ -246,6 +311,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     if unknown:
         ap.error(f"unknown target or scenario {unknown[0]!r}: targets {TARGETS}, {SCENARIOS}")
+    if args.runs < 1:
+        ap.error(f"--runs {args.runs}: expected at least 1")
     if any(t != SIM_TARGET for t in targets) and os.geteuid() != 0:
         ap.error("the emulated targets boot a Mininet fabric: run as root (or --targets sim)")
     base = args.results or Path(tempfile.mkdtemp(prefix="emulation-vs-sim-"))
@@ -255,8 +322,13 @@ def main(argv: list[str] | None = None) -> int:
     def run_all(on: list[str]) -> None:
         for target in on:
             for name, scenario in chosen.items():
-                print(f"{name} on {target} ...", flush=True)
-                report[name][target] = run_one(scenario, target, base / name / target)
+                runs = []
+                for k in range(1, args.runs + 1):
+                    of = f" (run {k} of {args.runs})" if args.runs > 1 else ""
+                    print(f"{name} on {target}{of} ...", flush=True)
+                    out = base / name / target / (f"run-{k}" if args.runs > 1 else "")
+                    runs.append(run_one(scenario, target, out, seed=k))
+                    report[name][target] = pooled(runs)
                 if args.out is not None:
                     args.out.write_text(json.dumps(report, indent=2) + "\n")
 
