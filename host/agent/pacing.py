@@ -27,8 +27,11 @@ PREAMBLE_AND_GAP = 20  # bytes of preamble, start delimiter and inter-frame gap 
 #: a frame may leave this much before the wire is free (fraction of a full frame's time):
 #: an event loop wakes up late anyway, and the switch's port queue absorbs the difference
 EARLY = 0.5
-#: wire time an agent that woke up late may catch up on (full frames): frames that should
-#: have left while it was busy leave back to back, as far as this, instead of being lost
+#: wire time an agent that woke up late may catch up on (full frames): frames that waited for
+#: the wire and should have left while the agent was busy leave back to back, as far as this,
+#: instead of being lost (and so do the frames the transport hands over in the same turn, which
+#: would have waited had the loop been on time). A wire that was idle has nothing to catch up
+#: on: a frame given to it then starts when it is given, as on a NIC
 CATCH_UP = 8.0
 
 
@@ -79,8 +82,12 @@ class NicWire:
             raise ValueError(f"NIC rate {rate_bps} b/s: expected > 0")
         self.byte_time = 8.0 / rate_bps
         frame_time = (full_frame + PREAMBLE_AND_GAP) * self.byte_time
+        self.frame_time = frame_time
         self.early = EARLY * frame_time
         self.catch_up = CATCH_UP * frame_time
+        #: when release() last left the wire behind its time with nothing waiting (a late loop
+        #: that emptied a backlog): frames offered within a frame time of it catch up too
+        self.behind_at: float | None = None
         self.free_at = 0.0  #: when the wire has sent everything given to it so far
         self.waiting: deque[bytes | bytearray] = deque()  #: data frames not yet on the wire
         self.held = 0  #: data frames that had to wait (statistics)
@@ -90,7 +97,10 @@ class NicWire:
         """A frame to send at ``now``: True if it may go on the wire now (its time is taken),
         False if it waits (then :meth:`release` gives it back when its turn comes)."""
         if is_control(frame) or (not self.waiting and self.free_at <= now + self.early):
-            self._take(len(frame), now)
+            behind = self.behind_at is not None and now - self.behind_at <= self.frame_time
+            self._take(len(frame), max(self.free_at, now - self.catch_up if behind else now))
+            if self.free_at >= now:
+                self.behind_at = None
             return True
         self.waiting.append(frame)
         self.held += 1
@@ -103,16 +113,17 @@ class NicWire:
         while waiting and self.free_at <= now + self.early:
             self.lag.add(now - (self.free_at - self.early))  # its turn came at free_at - early
             frame = waiting.popleft()
-            self._take(len(frame), now)
+            # a frame that waited for a late loop resumes where it should have been, up to
+            # catch_up behind
+            self._take(len(frame), max(self.free_at, now - self.catch_up))
             out.append(frame)
+        self.behind_at = now if out and not waiting and self.free_at < now else None
         return out
 
     def next_release(self) -> float | None:
         """When :meth:`release` will have a frame to give (None: nothing waits)."""
         return self.free_at - self.early if self.waiting else None
 
-    def _take(self, nbytes: int, now: float) -> None:
-        # a wire idle since free_at starts now; one that only waited for a late loop resumes
-        # where it should have been, up to catch_up behind
-        start = self.free_at if self.free_at > now - self.catch_up else now - self.catch_up
+    def _take(self, nbytes: int, start: float) -> None:
+        """The wire sends ``nbytes`` from ``start`` on."""
         self.free_at = start + (nbytes + PREAMBLE_AND_GAP) * self.byte_time

@@ -76,6 +76,40 @@ def test_a_late_loop_catches_up_a_little() -> None:
     assert nic.free_at == pytest.approx(late - CATCH_UP * frame_time + caught_up * frame_time)
 
 
+def test_an_idle_wire_starts_when_a_frame_comes_and_keeps_the_link_rate() -> None:
+    nic = NicWire(RATE, FRAME)
+    frame_time = (FRAME + PREAMBLE_AND_GAP) * 8 / RATE
+    assert nic.offer(frame(wire.DSCP_TRIMMABLE), 0.0)
+    # the wire was idle from one frame time on: an ACK's burst three frame times later
+    # starts then, one frame at a time, not back to back on the idle time
+    now = 4 * frame_time
+    sent = [nic.offer(frame(wire.DSCP_TRIMMABLE), now) for _ in range(4)]
+    assert sent == [True, False, False, False]
+    assert nic.free_at == pytest.approx(5 * frame_time)
+    assert nic.next_release() == pytest.approx((5 - EARLY) * frame_time)
+
+
+def test_frames_handed_over_after_a_late_backlog_catch_up_too() -> None:
+    nic = NicWire(RATE, FRAME)
+    frame_time = (FRAME + PREAMBLE_AND_GAP) * 8 / RATE
+    for _ in range(4):
+        nic.offer(frame(wire.DSCP_TRIMMABLE), 0.0)
+    # the loop wakes up six frame times late: the three that waited go, and the wire is still
+    # two frame times behind; what the transport hands over in the same turn goes too
+    late = 6 * frame_time
+    assert len(nic.release(late)) == 3
+    assert nic.free_at == pytest.approx(4 * frame_time)
+    turn = late + 0.1 * frame_time
+    sent = [nic.offer(frame(wire.DSCP_TRIMMABLE), turn) for _ in range(4)]
+    assert sent == [True, True, True, False]
+    assert nic.free_at == pytest.approx(7 * frame_time)
+    # caught up: a later frame after an idle time starts when it comes
+    nic.release(nic.free_at)
+    idle = 20 * frame_time
+    assert nic.offer(frame(wire.DSCP_TRIMMABLE), idle)
+    assert nic.free_at == pytest.approx(idle + frame_time)
+
+
 def test_an_idle_wire_sends_at_once() -> None:
     nic = NicWire(RATE, FRAME)
     assert nic.offer(frame(wire.DSCP_TRIMMABLE), 5.0)
