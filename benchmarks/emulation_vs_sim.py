@@ -24,10 +24,12 @@ A run of these short scenarios is one draw: which flows a burst of trims hits fi
 which windows a quick adapt cuts, moves goodput by several hundredths from one run to the next
 (the sim's incast-8 reads 0.79 to 0.86 over seeds 1 to 8). ``--runs N`` runs every target N
 times (the sim with seeds 1 to N, the emulation N times over) and holds the means against each
-other; each cell shows the mean and, after it, the range of the runs. Emulated runs boot a Mininet fabric (root);
-the sim's runs come first, then every emulated one, under an exclusive lock on ``--lock FILE``
-when given (a shared machine's fabric lock: some five minutes on a loaded 2-core machine). ``--out F.json`` keeps the figures; ``--table F.json`` prints the table of a file
-written before.
+other; each cell shows the mean and, after it, the range of the runs.
+
+Emulated runs boot a Mininet fabric (root); the sim's runs come first, then every emulated
+one, under an exclusive lock on ``--lock FILE`` when given (a shared machine's fabric lock:
+some five minutes on a loaded 2-core machine). ``--out F.json`` keeps the figures; ``--table
+F.json`` prints the table of a file written before.
 
     .venv/bin/python benchmarks/emulation_vs_sim.py [--targets sim,model,bmv2] [--lock FILE]
         [--only failure,incast-3,incast-8] [--rate 10] [--runs 1] [--out F.json]
@@ -184,15 +186,20 @@ def pooled(runs: list[dict[str, Any]]) -> dict[str, Any]:
     return out
 
 
+def _range(f: dict[str, Any], key: str) -> tuple[float, float] | None:
+    """The lowest and highest ``key`` of a column's runs (None: one value, or none)."""
+    values = [r[key] for r in f.get("runs", ()) if r.get(key) is not None]
+    if len(values) > 1 and min(values) != max(values):
+        return min(values), max(values)
+    return None
+
+
 def _spread(f: dict[str, Any], key: str, show: Callable[[float], str]) -> str:
     """``f[key]`` shown, with the range of its runs after it when they differ."""
     if f.get(key) is None:
         return "-"
-    values = [r[key] for r in f.get("runs", ()) if r.get(key) is not None]
-    cell = show(f[key])
-    if len(values) > 1 and min(values) != max(values):
-        cell += f" ({show(min(values))} to {show(max(values))})"
-    return cell
+    span = _range(f, key)
+    return show(f[key]) + (f" ({show(span[0])} to {show(span[1])})" if span else "")
 
 
 # -- the comparison ------------------------------------------------------------------------
@@ -225,11 +232,10 @@ def _rtts(f: dict[str, Any], key: str) -> str:
     if f.get(key) is None:
         return "-"
     rtt = f["base_rtt_s"]
-    cell = _seconds(f[key], rtt)
-    values = [r[key] for r in f.get("runs", ()) if r.get(key) is not None]
-    if rtt and len(values) > 1 and min(values) != max(values):
-        cell += f" ({min(values) / rtt:.1f} to {max(values) / rtt:.1f} RTT)"
-    return cell
+    span = _range(f, key)
+    if not rtt or span is None:
+        return _seconds(f[key], rtt)
+    return _seconds(f[key], rtt) + f" ({span[0] / rtt:.1f} to {span[1] / rtt:.1f} RTT)"
 
 
 def _count(f: dict[str, Any], key: str) -> str:

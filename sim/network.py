@@ -72,8 +72,8 @@ from p4src.contract import (
 from sim.queues import PortQueue, QueuePolicy
 from sim.switch import DROP_COUNTERS, NO_ROUTE, UN, Hop, SwitchTables
 from topologies import Fabric
-from topologies.config import CONTROL_FRAME_BYTES
-from topologies.operating import HEADER_QUEUE_BYTES_FACTOR, header_queue_depth
+from topologies.config import control_queue_depth
+from topologies.operating import HEADER_QUEUE_BYTES_FACTOR
 from topologies.usid import BLOCK_BITS, USID_BITS
 
 if TYPE_CHECKING:
@@ -863,7 +863,7 @@ class SimNet(Network):
         #: the time dilation of contexts on this network: nominal rate / its links' rate
         self.dilation = self.topology.dilation
         # headers, ACKs and NACKs are small: their queue holds the reference's bytes
-        high_depth = header_queue_depth(depth, topo.link_mtu + 14, CONTROL_FRAME_BYTES)
+        high_depth = control_queue_depth(depth, topo.link_mtu)
         trim_at = (trim_threshold if trim_threshold is not None else depth // 2) if trim else None
         ecn_at = ecn_threshold if ecn_threshold is not None else max(1, depth // 4)
         if queues is not None:

@@ -20,13 +20,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from p4src.contract import ETHERNET_BYTES, largest_data_packet
+from p4src.contract import largest_data_packet
 from targets.bmv2 import Bmv2Switch, missing_tools
 from targets.model import ModelSwitch
 from targets.process import StrPath, SwitchProcess
 from topologies import Fabric
-from topologies.config import CONTROL_FRAME_BYTES
-from topologies.operating import header_queue_depth
+from topologies.config import control_queue_depth
 
 #: the switch targets a fabric is emulated on (a switch process per switch)
 SWITCH_TARGETS = ("auto", "bmv2", "model")
@@ -131,7 +130,7 @@ def fabric_switch(
     rate_bps = int(topo.link_rate_mbps * 1_000_000 * (1 + PORT_SPEEDUP)) if shaped else None
     queue_depth = queue_depth or topo.queue_depth
     mtu = mtu or topo.link_mtu
-    control_depth = header_queue_depth(queue_depth, mtu + ETHERNET_BYTES, CONTROL_FRAME_BYTES)
+    control_depth = control_queue_depth(queue_depth, mtu)
     if target == "bmv2":
         return Bmv2Switch(
             *identity,

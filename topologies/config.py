@@ -50,6 +50,7 @@ from topologies.operating import (
     bdp_packets,
     bdp_queue,
     check_profile,
+    header_queue_depth,
     unloaded_rtt,
 )
 
@@ -63,6 +64,15 @@ IFNAME_MAX = 15
 MAX_HEADER_BYTES = 14 + 40 + 8 + 4 * 16 + 8 + 12 + 16 + 4 + 24
 MAX_LINK_MTU = 9500
 CONTROL_FRAME_BYTES = 128  # an ACK, NACK or probe frame of the host stack, rounded up
+
+
+def control_queue_depth(depth: int, link_mtu: int) -> int:
+    """Packets of :data:`CONTROL_FRAME_BYTES` a port's high-priority queue holds beside a data
+    queue of ``depth`` full frames on links of ``link_mtu``: the reference's bytes
+    (:func:`topologies.operating.header_queue_depth`), on every target."""
+    return header_queue_depth(depth, link_mtu + 14, CONTROL_FRAME_BYTES)
+
+
 BASE_RTT_LINKS = 4  # links a packet crosses between racks: NIC, leaf, spine, leaf, NIC
 RACK_LINKS = 2  # links a packet crosses within a rack: NIC, leaf, NIC
 BASE_RTT_SWITCHES = 3  # switches on that path: leaf, spine, leaf
