@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import heapq
 import random
 from collections.abc import Iterable, Sequence
 from typing import Any, Protocol, TypeVar
@@ -173,6 +174,15 @@ class Context:
             self.config.hop_limit, self.config.probe_interval, routes,
         )  # fmt: skip
         self._turn = 0  # the QP that sends first from a budget (frames_to_send)
+        # What the context knows of its QPs between events, so that an event costs the QPs it
+        # touched (qp_state.entry_point), not every QP: those with frames waiting (a send queue
+        # or retransmissions), each QP's next timer, and a heap of those timers (entries whose
+        # time is no longer the QP's are dropped when they reach the top)
+        self._touched = self._shared.touched
+        self._waiting: dict[int, QueuePair] = {}
+        self._due: dict[int, float] = {}
+        self._timers: list[tuple[float, int]] = []
+        self._position: dict[int, int] | None = None  # QP number -> place in creation order
 
     # -- memory, CQs, QPs ---------------------------------------------------------------------
 
@@ -276,6 +286,8 @@ class Context:
         if remote_qpn is not None:
             qp.connect(remote_qpn)
         self._qps[qpn] = qp
+        self._position = None
+        self._touched[qpn] = qp
         for plane in sorted(self._admin_down):
             self._set_plane_states(qp, plane, EvState.DENIED, None)
         return qp
@@ -303,6 +315,10 @@ class Context:
         if qp is None:
             raise KeyError(f"QP {qpn}: no such QP on {self.host}")
         qp.ev_profile.detach(qp.ev_table)
+        self._position = None
+        self._waiting.pop(qpn, None)
+        self._due.pop(qpn, None)
+        self._touched.pop(qpn, None)
 
     @property
     def qps(self) -> list[QueuePair]:
@@ -547,27 +563,74 @@ class Context:
             now = self._protocol_time(now)
         self._now = now
         self._endpoint.departing(now)
+        self._refresh()
         shared = self._shared
         out = shared.outbox
         shared.outbox = []
-        qps: Iterable[QueuePair] = self._qps.values()
+        turn = 0
         if budget is not None and len(self._qps) > 1:
             turn = self._turn = (self._turn + 1) % len(self._qps)
+        waiting = self._waiting
+        if not waiting:
+            return out
+        qpns: list[int] = list(waiting)
+        if len(qpns) > 1:
+            # creation order, starting from the turn's place (those with nothing waiting pass)
+            place = self._places()
+            qpns.sort(key=place.__getitem__)
             if turn:
-                ordered = list(qps)
-                qps = ordered[turn:] + ordered[:turn]
-        for qp in qps:
+                cut = next((i for i, q in enumerate(qpns) if place[q] >= turn), len(qpns))
+                qpns = qpns[cut:] + qpns[:cut]
+        for qpn in qpns:
+            qp = waiting[qpn]
             if qp._send_queue or qp._retx:
                 qp.frames(now, out, budget)
+            if not (qp._send_queue or qp._retx):
+                del waiting[qpn]
         return out
+
+    def _places(self) -> dict[int, int]:
+        """Each QP's place in creation order (the order QPs are asked for frames and timers)."""
+        if self._position is None:
+            self._position = {qpn: n for n, qpn in enumerate(self._qps)}
+        return self._position
+
+    def _refresh(self) -> None:
+        """Look again at the QPs touched since the last look: frames waiting, next timer."""
+        touched = self._touched
+        if not touched:
+            return
+        qps, waiting, due, timers = self._qps, self._waiting, self._due, self._timers
+        for qpn, qp in touched.items():
+            if qps.get(qpn) is not qp:
+                continue  # destroyed
+            if qp._send_queue or qp._retx:
+                waiting[qpn] = qp
+            t = qp.next_timer()
+            if t is None:
+                due.pop(qpn, None)
+            elif due.get(qpn) != t:
+                due[qpn] = t
+                heapq.heappush(timers, (t, qpn))
+        touched.clear()
+        if len(timers) > 2 * len(due) + 64:  # stale entries: keep the heap the size of the QPs
+            self._timers = [(t, qpn) for qpn, t in due.items()]
+            heapq.heapify(self._timers)
+
+    def _first_due(self) -> float | None:
+        """The earliest of the QPs' timers (stale heap entries dropped on the way)."""
+        timers, due = self._timers, self._due
+        while timers:
+            t, qpn = timers[0]
+            if due.get(qpn) == t:
+                return t
+            heapq.heappop(timers)
+        return None
 
     def next_timer(self) -> float | None:
         """The driver time at which :meth:`handle_timer` must be called (None: no timer)."""
-        when: float | None = None
-        for qp in self._qps.values():
-            t = qp.next_timer()
-            if t is not None and (when is None or t < when):
-                when = t
+        self._refresh()
+        when = self._first_due()
         t = self._endpoint.next_timer()
         if t is not None and (when is None or t < when):
             when = t
@@ -582,8 +645,18 @@ class Context:
         if self._scale != 1.0:
             now = self._protocol_time(now)
         self._now = now
-        for qp in self._qps.values():
-            qp.handle_timer(now)
+        self._refresh()
+        timers, due = self._timers, self._due
+        ready: list[int] = []
+        while timers and timers[0][0] <= now:
+            t, qpn = heapq.heappop(timers)
+            if due.get(qpn) == t:
+                del due[qpn]  # the QP's handle_timer touches it: its next timer is asked again
+                ready.append(qpn)
+        if len(ready) > 1:
+            ready.sort(key=self._places().__getitem__)
+        for qpn in ready:
+            self._qps[qpn].handle_timer(now)
         self._endpoint.handle_timer(now)
 
     def next_event(self) -> Event | None:

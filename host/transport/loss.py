@@ -15,6 +15,7 @@ from host.transport.qp_state import (
     TLP_PACKETS,
     QpState,
     TxPacket,
+    entry_point,
 )
 
 
@@ -216,6 +217,7 @@ class LossRecovery(QpState):
             when = due if when is None else min(when, due)
         return when
 
+    @entry_point
     def handle_timer(self, now: float) -> None:
         """Delayed ACK, ACK timeout, probes."""
         if self._ack_deadline is not None and self._ack_deadline <= now:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from host.transport import wire
 from host.transport.events import EvStateChanged, PathProbeReplied, PathProbeSent, PathProbeTimedOut
 from host.transport.evs import EvFormat, EvSlot, EvState
-from host.transport.qp_state import LATE_PROBE_FACTOR, NS, QpState
+from host.transport.qp_state import LATE_PROBE_FACTOR, NS, QpState, entry_point
 
 REPLY_CACHE = 1 << 14  # STEV / UDP reply prefixes kept (one per plane and EV echoed)
 #: a QP with nothing to send probes an EV group that stays unanswered ever less often: the gap
@@ -24,6 +24,7 @@ class PathChoice(QpState):
 
     # -- public API ------------------------------------------------------------------------------
 
+    @entry_point
     def set_ev_state(self, slot: EvSlot, new: EvState, reason: str, now: float) -> None:
         """Change an EV's state, with event and statistics; schedules probing when needed."""
         old = self.ev_table.set_state(slot, new, now)
@@ -62,6 +63,7 @@ class PathChoice(QpState):
                 break
             self.set_ev_state(member, EvState.ASSUMED_BAD, reason if n == 0 else "path", now)
 
+    @entry_point
     def set_plane(self, plane: int, up: bool, reason: str, now: float) -> int:
         """A port of this host or of the peer on ``plane`` went down (every GOOD EV of the plane
         ASSUMED_BAD at once, whatever ``ev_min_active`` says: nothing can cross a port that is
@@ -91,6 +93,7 @@ class PathChoice(QpState):
                 self._stats.port_retransmits += 1
         return changed
 
+    @entry_point
     def probe(self, slot: EvSlot, now: float) -> int:
         """Send a connectionless probe on ``slot``'s path; returns the probe id."""
         probe_id = self._next_probe_id
@@ -111,9 +114,15 @@ class PathChoice(QpState):
         self._shared.events.append(PathProbeSent(self.qpn, slot.ev, probe_id, now))
         return probe_id
 
+    @entry_point
     def on_probe_reply(self, pkt: wire.ProbePacket, now: float) -> None:
         """A probe came back: reinstate its EV (and path)."""
-        found = self._probes.pop(pkt.probe_id, None) or self._late_probes.pop(pkt.probe_id, None)
+        found = self._probes.pop(pkt.probe_id, None)
+        if found is None:
+            found = self._late_probes.pop(pkt.probe_id, None)
+            # past its lateness whenever the QP's timers last ran (they prune these lazily)
+            if found is not None and found[1] + LATE_PROBE_FACTOR * self._cfg.probe_timeout <= now:
+                found = None
         if found is None:
             self._stats.drops["unknown_probe"] += 1
             return
@@ -135,6 +144,7 @@ class PathChoice(QpState):
             if self._group_of(other) == key:
                 self._late_probes[probe_id] = self._probes.pop(probe_id)
 
+    @entry_point
     def answer_probe(self, pkt: wire.ProbePacket, now: float) -> None:
         """Answer a peer's probe on the mirror path of the one it probed."""
         plane, prefix = self._reply_path(pkt.plane_hint, pkt.spine_hint, pkt.ev)

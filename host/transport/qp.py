@@ -50,7 +50,15 @@ from host.transport.evs import (
     build_slots,
 )
 from host.transport.policy import Policy
-from host.transport.qp_state import RECYCLE_MAX, RxMessage, Shared, TxMessage, TxPacket, _addr_bytes
+from host.transport.qp_state import (
+    RECYCLE_MAX,
+    RxMessage,
+    Shared,
+    TxMessage,
+    TxPacket,
+    _addr_bytes,
+    entry_point,
+)
 
 if TYPE_CHECKING:
     from topologies import Path
@@ -210,6 +218,7 @@ class QueuePair(Sender, Receiver, LossRecovery, PathChoice):
         """The config this QP runs with: its own, or its context's."""
         return self._cfg
 
+    @entry_point
     def reconfigure(self, config: StackConfig) -> None:
         """Run with ``config`` from now on; it may differ from the current one only in
         ``LIVE_FIELDS`` (timers, retry counts, windows), else :class:`ConfigError`.
@@ -267,6 +276,7 @@ class QueuePair(Sender, Receiver, LossRecovery, PathChoice):
         its format says."""
         return self._prefix(slot.path, dscp, ecn, slot.wire, slot.dst, slot.mode, slot.srh)
 
+    @entry_point
     def connect(self, remote_qpn: int, *, send_psn: int = 0, expect_psn: int = 0) -> None:
         """Bind this QP to the remote QP number (exchanged out of band).
 

@@ -20,6 +20,7 @@ from host.transport.qp_state import (
     PSN_MASK,
     QpState,
     RxMessage,
+    entry_point,
 )
 from host.transport.region import MemoryRegion, PlacementError
 
@@ -27,6 +28,7 @@ from host.transport.region import MemoryRegion, PlacementError
 class Receiver(QpState):
     """The receiver of a queue pair."""
 
+    @entry_point
     def on_data(self, pkt: wire.DataPacket, now: float) -> None:
         """Place a parsed data packet (or NACK it when trimmed) and schedule the ACK."""
         out = pkt.outer
@@ -39,6 +41,7 @@ class Receiver(QpState):
             now,
         )  # fmt: skip
 
+    @entry_point
     def on_data_fields(self, fields: wire.DataFields, now: float) -> None:
         """The receiver's data path on the fields of :func:`host.transport.wire.decode_data`."""
         (

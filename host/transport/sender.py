@@ -28,18 +28,21 @@ from host.transport.qp_state import (
     TxMessage,
     TxPacket,
     _weighted,
+    entry_point,
 )
 
 
 class Sender(QpState):
     """The sender of a queue pair."""
 
+    @entry_point
     def post_write(
         self, data: bytes | bytearray | memoryview, remote_addr: int, rkey: int, wr_id: int = 0
     ) -> int:
         """Post an RDMA WRITE of ``data`` to ``remote_addr`` (rkey ``rkey``); returns the message id."""
         return self._post(data, remote_addr, rkey, None, wr_id)
 
+    @entry_point
     def post_write_imm(
         self,
         data: bytes | bytearray | memoryview,
@@ -85,6 +88,7 @@ class Sender(QpState):
         """Messages posted and not yet completed."""
         return self._pending_messages
 
+    @entry_point
     def frames(
         self,
         now: float,
@@ -376,6 +380,7 @@ class Sender(QpState):
         self.inflight = 0
         self._stall_since = None
 
+    @entry_point
     def on_ack(self, pkt: wire.AckPacket, now: float) -> None:
         """Process a parsed ACK/SACK (see :meth:`on_ack_fields`)."""
         self.on_ack_fields(
@@ -384,6 +389,7 @@ class Sender(QpState):
             now,
         )  # fmt: skip
 
+    @entry_point
     def on_ack_fields(self, fields: wire.AckFields, now: float) -> None:
         """Free acknowledged packets, detect losses, feed congestion control."""
         _, cum_psn, sack_base, bitmap, ts_echo, ce_count, pkt_count, flags, ev = fields
@@ -521,6 +527,7 @@ class Sender(QpState):
                 self._lose(rec, "sack", now, why)
             self.cc.on_loss(nbytes=nbytes, timeout=False, now=now)
 
+    @entry_point
     def on_nack(self, pkt: wire.NackPacket, now: float) -> None:
         """A trimmed packet (retransmit at once, EV stays GOOD) or a refused one (fail the message)."""
         stats = self._stats
