@@ -12,11 +12,13 @@ hold (tail FCT within 10 %, NACKs per packet within 1.5x, shares within 0.1).
     python benchmarks/htsim_parity.py                      # every experiment
     python benchmarks/htsim_parity.py --max-hosts 128      # the ones of 128 hosts or fewer
     python benchmarks/htsim_parity.py --only "Single Connection" --out parity.json
+    python benchmarks/htsim_parity.py --min-hosts 1024 --draws 10   # fewer single-path draws
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 import time
@@ -45,6 +47,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--plan", action="append", choices=PLANS, help="one plan (repeatable)")
     ap.add_argument("--only", action="append", default=[], help="experiment name (repeatable)")
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument(
+        "--draws",
+        type=int,
+        default=parity.ECMP_DRAWS,
+        help="runs a side of an experiment whose flows take one hashed path each (-paths 1)",
+    )
     ap.add_argument("--out", type=Path, help="write the figures as JSON")
     args = ap.parse_args(argv)
     shared = shared_dir()
@@ -64,6 +72,8 @@ def main(argv: list[str] | None = None) -> int:
             if args.only and entry.name not in args.only:
                 continue
             exp = parity.from_plan(entry, shared)
+            if exp.draws > 1 and args.draws != exp.draws:
+                exp = dataclasses.replace(exp, draws=max(1, args.draws))
             if not args.min_hosts <= exp.fabric.hosts <= args.max_hosts:
                 continue
             print(f"\n== {entry.name} ({plan_name}) ==")
