@@ -13,6 +13,7 @@ hold (tail FCT within 10 %, NACKs per packet within 1.5x, shares within 0.1).
     python benchmarks/htsim_parity.py --max-hosts 128      # the ones of 128 hosts or fewer
     python benchmarks/htsim_parity.py --only "Single Connection" --out parity.json
     python benchmarks/htsim_parity.py --min-hosts 1024 --draws 10   # fewer single-path draws
+    python benchmarks/htsim_parity.py --only "Large permutation (1024 nodes)" --runs 5
 """
 
 from __future__ import annotations
@@ -53,6 +54,13 @@ def main(argv: list[str] | None = None) -> int:
         default=parity.ECMP_DRAWS,
         help="runs a side of an experiment whose flows take one hashed path each (-paths 1)",
     )
+    ap.add_argument(
+        "--runs",
+        type=int,
+        default=1,
+        help="runs a side of every other experiment (sim seeds, htsim -seed 1..N), pooled:"
+        " for counts of a few dozen (the 1,024-host permutation's NACKs) one run is one draw",
+    )
     ap.add_argument("--out", type=Path, help="write the figures as JSON")
     args = ap.parse_args(argv)
     shared = shared_dir()
@@ -74,6 +82,8 @@ def main(argv: list[str] | None = None) -> int:
             exp = parity.from_plan(entry, shared)
             if exp.draws > 1 and args.draws != exp.draws:
                 exp = dataclasses.replace(exp, draws=max(1, args.draws))
+            elif exp.draws == 1 and args.runs > 1:
+                exp = dataclasses.replace(exp, draws=args.runs)
             if not args.min_hosts <= exp.fabric.hosts <= args.max_hosts:
                 continue
             print(f"\n== {entry.name} ({plan_name}) ==")
@@ -86,16 +96,29 @@ def main(argv: list[str] | None = None) -> int:
             )
             for note in exp.notes:
                 print(f"  note: {note}")
-            if exp.draws > 1:
+            if exp.draws > 1 and exp.paths == 1:
                 print(
                     f"  {exp.draws} runs a side (sim seeds {args.seed}..{args.seed + exp.draws - 1},"
                     f" htsim -seed 1..{exp.draws}): each draws which flows share a path; the"
                     " figures are their mean tail and first FCT and their pooled counts"
                 )
+            elif exp.draws > 1:
+                print(
+                    f"  {exp.draws} runs a side (sim seeds {args.seed}..{args.seed + exp.draws - 1},"
+                    f" htsim -seed 1..{exp.draws}), pooled: mean tail and first FCT, summed counts"
+                )
             wall = time.monotonic()
             ref = parity.run_reference(exp)
             ref_wall = time.monotonic() - wall
-            key = (exp.fabric, entry.matrix, exp.end_us, exp.paths, exp.failed, exp.ack_every)
+            key = (
+                exp.fabric,
+                entry.matrix,
+                exp.end_us,
+                exp.paths,
+                exp.failed,
+                exp.ack_every,
+                exp.draws,
+            )
             if key not in sim_runs:
                 wall = time.monotonic()
                 sim_runs[key] = (parity.run_sim(exp, seed=args.seed), time.monotonic() - wall)
