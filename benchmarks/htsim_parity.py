@@ -139,7 +139,9 @@ def main(argv: list[str] | None = None) -> int:
                     print(f"  {side} tail FCT / ideal per run: {tails}")
             verdict = parity.compare(sim, ref)
             print(
-                f"  flows finished: sim {sim.finished}/{sim.flows}, htsim {ref.finished}; "
+                f"  flows finished: sim {sim.finished}/{sim.flows}"
+                + (f" ({sim.failed} failed)" if sim.failed else "")
+                + f", htsim {ref.finished}; "
                 f"wall: sim {sim_wall:.1f} s (CPU {sim.cpu_seconds or 0:.1f} s), "
                 f"htsim {ref_wall:.1f} s"
             )
@@ -169,6 +171,10 @@ def main(argv: list[str] | None = None) -> int:
                     "draws": exp.draws,
                     "sim_tails_per_draw": [d.tail_over_ideal for d in sim.draws],
                     "htsim_tails_per_draw": [d.tail_over_ideal for d in ref.draws],
+                    "flows": sim.flows,
+                    "sim_finished": sim.finished,
+                    "sim_failed": sim.failed,
+                    "htsim_finished": ref.finished,
                     "sim_wall_s": sim_wall,
                     "htsim_wall_s": ref_wall,
                 }

@@ -201,6 +201,7 @@ class Figures:
     nacks: int
     retransmits: int
     changes: dict[str, float] = field(default_factory=dict)
+    failed: int = 0  #: the sim's flows whose completion was an error (not finished)
     cpu_seconds: float | None = None
     #: the sim's only: acknowledged bytes per NSCC case (NSCC_CASES), every flow together, and
     #: the earliest time (us) any flow met each case or took its first NACK
@@ -267,8 +268,9 @@ def _run_reference(exp: Experiment, extra: list[str]) -> Figures:
     # the reference's flow completion time is its finish time less the flow's start
     starts = {(c.src, c.dst): (c.start or 0.0) * 1e6 for c in exp.matrix.connections}
     fcts = [f.finished_us - starts.get((f.src, f.dst), 0.0) for f in run.flows]
+    every = len(fcts) == len(exp.matrix.connections)
     return Figures(
-        tail_fct_us=max(fcts) if fcts else None,
+        tail_fct_us=max(fcts) if fcts and every else None,
         first_fct_us=min(fcts) if fcts else None,
         ideal_us=exp.ideal_us(),
         finished=len(fcts),
@@ -324,6 +326,7 @@ def pool(runs: Sequence[Figures]) -> Figures:
         first_fct_us=sum(firsts) / len(firsts) if firsts else None,
         ideal_us=runs[0].ideal_us,
         finished=sum(r.finished for r in runs),
+        failed=sum(r.failed for r in runs),
         flows=sum(r.flows for r in runs),
         new_packets=sum(r.new_packets for r in runs),
         nacks=sum(r.nacks for r in runs),
@@ -368,7 +371,8 @@ def _run_sim(exp: Experiment, seed: int) -> Figures:
         ideal_us=exp.ideal_us(),
         finished=len(fcts),
         flows=len(result.flows),
-        new_packets=result.packets - result.retransmits,
+        failed=sum(f.error is not None for f in result.flows),
+        new_packets=result.new_packets,
         nacks=result.nacks,
         retransmits=result.retransmits,
         changes=changes,

@@ -22,7 +22,7 @@ from host.transport.api import CompletionQueue, Context, QueuePair
 from host.transport.cc import CcProfile
 from host.transport.cc.nscc import CHANGE_CAUSES
 from host.transport.config import StackConfig
-from host.transport.events import Completion
+from host.transport.events import STATUS_OK, Completion
 from sim.network import SimNet
 
 REGION = 0x10_0000_0000
@@ -47,7 +47,10 @@ class FlowResult:
 
     connection: Connection
     started: float | None = None  #: seconds
-    finished: float | None = None  #: seconds (sender's completion)
+    finished: float | None = None  #: seconds (sender's completion, status ok)
+    #: the status of a completion in error (the flow failed, e.g. "retry_exceeded": a packet
+    #: retransmitted more than ``max_retransmits`` times): not finished
+    error: str | None = None
     changes: dict[str, float] = field(default_factory=dict)  #: NSCC window changes by cause
     #: acknowledged bytes per NSCC case, and when each case and the first NACK first came
     #: (simulated seconds): host.transport.cc.nscc.NSCC_CASES
@@ -72,6 +75,8 @@ class FlowsResult:
     cpu_seconds: float  #: CPU time of the run
     counters: dict[str, int]  #: the network's counters (trimmed, ecn_marked, drops, ...)
     packets: int = 0  #: data packets the senders sent, retransmissions included
+    new_packets: int = 0  #: of those, first transmissions (the retransmissions declared may
+    #: not all have been sent again by the end)
     nacks: int = 0  #: NACKs the senders received
     retransmits: int = 0  #: packets retransmitted (every cause)
     setup_cpu_seconds: float = 0.0  #: of ``cpu_seconds``: creating contexts, regions and QPs
@@ -91,9 +96,11 @@ class FlowsResult:
         return {
             "flows": len(self.flows),
             "finished": len(fcts),
+            "failed": sum(f.error is not None for f in self.flows),
             "fct_min_us": min(fcts) * 1e6 if fcts else None,
             "fct_max_us": max(fcts) * 1e6 if fcts else None,
             "packets": self.packets,
+            "new_packets": self.new_packets,
             "nacks": self.nacks,
             "retransmits": self.retransmits,
             "changes": changes,
@@ -195,8 +202,11 @@ def run_flows(
                 n = pending.pop((host, completion.qpn), -1) if _is_send(completion) else -1
                 if n < 0:
                     continue
-                flows[n].finished = completion.time
                 remaining -= 1
+                if completion.status != STATUS_OK:
+                    flows[n].error = completion.status
+                    continue
+                flows[n].finished = completion.time
                 fired = connections[n].send_done_trigger
                 if fired is not None and barriers and fired in barriers:
                     activations[fired] = activations.get(fired, 0) + 1
@@ -218,6 +228,7 @@ def run_flows(
         cpu_seconds=time.process_time() - cpu,
         counters=dict(net.counters),
         packets=sum(int(s["data_packets_sent"]) for s in stats),
+        new_packets=sum(int(s["new_data_packets_sent"]) for s in stats),
         nacks=sum(int(s["nacks_received"]) for s in stats),
         retransmits=sum(sum(s["retransmits"].values()) for s in stats),
         setup_cpu_seconds=setup,

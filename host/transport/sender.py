@@ -297,6 +297,7 @@ class Sender(QpState):
         if sent:
             stats = self._stats
             stats.data_packets_sent += sent
+            stats.new_data_packets_sent += sent
             stats.packets_sent += sent
             stats.bytes_sent += sent_bytes
             self.cc.on_packet_sent(nbytes=payload_bytes, now=now)

@@ -31,6 +31,7 @@ class Stats:
         self.packets_received = 0
         self.bytes_received = 0
         self.data_packets_sent = 0
+        self.new_data_packets_sent = 0  # of those, first transmissions (a PSN given out)
         self.data_packets_received = 0
         self.payload_bytes_placed = 0
         self.acks_sent = 0

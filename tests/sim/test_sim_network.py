@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import time
-
 import pytest
 
 from sim.fabric import leaf_spine
@@ -55,13 +53,34 @@ def test_a_single_flow_runs_at_line_rate() -> None:
     assert result.nacks == 0
 
 
-def test_mrc_scale_fabric_builds_fast() -> None:
+def test_mrc_scale_fabric_builds() -> None:
+    # how fast: benchmarks/sim_speed.py reports the set-up's CPU time
     spec = leaf_spine(1024, planes=8, spines_per_plane=32, rate_gbps=800)
-    start = time.process_time()
     net = SimNet.build(spec)
-    assert time.process_time() - start < 10
     assert len(net.fabric.hosts) == 1024
     assert len(net.fabric.paths("h0", "h1023")) == 8 * 32
+
+
+def test_a_flow_whose_message_fails_is_not_finished() -> None:
+    # the sender's only NIC is down for the whole run: its ACK timeouts run out (retry
+    # counters of mrc.h) and the WRITE completes in error, which is not a finished flow
+    from host.transport.config import StackConfig
+
+    spec = leaf_spine(16)
+    net = SimNet.build(spec)
+    net.fail_nic("h0", 0, 0.0)
+    config = StackConfig(mtu=spec.mtu, retry_linear_cnt=1, retry_exp_cnt=1)
+    conns = [Connection(0, 13, 100_000), Connection(1, 13, 100_000)]
+    result = run_flows(net, conns, cc=spec.nscc_profile(), config=config, until=5e-3)
+    failed, done = result.flows
+    assert failed.error == "retry_exceeded" and failed.finished is None and failed.fct is None
+    assert done.error is None and done.fct is not None
+    summary = result.summary()
+    assert summary["finished"] == 1 and summary["failed"] == 1
+    # first transmissions: every packet of both flows once, whatever was sent again
+    packets = -(-100_000 // spec.mtu)
+    assert result.new_packets == 2 * packets
+    assert result.packets > result.new_packets
 
 
 def test_faults_a_scenario_applies() -> None:
