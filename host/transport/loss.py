@@ -41,6 +41,12 @@ class LossRecovery(QpState):
         the paths left rather than one ACK timeout per packet."""
         if not self.policy.failover or rec.slot.state is not EvState.GOOD:
             return
+        if self._last_hop_trim >= rec.sent:
+            # the receiver's own leaf trimmed this QP's packets while ``rec`` was in flight: it
+            # is congested (an incast), every path crosses it, and a packet lost there (a
+            # trimmed header its high-priority queue could not hold) says nothing of the path
+            self._stats.last_hop_losses += 1
+            return
         self._retire(rec.slot, reason, now)
         if rec.slot.state is EvState.GOOD:
             return
@@ -237,7 +243,9 @@ class LossRecovery(QpState):
                 nbytes = 0
                 for rec in lost:
                     nbytes += rec.length
-                    self._lose(rec, "rto", now)
+                    # once: an earlier one's retired EV may have taken it along (_path_failed)
+                    if rec.in_net:
+                        self._lose(rec, "rto", now)
                 self.cc.on_loss(nbytes=nbytes, timeout=True, now=now)
                 self._stats.rtos += 1
                 cfg = self._cfg

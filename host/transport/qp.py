@@ -32,6 +32,7 @@ timers and limits of a running QP.
 from __future__ import annotations
 
 import collections
+import math
 import random
 import zlib
 from collections.abc import Sequence
@@ -187,6 +188,7 @@ class QueuePair(Sender, Receiver, LossRecovery, PathChoice):
         self._backoff = 0
         self._timeouts = 0
         self._stall_since: float | None = None
+        self._last_hop_trim = -math.inf  # when a NACK last said the receiver's leaf trimmed
         self._pending_messages = 0
         # RTT estimate (RFC 6298) for the adaptive ACK timeout and the tail-loss probe
         self._srtt: float | None = None

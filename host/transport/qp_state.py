@@ -247,6 +247,7 @@ class QpState:
     _backoff: int
     _timeouts: int  # ACK timeouts in a row (since data was last acknowledged)
     _stall_since: float | None  # since when work waits with no GOOD EV to go on (None: not)
+    _last_hop_trim: float  # when a NACK last said the receiver's own leaf trimmed a packet
     _pending_messages: int
     _srtt: float | None
     _rttvar: float

@@ -554,6 +554,7 @@ class Sender(QpState):
         last_hop = bool(pkt.flags & wire.FLAG_LAST_HOP)
         if last_hop:
             stats.last_hop_trims_seen += 1
+            self._last_hop_trim = now
         elif self._steer:
             self._path_congested(rec.slot, self._srtt, now)
         self._lose(rec, "nack", now)

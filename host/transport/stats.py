@@ -41,6 +41,7 @@ class Stats:
         self.nacks_received = 0
         self.trims_seen = 0
         self.last_hop_trims_seen = 0  # NACKs of packets trimmed by the receiver's own leaf
+        self.last_hop_losses = 0  # losses not held against their path: the leaf was trimming
         self.ecn_marked_seen = 0
         self.rtos = 0
         self.tail_loss_probes = 0  # packets re-sent by tail-loss probes

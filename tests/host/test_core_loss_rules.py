@@ -29,7 +29,7 @@ def sack(qp: Any, psns: list[int], sent_at: float) -> bytearray:
         bitmap |= 1 << psn
     ts = int(sent_at * 1e9) & 0xFFFFFFFF
     ev = qp.ev_table.slots[0].wire
-    return wire.encode_ack(reply, qp.qpn, 0, 0, 0, 0, ev, ts, 0, 0, bitmap, 0, len(psns))
+    return wire.encode_ack(bytes(reply), qp.qpn, 0, 0, 0, 0, ev, ts, 0, 0, bitmap, 0, len(psns))
 
 
 def test_one_overtaking_packet_of_the_path_is_not_a_loss_three_are(make_net: Any) -> None:
@@ -59,3 +59,44 @@ def test_one_overtaking_packet_of_the_path_is_not_a_loss_three_are(make_net: Any
     assert ctx.stats()["retransmits"]["sack"] == 0 and first.in_net
     ctx.receive_frame(0, sack(qp, [r.psn for r in same[1:SAME_PATH_REORDER]], echo), now)
     assert not first.in_net and ctx.stats()["retransmits"]["sack"] >= 1
+
+
+def _timed_out_after_nack(make_net: Any, nack_flags: int) -> dict[str, Any]:
+    """Ten packets sent; the first is NACKed with ``nack_flags``; the rest time out. The
+    sender's statistics afterwards."""
+    net = make_net()
+    ctx = net.host("h0")
+    qp = ctx.create_qp("h2", net.fabric.paths("h0", "h2"), cq=net.cqs["h0"],
+                       cc=CcProfile("fixed", {"window": 1 << 20}))  # fmt: skip
+    qp.connect(0x999)
+    qp.post_write(bytes(10 * 4096), BASE, 1)
+    assert len(ctx.frames_to_send(1.0)) == 10
+    first = qp._outstanding[0]
+    nack = wire.NackPacket(
+        None,  # type: ignore[arg-type]  # the sender reads no outer header of a NACK
+        0x60, nack_flags, first.slot.plane, first.slot.spine_hint, first.slot.wire,
+        first.ts32, first.psn, 0,
+    )  # fmt: skip
+    qp.on_nack(nack, 1.0 + 1e-4)
+    when = ctx.next_timer()
+    assert when is not None
+    ctx.handle_timer(when)  # the ACK timeout: every other packet is lost
+    stats: dict[str, Any] = ctx.stats()
+    assert stats["rtos"] == 1 and stats["retransmits"]["rto"] == 9
+    return stats
+
+
+def test_a_loss_while_the_receivers_leaf_trims_does_not_retire_the_path(make_net: Any) -> None:
+    # the receiver's own leaf trimmed this QP's packet while the others were in flight: it is
+    # congested (an incast), every path crosses it, and a packet lost there (a trimmed header
+    # its high-priority queue could not hold) says nothing of its path
+    stats = _timed_out_after_nack(make_net, wire.FLAG_TRIMMED | wire.FLAG_LAST_HOP)
+    assert stats["last_hop_losses"] == 9
+    assert not [t for t in stats["ev_transitions"] if t["new"] == "assumed_bad"]
+
+
+def test_a_loss_after_a_fabric_trim_retires_the_path(make_net: Any) -> None:
+    # a trim in the fabric is a path's congestion, not the receiver's: a loss still retires
+    stats = _timed_out_after_nack(make_net, wire.FLAG_TRIMMED)
+    assert stats["last_hop_losses"] == 0
+    assert {t["reason"] for t in stats["ev_transitions"] if t["new"] == "assumed_bad"} >= {"rto"}
