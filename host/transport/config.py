@@ -69,7 +69,8 @@ class StackConfig:
     max_backoff_exp: int = 11  #: t never grows beyond this on repeated timeouts (2.1 ms)
     retry_linear_cnt: int = 3  #: ACK timeouts at the fixed interval before backing off (max 7)
     retry_exp_cnt: int = 25  #: backed-off timeouts in a row before the QP fails (25: never)
-    max_retransmits: int = 64  #: a packet retransmitted more often fails its message
+    #: a packet lost more often fails its message (trims, answered by NACKs, do not count)
+    max_retransmits: int = 64
     reorder_threshold: int = 16  #: a packet is lost when one sent this many packets later is acked
     ack_every: int = 4  #: the receiver ACKs after this many data packets...
     ack_delay: float = 10e-9  #: ...or this long after the first unacknowledged one (seconds)

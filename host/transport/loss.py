@@ -33,6 +33,7 @@ class LossRecovery(QpState):
         self._stats.retransmits[cause] += 1
         self._probed.pop(rec.psn, None)
         if cause != "nack":
+            rec.losses += 1
             self._path_failed(rec, reason or cause, cause, now)
 
     def _path_failed(self, rec: TxPacket, reason: str, cause: str, now: float) -> None:
@@ -53,6 +54,7 @@ class LossRecovery(QpState):
         for other in list(self._outstanding.values()):
             if other.in_net and other.slot.state is not EvState.GOOD:
                 other.in_net = False
+                other.losses += 1
                 self.inflight -= other.length
                 self._retx.append(other)
                 self._stats.retransmits[cause] += 1

@@ -90,6 +90,7 @@ class PathChoice(QpState):
                 rec.in_net = False
                 self.inflight -= rec.length
                 self._retx.append(rec)
+                rec.losses += 1
                 self._stats.port_retransmits += 1
         return changed
 

@@ -144,7 +144,7 @@ class TxMessage:
 
 class TxPacket:
     __slots__ = ("psn", "msg", "offset", "length", "last", "slot", "sent", "ts32", "tsn", "retx",
-                 "in_net", "path_sn")  # fmt: skip
+                 "losses", "in_net", "path_sn")  # fmt: skip
 
     def __init__(
         self, psn: int, msg: TxMessage, offset: int, length: int, last: bool, slot: EvSlot,
@@ -159,7 +159,10 @@ class TxPacket:
         self.sent = sent
         self.ts32 = ts32
         self.tsn = tsn  #: the QP's send order of the latest copy
-        self.retx = 0
+        self.retx = 0  #: times sent again
+        #: times lost other than trimmed (timeouts, SACK and late losses, a retired EV): the
+        #: count max_retransmits bounds. A trim NACK proves the peer alive and its path up
+        self.losses = 0
         self.in_net = True
         #: the send order of the latest copy among the packets of its path (``PathLoad.sent``)
         self.path_sn = slot.load.sent

@@ -128,8 +128,8 @@ class Sender(QpState):
                 return
             retx.popleft()
             rec.retx += 1
-            if rec.retx > self._cfg.max_retransmits:
-                self._fail(f"packet PSN {rec.psn} retransmitted {rec.retx - 1} times", now)
+            if rec.losses > self._cfg.max_retransmits:
+                self._fail(f"packet PSN {rec.psn} lost {rec.losses} times (trims not counted)", now)
                 return
             del outstanding[rec.psn]
             outstanding[rec.psn] = rec

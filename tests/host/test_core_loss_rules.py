@@ -100,3 +100,32 @@ def test_a_loss_after_a_fabric_trim_retires_the_path(make_net: Any) -> None:
     stats = _timed_out_after_nack(make_net, wire.FLAG_TRIMMED)
     assert stats["last_hop_losses"] == 0
     assert {t["reason"] for t in stats["ev_transitions"] if t["new"] == "assumed_bad"} >= {"rto"}
+
+
+def test_trims_do_not_count_toward_the_retransmission_limit(make_net: Any) -> None:
+    # a trim NACK proves the peer alive and the path up: a packet trimmed more often than
+    # max_retransmits (a 1,023 -> 1 incast trims each some 55 times) is still resent
+    from host.transport.config import StackConfig
+
+    net = make_net(config=StackConfig(max_retransmits=2))
+    ctx = net.host("h0")
+    qp = ctx.create_qp("h2", net.fabric.paths("h0", "h2"), cq=net.cqs["h0"],
+                       cc=CcProfile("fixed", {"window": 1 << 20}))  # fmt: skip
+    qp.connect(0x999)
+    qp.post_write(bytes(4096), BASE, 1, wr_id=7)
+    now = 1.0
+    for _ in range(5):
+        assert len(ctx.frames_to_send(now)) == 1
+        rec = qp._outstanding[0]
+        nack = wire.NackPacket(
+            None,  # type: ignore[arg-type]  # the sender reads no outer header of a NACK
+            0x60, wire.FLAG_TRIMMED | wire.FLAG_LAST_HOP, rec.slot.plane, rec.slot.spine_hint,
+            rec.slot.wire, rec.ts32, rec.psn, 0,
+        )  # fmt: skip
+        now += 1e-5
+        qp.on_nack(nack, now)
+    assert len(ctx.frames_to_send(now)) == 1  # the sixth copy
+    assert qp.error is None and qp._outstanding[0].retx == 5
+    ctx.receive_frame(0, sack(qp, [0], qp._outstanding[0].sent), now + 1e-5)
+    (entry,) = net.cqs["h0"].poll()
+    assert (entry.wr_id, entry.status) == (7, "ok")
