@@ -372,6 +372,7 @@ class Network:
                         ecn_high_bytes=int(red.ecn_high_bytes * share),
                         trim=red.trim,
                         packets=red.packets,
+                        trim_bytes=red.trim_bytes,
                     )
 
     # -- event loop ------------------------------------------------------------------------------
@@ -587,11 +588,12 @@ class Network:
         self._enqueue_high(port, bounds, frame)
 
     def _enqueue_high(self, port: _Port, bounds: PortQueue, frame: bytearray) -> None:
-        if port.high_bytes + len(frame) > HEADER_QUEUE_BYTES_FACTOR * bounds.size_bytes:
+        size = _wire_len(bounds, frame)
+        if port.high_bytes + size > HEADER_QUEUE_BYTES_FACTOR * bounds.size_bytes:
             self._drop_full(port)
             return
         port.high.append(frame)
-        port.high_bytes += len(frame)
+        port.high_bytes += size
         if not port.busy:
             self._start(port)
 
@@ -602,16 +604,18 @@ class Network:
     def _start(self, port: _Port) -> None:
         if port.high:
             frame = port.high.popleft()
-            port.high_bytes -= len(frame)
+            size = _wire_len(port.red, frame)
+            port.high_bytes -= size
             port.current_low = False
         else:
             frame = port.low.popleft()  # red: counted in low_bytes until it has left
+            size = len(frame)
             port.current_low = True
         port.current = frame
         port.busy = True
         self._seq += 1
         heapq.heappush(
-            self._heap, (self.now + len(frame) * port.byte_time, self._seq, _TXDONE, port, None)
+            self._heap, (self.now + size * port.byte_time, self._seq, _TXDONE, port, None)
         )
 
     def _tx_done(self, port: _Port) -> None:
@@ -1143,6 +1147,19 @@ def _udp_offset(frame: bytearray) -> int:
     if nh == wire.IPPROTO_ROUTING and len(frame) >= off + 8:
         nh, off = frame[off], off + 8 + frame[off + 1] * 8
     return off if nh == wire.IPPROTO_UDP else -1
+
+
+_TRIMMED_DSCPS = frozenset((wire.DSCP_TRIMMED, wire.DSCP_TRIMMED_LAST_HOP))
+
+
+def _wire_len(bounds: PortQueue | None, frame: bytearray) -> int:
+    """Bytes ``frame`` takes on the wire and in a high-priority queue: its length, or for a
+    trimmed header the queue model's ``trim_bytes`` when it sets one."""
+    if bounds is None or bounds.trim_bytes is None or len(frame) < 54:
+        return len(frame)
+    if (((frame[14] & 0x0F) << 4) | (frame[15] >> 4)) >> 2 in _TRIMMED_DSCPS:
+        return bounds.trim_bytes
+    return len(frame)
 
 
 def _mrc_data_header_len(frame: bytearray) -> int:

@@ -43,10 +43,16 @@ class QueuePolicy:
     ecn_high: float = 0.8  #: ...and marks every packet above this share
     trim: bool = True  #: trim at a full queue (False: drop)
     discipline: str = "red"  #: "red" (the reference's) or "threshold" (the P4 program's)
+    #: bytes a trimmed header takes on the wire and in the high-priority queue (None: its own
+    #: length, MRC's headers: 114 bytes). The reference trims to 64 (``trim_size``); set to
+    #: compare the two at the same header cost (``htsim_parity``'s incast finding)
+    trim_bytes: int | None = None
 
     def __post_init__(self) -> None:
         if self.discipline not in DISCIPLINES:
             raise ValueError(f"queue discipline {self.discipline!r}: expected one of {DISCIPLINES}")
+        if self.trim_bytes is not None and self.trim_bytes < 1:
+            raise ValueError(f"trimmed headers of {self.trim_bytes} bytes: expected at least 1")
         if self.packets is not None and self.packets < 1:
             raise ValueError(f"queue of {self.packets} packets: expected at least 1")
         if self.bdp_factor <= 0:
@@ -75,6 +81,7 @@ class QueuePolicy:
             ecn_high_bytes=queue.ecn_high * frame_bytes,
             trim=self.trim,
             packets=queue.packets,
+            trim_bytes=self.trim_bytes,
         )
 
 
@@ -87,6 +94,7 @@ class PortQueue:
     ecn_high_bytes: int  #: RED's upper threshold (every packet marked above it)
     trim: bool  #: trim at a full queue (else drop)
     packets: int  #: capacity in full-size packets (for reports)
+    trim_bytes: int | None = None  #: QueuePolicy.trim_bytes
 
 
 __all__ = [

@@ -125,3 +125,27 @@ def test_flows_wait_for_their_trigger() -> None:
         assert chained.started is not None and first.finished and second.finished
         done = sorted([first.finished, second.finished])
         assert chained.started == done[waits_for - 1]
+
+
+def test_a_trimmed_header_takes_the_queue_models_trim_bytes() -> None:
+    # the reference trims to 64 bytes; MRC's headers are 114: QueuePolicy.trim_bytes lets the
+    # sim count a trimmed header as the reference does, and nothing else
+    from host.transport import wire
+    from sim import network
+
+    def frame(dscp: int) -> bytearray:
+        out = bytearray(114)
+        out[12:14] = b"\x86\xdd"
+        tc = dscp << 2
+        out[14] = 0x60 | tc >> 4
+        out[15] = (tc & 0x0F) << 4
+        return out
+
+    spec = leaf_spine(16)
+    ref = spec.with_(queues=QueuePolicy(trim_bytes=64)).port_queue()
+    for dscp in (wire.DSCP_TRIMMED, wire.DSCP_TRIMMED_LAST_HOP):
+        assert network._wire_len(ref, frame(dscp)) == 64
+        assert network._wire_len(spec.port_queue(), frame(dscp)) == 114
+    assert network._wire_len(ref, frame(wire.DSCP_CONTROL)) == 114
+    with pytest.raises(ValueError, match="trimmed headers of 0 bytes"):
+        QueuePolicy(trim_bytes=0)
