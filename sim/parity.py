@@ -371,7 +371,7 @@ def _run_sim(exp: Experiment, seed: int) -> Figures:
         ideal_us=exp.ideal_us(),
         finished=len(fcts),
         flows=len(result.flows),
-        failed=sum(f.error is not None for f in result.flows),
+        failed=len(result.failed),
         new_packets=result.new_packets,
         nacks=result.nacks,
         retransmits=result.retransmits,

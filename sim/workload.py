@@ -49,7 +49,7 @@ class FlowResult:
     started: float | None = None  #: seconds
     finished: float | None = None  #: seconds (sender's completion, status ok)
     #: the status of a completion in error (the flow failed, e.g. "retry_exceeded": a packet
-    #: retransmitted more than ``max_retransmits`` times): not finished
+    #: lost more than ``max_retransmits`` times): not finished
     error: str | None = None
     changes: dict[str, float] = field(default_factory=dict)  #: NSCC window changes by cause
     #: acknowledged bytes per NSCC case, and when each case and the first NACK first came
@@ -86,6 +86,11 @@ class FlowsResult:
         """The flows that completed."""
         return [f for f in self.flows if f.finished is not None]
 
+    @property
+    def failed(self) -> list[FlowResult]:
+        """The flows whose sender's completion was an error."""
+        return [f for f in self.flows if f.error is not None]
+
     def summary(self) -> dict[str, Any]:
         """Totals, JSON-ready: flows, packets, NACKs, retransmissions, changes by cause."""
         changes = dict.fromkeys(CHANGE_CAUSES, 0.0)
@@ -96,7 +101,7 @@ class FlowsResult:
         return {
             "flows": len(self.flows),
             "finished": len(fcts),
-            "failed": sum(f.error is not None for f in self.flows),
+            "failed": len(self.failed),
             "fct_min_us": min(fcts) * 1e6 if fcts else None,
             "fct_max_us": max(fcts) * 1e6 if fcts else None,
             "packets": self.packets,
