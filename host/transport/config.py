@@ -102,7 +102,9 @@ class StackConfig:
     #: a learnt base RTT never falls below this (protocol seconds; 0: no floor). The emulated
     #: targets set the fabric's unloaded RTT: their ports let a frame through at once when idle
     #: (a token bucket's burst), so an RTT measured there lacks the serialisation the real
-    #: fabric's includes, and learnt it shrinks ``max_cwnd`` to one MTU (docs/host-stack.md)
+    #: fabric's includes, and learnt it shrinks ``max_cwnd`` to one MTU (docs/host-stack.md).
+    #: It is the floor of a path between racks: a QP whose paths stay in its rack gets it in
+    #: proportion to their links (``host.transport.qp``)
     cc_base_rtt_floor: float = 0.0
     #: an ACK timeout triggers NSCC's quick adapt; False: the timed-out packets leave the
     #: window (uet-htsim rtxTimerExpired)

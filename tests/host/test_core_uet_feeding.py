@@ -21,13 +21,15 @@ from typing import Any
 import pytest
 
 from host.transport import cc, wire
+from host.transport.api import Context
 from host.transport.cc import CcProfile
 from host.transport.cc.fabric import fabric_base_rtt, fabric_cc_profile
 from host.transport.cc.nscc import Nscc, uet_defaults
 from host.transport.config import LEGACY_PROFILE, STACK_PROFILES, UET_PROFILE, StackConfig
 from host.transport.events import RetransmitTimeout
 from host.transport.evs import GeneratedEvProfile
-from topologies.config import BASE_RTT_LINKS
+from topologies import Fabric
+from topologies.config import BASE_RTT_LINKS, CONTROL_FRAME_BYTES, RACK_LINKS
 
 MTU = 4096
 BASE = 10e-6  # seconds: the configured (unloaded) base RTT of the algorithm tests
@@ -146,6 +148,37 @@ def test_a_floor_keeps_the_learnt_base_rtt_at_the_fabric_unloaded_one() -> None:
     assert floored.base_rtt == pytest.approx(BASE) and floored.max_cwnd == max_cwnd
     with pytest.raises(ValueError, match="cc_base_rtt_floor"):
         StackConfig(cc_base_rtt_floor=-1.0)
+
+
+def test_a_qp_within_a_rack_floors_its_base_rtt_at_its_own_paths_unloaded_rtt(
+    fabric: Fabric,
+) -> None:
+    """The agent's floor is the unloaded RTT between racks; a QP to a peer of its own rack
+    (two links each way, not four) is floored at the unloaded RTT of its paths, so it learns the
+    base RTT uet-htsim learns there. Its own config keeps the context's floor (a running QP's
+    config changes only its live fields)."""
+    topology = fabric.topology
+    floor = fabric_base_rtt(topology)
+    config = StackConfig(cc_base_rtt_floor=floor, dilation=topology.dilation)
+    ctx = Context("h0", fabric.host("h0").nics, config=config)
+    cq = ctx.create_cq()
+    rack_peer, other = fabric.host("h1"), fabric.host("h2")
+    assert rack_peer.rack == fabric.host("h0").rack != other.rack
+    within = ctx.create_qp("h1", fabric.paths("h0", "h1"), cq=cq)
+    between = ctx.create_qp("h2", fabric.paths("h0", "h2"), cq=cq)
+    frame = topology.link_mtu + 14
+    rack_rtt = (
+        RACK_LINKS * (frame + CONTROL_FRAME_BYTES) * 8 / (topology.link_rate_mbps * 1e6)
+        + 2 * RACK_LINKS * topology.link_delay_us / 1e6
+    ) / topology.dilation
+    assert within.cc.config.cc_base_rtt_floor == pytest.approx(rack_rtt)
+    assert between.cc.config.cc_base_rtt_floor == floor
+    for qp in (within, between):
+        qp.cc.on_rtt(rtt=rack_rtt / 2, now=0.0)  # an idle emulated port: a frame at once
+    assert isinstance(within.cc, Nscc) and isinstance(between.cc, Nscc)
+    assert within.cc.base_rtt == pytest.approx(rack_rtt)
+    assert between.cc.base_rtt == pytest.approx(floor)
+    ctx.configure_qp(within.qpn, config.with_(ack_delay=2 * config.ack_delay))  # still live
 
 
 def test_the_fabric_base_rtt_is_the_unloaded_one_learnt_on_the_network(make_net: Any) -> None:
