@@ -8,6 +8,11 @@ the figures measured, not given a wider tolerance.
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
 from sim import parity
@@ -19,6 +24,7 @@ pytestmark = pytest.mark.skipif(
     shared_dir() is None, reason="../shared/uet-htsim (htsim_uec and its files) is absent"
 )
 
+ROOT = Path(__file__).resolve().parents[2]
 FABRIC = leaf_spine(16)  # 4 leaves x 4 hosts, 4 spines, 100 Gb/s, 1 us hops, 1 BDP queues
 
 SINGLE = parity.Experiment(
@@ -65,3 +71,25 @@ def test_an_incast_steers_by_ecn_before_it_trims() -> None:
     assert sum(shares.values()) == pytest.approx(1.0)
     assert shares["ecn_below_target"] > 0 and "nack" in sim.first_us
     assert sim.steered_before_trims(), sim.first_us
+
+
+def test_the_benchmark_ends_runs_and_counts_headers_as_asked(tmp_path: Path) -> None:
+    """``--end`` ends both sides' runs there instead of at the plan's ``-end``; ``--trim-bytes``
+    sets the sim's trimmed-header size; bad values are refused naming the option."""
+    script = str(ROOT / "benchmarks" / "htsim_parity.py")
+    out = tmp_path / "parity.json"
+    run = subprocess.run(
+        [sys.executable, script, "--only", "Single Connection", "--end", "400",
+         "--trim-bytes", "64", "--out", str(out)],
+        capture_output=True, text=True, check=False, cwd=ROOT,
+    )  # fmt: skip
+    assert "both sides end at 400 us" in run.stdout, run.stdout + run.stderr
+    assert "-end 400 " in run.stdout  # the options htsim ran with
+    [row] = json.loads(out.read_text())["experiments"]
+    assert row["end_us"] == 400 and row["sim_trim_bytes"] == 64
+    assert row["sim_finished"] == row["htsim_finished"] == 1
+    for bad, words in (("--end", "expected a time"), ("--trim-bytes", "expected a byte count")):
+        refused = subprocess.run(
+            [sys.executable, script, bad, "0"], capture_output=True, text=True, check=False
+        )
+        assert refused.returncode == 2 and bad in refused.stderr and words in refused.stderr
