@@ -344,7 +344,18 @@ class DataPlane:
         timeout: float | None = None
         due: float | None = None  # when a shaped queue may next send
         while not self._stopping:
-            for fd, mask in poll(-1.0 if timeout is None else timeout):
+            events = poll(-1.0 if timeout is None else timeout)
+            if due is not None and events:
+                now = monotonic()
+                if now >= due:
+                    # a queue was due to send before the frames that woke the loop arrived:
+                    # serve it first, so that they see the depth they found on the wire (a
+                    # frame that started serialising is no longer queued), as the sim orders
+                    # its events by time
+                    self._served_late(now - due)
+                    self._transmit(now)
+                    due = None
+            for fd, mask in events:
                 port = by_fd.get(fd)
                 if port is None:
                     self._drain_wake()

@@ -3,7 +3,9 @@ and an idle switch that sleeps. Needs root; skips otherwise."""
 
 from __future__ import annotations
 
+import ipaddress
 import os
+import select
 import subprocess
 import time
 from collections.abc import Callable, Iterator
@@ -20,6 +22,8 @@ from controller.client import SwitchClient
 from controller.p4info import P4Info
 from p4src import contract
 from p4src.contract import DropReason
+from switchmodel.dataplane import DataPlane, PortConfig
+from switchmodel.tables import PipelineState, PortQos, next_hop
 from targets.lab import NetnsLab, PacketPort, free_port, netns_available
 from targets.model import ModelSwitch
 
@@ -269,3 +273,68 @@ def test_delay_line_holds_frames_for_the_latency(make_rig) -> None:  # type: ign
     # in order, and no frame was held much beyond the latency (the switch's timer slack)
     assert arrived - sent[-1] < latency + 0.5
     assert rig.client.read_counter(contract.PORT_OUT)[2][0] == 3
+
+
+class CoarseTimer:
+    """An epoll whose timeouts end late (as a timer of coarse resolution or a busy loop makes
+    them): the loop then wakes for a frame that arrived after a queue was due to send."""
+
+    LATE = 0.2  # seconds
+
+    def __init__(self, epoll: select.epoll) -> None:
+        self.epoll = epoll
+
+    def poll(self, timeout: float = -1.0) -> list[tuple[int, int]]:
+        return self.epoll.poll(timeout + self.LATE if timeout >= 0 else timeout)
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self.epoll, name)
+
+
+def test_a_frame_arriving_after_a_departure_was_due_sees_the_queue_without_it() -> None:
+    """A frame that arrives once a queued frame was due to leave sees the queue without that
+    frame, even when the loop wakes for both at once (a late timer): the due departure is
+    served first, as the sim orders its events by time. With a trim threshold of one packet,
+    the frame that arrives after the waiting one fell due must not be trimmed."""
+    lab = NetnsLab()
+    netns = lab.add_netns(f"smdue{os.getpid() % 10000}")
+    ports: list[PacketPort] = []
+    plane: DataPlane | None = None
+    try:
+        for n in (1, 2):
+            lab.add_veth(f"{netns}{n}s", f"{netns}{n}h", b_netns=netns)
+        ports = [PacketPort(f"{netns}{n}h", netns, rcvbuf=1 << 20) for n in (1, 2)]
+        rate = 100_000
+        plane = DataPlane({1: PortConfig(1, f"{netns}1s"),
+                           2: PortConfig(2, f"{netns}2s", rate_bps=rate)})  # fmt: skip
+        state = PipelineState()
+        route = ipaddress.IPv6Network("fcbb:bb00:1c02::/48")
+        state.ipv6_lpm.insert(
+            int(route.network_address), route.prefixlen,
+            next_hop(2, bytes.fromhex(OUT_SMAC.replace(":", "")),
+                     bytes.fromhex(OUT_DMAC.replace(":", ""))),
+        )  # fmt: skip
+        state.port_qos.entries[2] = PortQos.fixed(trim_threshold=1, ecn_threshold=100)
+        plane.state = state
+        plane.open()
+        plane._epoll = CoarseTimer(plane._epoll)  # type: ignore[assignment]
+        plane.start()
+        inbound, outbound = ports
+        frame = mrc_frame(DST, dscp=contract.Dscp.TRIMMABLE, payload=bytes(1000))
+        frame_time = (len(frame) - 14) * 8 / rate  # about 88 ms
+        for _ in range(3):  # two leave at once (the bucket holds a frame and a half), one waits
+            inbound.send(frame)
+        eventually(lambda: state.port_arrivals[2] == 1, "the third frame to wait in the queue")
+        # the waiting frame falls due within one frame time; the loop's timer wakes it 0.2 s late
+        time.sleep(1.5 * frame_time)
+        inbound.send(frame)  # arrives after the waiting frame was due to leave
+        arrivals = [f for _, f in outbound.recv_all(quiet=4 * frame_time)]
+    finally:
+        if plane is not None:
+            plane.stop()
+        for port in ports:
+            port.close()
+        lab.cleanup()
+    assert len(arrivals) == 4
+    assert [IPv6(f[14:]).tc >> 2 for f in arrivals] == [contract.Dscp.TRIMMABLE] * 4
+    assert state.counters.trimmed.packets[2] == 0
