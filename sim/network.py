@@ -503,7 +503,7 @@ class Network:
         # data_depth: the program's port_qdepth + port_arrivals (data packets queued, not yet
         # dequeued); else every packet the port holds
         depth = len(port.low) if self.data_depth else len(port.high) + len(port.low) + port.busy
-        tc = ((frame[14] & 0x0F) << 4) | (frame[15] >> 4) if len(frame) >= 54 else 0
+        tc = _traffic_class(frame)
         dscp, ecn = tc >> 2, tc & 3
         # the program's priority: control and trimmed headers high (trimmed here or by an
         # earlier switch), the rest to the data queue
@@ -561,7 +561,7 @@ class Network:
         """The reference's composite queue: trim only at a full data queue (the arriving packet
         or the newest queued one, a coin flip), headers and control at high priority."""
         size = len(frame)
-        dscp = (((frame[14] & 0x0F) << 4) | (frame[15] >> 4)) >> 2 if size >= 54 else 0
+        dscp = _traffic_class(frame) >> 2
         if dscp not in HIGH_PRIORITY_DSCPS:
             if port.low_bytes + size <= bounds.size_bytes or self._rng.random() < 0.5:
                 if port.low_bytes + size > bounds.size_bytes:
@@ -1152,12 +1152,18 @@ def _udp_offset(frame: bytearray) -> int:
 _TRIMMED_DSCPS = frozenset((wire.DSCP_TRIMMED, wire.DSCP_TRIMMED_LAST_HOP))
 
 
+def _traffic_class(frame: bytearray) -> int:
+    """The IPv6 traffic class of ``frame`` (DSCP << 2 | ECN); 0 for a frame too short to hold an
+    IPv6 header."""
+    return ((frame[14] & 0x0F) << 4) | (frame[15] >> 4) if len(frame) >= 54 else 0
+
+
 def _wire_len(bounds: PortQueue | None, frame: bytearray) -> int:
     """Bytes ``frame`` takes on the wire and in a high-priority queue: its length, or for a
     trimmed header the queue model's ``trim_bytes`` when it sets one."""
-    if bounds is None or bounds.trim_bytes is None or len(frame) < 54:
+    if bounds is None or bounds.trim_bytes is None:
         return len(frame)
-    if (((frame[14] & 0x0F) << 4) | (frame[15] >> 4)) >> 2 in _TRIMMED_DSCPS:
+    if _traffic_class(frame) >> 2 in _TRIMMED_DSCPS:
         return bounds.trim_bytes
     return len(frame)
 

@@ -78,6 +78,13 @@ RACK_LINKS = 2  # links a packet crosses within a rack: NIC, leaf, NIC
 BASE_RTT_SWITCHES = 3  # switches on that path: leaf, spine, leaf
 
 
+def path_rtt(base_rtt: float, links: int) -> float:
+    """The unloaded RTT of a path of ``links`` links each way, given ``base_rtt``, the one
+    between racks (:data:`BASE_RTT_LINKS`): every link adds the same to it, a frame and its
+    ACK serialised and its delay both ways (:attr:`Topology.base_rtt`)."""
+    return base_rtt * links / BASE_RTT_LINKS
+
+
 class FieldError(ValueError):
     """A file or value with a field at fault: names the file, the field, the value and what
     was expected. ``field`` is ``<file>``, ``<yaml>`` or ``<top>`` for the file as a whole."""
@@ -434,6 +441,7 @@ __all__ = [
     "TopologyError",
     "load_topology",
     "parse_topology",
+    "path_rtt",
     "read_yaml_file",
     "shipped_topologies",
     "shipped_topology",

@@ -180,6 +180,12 @@ class Path:
     hops: tuple[Hop, ...]
 
     @property
+    def links(self) -> int:
+        """Links the path crosses each way: :data:`RACK_LINKS` within a rack, else
+        :data:`BASE_RTT_LINKS`."""
+        return RACK_LINKS if self.spine is None else BASE_RTT_LINKS
+
+    @property
     def label(self) -> str:
         """Short name such as ``p1-s0`` (plane 1, spine 0) or ``p1`` within a rack."""
         return f"p{self.plane}" if self.spine is None else f"p{self.plane}-s{self.spine}"

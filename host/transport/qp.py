@@ -60,7 +60,7 @@ from host.transport.qp_state import (
     _addr_bytes,
     entry_point,
 )
-from topologies.config import BASE_RTT_LINKS
+from topologies.config import BASE_RTT_LINKS, path_rtt
 
 if TYPE_CHECKING:
     from topologies import Path
@@ -333,17 +333,15 @@ class QueuePair(Sender, Receiver, LossRecovery, PathChoice):
 
 def _cc_config(cfg: StackConfig, paths: Sequence[Path]) -> StackConfig:
     """The config of a QP's congestion control: ``cfg``, with ``cc_base_rtt_floor`` (the
-    unloaded RTT between racks, ``BASE_RTT_LINKS`` links each way) brought down to the unloaded
-    RTT of the QP's own paths when they are all shorter (a peer in the same rack,
-    ``RACK_LINKS``). Every link of a path adds the same to its unloaded RTT (a frame and an ACK
-    serialised, its delay both ways: ``topologies.Topology.base_rtt``), so the floor goes with
-    the links. Without this a flow within a rack learnt no base RTT below the one between racks,
-    saw its delay 4.7 us short on the emulated fabrics and took more than its share of an
-    incast (docs/validation.md, "The emulation beside the sim")."""
+    unloaded RTT between racks) brought down to the unloaded RTT of the QP's own paths when they
+    are all shorter (a peer in the same rack: ``topologies.config.path_rtt``). Without this a
+    flow within a rack learnt no base RTT below the one between racks, saw its delay 4.7 us
+    short on the emulated fabrics and took more than its share of an incast
+    (docs/validation.md, "The emulation beside the sim")."""
     floor = cfg.cc_base_rtt_floor
     if not floor or not paths:
         return cfg
-    links = max(len(path.hops) + 1 for path in paths)
+    links = max(path.links for path in paths)
     if links >= BASE_RTT_LINKS:
         return cfg
-    return cfg.with_(cc_base_rtt_floor=floor * links / BASE_RTT_LINKS)
+    return cfg.with_(cc_base_rtt_floor=path_rtt(floor, links))

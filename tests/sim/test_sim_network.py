@@ -130,16 +130,13 @@ def test_flows_wait_for_their_trigger() -> None:
 def test_a_trimmed_header_takes_the_queue_models_trim_bytes() -> None:
     # the reference trims to 64 bytes; MRC's headers are 114: QueuePolicy.trim_bytes lets the
     # sim count a trimmed header as the reference does, and nothing else
+    from dataplane.packets import mrc_frame
+
     from host.transport import wire
     from sim import network
 
     def frame(dscp: int) -> bytearray:
-        out = bytearray(114)
-        out[12:14] = b"\x86\xdd"
-        tc = dscp << 2
-        out[14] = 0x60 | tc >> 4
-        out[15] = (tc & 0x0F) << 4
-        return out
+        return bytearray(mrc_frame("fcbb:bb00:1c02::", dscp=dscp, payload=b""))  # 114 bytes
 
     spec = leaf_spine(16)
     ref = spec.with_(queues=QueuePolicy(trim_bytes=64)).port_queue()
