@@ -61,12 +61,16 @@ class LossRecovery(QpState):
 
     def _late_bound(self, load: PathLoad) -> float:
         """How long a packet of ``load``'s path may stay unacknowledged before it is late:
-        ``LATE_FACTOR`` x (srtt + 4 rttvar) of its path, of the QP while the path has no RTT
-        sample yet (0 without any sample: every packet is late)."""
+        ``LATE_FACTOR`` x (srtt + 4 rttvar) of its path. While the path has no RTT sample
+        of its own, the other paths' RTTs say nothing of its queue (a slower link, a deeper
+        queue): at least the QP's ACK timeout before backoff (a testbed choice,
+        docs/host-stack.md; 0 without any sample at all: every packet is late)."""
         if load.srtt:
             return LATE_FACTOR * (load.srtt + 4.0 * load.rttvar)
         srtt = self._srtt
-        return LATE_FACTOR * (srtt + 4.0 * self._rttvar) if srtt else 0.0
+        if not srtt:
+            return 0.0
+        return max(LATE_FACTOR * (srtt + 4.0 * self._rttvar), self._base_timeout())
 
     def _repaired_by_probe(self, freed: list[TxPacket], ts_echo: int, now: float) -> None:
         """Packets acknowledged by the ACK of their tail-loss probe's copy (it echoes the
