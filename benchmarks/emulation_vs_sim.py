@@ -24,7 +24,9 @@ A run of these short scenarios is one draw: which flows a burst of trims hits fi
 which windows a quick adapt cuts, moves goodput by several hundredths from one run to the next
 (the sim's incast-8 reads 0.79 to 0.86 over seeds 1 to 8). ``--runs N`` runs every target N
 times (the sim with seeds 1 to N, the emulation N times over) and holds the means against each
-other; each cell shows the mean and, after it, the range of the runs.
+other; each cell shows the mean and, after it, the range of the runs. The sim starts a
+workload's flows at one instant, a phase no emulated run has; ``--stagger F`` starts them F
+frame times apart on every target (docs/validation.md has what it moves).
 
 Emulated runs boot a Mininet fabric (root); the sim's runs come first, then every emulated
 one, under an exclusive lock on ``--lock FILE`` when given (a shared machine's fabric lock:
@@ -32,7 +34,7 @@ some five minutes on a loaded 2-core machine). ``--out F.json`` keeps the figure
 F.json`` prints the table of a file written before.
 
     .venv/bin/python benchmarks/emulation_vs_sim.py [--targets sim,model,bmv2] [--lock FILE]
-        [--only failure,incast-3,incast-8] [--rate 10] [--runs 1] [--out F.json]
+        [--only failure,incast-3,incast-8] [--rate 10] [--runs 1] [--stagger 0] [--out F.json]
 """
 
 from __future__ import annotations
@@ -107,12 +109,43 @@ def incast_scenario(senders: int, rate: float) -> Scenario:
     )
 
 
-def scenarios(rate: float) -> dict[str, Scenario]:
-    """The benchmark's scenarios by name."""
+def staggered(scenario: Scenario, frames: float) -> Scenario:
+    """``scenario`` with its flows' starts ``frames`` full-size frame times apart: the k-th
+    flow of a workload (k from 0, in the workload's order) starts k x ``frames`` frame times
+    after the workload. Each flow becomes an incast of one sender. The sim starts every flow
+    of a workload at the same instant over links of one rate, which fixes for the whole run
+    which flow meets a full queue first (docs/validation.md); the emulated hosts never start
+    in lockstep. 0: the scenario as it is."""
+    if frames < 0:
+        raise ValueError(f"stagger {frames} frame times: expected >= 0")
+    if not frames:
+        return scenario
+    step = frames * scenario.topology.frame_time
+    workloads = []
+    for workload in scenario.workloads:
+        for k, (src, dst) in enumerate(workload.pairs):
+            workloads.append(
+                {
+                    "kind": "incast",
+                    "message_bytes": workload.message_bytes,
+                    "total_bytes": workload.total_bytes,
+                    "receiver": dst,
+                    "senders": [src],
+                    "start_s": workload.start_s + k * step,
+                }
+            )
+    return scenario.with_(workloads=workloads)
+
+
+def scenarios(rate: float, stagger: float = 0.0) -> dict[str, Scenario]:
+    """The benchmark's scenarios by name (``stagger``: :func:`staggered`'s frame times)."""
     return {
-        "failure": failure_scenario(rate),
-        "incast-3": incast_scenario(3, rate),
-        "incast-8": incast_scenario(8, rate),
+        name: staggered(scenario, stagger)
+        for name, scenario in (
+            ("failure", failure_scenario(rate)),
+            ("incast-3", incast_scenario(3, rate)),
+            ("incast-8", incast_scenario(8, rate)),
+        )
     }
 
 
@@ -302,6 +335,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument(
         "--runs", type=int, default=1, help="runs per target (the sim's seeds 1..N), pooled"
     )
+    ap.add_argument(
+        "--stagger", type=float, default=0.0,
+        help="start each scenario's flows this many frame times apart (0: together)",
+    )  # fmt: skip
     ap.add_argument("--lock", type=Path, help="hold this file's lock for every emulated run")
     ap.add_argument("--out", type=Path, help="write the figures as JSON")
     ap.add_argument("--results", type=Path, help="keep the results folders here")
@@ -319,10 +356,14 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"unknown target or scenario {unknown[0]!r}: targets {TARGETS}, {SCENARIOS}")
     if args.runs < 1:
         ap.error(f"--runs {args.runs}: expected at least 1")
+    if not args.stagger >= 0:
+        ap.error(f"--stagger {args.stagger}: expected a number of frame times >= 0")
     if any(t != SIM_TARGET for t in targets) and os.geteuid() != 0:
         ap.error("the emulated targets boot a Mininet fabric: run as root (or --targets sim)")
     base = args.results or Path(tempfile.mkdtemp(prefix="emulation-vs-sim-"))
-    chosen = {k: v for k, v in scenarios(args.rate).items() if k in args.only.split(",")}
+    chosen = {
+        k: v for k, v in scenarios(args.rate, args.stagger).items() if k in args.only.split(",")
+    }
     report: dict[str, dict[str, dict[str, Any]]] = {name: {} for name in chosen}
 
     def run_all(on: list[str]) -> None:

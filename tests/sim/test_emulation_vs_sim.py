@@ -6,11 +6,15 @@ run's figures, their means, and the table shows the mean with the runs' range af
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import statistics
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -39,3 +43,43 @@ def test_runs_are_pooled_as_means_with_their_range(tmp_path: Path) -> None:
     row = next(line for line in done.stdout.splitlines() if line.startswith("| goodput"))
     assert f"{column['goodput_fraction']:.2f}" in row
     assert "| runs | 2 |" in done.stdout
+
+
+def _benchmark() -> Any:
+    spec = importlib.util.spec_from_file_location(
+        "emulation_vs_sim", ROOT / "benchmarks" / "emulation_vs_sim.py"
+    )
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_stagger_starts_each_flow_a_fraction_of_a_frame_after_the_previous() -> None:
+    bench = _benchmark()
+    scenario = bench.failure_scenario(3.0)
+    assert bench.staggered(scenario, 0.0) is scenario
+    moved = bench.staggered(scenario, 0.25)
+    (workload,) = scenario.workloads
+    frame = scenario.topology.frame_time
+    # the same flows, bytes and faults; the k-th flow k quarter frames after the workload
+    assert moved.flows() == [(k, s, d) for k, (s, d) in enumerate(workload.pairs)]
+    assert [w.start_s for w in moved.workloads] == pytest.approx(
+        [workload.start_s + k * 0.25 * frame for k in range(len(workload.pairs))]
+    )
+    assert {(w.message_bytes, w.total_bytes) for w in moved.workloads} == {
+        (workload.message_bytes, workload.total_bytes)
+    }
+    assert moved.faults == scenario.faults
+    with pytest.raises(ValueError, match="stagger -1"):
+        bench.staggered(scenario, -1)
+
+
+def test_a_negative_stagger_is_refused_naming_the_option() -> None:
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "emulation_vs_sim.py"), "--targets", "sim",
+         "--stagger", "-0.5"],
+        capture_output=True, text=True, timeout=60, cwd=ROOT,
+    )  # fmt: skip
+    assert done.returncode == 2
+    assert "--stagger -0.5: expected a number of frame times >= 0" in done.stderr
