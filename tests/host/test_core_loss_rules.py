@@ -35,15 +35,21 @@ def sack(qp: Any, psns: list[int], sent_at: float, echo: Any = None) -> bytearra
     return wire.encode_ack(bytes(reply), qp.qpn, 0, 0, 0, 0, ev, ts, 0, 0, bitmap, 0, len(psns))
 
 
-def test_one_overtaking_packet_of_the_path_is_not_a_loss_three_are(make_net: Any) -> None:
+def sending(make_net: Any, packets: int) -> tuple[Any, Any]:
+    """h0's context and a QP to h2 (a fixed window of 1 MiB) that has just sent ``packets``
+    full-size packets of one message at driver time 1.0."""
     net = make_net()
     ctx = net.host("h0")
     qp = ctx.create_qp("h2", net.fabric.paths("h0", "h2"), cq=net.cqs["h0"],
                        cc=CcProfile("fixed", {"window": 1 << 20}))  # fmt: skip
     qp.connect(0x999)
-    sent_at = 1.0
-    qp.post_write(bytes(60 * 4096), BASE, 1)
-    assert len(ctx.frames_to_send(sent_at)) == 60
+    qp.post_write(bytes(packets * 4096), BASE, 1)
+    assert len(ctx.frames_to_send(1.0)) == packets
+    return ctx, qp
+
+
+def test_one_overtaking_packet_of_the_path_is_not_a_loss_three_are(make_net: Any) -> None:
+    ctx, qp = sending(make_net, 60)
     out = qp._outstanding
     first = out[0]
     path = first.slot.load
@@ -55,7 +61,7 @@ def test_one_overtaking_packet_of_the_path_is_not_a_loss_three_are(make_net: Any
     # the discriminating case: the path's next packet is SAME_PATH_REORDER or more of the QP's
     # sends later, so counting in the QP's send order would judge the first packet lost
     assert same[0].tsn - first.tsn >= SAME_PATH_REORDER
-    now = sent_at + 0.01
+    now = 1.0 + 0.01  # driver time
     # the ACK's RTT is the time it took: every packet is still younger than its path allows
     echo = first.sent
     ctx.receive_frame(0, sack(qp, [*others, same[0].psn], echo), now)
@@ -72,14 +78,8 @@ def test_a_path_not_yet_heard_from_waits_the_ack_timeout_not_the_others_rtt(
     # the other paths' RTT, the first packets on the slow spines of a fabric with 500-packet
     # queues retired those paths (5,446 of the 5,452 "late" losses of htsim's REPS,
     # large-queue, load-balancing row), which then lost every packet they held
-    net = make_net()
-    ctx = net.host("h0")
-    qp = ctx.create_qp("h2", net.fabric.paths("h0", "h2"), cq=net.cqs["h0"],
-                       cc=CcProfile("fixed", {"window": 1 << 20}))  # fmt: skip
-    qp.connect(0x999)
-    qp.post_write(bytes(60 * 4096), BASE, 1)
+    ctx, qp = sending(make_net, 60)
     dilation = ctx.dilation  # the context's clock is the driver's, the QP's protocol time
-    assert len(ctx.frames_to_send(1.0)) == 60
     out = qp._outstanding
     first = out[0]
     silent = first.slot.load
@@ -111,13 +111,7 @@ def test_a_path_not_yet_heard_from_waits_the_ack_timeout_not_the_others_rtt(
 def _timed_out_after_nack(make_net: Any, nack_flags: int) -> dict[str, Any]:
     """Ten packets sent; the first is NACKed with ``nack_flags``; the rest time out. The
     sender's statistics afterwards."""
-    net = make_net()
-    ctx = net.host("h0")
-    qp = ctx.create_qp("h2", net.fabric.paths("h0", "h2"), cq=net.cqs["h0"],
-                       cc=CcProfile("fixed", {"window": 1 << 20}))  # fmt: skip
-    qp.connect(0x999)
-    qp.post_write(bytes(10 * 4096), BASE, 1)
-    assert len(ctx.frames_to_send(1.0)) == 10
+    ctx, qp = sending(make_net, 10)
     first = qp._outstanding[0]
     nack = wire.NackPacket(
         None,  # type: ignore[arg-type]  # the sender reads no outer header of a NACK
