@@ -424,11 +424,17 @@ def describe(scenario: Scenario) -> str:
 def print_summary(
     out: Path, metrics: Mapping[str, TransportMetrics], show: Callable[[str], None]
 ) -> None:
-    """The results folder and the summary table."""
+    """The results folder and the summary table, each through ``show``."""
     from rich.table import Table
 
     from experiments.metrics import SUMMARY_COLUMNS, summary_rows
     from experiments.topo_cmd import make_console
+
+    def render(table: Table) -> None:
+        console = make_console()
+        with console.capture() as captured:
+            console.print(table)
+        show(captured.get().rstrip("\n"))
 
     files = "  ".join(p.name for p in sorted(out.iterdir()) if p.suffix in (".md", ".json", ".png"))
     show(f"results: {out}/  {files}")
@@ -437,7 +443,7 @@ def print_summary(
         table.add_column(column)
     for row in summary_rows(metrics):
         table.add_row(*row)
-    make_console().print(table)
+    render(table)
     jobs = load_jobs(out)
     if jobs:
         steps = Table(title="steps of the job")
@@ -445,7 +451,7 @@ def print_summary(
             steps.add_column(column)
         for row in job_rows(jobs):
             steps.add_row(*row)
-        make_console().print(steps)
+        render(steps)
 
 
 class _FidelityObserver(FidelitySampler, PhaseObserver):

@@ -62,10 +62,16 @@ def test_sim_is_a_target_of_run_not_a_switch_target() -> None:
         choose_target("sim")
 
 
-def test_sim_demo_writes_the_emulations_results_folder(tmp_path: Path) -> None:
+def test_sim_demo_writes_the_emulations_results_folder(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     lines: list[str] = []
     metrics = run_scenario(small_demo(), tmp_path, SIM_TARGET, show=lines.append, progress=False)
     assert files(tmp_path) == results_layout(["mrc", "single-path"]), lines
+    # everything said goes to ``show``, the summary table too (a benchmark collects it)
+    assert capsys.readouterr().out == ""
+    table = next(line for line in lines if "goodput/capacity" in line)
+    assert "single-path" in table
     run = json.loads((tmp_path / "run.json").read_text())
     assert run["operating_point"]["latency_by"] == "sim"
     mrc = metrics["mrc"]
