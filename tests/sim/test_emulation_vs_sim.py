@@ -73,6 +73,9 @@ def test_stagger_starts_each_flow_a_fraction_of_a_frame_after_the_previous() -> 
     assert moved.faults == scenario.faults
     with pytest.raises(ValueError, match="stagger -1"):
         bench.staggered(scenario, -1)
+    # the benchmark's scenarios are staggered by default
+    assert bench.scenarios(3.0)["failure"] == bench.staggered(scenario, bench.STAGGER)
+    assert bench.scenarios(3.0, 0.0)["failure"] == scenario
 
 
 def test_a_negative_stagger_is_refused_naming_the_option() -> None:
