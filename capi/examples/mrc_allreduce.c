@@ -22,8 +22,10 @@
  * of step s arrives from the left it adds the received chunk (r - s - 1) mod n to its own and
  * sends that at step s + 1. All-gather: at step n - 1 + g it sends chunk (r + 1 - g) mod n and
  * copies the received chunk (r - g) mod n into place. Completions drive the ring: a chunk goes
- * out when the previous step's immediate has arrived. Every chunk is copied into a send slot
- * of its step before it is written, so a retransmission reads what was sent.
+ * out when the previous step's immediate has arrived. The immediates may complete in any
+ * order: a step is handled once its immediate and those of every step before it have come.
+ * Every chunk is copied into a send slot of its step before it is written, so a
+ * retransmission reads what was sent.
  *
  * Rank r starts with value (r + 1) + (i mod 13) at element i, so every element must end as
  * n(n + 1)/2 + n (i mod 13): each iteration starts again from these values and checks them.
@@ -69,6 +71,7 @@ struct rank {
 	struct neighbour lnb, rnb;
 	union ibv_gid gid;
 	double deadline;
+	uint64_t early; /* steps of the next iteration whose immediate came before this one ended */
 };
 
 static void post_recv(struct rank *k)
@@ -123,27 +126,44 @@ static size_t mod(long a, int n)
 	return (size_t)(((a % n) + n) % n);
 }
 
-/* One all-reduce of k->data over the ring (iteration `iter` goes in the immediates). */
+/* One all-reduce of k->data over the ring (iteration `iter` goes in the immediates). The
+ * immediates may complete in any order (a message completes when its last packet is placed,
+ * and the packets of a transport that sprays take different paths): each step has a receive
+ * slot of its own, so a step is handled when it and every step before it have arrived. */
 static void allreduce(struct rank *k, uint32_t iter)
 {
 	int n = k->n, r = k->me, steps = 2 * (n - 1), sent = 1, received = 0, completed = 0;
+	uint64_t arrived = k->early; /* this iteration's steps whose immediate has come */
 	struct ibv_wc wc;
 
+	CHECK(steps <= 64, "%s: %d ranks: at most 33", k->name, n);
+	k->early = 0;
 	send_chunk(k, 0, mod(r, n), iter << 16);
 	while (received < steps || completed < sent) {
 		if (poll_one(k, k->scq, &wc))
 			completed++;
-		if (received == steps || !poll_one(k, k->rcq, &wc))
+		if (received < steps && !(arrived >> received & 1)) {
+			if (!poll_one(k, k->rcq, &wc))
+				continue;
+			uint32_t imm = be32toh(wc.imm_data), it = imm >> 16, step = imm & 0xffff;
+
+			CHECK(wc.opcode == IBV_WC_RECV_RDMA_WITH_IMM, "%s: completion opcode %d",
+			      k->name, wc.opcode);
+			CHECK((it == iter || it == iter + 1) && step < (uint32_t)steps &&
+				      !((it == iter ? arrived : k->early) >> step & 1) &&
+				      wc.byte_len == k->chunk * sizeof(float),
+			      "%s: waiting for step %d of iteration %u: immediate %#x, %u bytes",
+			      k->name, received, iter, imm, wc.byte_len);
+			post_recv(k);
+			if (it == iter)
+				arrived |= (uint64_t)1 << step;
+			else
+				k->early |= (uint64_t)1 << step;
+			continue;
+		}
+		if (received == steps)
 			continue;
 		int s = received;
-
-		CHECK(wc.opcode == IBV_WC_RECV_RDMA_WITH_IMM, "%s: completion opcode %d", k->name,
-		      wc.opcode);
-		CHECK(be32toh(wc.imm_data) == (iter << 16 | (uint32_t)s) &&
-			      wc.byte_len == k->chunk * sizeof(float),
-		      "%s: step %d of iteration %u: immediate %#x, %u bytes", k->name, s, iter,
-		      be32toh(wc.imm_data), wc.byte_len);
-		post_recv(k);
 		const float *in = k->rbuf + (size_t)s * k->chunk;
 
 		if (s < n - 1) { /* reduce-scatter: add the left's partial sum to ours */
