@@ -7,7 +7,8 @@ one description (:mod:`sim.parity`: fabric, traffic matrix, options) runs in ``h
 columns and their ratio for tail FCT / ideal, FCT spread (first / last), NACKs and
 retransmissions per packet and each cause's share of NSCC's window changes, with the
 published three-tier figure (``validation/*.out``) as a third column, then whether the targets
-hold (tail FCT within 10 %, NACKs per packet within 1.5x, shares within 0.1).
+hold (tail FCT within 10 %, NACKs per packet within 1.5x, shares within 0.1). A sim run
+that lasts says where it is every half minute (simulated time, flows finished, CPU time).
 
     python benchmarks/htsim_parity.py                      # every experiment
     python benchmarks/htsim_parity.py --max-hosts 128      # the ones of 128 hosts or fewer
@@ -24,6 +25,7 @@ import dataclasses
 import json
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -33,8 +35,31 @@ if str(ROOT) not in sys.path:
 
 from sim import parity  # noqa: E402
 from sim.htsim import HTSIM_COMMIT, parse_published, read_plan, shared_dir  # noqa: E402
+from sim.workload import Progress  # noqa: E402
 
 PLANS = ("validate_uec_sender", "validate_load_balancing_failed_snd")
+PROGRESS_WALL = 30.0  #: wall seconds between two progress lines of a sim run
+
+
+def progress_lines(
+    print_line: Callable[[str], None], every: float = PROGRESS_WALL
+) -> Callable[[Progress], None]:
+    """A ``progress`` for :func:`sim.parity.run_sim` that prints where the run is, at most once
+    per ``every`` wall seconds."""
+    last = time.monotonic()
+
+    def report(p: Progress) -> None:
+        nonlocal last
+        now = time.monotonic()
+        if now - last < every:
+            return
+        last = now
+        print_line(
+            f"  sim: {p.now * 1e6:,.0f} of {p.until * 1e6:,.0f} us simulated, {p.finished} of"
+            f" {p.flows} flows finished, {p.cpu_seconds:.0f} CPU s"
+        )
+
+    return report
 
 
 def _us(t: float | None) -> str:
@@ -149,7 +174,9 @@ def main(argv: list[str] | None = None) -> int:
             )
             if key not in sim_runs:
                 wall = time.monotonic()
-                sim_runs[key] = (parity.run_sim(exp, seed=args.seed), time.monotonic() - wall)
+                tell = progress_lines(lambda line: print(line, flush=True))
+                figures = parity.run_sim(exp, seed=args.seed, progress=tell)
+                sim_runs[key] = (figures, time.monotonic() - wall)
             else:
                 print("  sim: the same run as an experiment above (only the reference differs)")
             sim, sim_wall = sim_runs[key]

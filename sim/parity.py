@@ -21,7 +21,7 @@ cause's share of NSCC's window changes. :func:`compare` checks the targets: tail
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -38,7 +38,7 @@ from sim.htsim import (
 )
 from sim.network import SimNet
 from sim.queues import QueuePolicy
-from sim.workload import run_flows
+from sim.workload import Progress, run_flows
 
 #: the reference's default EVs per connection (``path_entropy_size``)
 REFERENCE_PATHS = 64
@@ -295,11 +295,14 @@ def build_sim(exp: Experiment, *, seed: int = 1) -> SimNet:
     return net
 
 
-def run_sim(exp: Experiment, *, seed: int = 1) -> Figures:
-    """The experiment on the sim (``exp.draws`` runs, seeds ``seed``.., pooled)."""
+def run_sim(
+    exp: Experiment, *, seed: int = 1, progress: Callable[[Progress], None] | None = None
+) -> Figures:
+    """The experiment on the sim (``exp.draws`` runs, seeds ``seed``.., pooled); ``progress``
+    hears of each run as :func:`sim.workload.run_flows` tells it."""
     if exp.draws > 1:
-        return pool([_run_sim(exp, seed + n) for n in range(exp.draws)])
-    return _run_sim(exp, seed)
+        return pool([_run_sim(exp, seed + n, progress) for n in range(exp.draws)])
+    return _run_sim(exp, seed, progress)
 
 
 def pool(runs: Sequence[Figures]) -> Figures:
@@ -339,7 +342,9 @@ def pool(runs: Sequence[Figures]) -> Figures:
     )
 
 
-def _run_sim(exp: Experiment, seed: int) -> Figures:
+def _run_sim(
+    exp: Experiment, seed: int, progress: Callable[[Progress], None] | None = None
+) -> Figures:
     net = build_sim(exp, seed=seed)
     ack_delay = (exp.ack_delay_us if exp.ack_delay_us is not None else 2 * exp.end_us) * 1e-6
     ev_count = exp.paths if exp.policy == "mrc" else REFERENCE_PATHS
@@ -355,6 +360,7 @@ def _run_sim(exp: Experiment, seed: int) -> Figures:
         seed=seed,
         barriers={t.id: t.count for t in exp.matrix.triggers if t.kind == "barrier"},
         policy=exp.policy,
+        progress=progress,
     )
     fcts = [f.fct * 1e6 for f in result.flows if f.fct is not None]
     changes = result.summary()["changes"]

@@ -4,7 +4,9 @@ A :class:`Connection` is one flow of a traffic matrix (htsim's ``.cm`` line: sou
 destination host indices, start time, bytes). :func:`run_flows` gives every host a transport
 context on a :class:`sim.network.SimNet`, connects one QP pair per connection, posts the WRITE
 at its start time and runs until every flow completed (or ``until``). Connections that start
-when another finishes (the matrices' triggers) start at that flow's completion.
+when another finishes (the matrices' triggers) start at that flow's completion. A caller that
+passes ``progress`` hears of the run every :data:`PROGRESS_EVERY` of simulated time (a
+:class:`Progress`); the run is the same with it or without.
 
 What comes back (:class:`FlowsResult`) is what the comparison with the reference needs: each
 flow's completion time, the packets, NACKs and retransmissions of its sender, and NSCC's
@@ -14,7 +16,7 @@ window changes by cause (:data:`host.transport.cc.nscc.CHANGE_CAUSES`).
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,6 +28,9 @@ from host.transport.events import STATUS_OK, Completion
 from sim.network import SimNet
 
 REGION = 0x10_0000_0000
+#: simulated time between two reports to ``run_flows``' ``progress`` (seconds): about a CPU
+#: second of a 1,024-host run of the sim
+PROGRESS_EVERY = 100e-6
 
 
 @dataclass(frozen=True)
@@ -39,6 +44,17 @@ class Connection:
     id: int | None = None  #: the matrix's flow id
     trigger: int | None = None  #: started when this trigger fires
     send_done_trigger: int | None = None  #: fires this trigger when the flow completes
+
+
+@dataclass(frozen=True)
+class Progress:
+    """Where a run of :func:`run_flows` is."""
+
+    now: float  #: simulated seconds
+    until: float  #: the run's end (simulated seconds), if flows are left by then
+    finished: int  #: flows completed (in error included)
+    flows: int
+    cpu_seconds: float  #: CPU time so far
 
 
 @dataclass
@@ -126,6 +142,7 @@ def run_flows(
     seed: int = 1,
     barriers: Mapping[int, int] | None = None,
     policy: str = "mrc",
+    progress: Callable[[Progress], None] | None = None,
 ) -> FlowsResult:
     """Run ``connections`` on ``net`` (see the module docstring); times in seconds. Every QP
     runs ``policy`` (:data:`host.transport.policy.POLICIES`).
@@ -200,8 +217,10 @@ def run_flows(
         if net.now >= until:
             break
         done_before = remaining
-
-        net.run(min(horizon, until), host_stop=lambda host: len(cqs[host]) > 0)
+        stop_at = min(horizon, until)
+        if progress is not None:
+            stop_at = min(stop_at, net.now + PROGRESS_EVERY)
+        net.run(stop_at, host_stop=lambda host: len(cqs[host]) > 0)
         for host, cq in cqs.items():
             for completion in cq.poll(1 << 16):
                 n = pending.pop((host, completion.qpn), -1) if _is_send(completion) else -1
@@ -219,6 +238,11 @@ def run_flows(
                         continue
                 for m in by_trigger.pop(fired, []) if fired is not None else []:
                     start(m, net.now)
+        if progress is not None:
+            cpu_now = time.process_time() - cpu
+            progress(
+                Progress(net.now, until, len(connections) - remaining, len(connections), cpu_now)
+            )
         if remaining == done_before and net.now >= until:
             break
     for qp, flow in senders:

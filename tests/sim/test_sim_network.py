@@ -2,19 +2,24 @@
 
 from __future__ import annotations
 
+import importlib.util
+import itertools
+from pathlib import Path
+
 import pytest
 
 from sim.fabric import leaf_spine
 from sim.network import SimNet
 from sim.queues import QueuePolicy
-from sim.workload import Connection, run_flows
+from sim.workload import PROGRESS_EVERY, Connection, Progress, run_flows
 
 
-def _incast(seed: int) -> dict[str, object]:
+def _incast(seed: int, progress: list[Progress] | None = None) -> dict[str, object]:
     spec = leaf_spine(16)
     net = SimNet.build(spec, seed=seed)
     conns = [Connection(i, 15, 300_000) for i in range(4)]
-    result = run_flows(net, conns, cc=spec.nscc_profile(), until=2e-3)
+    tell = progress.append if progress is not None else None
+    result = run_flows(net, conns, cc=spec.nscc_profile(), until=2e-3, progress=tell)
     return {
         "fcts": [f.fct for f in result.flows],
         "changes": [f.changes for f in result.flows],
@@ -26,6 +31,33 @@ def test_one_seed_gives_identical_runs() -> None:
     first, second = _incast(3), _incast(3)
     assert first == second
     assert all(fct is not None for fct in first["fcts"])  # type: ignore[union-attr]
+
+
+def test_a_run_that_reports_its_progress_runs_the_same() -> None:
+    heard: list[Progress] = []
+    assert _incast(3, heard) == _incast(3)
+    times = [p.now for p in heard]
+    assert times == sorted(times) and all(p.until == 2e-3 and p.flows == 4 for p in heard)
+    # no stretch of simulated time longer than the reporting interval goes unreported
+    assert times[0] <= PROGRESS_EVERY + 1e-12
+    assert max(b - a for a, b in itertools.pairwise(times)) <= PROGRESS_EVERY + 1e-12
+    assert [p.finished for p in heard] == sorted(p.finished for p in heard)
+    assert heard[-1].finished == 4
+
+
+def test_the_parity_benchmark_prints_where_a_long_run_is() -> None:
+    path = Path(__file__).resolve().parents[2] / "benchmarks" / "htsim_parity.py"
+    spec = importlib.util.spec_from_file_location("htsim_parity", path)
+    assert spec is not None and spec.loader is not None
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    lines: list[str] = []
+    tell = bench.progress_lines(lines.append, every=0.0)
+    tell(Progress(now=1.5e-3, until=0.15, finished=12, flows=1023, cpu_seconds=95.2))
+    assert lines == ["  sim: 1,500 of 150,000 us simulated, 12 of 1023 flows finished, 95 CPU s"]
+    quiet = bench.progress_lines(lines.append)  # every 30 wall seconds: not yet
+    quiet(Progress(now=1e-4, until=1e-3, finished=0, flows=4, cpu_seconds=0.1))
+    assert len(lines) == 1
 
 
 def test_queues_are_sized_as_the_reference_sizes_them() -> None:
