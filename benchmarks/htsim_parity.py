@@ -54,9 +54,10 @@ def progress_lines(
         if now - last < every:
             return
         last = now
+        run = f" (run {p.run} of {p.runs})" if p.runs > 1 else ""
         print_line(
-            f"  sim: {p.now * 1e6:,.0f} of {p.until * 1e6:,.0f} us simulated, {p.finished} of"
-            f" {p.flows} flows finished, {p.cpu_seconds:.0f} CPU s"
+            f"  sim{run}: {p.now * 1e6:,.0f} of {p.until * 1e6:,.0f} us simulated, {p.finished}"
+            f" of {p.flows} flows finished, {p.cpu_seconds:.0f} CPU s"
         )
 
     return report

@@ -20,6 +20,8 @@ cause's share of NSCC's window changes. :func:`compare` checks the targets: tail
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -301,8 +303,18 @@ def run_sim(
     """The experiment on the sim (``exp.draws`` runs, seeds ``seed``.., pooled); ``progress``
     hears of each run as :func:`sim.workload.run_flows` tells it."""
     if exp.draws > 1:
-        return pool([_run_sim(exp, seed + n, progress) for n in range(exp.draws)])
+        runs = []
+        for n in range(exp.draws):
+            tell = None
+            if progress is not None:
+                tell = functools.partial(_nth_run, progress, n + 1, exp.draws)
+            runs.append(_run_sim(exp, seed + n, tell))
+        return pool(runs)
     return _run_sim(exp, seed, progress)
+
+
+def _nth_run(progress: Callable[[Progress], None], run: int, runs: int, p: Progress) -> None:
+    progress(dataclasses.replace(p, run=run, runs=runs))
 
 
 def pool(runs: Sequence[Figures]) -> Figures:

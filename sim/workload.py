@@ -55,6 +55,8 @@ class Progress:
     finished: int  #: flows completed (in error included)
     flows: int
     cpu_seconds: float  #: CPU time so far
+    run: int = 1  #: of several runs of one experiment (:func:`sim.parity.run_sim`)
+    runs: int = 1
 
 
 @dataclass

@@ -58,6 +58,24 @@ def test_the_parity_benchmark_prints_where_a_long_run_is() -> None:
     quiet = bench.progress_lines(lines.append)  # every 30 wall seconds: not yet
     quiet(Progress(now=1e-4, until=1e-3, finished=0, flows=4, cpu_seconds=0.1))
     assert len(lines) == 1
+    tell(Progress(now=2e-4, until=2e-3, finished=5, flows=16, cpu_seconds=0.4, run=7, runs=60))
+    assert (
+        lines[1]
+        == "  sim (run 7 of 60): 200 of 2,000 us simulated, 5 of 16 flows finished, 0 CPU s"
+    )
+
+
+def test_each_run_of_a_pooled_experiment_says_which_it_is() -> None:
+    from sim import parity
+    from sim.htsim import Matrix
+
+    matrix = Matrix(16, (Connection(0, 13, 200_000), Connection(1, 13, 200_000)))
+    exp = parity.Experiment("2 -> 1", leaf_spine(16), matrix, end_us=500, draws=2)
+    heard: list[Progress] = []
+    figures = parity.run_sim(exp, progress=heard.append)
+    assert figures.finished == 4 and len(figures.draws) == 2
+    assert {(p.run, p.runs) for p in heard} == {(1, 2), (2, 2)}
+    assert [p.run for p in heard] == sorted(p.run for p in heard)
 
 
 def test_queues_are_sized_as_the_reference_sizes_them() -> None:
