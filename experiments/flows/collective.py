@@ -10,11 +10,12 @@ collective; a step ends when every rank of every collective is finished, and its
 registers one receive region per rank. In each collective every rank's
 :class:`~experiments.jobs.collectives.RankMachine` is started, and every
 :class:`~experiments.jobs.collectives.Send` it asks for becomes a ``transfer`` of one WRITE_IMM
-(``imm``) into the destination rank's region. A waiter thread per transfer (``wait``) reports
-its completion; since a WRITE_IMM completes at its sender only when every byte is acknowledged,
-that is, placed in the receiver's region after the receiver's immediate completion, the same
-report feeds the receiving rank's machine (the control socket has no stream of received
-immediates). The next messages are posted as the machines ask. Progress (placed bytes at each
+(``imm``) into the destination rank's region. As in the sim's job (:mod:`experiments.jobs.sim`)
+and in an MRC application, a rank learns of a message from its own completions: a waiter
+thread per transfer (``wait``) reports the sender's completion (every byte acknowledged) to the
+sending rank's machine, and one thread per rank (``received``) reports each WRITE_IMM its agent
+received to the receiving rank's, which may then post its next ring step before the sender has
+its ACK. The next messages are posted as the machines ask. Progress (placed bytes at each
 rank) and EV states (towards the ranks each one writes to) are sampled as for transfers, so
 ``goodput.png`` and ``ev_states.png`` show the job too. The bytes of a collective are the
 agent's pattern, not reduced values: the reduction itself is checked by
@@ -41,12 +42,23 @@ from typing import Any
 from experiments.flows.base import PhaseView
 from experiments.flows.kernel import KernelFlows, netstat
 from experiments.flows.mrc import MrcFlows
-from experiments.jobs.collectives import Collective, Job, RankMachine, Send, machines
+from experiments.jobs.collectives import (
+    Collective,
+    Job,
+    RankMachine,
+    Send,
+    machines,
+    split_imm,
+)
 from experiments.jobs.steps import add_counters, collective_record, transport_counters
 from experiments.metrics import StepRecord
 
-#: one report from a waiter thread: (sending rank, destination rank, immediate, error or None)
-Report = tuple[int, int, int, str | None]
+SENT, RECEIVED = "sent", "received"
+#: one report from a waiter thread: (SENT or RECEIVED, sending rank, destination rank,
+#: immediate, error or None)
+Report = tuple[str, int, int, int, str | None]
+#: seconds a waiter's request to its agent waits before the thread looks at the phase again
+WAIT_SLICE = 1.0
 
 
 class JobDriver(ABC):
@@ -152,25 +164,64 @@ class CollectiveFlows(JobDriver, MrcFlows):
         ranks = machines(collective, len(self.ranks), tag)
         reports: queue.Queue[Report] = queue.Queue()
         clients = [self.client(h) for h in self.ranks]
+        over = threading.Event()
         try:
+            for r, c in enumerate(clients):
+                # what each agent had received before this collective is not its business
+                since = int(c.received(since=1 << 62)["last"])
+                listener = threading.Thread(
+                    target=self._receive,
+                    args=(r, since, ranks[r].tag, reports, over),
+                    daemon=True,
+                    name=f"received{r}",
+                )
+                listener.start()
             for r, m in enumerate(ranks):
                 self._post(clients[r], r, m.start(), reports)
             while not all(m.finished for m in ranks):
                 if phase.stop.is_set():
                     return None
                 try:
-                    src, dst, imm, error = reports.get(timeout=0.5)
+                    kind, src, dst, imm, error = reports.get(timeout=0.5)
                 except queue.Empty:
                     continue
                 if error is not None:
                     phase.errors.append(f"collective {collective.kind}: {error}")
                     return None
-                self._post(clients[src], src, ranks[src].on_sent(imm), reports)
-                self._post(clients[dst], dst, ranks[dst].on_received(src, imm), reports)
+                if kind == SENT:
+                    self._post(clients[src], src, ranks[src].on_sent(imm), reports)
+                else:
+                    self._post(clients[dst], dst, ranks[dst].on_received(src, imm), reports)
             return phase.now()
         finally:
+            over.set()  # each listener ends within WAIT_SLICE; the next step need not wait
             for c in clients:
                 c.close()
+
+    def _receive(
+        self, rank: int, since: int, tag: int, reports: queue.Queue[Report], over: threading.Event
+    ) -> None:
+        """Report each WRITE_IMM of collective ``tag`` that rank ``rank``'s agent receives
+        after its ``since``-th, until the collective is over."""
+        phase = self.phase
+        host = self.ranks[rank]
+        try:
+            with self.client(host) as c:
+                while not (over.is_set() or phase.stop.is_set()):
+                    reply = c.received(since=since, timeout=WAIT_SLICE)
+                    since = int(reply["last"])
+                    for got in reply["received"]:
+                        peer, imm = got.get("peer"), int(got["imm"])
+                        if peer not in self.ranks or split_imm(imm)[0] != tag:
+                            continue  # another flow's immediate
+                        src = self.ranks.index(peer)
+                        error = None
+                        if got.get("status") != "ok":
+                            error = f"{peer} -> {host}: WRITE_IMM received {got.get('status')}"
+                        reports.put((RECEIVED, src, rank, imm, error))
+        except Exception as exc:
+            if not over.is_set():
+                reports.put((RECEIVED, rank, rank, 0, f"{host}: received: {exc}"))
 
     def _post(self, client: Any, src: int, sends: list[Send], reports: queue.Queue[Report]) -> None:
         for s in sends:
@@ -201,7 +252,7 @@ class CollectiveFlows(JobDriver, MrcFlows):
                     left = phase.scenario.duration_s - phase.now()
                     if left <= 0 or phase.stop.is_set():
                         return
-                    reply = c.wait([transfer], timeout=min(left, 1.0))
+                    reply = c.wait([transfer], timeout=min(left, WAIT_SLICE))
                     if reply.get("complete"):
                         break
             if reply.get("failed"):
@@ -209,7 +260,7 @@ class CollectiveFlows(JobDriver, MrcFlows):
                 error = f"{self.ranks[src]} -> {self.ranks[send.dst]}: {summary.get('error')}"
         except Exception as exc:
             error = f"{self.ranks[src]} -> {self.ranks[send.dst]}: {exc}"
-        reports.put((src, send.dst, send.imm, error))
+        reports.put((SENT, src, send.dst, send.imm, error))
 
     def finished(self) -> bool:
         """True when every step of the job ended (and every transfer flow completed)."""

@@ -189,7 +189,10 @@ class Agent:
         #: EV state changes (profile, EV, old, new) for the ev-events command, numbered from 1
         self.ev_events: deque[dict[str, Any]] = deque(maxlen=MAX_EVENT_LOG)
         self.ev_event_seq = 0
+        #: WRITE_IMMs received (the receiver's completions), numbered from 1, for ``received``
         self.received_imm: deque[dict[str, Any]] = deque(maxlen=MAX_EVENT_LOG)
+        self.received_seq = 0
+        self._qp_peer: dict[int, str] = {}  # local QP number -> peer host
         self.loop_wakeups = 0
         self.loop_gap = LagMeter()  # wake-ups later than the select timeout asked for
         self.timer_runs = 0
@@ -695,8 +698,11 @@ class Agent:
 
     def _on_completion(self, done: Completion) -> None:
         if isinstance(done, WriteImmReceived) or done.opcode == "recv_write_imm":
+            self.received_seq += 1
             self.received_imm.append(
                 {
+                    "seq": self.received_seq,
+                    "peer": self._peer_of(done.qpn),
                     "qpn": done.qpn,
                     "imm": done.imm,
                     "byte_len": done.byte_len,
@@ -730,6 +736,13 @@ class Agent:
                 "transfer %d to %s done: %d bytes in %.3f s",
                 transfer.id, transfer.peer, transfer.size, transfer.finished - transfer.started,
             )  # fmt: skip
+
+    def _peer_of(self, qpn: int) -> str | None:
+        peer = self._qp_peer.get(qpn)
+        if peer is None:  # QPs are re-created (ev-format): look them up again
+            self._qp_peer = {qp.qpn: name for (name, _), qp in self.qps.items()}
+            peer = self._qp_peer.get(qpn)
+        return peer
 
     def start_transfer(self, transfer: Transfer) -> None:
         """Register a transfer and post its first window of messages."""

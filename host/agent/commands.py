@@ -95,6 +95,10 @@ class AgentView(CoreDriver, Protocol):
     def set_ev_format(self, fmt: EvFormatProfile) -> EvFormatProfile: ...
     @property
     def ev_events(self) -> Sequence[Mapping[str, Any]]: ...
+    @property
+    def received_imm(self) -> Sequence[Mapping[str, Any]]: ...
+    @property
+    def received_seq(self) -> int: ...
 
 
 REGION_ALIGN = 1 << 16  # regions are placed at 64 KiB-aligned virtual addresses
@@ -121,6 +125,7 @@ class Commands:
             "ev-format": self.ev_format,
             "ev-profiles": self.ev_profiles,
             "ev-events": self.ev_events,
+            "received": self.received,
             "ep-probe": self.ep_probe,
             "verify": self.verify,
             "quit": self.quit,
@@ -236,6 +241,34 @@ class Commands:
                 "qps": users.get(pid, []),
             }
         return {"ok": True, "profiles": out}
+
+    def received(self, request: Mapping[str, Any]) -> Reply | Deferred:
+        """WRITE_IMMs received (the receiver's completions, numbered from 1) after ``since``;
+        with none yet, answers when one comes or ``timeout`` seconds pass (0: at once)."""
+        reject_unknown(request, {"since", "timeout"})
+        agent = self.agent
+        since = get_int(request, "since", low=0) or 0
+        timeout = get_float(request, "timeout", default=0.0)
+        deadline = agent.now() + timeout
+
+        def reply() -> Reply:
+            got = [dict(r) for r in agent.received_imm if int(r["seq"]) > since]
+            return {"ok": True, "received": got, "last": agent.received_seq}
+
+        if agent.received_seq > since or timeout == 0:
+            return reply()
+        deferred = Deferred()
+
+        def check(now: float) -> bool:
+            if deferred.done:
+                return True
+            if now >= deadline or agent.received_seq > since:
+                deferred.resolve(reply())
+                return True
+            return False
+
+        agent.add_waiter(check, deadline)
+        return deferred
 
     def ev_events(self, request: Mapping[str, Any]) -> Reply:
         """EV state changes (profile, EV, old and new state, why, when) numbered from 1; those

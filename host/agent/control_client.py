@@ -233,6 +233,14 @@ class ControlClient:
         """EV state changes after sequence number ``since``."""
         return self.request("ev-events", since=since)
 
+    def received(self, since: int = 0, timeout: float = 0.0) -> dict[str, Any]:
+        """WRITE_IMMs received after sequence number ``since`` (``reply["received"]``),
+        waiting up to ``timeout`` seconds for one when there is none yet."""
+        return self._request_timed(
+            {"cmd": "received", "since": since, "timeout": timeout},
+            timeout + max(self.timeout, 5.0),
+        )
+
     def quit(self) -> dict[str, Any]:
         """Ask the agent to exit."""
         return self.request("quit")

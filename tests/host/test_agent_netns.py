@@ -13,6 +13,7 @@ import random
 import shutil
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -131,9 +132,28 @@ def test_transfer_is_intact_and_uses_every_plane(net: BackToBack, fabric: Fabric
     with net.client("h0") as h0, net.client("h1") as h1:
         region = h1.register("bulk", size)
         before0, before1 = stats(h0), stats(h1)
-        started = h0.transfer(
-            "h1", region["addr"], region["rkey"], size, seed=11, message_size=1 << 18, imm=0xBEEF
-        )
+        # the receiver's stream of WRITE_IMMs: a wait that starts before the transfer answers
+        # when the immediate arrives
+        since = h1.received(since=1 << 62)["last"]
+        heard: list[dict] = []
+        with net.client("h1") as listener:
+            waiter = threading.Thread(
+                target=lambda: heard.append(listener.received(since=since, timeout=60))
+            )
+            waiter.start()
+            started = h0.transfer(
+                "h1", region["addr"], region["rkey"], size, seed=11, message_size=1 << 18,
+                imm=0xBEEF,
+            )  # fmt: skip
+            waiter.join(70)
+        [got] = heard
+        assert [(r["peer"], r["imm"], r["status"]) for r in got["received"]] == [
+            ("h0", 0xBEEF, "ok")
+        ]
+        assert got["received"][0]["seq"] == got["last"] == since + 1
+        assert h1.received(since=got["last"], timeout=0.1) == {
+            "ok": True, "received": [], "last": got["last"]
+        }  # fmt: skip
         assert started["messages"] == 12
         done = h0.wait([started["transfer"]], timeout=60)
         assert done["complete"] and not done["failed"], done
@@ -388,6 +408,9 @@ def test_control_interface_rejects_bad_requests(net: BackToBack) -> None:
         ({"cmd": "wait", "transfers": [999]}, "transfers"),
         ({"cmd": "wait", "transfers": "all"}, "transfers"),
         ({"cmd": "wait", "timeout": -1}, "timeout"),
+        ({"cmd": "received", "since": -1}, "since"),
+        ({"cmd": "received", "timeout": -2}, "timeout"),
+        ({"cmd": "received", "peer": "h1"}, "peer"),
         ({"cmd": "verify", "region": "nosuch", "seed": 1}, "region"),
         ({"cmd": "set-ev", "peer": "h1", "state": "HAPPY", "path": "p0"}, "state"),
         ({"cmd": "set-ev", "peer": "h1", "state": "DENIED", "path": "p9"}, "path"),

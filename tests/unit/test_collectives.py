@@ -4,7 +4,11 @@ the job summary, the job in a scenario and a results folder, and the sweep table
 from __future__ import annotations
 
 import json
+import threading
+import time
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
 import pytest
 
@@ -332,3 +336,92 @@ def test_kernel_rank_programs_over_loopback_tcp() -> None:
         for p in procs:
             if p.poll() is None:
                 p.kill()
+
+
+class _Agents:
+    """In-memory agents for the job driver: a WRITE_IMM arrives at once (the receiver's
+    completion); its sender's completion comes only once ``hold`` transfers were posted, so a
+    driver that waited for senders' completions to move the ring on would never get there."""
+
+    def __init__(self, hold: int) -> None:
+        self.hold = hold
+        self.lock = threading.Lock()
+        self.posted: list[tuple[str, str, int]] = []  # (src, dst, imm), in posting order
+        self.received: dict[str, list[dict[str, Any]]] = {h: [] for h in RANKS}
+        self.completed_when: int | None = None  # transfers posted at the first completion
+
+    def client(self, host: str, timeout: float = 10.0) -> _AgentClient:
+        return _AgentClient(self, host)
+
+
+class _AgentClient:
+    def __init__(self, agents: _Agents, host: str) -> None:
+        self.agents, self.host = agents, host
+
+    def __enter__(self) -> _AgentClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        pass
+
+    def transfer(self, peer: str, addr: int, rkey: int, size: int, **fields: Any) -> dict:
+        a = self.agents
+        with a.lock:
+            a.posted.append((self.host, peer, fields["imm"]))
+            got = a.received[peer]
+            got.append({"seq": len(got) + 1, "peer": self.host, "imm": fields["imm"],
+                        "status": "ok"})  # fmt: skip
+            return {"transfer": len(a.posted)}
+
+    def received(self, since: int = 0, timeout: float = 0.0) -> dict:
+        deadline = time.monotonic() + timeout
+        while True:
+            with self.agents.lock:
+                got = self.agents.received[self.host]
+                if len(got) > since or time.monotonic() >= deadline:
+                    return {"received": got[since:], "last": len(got)}
+            time.sleep(0.005)
+
+    def wait(self, transfers: list[int], timeout: float = 60.0) -> dict:
+        a = self.agents
+        with a.lock:
+            if len(a.posted) >= a.hold:
+                if a.completed_when is None:
+                    a.completed_when = len(a.posted)
+                return {"complete": True, "failed": []}
+        time.sleep(min(timeout, 0.02))
+        return {"complete": False, "failed": []}
+
+
+def test_the_agents_job_moves_the_ring_on_receive_completions() -> None:
+    """A rank posts its next ring step when its own agent received the previous one (the
+    ``received`` stream), as an MRC application does, not when the sender's WRITE_IMM
+    completed: every step of the all-reduce is posted before any sender completes."""
+    from experiments.flows.collective import CollectiveFlows
+
+    collective = Collective("all-reduce", 4 << 12)
+    steps = len(RANKS) * collective.messages(len(RANKS))
+    agents = _Agents(hold=steps)
+    t0 = time.monotonic()
+    phase = SimpleNamespace(
+        stop=threading.Event(), errors=[], now=lambda: time.monotonic() - t0,
+        scenario=SimpleNamespace(duration_s=20.0), transport=SimpleNamespace(kind="mrc"),
+    )  # fmt: skip
+    flows = object.__new__(CollectiveFlows)
+    flows.phase, flows.ranks = phase, list(RANKS)
+    flows.rank_regions = [{"addr": 0, "rkey": 1} for _ in RANKS]
+    flows.client = agents.client  # type: ignore[method-assign]
+    ended: list[float | None] = []
+    job = threading.Thread(target=lambda: ended.append(flows._collective(collective, tag=3)))
+    job.start()
+    job.join(15.0)  # a driver waiting for completions that never come: stopped, not hung
+    phase.stop.set()
+    job.join(5.0)
+    assert ended and ended[0] is not None, (ended, phase.errors)
+    assert agents.completed_when == steps and len(agents.posted) == steps
+    for r, host in enumerate(RANKS):  # each rank's steps in ring order, to its right
+        mine = [(dst, imm) for src, dst, imm in agents.posted if src == host]
+        assert mine == [(RANKS[(r + 1) % 4], imm_of(3, s)) for s in range(6)]
