@@ -20,6 +20,7 @@ from host.agent.control import (
     CoreDriver,
     Deferred,
     Reply,
+    deferred_until,
     ep_batch_reply,
     get_float,
     get_int,
@@ -257,18 +258,10 @@ class Commands:
 
         if agent.received_seq > since or timeout == 0:
             return reply()
-        deferred = Deferred()
-
-        def check(now: float) -> bool:
-            if deferred.done:
-                return True
-            if now >= deadline or agent.received_seq > since:
-                deferred.resolve(reply())
-                return True
-            return False
-
-        agent.add_waiter(check, deadline)
-        return deferred
+        return deferred_until(
+            agent, lambda now: reply() if now >= deadline or agent.received_seq > since else None,
+            deadline,
+        )  # fmt: skip
 
     def ev_events(self, request: Mapping[str, Any]) -> Reply:
         """EV state changes (profile, EV, old and new state, why, when) numbered from 1; those
