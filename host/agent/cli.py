@@ -15,6 +15,7 @@ Control a running agent (``--control PATH``, or ``--host h0`` for the default so
     mrc-host set-ev --host h0 --peer h1 --path p0 DENIED
     mrc-host ev-format --host h0 stev --fields 8 4 4
     mrc-host ev-events --host h0 --since 0
+    mrc-host received --host h1 [--since 0] [--for 5]
     mrc-host probe --host h0 --peer h1 --plane 1 0x1234 0x5678
     mrc-host verify --host h1 rx --seed 7 [--size N]
 
@@ -53,6 +54,7 @@ CLIENT_COMMANDS = (
     "ev-format",
     "ev-profiles",
     "ev-events",
+    "received",
     "probe",
     "verify",
     "quit",
@@ -282,6 +284,10 @@ def client_parser() -> argparse.ArgumentParser:
     command("ev-profiles", "EV profiles, their QPs and EV states")
     p = command("ev-events", "EV state changes (profile, EV, old, new)")
     p.add_argument("--since", type=int, default=0, help="after this sequence number")
+    p = command("received", "WRITE_IMMs this host received (immediate, peer, status)")
+    p.add_argument("--since", type=int, default=0, help="after this sequence number")
+    p.add_argument("--for", dest="wait_for", type=float, default=0.0,
+                   help="seconds to wait for one when there is none yet (default 0)")  # fmt: skip
     p = command("probe", "EV probes to a peer (mrc_ctl_ep_batch_send_wait)")
     p.add_argument("--peer", required=True)
     p.add_argument("--plane", type=int, default=0)
@@ -354,6 +360,8 @@ def run_client(argv: list[str]) -> int:
                 reply = client.request("ev-profiles")
             elif cmd == "ev-events":
                 reply = client.ev_events(args.since)
+            elif cmd == "received":
+                reply = client.received(args.since, timeout=args.wait_for)
             elif cmd == "probe":
                 requests = [
                     {"req_id": i + 1, "peer": args.peer, "plane": args.plane,

@@ -451,9 +451,14 @@ def test_command_line_client(net: BackToBack) -> None:
     assert reg.returncode == 0, reg.stderr
     region = json.loads(reg.stdout)
     sent = cli(net, "h0", "transfer", "--peer", "h1", "--addr", str(region["addr"]),
-               "--rkey", hex(region["rkey"]), "--size", "65536", "--seed", "3", "--wait")  # fmt: skip
+               "--rkey", hex(region["rkey"]), "--size", "65536", "--seed", "3", "--imm", "0x42",
+               "--wait")  # fmt: skip
     assert sent.returncode == 0, sent.stderr
     assert json.loads(sent.stdout)["complete"] is True
+    got = cli(net, "h1", "received", "--since", "0")
+    assert got.returncode == 0, got.stderr
+    last = json.loads(got.stdout)["received"][-1]
+    assert (last["peer"], last["imm"], last["status"]) == ("h0", 0x42, "ok")
     ok = cli(net, "h1", "verify", "clirx", "--seed", "3")
     assert ok.returncode == 0 and json.loads(ok.stdout)["match"] is True
     bad = cli(net, "h1", "verify", "clirx", "--seed", "4")
