@@ -279,6 +279,28 @@ def test_sweep_command_writes_csv_and_json(tmp_path: Path) -> None:
     assert all(r["busbw"] > 0 for r in doc["rows"])
 
 
+def _free_ports(count: int) -> int:
+    """The first of ``count`` consecutive TCP ports that nothing is bound to on any address,
+    below the kernel's ephemeral range (where outgoing connections take ports: one port free
+    now says nothing of the next)."""
+    import random
+    import socket
+
+    for _ in range(200):
+        base = random.randrange(20_000, 32_000 - count)
+        probes = [socket.socket(socket.AF_INET6, socket.SOCK_STREAM) for _ in range(count)]
+        try:
+            for k, probe in enumerate(probes):
+                probe.bind(("::", base + k))
+            return base
+        except OSError:
+            continue
+        finally:
+            for probe in probes:
+                probe.close()
+    raise RuntimeError(f"no {count} consecutive free TCP ports between 20000 and 32000")
+
+
 def test_kernel_rank_programs_over_loopback_tcp() -> None:
     """The kernel baselines' rank program: four ranks over TCP on ::1 run an all-reduce and an
     all-to-all, each reporting when it finished."""
@@ -286,13 +308,11 @@ def test_kernel_rank_programs_over_loopback_tcp() -> None:
     import subprocess
     import sys
 
-    from targets.lab import free_port
-
     try:
         socket.socket(socket.AF_INET6, socket.SOCK_STREAM).bind(("::1", 0))
     except OSError:
         pytest.skip("no IPv6 loopback")
-    base = free_port()
+    base = _free_ports(4)
     procs = [
         subprocess.Popen(
             [
