@@ -192,7 +192,6 @@ class Agent:
         #: WRITE_IMMs received (the receiver's completions), numbered from 1, for ``received``
         self.received_imm: deque[dict[str, Any]] = deque(maxlen=MAX_EVENT_LOG)
         self.received_seq = 0
-        self._qp_peer: dict[int, str] = {}  # local QP number -> peer host
         self.loop_wakeups = 0
         self.loop_gap = LagMeter()  # wake-ups later than the select timeout asked for
         self.timer_runs = 0
@@ -738,11 +737,11 @@ class Agent:
             )  # fmt: skip
 
     def _peer_of(self, qpn: int) -> str | None:
-        peer = self._qp_peer.get(qpn)
-        if peer is None:  # QPs are re-created (ev-format): look them up again
-            self._qp_peer = {qp.qpn: name for (name, _), qp in self.qps.items()}
-            peer = self._qp_peer.get(qpn)
-        return peer
+        """The host at the other end of local QP ``qpn`` (None: the QP is gone)."""
+        try:
+            return self.context.qp(qpn).remote_host
+        except KeyError:
+            return None
 
     def start_transfer(self, transfer: Transfer) -> None:
         """Register a transfer and post its first window of messages."""
