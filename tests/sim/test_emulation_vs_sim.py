@@ -6,7 +6,6 @@ run's figures, their means, and the table shows the mean with the runs' range af
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import statistics
 import subprocess
@@ -15,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support.benchmarks import load_benchmark
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -46,13 +46,7 @@ def test_runs_are_pooled_as_means_with_their_range(tmp_path: Path) -> None:
 
 
 def _benchmark() -> Any:
-    spec = importlib.util.spec_from_file_location(
-        "emulation_vs_sim", ROOT / "benchmarks" / "emulation_vs_sim.py"
-    )
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("emulation_vs_sim")
 
 
 def test_stagger_starts_each_flow_a_fraction_of_a_frame_after_the_previous() -> None:

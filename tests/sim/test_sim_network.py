@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import importlib.util
 import itertools
-from pathlib import Path
 
 import pytest
+from support.benchmarks import load_benchmark
 
 from sim.fabric import leaf_spine
 from sim.network import SimNet
@@ -46,11 +45,7 @@ def test_a_run_that_reports_its_progress_runs_the_same() -> None:
 
 
 def test_the_parity_benchmark_prints_where_a_long_run_is() -> None:
-    path = Path(__file__).resolve().parents[2] / "benchmarks" / "htsim_parity.py"
-    spec = importlib.util.spec_from_file_location("htsim_parity", path)
-    assert spec is not None and spec.loader is not None
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    bench = load_benchmark("htsim_parity")
     lines: list[str] = []
     tell = bench.progress_lines(lines.append, every=0.0)
     tell(Progress(now=1.5e-3, until=0.15, finished=12, flows=1023, cpu_seconds=95.2))
