@@ -27,6 +27,16 @@
  * Every chunk is copied into a send slot of its step before it is written, so a
  * retransmission reads what was sent.
  *
+ * The next iteration reuses the slots without a handshake. A rank writes step s of iteration
+ * i + 1 into its right neighbour's receive slot s only after that neighbour has handled step s
+ * of iteration i. Follow the ring back from the write: it waited for step s - 1 from the left,
+ * which waited for step s - 2 from its left, and so on back to a rank that began iteration
+ * i + 1 and so had received all of iteration i. Each step of iteration i it received was sent
+ * by a rank that had handled the step before, which puts the right neighbour at step n - 2 + s
+ * of iteration i or later (for s >= n - 1, in iteration i + 1 already); steps are handled in
+ * order. A send slot is written again only after its WRITE_IMM completed: an iteration ends
+ * when all its sends completed.
+ *
  * Rank r starts with value (r + 1) + (i mod 13) at element i, so every element must end as
  * n(n + 1)/2 + n (i mod 13): each iteration starts again from these values and checks them.
  *
