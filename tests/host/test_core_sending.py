@@ -125,3 +125,39 @@ def test_a_recycled_path_waits_for_its_full_nic_and_a_retired_one_does_not(make_
     for slot in plane0:  # plane 0's paths retired: their recycled turns are no longer waited for
         qp.ev_table.set_state(slot, EvState.ASSUMED_BAD, 0.0)
     assert data_planes(ctx.frames_to_send(0.0, {0: 0, 1: 4})) == [1, 1, 1, 1]
+
+
+def test_a_path_goes_back_for_reuse_on_the_word_of_its_own_ack(make_net: Any) -> None:
+    # ACKs come back over every path: the ACK of a packet that waited in a marked queue can be
+    # overtaken by the next packet's ACK, which frees both. The first packet's mark is in its
+    # own ACK, still on its way: its path goes back for reuse only if that ACK, late, is unmarked
+    net = make_net(seed=4)
+    flow = net.connect("h0", "h2")
+    ctx, qp = net.hosts["h0"], flow.sender
+    qp.post_write(bytes(6 * 4096), BASE, flow.region.rkey)
+    assert len(data_planes(ctx.frames_to_send(0.0))) == 6
+    sent = {psn: (rec.slot, rec.ts32) for psn, rec in qp._outstanding.items()}
+    recycle = qp._recycle
+    assert recycle is not None
+    recycle.clear()
+
+    def ack(cum: int, echo: int, reported: int, marked: bool = False) -> None:
+        slot, ts = sent[echo]
+        flags = wire.FLAG_ECN_ECHO if marked else 0
+        qp.on_ack_fields((qp.qpn, cum, cum, 0, ts, int(marked), reported, flags, slot.wire), 1e-5)
+
+    def back() -> list[int]:
+        return [slot.index for slot in recycle]
+
+    ack(2, echo=1, reported=2)  # PSNs 0 and 1, both reported by this ACK, neither marked
+    assert back() == [sent[0][0].index, sent[1][0].index]
+    recycle.clear()
+    ack(4, echo=3, reported=1)  # PSN 3's ACK overtook PSN 2's: it frees 2 and 3, reports 3
+    assert back() == [sent[3][0].index]
+    ack(3, echo=2, reported=1, marked=True)  # PSN 2's own ACK, late and marked
+    assert back() == [sent[3][0].index]
+    ack(6, echo=5, reported=1)  # PSN 5's ACK overtook PSN 4's
+    ack(5, echo=4, reported=1)  # PSN 4's own ACK, late and unmarked: its path goes back now
+    assert back() == [sent[3][0].index, sent[5][0].index, sent[4][0].index]
+    assert qp.describe()["outstanding"] == 0
+    assert ctx.stats()["stale_acks"] == 2
