@@ -13,6 +13,16 @@ def data_planes(frames: list[tuple[int, bytes | bytearray]]) -> list[int]:
     return [plane for plane, frame in frames if frame[wire.OFF_BTH] != wire.OP_ACKNOWLEDGE]
 
 
+def sent_out(make_net: Any, packets: int) -> tuple[Any, Any]:
+    """h0's context and its QP to h2, which has sent ``packets`` full packets (none ACKed)."""
+    net = make_net(seed=4)
+    flow = net.connect("h0", "h2")
+    ctx, qp = net.hosts["h0"], flow.sender
+    qp.post_write(bytes(packets * 4096), BASE, flow.region.rkey)
+    assert len(data_planes(ctx.frames_to_send(0.0))) == packets
+    return ctx, qp
+
+
 def test_budget_limits_each_plane_and_keeps_the_rest_for_later(make_net: Any) -> None:
     # the driver (a paced agent) says how many data frames each plane's NIC takes now
     net = make_net(seed=2)
@@ -33,11 +43,7 @@ def test_budget_limits_each_plane_and_keeps_the_rest_for_later(make_net: Any) ->
 def test_an_overtaken_ack_still_acknowledges_by_its_bitmap(make_net: Any) -> None:
     # ACKs come back over every plane, so an older one can arrive after a newer one: its
     # cumulative PSN is stale, but its bitmap may name packets no later ACK will
-    net = make_net(seed=4)
-    flow = net.connect("h0", "h2")
-    ctx, qp = net.hosts["h0"], flow.sender
-    qp.post_write(bytes(10 * 4096), BASE, flow.region.rkey)
-    assert len(data_planes(ctx.frames_to_send(0.0))) == 10
+    ctx, qp = sent_out(make_net, 10)
     ev = qp.ev_table.evs()[0].ev
 
     def ack(cum: int, base: int, bitmap: int) -> None:
@@ -131,11 +137,7 @@ def test_a_path_goes_back_for_reuse_on_the_word_of_its_own_ack(make_net: Any) ->
     # ACKs come back over every path: the ACK of a packet that waited in a marked queue can be
     # overtaken by the next packet's ACK, which frees both. The first packet's mark is in its
     # own ACK, still on its way: its path goes back for reuse only if that ACK, late, is unmarked
-    net = make_net(seed=4)
-    flow = net.connect("h0", "h2")
-    ctx, qp = net.hosts["h0"], flow.sender
-    qp.post_write(bytes(6 * 4096), BASE, flow.region.rkey)
-    assert len(data_planes(ctx.frames_to_send(0.0))) == 6
+    ctx, qp = sent_out(make_net, 6)
     sent = {psn: (rec.slot, rec.ts32) for psn, rec in qp._outstanding.items()}
     recycle = qp._recycle
     assert recycle is not None
