@@ -5,8 +5,8 @@ destination host indices, start time, bytes). :func:`run_flows` gives every host
 context on a :class:`sim.network.SimNet`, connects one QP pair per connection, posts the WRITE
 at its start time and runs until every flow completed (or ``until``). Connections that start
 when another finishes (the matrices' triggers) start at that flow's completion. A caller that
-passes ``progress`` hears of the run every :data:`PROGRESS_EVERY` of simulated time (a
-:class:`Progress`); the run is the same with it or without.
+passes ``progress`` hears of the run (a :class:`Progress`) whenever flows complete and at
+least every :data:`PROGRESS_EVERY` of simulated time; the run is the same with it or without.
 
 What comes back (:class:`FlowsResult`) is what the comparison with the reference needs: each
 flow's completion time, the packets, NACKs and retransmissions of its sender, and NSCC's

@@ -432,26 +432,23 @@ class Sender(QpState):
         acked = 0
         recycle = self._recycle
         if recycle is not None:
+            echoed = self.ev_table.by_wire.get(ev)
+            marked = flags & _FLAG_ECN_ECHO
             if freed and len(freed) <= pkt_count:
                 # every packet freed is one this ACK reports: all but the marked path's go back
-                marked_load = None
-                if flags & _FLAG_ECN_ECHO:
-                    marked = self.ev_table.by_wire.get(ev)
-                    marked_load = marked.load if marked is not None else None
+                marked_load = echoed.load if marked and echoed is not None else None
                 for rec in freed:
                     slot = rec.slot
                     if slot.load is not marked_load and rec.retx == 0:
                         recycle.append(slot)
-            elif not flags & _FLAG_ECN_ECHO:
+            elif not marked and echoed is not None:
                 # ACKs come back over every path: this one overtook an ACK still on its way
                 # (freeing packets that ACK reports, whose marks are in it), or came after the
                 # ACK that overtook it (freeing nothing). Only the packet it echoes is known
                 # unmarked, and its path goes back, as REPS takes the one EV each ACK echoes,
                 # late or not (uet-htsim UecSrc::processAck): each packet's path still goes back
                 # once, on its own ACK's word
-                echoed = self.ev_table.by_wire.get(ev)
-                if echoed is not None:
-                    recycle.append(echoed)
+                recycle.append(echoed)
         if freed:
             # inline of _acked: free the packets, complete finished messages
             inflight = self.inflight
