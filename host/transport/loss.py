@@ -6,6 +6,7 @@ from __future__ import annotations
 import collections
 
 from host.transport import wire
+from host.transport.balancers import Feedback
 from host.transport.events import RetransmitTimeout
 from host.transport.evs import EvState, PathLoad
 from host.transport.qp_state import (
@@ -253,6 +254,10 @@ class LossRecovery(QpState):
                     if rec.in_net:
                         self._lose(rec, "rto", now)
                 self.cc.on_loss(nbytes=nbytes, timeout=True, now=now)
+                if self._balancer is not None:
+                    # one word per timeout, of the oldest packet's EV (uet-htsim names EV 0: it
+                    # keeps no EV per packet)
+                    self._balancer.feedback(first.slot.index, Feedback.TIMEOUT, now)
                 self._stats.rtos += 1
                 cfg = self._cfg
                 # mrc.h's retry counters: retry_linear_cnt timeouts at the fixed interval, then

@@ -39,6 +39,7 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 from host.transport import wire
+from host.transport.balancers import Balancer, make_balancer
 from host.transport.cc import CcProfile, CongestionControl, create
 from host.transport.config import ACK_TIMEOUT_UNIT, LIVE_FIELDS, ConfigError, StackConfig
 from host.transport.evs import (
@@ -96,7 +97,9 @@ class QueuePair(Sender, Receiver, LossRecovery, PathChoice):
         self._shared = shared
         self._regions = shared.regions.by_rkey
         self._cfg = cfg
-        self._steer = cfg.ecn_steering and policy.spray
+        # MRC's spraying (a UET balancer, when the policy names one, replaces all of it)
+        mrc_spray = policy.spray and policy.balancer is None
+        self._steer = cfg.ecn_steering and mrc_spray
         self._steer_skip = False
         self._weights = cfg.steering == "weights"
         self._w_dec = 1.0 - cfg.path_weight_decrease
@@ -107,7 +110,7 @@ class QueuePair(Sender, Receiver, LossRecovery, PathChoice):
         self._cap_delay = self._weights and not cfg.cc_raw_delay
         # EVs of packets acknowledged without a CE echo, reused first (recycled spraying)
         self._recycle: collections.deque[EvSlot] | None = (
-            collections.deque(maxlen=RECYCLE_MAX) if cfg.ev_recycle and policy.spray else None
+            collections.deque(maxlen=RECYCLE_MAX) if cfg.ev_recycle and mrc_spray else None
         )
         self._stats = shared.stats
         self.qpn = qpn
@@ -136,6 +139,10 @@ class QueuePair(Sender, Receiver, LossRecovery, PathChoice):
             slot.head, slot.mid = wire.split_prefix(slot.prefix)
             slot.ext_len = wire.ext_len(slot.prefix)
         self.ev_table = EvTable(slots, rng)
+        #: UET's load balancer over the table's EVs (the ``uet-*`` policies), else None
+        self._balancer: Balancer | None = (
+            None if policy.balancer is None else make_balancer(policy.balancer, len(slots), rng)
+        )
         profile.attach(self.ev_table)
         if not policy.spray:
             if policy.single_ev == "hash":

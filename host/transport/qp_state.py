@@ -11,6 +11,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 from host.transport import wire
+from host.transport.balancers import Balancer
 from host.transport.cc import CongestionControl
 from host.transport.config import StackConfig
 from host.transport.events import (
@@ -208,6 +209,7 @@ class QpState:
     _w_excess: float
     _cap_delay: bool
     _recycle: collections.deque[EvSlot] | None
+    _balancer: Balancer | None
     _stats: Stats
     qpn: int
     remote_host: str

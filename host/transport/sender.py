@@ -4,6 +4,7 @@ and what ACKs and NACKs tell it (acknowledged packets, completions, RTT, congest
 from __future__ import annotations
 
 from host.transport import wire
+from host.transport.balancers import Feedback
 from host.transport.events import (
     STATUS_REMOTE_ACCESS_ERROR,
     STATUS_RETRY_EXCEEDED,
@@ -123,7 +124,10 @@ class Sender(QpState):
             if rec.in_net or outstanding.get(rec.psn) is not rec:
                 retx.popleft()
                 continue
-            slot = table.next_other(rec.slot)
+            if self._balancer is None:
+                slot = table.next_other(rec.slot)
+            else:
+                slot = self._balanced(self._next_psn, now)
             if slot is None:
                 return
             retx.popleft()
@@ -171,6 +175,7 @@ class Sender(QpState):
         weights = steer and self._weights
         skip = self._steer_skip
         recycle = self._recycle if pinned is None else None
+        balanced = self._balancer is not None
         skipped = 0  # picks in a row that found their plane's NIC full
         # frames the NICs take now, all planes together (-1: no limit): the loop ends when
         # they are full, before a pick, so that no EV's turn is spent on a NIC without room
@@ -178,7 +183,13 @@ class Sender(QpState):
         while (
             queue and (inflight <= room or not inflight) and psn < psn_limit and count and room_left
         ):
-            if recycle and psn & EXPLORE_MASK:
+            if balanced:
+                # UET's load balancer picks (the uet-* policies)
+                found = self._balanced(psn, now)
+                if found is None:
+                    break
+                slot = found
+            elif recycle and psn & EXPLORE_MASK:
                 # a path that just delivered a packet without congestion: each path gets new
                 # packets at the rate it delivers them (every EXPLORE_EVERY-th packet follows
                 # the cycle instead, so a path with new spare capacity gains share). When that
@@ -234,8 +245,11 @@ class Sender(QpState):
                     skip = not skip
                     if skip:
                         slot = cycle[(cursor + 1) % n]
-            if budget is not None:  # both picks above found room on the slot's plane
-                budget[slot.plane] -= 1
+            if budget is not None:
+                # the picks above found room on the slot's plane; a balancer's pick may
+                # overdraw it (with several planes), and the packet waits in that NIC, as a
+                # retransmission does
+                budget[slot.plane] = budget.get(slot.plane, 0) - 1
                 room_left -= 1
                 skipped = 0
             msg = queue[0]
@@ -301,6 +315,15 @@ class Sender(QpState):
             stats.packets_sent += sent
             stats.bytes_sent += sent_bytes
             self.cc.on_packet_sent(nbytes=payload_bytes, now=now)
+
+    def _balanced(self, psn: int, now: float) -> EvSlot | None:
+        """The EV UET's load balancer gives the packet sent now (``psn``: the QP's next new
+        PSN); an EV that is not GOOD (its plane taken down) gives way to the cycle's next."""
+        assert self._balancer is not None
+        table = self.ev_table
+        index = self._balancer.next(psn - self._psn_origin, int(self.cc.cwnd // self._cfg.mtu), now)
+        slot = table.slots[index]
+        return slot if slot.state is _GOOD else table.next()
 
     def _transmit(
         self,
@@ -449,6 +472,14 @@ class Sender(QpState):
                 # late or not (uet-htsim UecSrc::processAck): each packet's path still goes back
                 # once, on its own ACK's word
                 recycle.append(echoed)
+        balancer = self._balancer
+        if balancer is not None:
+            # every ACK names the EV it echoes (uet-htsim UecSrc::processAck)
+            echo = self.ev_table.by_wire.get(ev)
+            if echo is not None:
+                balancer.feedback(
+                    echo.index, Feedback.ECN if flags & _FLAG_ECN_ECHO else Feedback.GOOD, now
+                )
         if freed:
             # inline of _acked: free the packets, complete finished messages
             inflight = self.inflight
@@ -566,5 +597,11 @@ class Sender(QpState):
             self._last_hop_trim = now
         elif self._steer:
             self._path_congested(rec.slot, self._srtt, now)
+        if self._balancer is not None:
+            # trimmed in the fabric: the EV's path is congested; at the receiver's own leaf it
+            # is not (uet-htsim UecSrc::processNack)
+            self._balancer.feedback(
+                rec.slot.index, Feedback.GOOD if last_hop else Feedback.NACK, now
+            )
         self._lose(rec, "nack", now)
         self.cc.on_trim(nbytes=rec.length, now=now, last_hop=last_hop)
