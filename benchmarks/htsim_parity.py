@@ -16,6 +16,12 @@ that lasts says where it is every half minute (simulated time, flows finished, C
     python benchmarks/htsim_parity.py --min-hosts 1024 --draws 10   # fewer single-path draws
     python benchmarks/htsim_parity.py --only "Large permutation (1024 nodes)" --runs 5
     python benchmarks/htsim_parity.py --only "1024 node incast" --end 20000 --trim-bytes 64
+    python benchmarks/htsim_parity.py --max-hosts 16 --spraying mrc   # MRC's own spraying
+
+By default the sim sprays with the load balancer the reference runs (``-load_balancing_algo``,
+mixed when the plan names none: the ``uet-*`` policies over STEV EVs the switches hash), so
+that like is held against like; ``--spraying mrc`` runs MRC's own spraying over SRv6 paths
+instead, MRC's departure from UET, measured beside it (docs/validation.md).
 """
 
 from __future__ import annotations
@@ -102,6 +108,13 @@ def main(argv: list[str] | None = None) -> int:
         help="the sim counts a trimmed header as N bytes on the wire and in the high-priority"
         " queue (htsim's are 64; by default MRC's own, 114)",
     )
+    ap.add_argument(
+        "--spraying",
+        choices=parity.SPRAYING,
+        default="uet",
+        help="the sim sprays with the reference's load balancer (uet: like with like, the"
+        " default) or with MRC's own spraying over SRv6 paths (mrc: MRC's departure)",
+    )
     ap.add_argument("--out", type=Path, help="write the figures as JSON")
     args = ap.parse_args(argv)
     if args.end is not None and args.end <= 0:
@@ -112,11 +125,18 @@ def main(argv: list[str] | None = None) -> int:
     if shared is None:
         print("htsim_parity: ../shared/uet-htsim is absent (set MRC_HTSIM_DIR)")
         return 2
-    print(f"uet-htsim commit {HTSIM_COMMIT}; sim seed {args.seed}")
+    print(
+        f"uet-htsim commit {HTSIM_COMMIT}; sim seed {args.seed}; sim spraying: "
+        + (
+            "the reference's load balancer (uet-* policies, STEV EVs hashed by the switches)"
+            if args.spraying == "uet"
+            else "MRC's (SRv6 paths, its cycle, weights and recycling)"
+        )
+    )
     report: list[dict[str, Any]] = []
     misses = 0
-    # experiments that differ only in what the sim does not model (the reference's load
-    # balancer) run once in the sim
+    # experiments that differ only in what the sim does not model (with MRC's spraying, the
+    # reference's load balancer) run once in the sim
     sim_runs: dict[tuple[object, ...], tuple[parity.Figures, float]] = {}
     for plan_name in args.plan or PLANS:
         plan = read_plan(shared / "validation" / f"{plan_name}.txt")
@@ -124,7 +144,7 @@ def main(argv: list[str] | None = None) -> int:
         for entry in plan:
             if args.only and entry.name not in args.only:
                 continue
-            exp = parity.from_plan(entry, shared)
+            exp = parity.from_plan(entry, shared, spraying=args.spraying)
             if exp.draws > 1 and args.draws != exp.draws:
                 exp = dataclasses.replace(exp, draws=max(1, args.draws))
             elif exp.draws == 1 and args.runs > 1:
@@ -172,6 +192,7 @@ def main(argv: list[str] | None = None) -> int:
                 exp.failed,
                 exp.ack_every,
                 exp.draws,
+                exp.policy,
             )
             if key not in sim_runs:
                 wall = time.monotonic()
@@ -218,6 +239,7 @@ def main(argv: list[str] | None = None) -> int:
                     "experiment": entry.name,
                     "fabric": exp.fabric.describe(),
                     "end_us": exp.end_us,
+                    "sim_policy": exp.policy,
                     "sim_trim_bytes": args.trim_bytes,
                     "rows": rows,
                     "tail_ratio": verdict.tail_ratio,

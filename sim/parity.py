@@ -30,6 +30,7 @@ from typing import Any
 
 from host.transport.cc.nscc import CHANGE_CAUSES, NSCC_CASES
 from host.transport.config import StackConfig
+from host.transport.policy import POLICIES
 from sim.fabric import SimFabric, leaf_spine
 from sim.htsim import (
     Matrix,
@@ -58,7 +59,23 @@ NACK_FACTOR = 1.5
 SHARE_TOLERANCE = 0.10
 
 #: options passed to the reference as they are (no counterpart needed in the sim)
-_REFERENCE_ONLY = ("-sender_cc_only", "-load_balancing_algo", "-cwnd")
+_REFERENCE_ONLY = ("-sender_cc_only", "-cwnd")
+#: the reference's load balancer when a plan names none (``main_uec.cpp``: MIXED)
+REFERENCE_BALANCER = "mixed"
+#: how the sim sprays: with the reference's load balancer (the ``uet-*`` policies over
+#: STEV EVs the switches hash: the comparison of like with like) or with MRC's own spraying
+#: over SRv6 paths (MRC's departure, measured beside it)
+SPRAYING = ("uet", "mrc")
+
+
+def balancer_policy(balancer: str) -> str:
+    """The transport policy that sprays with UET's load balancer ``balancer`` (a name of the
+    reference's ``-load_balancing_algo``)."""
+    for policy in POLICIES.values():
+        if policy.balancer == balancer:
+            return policy.name
+    names = ", ".join(p.balancer for p in POLICIES.values() if p.balancer)
+    raise ValueError(f"-load_balancing_algo {balancer}: expected one of {names}")
 
 
 @dataclass(frozen=True)
@@ -85,7 +102,8 @@ class Experiment:
     #: start on the wire; with the agents' two (the one on the wire and the next) every RTT
     #: sample of a sender at line rate carries one frame time of the NIC's queue
     nic_slots: int = 1
-    #: the sim's transport policy (:data:`host.transport.policy.POLICIES`): MRC's spraying,
+    #: the sim's transport policy (:data:`host.transport.policy.POLICIES`): the reference's
+    #: load balancer (``uet-mixed`` unless the plan names another), MRC's spraying ("mrc"),
     #: or with ``-paths 1`` "ecmp", one EV per QP picked by a hash of the QP among EVs on
     #: every path. The reference's one EV per connection goes where its switches' ECMP hash
     #: sends it (``FatTreeSwitch``: ``freeBSDHash(flow, EV, salt)``), a spine drawn per flow;
@@ -127,13 +145,18 @@ class Experiment:
         return busiest * 8 / (self.fabric.planes * self.fabric.rate_bps) * 1e6
 
 
-def from_plan(plan: PlanExperiment, shared: Path) -> Experiment:
-    """The experiment of one entry of a validation plan (matrix paths relative to ``shared``)."""
+def from_plan(plan: PlanExperiment, shared: Path, spraying: str = "uet") -> Experiment:
+    """The experiment of one entry of a validation plan (matrix paths relative to ``shared``);
+    ``spraying`` (:data:`SPRAYING`) says whether the sim sprays with the reference's load
+    balancer or with MRC's own spraying."""
+    if spraying not in SPRAYING:
+        raise ValueError(f"spraying {spraying!r}: expected one of {', '.join(SPRAYING)}")
     matrix = read_matrix(shared / plan.matrix)
     params = list(plan.params)
     options: dict[str, Any] = {}
     reference: list[str] = []
     notes: list[str] = []
+    balancer = REFERENCE_BALANCER
     fabric = leaf_spine(matrix.nodes)
     i = 0
     while i < len(params):
@@ -155,6 +178,10 @@ def from_plan(plan: PlanExperiment, shared: Path) -> Experiment:
             reference += [key, value]
         elif key == "-topo":
             fabric = _fabric_of_topo(shared / value, fabric)
+        elif key == "-load_balancing_algo":
+            balancer_policy(value)  # one the sim has
+            balancer = value
+            reference += [key, value]
         elif key == "-sender_cc_only":
             reference.append(key)
             i += 1
@@ -165,6 +192,8 @@ def from_plan(plan: PlanExperiment, shared: Path) -> Experiment:
         else:
             raise ValueError(f"{plan.name}: option {key} has no counterpart in the comparison")
         i += 2
+    if "policy" not in options:  # not a single hashed path
+        options["policy"] = balancer_policy(balancer) if spraying == "uet" else "mrc"
     return Experiment(
         plan.name, fabric, matrix, reference_args=tuple(reference), notes=tuple(notes), **options
     )
@@ -359,7 +388,7 @@ def _run_sim(
 ) -> Figures:
     net = build_sim(exp, seed=seed)
     ack_delay = (exp.ack_delay_us if exp.ack_delay_us is not None else 2 * exp.end_us) * 1e-6
-    ev_count = exp.paths if exp.policy == "mrc" else REFERENCE_PATHS
+    ev_count = REFERENCE_PATHS if exp.policy == "ecmp" else exp.paths
     config = StackConfig(
         mtu=exp.fabric.mtu, ev_count=ev_count, ack_every=exp.ack_every, ack_delay=ack_delay
     )

@@ -15,17 +15,23 @@ window changes by cause (:data:`host.transport.cc.nscc.CHANGE_CAUSES`).
 
 from __future__ import annotations
 
+import random
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from host.transport.api import CompletionQueue, Context, QueuePair
 from host.transport.cc import CcProfile
 from host.transport.cc.nscc import CHANGE_CAUSES
 from host.transport.config import StackConfig
 from host.transport.events import STATUS_OK, Completion
+from host.transport.evs import STEV_FORMAT, ExplicitEvProfile
+from host.transport.policy import get_policy
 from sim.network import SimNet
+
+if TYPE_CHECKING:
+    from topologies import Path
 
 REGION = 0x10_0000_0000
 #: simulated time between two reports to ``run_flows``' ``progress`` (seconds): some 10 CPU
@@ -134,6 +140,21 @@ class FlowsResult:
         }
 
 
+def entropy_profile(count: int, paths: Sequence[Path], rng: random.Random) -> ExplicitEvProfile:
+    """A UET sender's ``count`` STEV entropy values, the planes of ``paths`` in turn: distinct
+    non-zero 32-bit values drawn from ``rng``. Drawn, not counted from 1: the switches' hash
+    (BMv2's CRC-32) is linear, and consecutive values put runs of 16 EVs on one uplink of four,
+    so a balancer taking EVs in order sent bursts of 16 packets to one spine (the reference's
+    switches hash each EV with a salt of their own, ``freeBSDHash``)."""
+    planes = sorted({path.plane for path in paths})
+    values: dict[int, None] = {}
+    while len(values) < count:
+        values.setdefault(rng.getrandbits(32) or 1)
+    return ExplicitEvProfile(
+        tuple((ev, planes[n % len(planes)]) for n, ev in enumerate(values)), fmt=STEV_FORMAT
+    )
+
+
 def run_flows(
     net: SimNet,
     connections: Sequence[Connection],
@@ -147,7 +168,8 @@ def run_flows(
     progress: Callable[[Progress], None] | None = None,
 ) -> FlowsResult:
     """Run ``connections`` on ``net`` (see the module docstring); times in seconds. Every QP
-    runs ``policy`` (:data:`host.transport.policy.POLICIES`).
+    runs ``policy`` (:data:`host.transport.policy.POLICIES`); with one of UET's load balancers
+    (``uet-*``) its EVs are STEV entropy values the switches hash, as UET's are.
 
     A trigger fires when a flow that names it as ``send_done_trigger`` completes; a trigger of
     ``barriers`` (id -> count) fires only once that many such flows completed."""
@@ -170,6 +192,9 @@ def run_flows(
             cqs[name] = ctx.create_cq()
         return contexts[name]
 
+    # MRC's EVs are SRv6 paths; a UET balancer's are entropy values placed by the ECMP hash
+    balanced = get_policy(policy).balancer is not None
+    entropy_rng = random.Random(seed)
     largest = max((c.size for c in connections), default=0)
     regions: dict[str, int] = {}
     flows: list[FlowResult] = []
@@ -180,11 +205,26 @@ def run_flows(
         src, dst = context(conn.src), context(conn.dst)
         if dst.host not in regions:
             regions[dst.host] = dst.register_region(REGION, max(largest, 1)).rkey
+        ev_profile = (
+            entropy_profile(config.ev_count, fabric.paths(src.host, dst.host), entropy_rng)
+            if balanced
+            else None
+        )
         qs = src.create_qp(
-            dst.host, fabric.paths(src.host, dst.host), cq=cqs[src.host], cc=cc, policy=policy
+            dst.host,
+            fabric.paths(src.host, dst.host),
+            cq=cqs[src.host],
+            cc=cc,
+            policy=policy,
+            ev_profile=ev_profile,
         )
         qr = dst.create_qp(
-            src.host, fabric.paths(dst.host, src.host), cq=cqs[dst.host], cc=cc, policy=policy
+            src.host,
+            fabric.paths(dst.host, src.host),
+            cq=cqs[dst.host],
+            cc=cc,
+            policy=policy,
+            ev_profile=ev_profile,
         )
         qs.connect(qr.qpn)
         qr.connect(qs.qpn)

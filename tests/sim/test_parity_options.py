@@ -14,10 +14,28 @@ from sim.network import SimNet
 from sim.workload import Connection
 
 
-def plan(tmp_path: Path, *params: str) -> parity.Experiment:
+def plan(tmp_path: Path, *params: str, spraying: str = "uet") -> parity.Experiment:
     matrix = Matrix(16, tuple(Connection(i, (i + 4) % 16, 100_000) for i in range(16)))
     (tmp_path / "perm.cm").write_text(format_matrix(matrix))
-    return parity.from_plan(PlanExperiment("perm", "perm.cm", params, None), tmp_path)
+    entry = PlanExperiment("perm", "perm.cm", params, None)
+    return parity.from_plan(entry, tmp_path, spraying=spraying)
+
+
+def test_the_sim_sprays_with_the_reference_s_load_balancer_or_mrc_s(tmp_path: Path) -> None:
+    # none named: the reference's default, mixed
+    assert plan(tmp_path, "-paths", "128").policy == "uet-mixed"
+    exp = plan(tmp_path, "-paths", "128", "-load_balancing_algo", "reps")
+    assert exp.policy == "uet-reps" and exp.notes == ()
+    args = exp.htsim_args()
+    assert args[args.index("-load_balancing_algo") + 1] == "reps"
+    legacy = plan(tmp_path, "-load_balancing_algo", "reps_legacy")
+    assert legacy.policy == "uet-reps-legacy"
+    # MRC's own spraying, whatever the reference's balancer
+    assert plan(tmp_path, "-load_balancing_algo", "bitmap", spraying="mrc").policy == "mrc"
+    with pytest.raises(ValueError, match="-load_balancing_algo ecmp: expected one of"):
+        plan(tmp_path, "-load_balancing_algo", "ecmp")
+    with pytest.raises(ValueError, match="spraying 'srv6': expected one of uet, mrc"):
+        plan(tmp_path, spraying="srv6")
 
 
 def test_one_ev_per_connection_goes_where_a_hash_sends_it(tmp_path: Path) -> None:
@@ -25,7 +43,7 @@ def test_one_ev_per_connection_goes_where_a_hash_sends_it(tmp_path: Path) -> Non
     assert exp.paths == 1 and exp.policy == "ecmp"
     args = exp.htsim_args()
     assert args[args.index("-paths") + 1] == "1"  # the reference still gets its one EV
-    assert plan(tmp_path, "-paths", "128").policy == "mrc"
+    assert plan(tmp_path, "-paths", "1", spraying="mrc").policy == "ecmp"
     # the QPs' one EV each: spread over the spines as the reference's ECMP hash spreads its
     # connections, not all on the first path (MRC's first EV of every QP)
     net = SimNet.build(exp.fabric, seed=1)
