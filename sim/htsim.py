@@ -239,6 +239,7 @@ class HtsimRun:
     ecn_bytes: tuple[int, int] | None = None
     unloaded_rtt_us: float | None = None
     packet_bytes: int | None = None
+    min_rto_us: float | None = None  #: the senders' ACK timeout ("Setting min RTO to")
     command: list[str] = field(default_factory=list)
 
 
@@ -284,6 +285,8 @@ def parse_output(text: str) -> HtsimRun:
             run.ecn_bytes = (int(words[5]), int(words[7]))
         elif line.startswith("network_max_unloaded_rtt"):
             run.unloaded_rtt_us = float(line.split()[1])
+        elif line.startswith("Setting min RTO to"):
+            run.min_rto_us = float(line.split()[-1])
         elif line.startswith("Packet size (MTU) is"):
             run.packet_bytes = int(line.split()[-1])
     return run

@@ -60,6 +60,8 @@ SHARE_TOLERANCE = 0.10
 
 #: options passed to the reference as they are (no counterpart needed in the sim)
 _REFERENCE_ONLY = ("-sender_cc_only", "-cwnd")
+#: a reorder threshold no window reaches: no packet is judged lost by later ones acknowledged
+NO_SACK_LOSS = 1 << 30
 #: the reference's load balancer when a plan names none (``main_uec.cpp``: MIXED)
 REFERENCE_BALANCER = "mixed"
 #: how the sim sprays: with the reference's load balancer (the ``uet-*`` policies over
@@ -133,6 +135,12 @@ class Experiment:
         if self.fabric.planes > 1:
             args += ["-planes", str(self.fabric.planes)]
         return args
+
+    def reference_rto_us(self) -> float:
+        """The reference's ACK timeout, microseconds: 15 us and six full queues at the link rate
+        (``main_uec.cpp`` ``_min_rto``: "2 priority queues; 3 hops for incast"), after each
+        packet's send time."""
+        return 15.0 + self.fabric.port_queue().size_bytes * 6 * 8 / self.fabric.rate_bps * 1e6
 
     def ideal_us(self) -> float:
         """The tail FCT of a perfect fabric: the busiest host's bytes (sent or received) at one
@@ -383,15 +391,27 @@ def pool(runs: Sequence[Figures]) -> Figures:
     )
 
 
-def _run_sim(
-    exp: Experiment, seed: int, progress: Callable[[Progress], None] | None = None
-) -> Figures:
-    net = build_sim(exp, seed=seed)
+def sim_config(exp: Experiment) -> StackConfig:
+    """The sim's stack configuration for ``exp``: the reference's ACKs, and with one of its
+    load balancers (the ``uet-*`` policies) its loss detection too."""
     ack_delay = (exp.ack_delay_us if exp.ack_delay_us is not None else 2 * exp.end_us) * 1e-6
     ev_count = REFERENCE_PATHS if exp.policy == "ecmp" else exp.paths
     config = StackConfig(
         mtu=exp.fabric.mtu, ev_count=ev_count, ack_every=exp.ack_every, ack_delay=ack_delay
     )
+    if POLICIES[exp.policy].balancer is not None:
+        # UET's sender as the reference runs it finds losses by NACKs and its ACK timeout
+        # alone (SACK-based recovery, SLEEK, is off by default): none of MRC's loss rules (a
+        # packet overtaken on its path, or late for it), and the reference's timeout
+        config = config.with_(reorder_threshold=NO_SACK_LOSS, rto_min=exp.reference_rto_us() * 1e-6)
+    return config
+
+
+def _run_sim(
+    exp: Experiment, seed: int, progress: Callable[[Progress], None] | None = None
+) -> Figures:
+    net = build_sim(exp, seed=seed)
+    config = sim_config(exp)
     result = run_flows(
         net,
         exp.matrix.connections,

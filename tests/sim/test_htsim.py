@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from sim import parity
 from sim.fabric import leaf_spine
 from sim.htsim import (
     HtsimError,
@@ -101,6 +102,9 @@ def test_a_real_run_is_parsed() -> None:
     assert run.queue_bytes == spec.port_queue().size_bytes
     assert run.ecn_bytes == (spec.port_queue().ecn_low_bytes, spec.port_queue().ecn_high_bytes)
     assert run.unloaded_rtt_us == pytest.approx(spec.base_rtt() * 1e6, rel=1e-3)
+    # the ACK timeout the sim's uet-* runs take from the reference
+    rto = parity.Experiment("incast", spec, matrix).reference_rto_us()
+    assert run.min_rto_us == pytest.approx(rto, rel=1e-4)
     assert sorted((f.src, f.dst) for f in run.flows) == [(i, 15) for i in range(4)]
     assert all(f.finished_us > 0 and f.packets > 0 for f in run.flows)
     assert set(run.summary) >= {"New", "Rtx", "RTS", "Bounced", "ACKs", "NACKs"}

@@ -32,6 +32,12 @@ def test_the_sim_sprays_with_the_reference_s_load_balancer_or_mrc_s(tmp_path: Pa
     assert legacy.policy == "uet-reps-legacy"
     # MRC's own spraying, whatever the reference's balancer
     assert plan(tmp_path, "-load_balancing_algo", "bitmap", spraying="mrc").policy == "mrc"
+    # with the reference's balancer, its loss detection: NACKs and its ACK timeout only
+    config = parity.sim_config(exp)
+    assert config.reorder_threshold == parity.NO_SACK_LOSS
+    assert config.rto_min == pytest.approx(exp.reference_rto_us() * 1e-6)
+    mrc = parity.sim_config(plan(tmp_path, "-paths", "128", spraying="mrc"))
+    assert mrc.reorder_threshold < 100 and mrc.rto_min is None  # MRC's own rules
     with pytest.raises(ValueError, match="-load_balancing_algo ecmp: expected one of"):
         plan(tmp_path, "-load_balancing_algo", "ecmp")
     with pytest.raises(ValueError, match="spraying 'srv6': expected one of uet, mrc"):
