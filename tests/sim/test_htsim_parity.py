@@ -1,4 +1,5 @@
-"""The sim against uet-htsim on the same two-tier fabric: a single flow and a small incast.
+"""The sim against uet-htsim on the same two-tier fabric: a single flow, small incasts and a
+permutation with a slow link (the sim spraying with the reference's load balancer).
 
 Both simulators run one description (:mod:`sim.parity`); the targets are the comparison's:
 tail FCT within 10 %, NACKs per packet within a factor of 1.5, every cause's share of NSCC's
@@ -11,13 +12,14 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from sim import parity
 from sim.fabric import leaf_spine
-from sim.htsim import Matrix, shared_dir
+from sim.htsim import Matrix, read_matrix, shared_dir
 from sim.workload import Connection
 
 pytestmark = pytest.mark.skipif(
@@ -44,16 +46,31 @@ INCAST16 = parity.Experiment(
 )
 
 
-@pytest.mark.parametrize(
-    "exp",
-    [
-        SINGLE,
-        INCAST,
-        INCAST16,
-    ],
-    ids=["single", "incast-8", "incast-15"],
-)
-def test_the_sim_meets_the_targets_beside_htsim(exp: parity.Experiment) -> None:
+def permutation_inc() -> parity.Experiment:
+    """The plan's 16-host permutation with a link at a quarter of its rate, the sim spraying
+    with the reference's default load balancer (mixed)."""
+    shared = shared_dir()
+    assert shared is not None
+    matrix = read_matrix(shared / "connection_matrices" / "perm_16n_16c_2MB.cm")
+    return parity.Experiment(
+        "16-host permutation, INC", FABRIC, matrix, end_us=2000, paths=128, failed=1,
+        policy="uet-mixed",
+    )  # fmt: skip
+
+
+#: the experiments CI runs in both simulators (made when run: the permutation reads the
+#: reference's matrix)
+EXPERIMENTS: dict[str, Callable[[], parity.Experiment]] = {
+    "single": lambda: SINGLE,
+    "incast-8": lambda: INCAST,
+    "incast-15": lambda: INCAST16,
+    "permutation-inc-uet-mixed": permutation_inc,
+}
+
+
+@pytest.mark.parametrize("name", list(EXPERIMENTS))
+def test_the_sim_meets_the_targets_beside_htsim(name: str) -> None:
+    exp = EXPERIMENTS[name]()
     ref = parity.run_reference(exp)
     sim = parity.run_sim(exp)
     assert sim.finished == ref.finished == len(exp.matrix.connections)
