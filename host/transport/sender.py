@@ -536,6 +536,15 @@ class Sender(QpState):
             fastest = self.ev_table.fastest_rtt()
             if fastest and rtt > fastest:
                 rtt = fastest
+        if rtt is not None:
+            # the window takes the delay of the packet the ACK echoes only when this ACK is
+            # the first word of it; an ACK overtaken by one that acknowledged its packet gives
+            # the average delay instead (uet-htsim processAck: no send record, get_avg_delay)
+            for rec in freed:
+                if rec.ts32 == ts_echo and rec.slot.wire == ev:
+                    break
+            else:
+                rtt = None
         self.cc.on_ack(acked_bytes=acked, rtt=rtt, ce_count=ce_count, pkt_count=pkt_count, now=now)
         if acked:
             self._backoff = 0

@@ -2,7 +2,8 @@
 profile ``testbed-2026`` that keeps the testbed's earlier rules:
 
 - the delay sample is the raw RTT of the acknowledged packet (``UecSrc::processAck``), not
-  capped at the fastest path's smoothed RTT;
+  capped at the fastest path's smoothed RTT; an ACK whose packet an earlier ACK acknowledged
+  gives the average delay instead;
 - the base RTT starts at the fabric's unloaded RTT and the smallest sample replaces it, with
   ``max_cwnd`` following (``UecSrc::update_base_rtt``);
 - a CE-marked packet is acknowledged at once (``UecSink::processData``);
@@ -104,6 +105,42 @@ def test_nscc_gets_the_raw_rtt_of_each_acknowledged_packet(make_net: Any) -> Non
     assert [rtt for rtt, _ in seen] == samples  # each packet's RTT, as measured
     # some packets were slower than the fastest path's average: a cap would have changed them
     assert any(fastest and rtt > fastest for rtt, fastest in seen)
+
+
+def test_an_ack_whose_packet_was_acknowledged_before_gives_the_average_delay(
+    make_net: Any,
+) -> None:
+    # ACKs come back over every path: the ACK of PSN 0 may come after PSN 1's ACK freed PSN 0.
+    # Its RTT is no word of a packet this ACK acknowledges: the window takes the average delay
+    # and does not fold it in (uet-htsim processAck: no send record left, get_avg_delay)
+    net = make_net(seed=4)
+    flow = net.connect("h0", "h2")
+    ctx, qp = net.hosts["h0"], flow.sender
+    qp.post_write(bytes(3 * 4096), REGION, flow.region.rkey)
+    assert len([f for f in ctx.frames_to_send(0.0) if f]) >= 3
+    sent = {psn: (rec.slot.wire, rec.ts32) for psn, rec in qp._outstanding.items()}
+    given: list[float | None] = []
+    inner = qp.cc.on_ack
+
+    def on_ack(*, acked_bytes: int, rtt: float | None, ce_count: int, pkt_count: int,
+               now: float) -> None:  # fmt: skip
+        given.append(rtt)
+        inner(acked_bytes=acked_bytes, rtt=rtt, ce_count=ce_count, pkt_count=pkt_count, now=now)
+
+    qp.cc.on_ack = on_ack
+
+    def ack(cum: int, echo: int, now: float) -> None:
+        wire_ev, ts = sent[echo]
+        qp.on_ack_fields((qp.qpn, cum, cum, 0, ts, 0, 1, 0, wire_ev), now)
+
+    ack(2, echo=1, now=20e-6)  # PSN 1's ACK, first: frees PSNs 0 and 1
+    average = qp.cc.avg_delay
+    ack(1, echo=0, now=90e-6)  # PSN 0's own ACK, late: its 90 us is no word of a new packet
+    assert qp.cc.avg_delay == average  # not folded into the average
+    ack(3, echo=2, now=25e-6)  # PSN 2's ACK frees it: its own RTT
+    assert given[0] == pytest.approx(20e-6) and given[1] is None
+    assert given[2] == pytest.approx(25e-6)
+    assert ctx.stats()["stale_acks"] == 1
 
 
 def test_legacy_caps_the_delay_at_the_fastest_path(make_net: Any) -> None:

@@ -243,9 +243,14 @@ class Nscc(CongestionControl):
             self.on_rtt(rtt=rtt, now=now)
         if self.base_rtt <= 0.0 or acked_bytes <= 0:
             return
-        delay = max(0.0, rtt - self.base_rtt) if rtt is not None else self.avg_delay
         ecn = ce_count > 0
-        self._update_delay(delay, ecn=ecn)
+        if rtt is None:
+            # no delay of its own (an ACK whose packet an earlier ACK acknowledged): the
+            # average stands in, and is not updated (uet-htsim processAck, get_avg_delay)
+            delay = self.avg_delay
+        else:
+            delay = max(0.0, rtt - self.base_rtt)
+            self._update_delay(delay, ecn=ecn)
         self._on_bytes(ecn, delay, acked_bytes, now)
 
     def on_trim(self, *, nbytes: int, now: float, last_hop: bool = False) -> None:
