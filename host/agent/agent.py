@@ -69,7 +69,7 @@ from host.transport.events import (
     WriteImmReceived,
 )
 from host.transport.evs import EvFormatProfile, GeneratedEvProfile, format_profile
-from host.transport.policy import POLICIES
+from host.transport.policy import HOST_POLICIES
 from targets.delayline import PathLine
 from targets.pcap import PcapWriter
 from topologies import Fabric, Host, Nic
@@ -93,7 +93,7 @@ IPV6_DST_ACTIVE = slice(
     IPV6_DST.start, IPV6_DST.start + (usidlib.BLOCK_BITS + usidlib.USID_BITS) // 8
 )
 
-POLICY_NAMES = tuple(POLICIES)
+POLICY_NAMES = HOST_POLICIES
 #: the policies whose QPs towards one peer share an EV profile (those that retire EVs)
 SHARED_PROFILE_POLICIES = ("mrc", "no-trim-nack")
 
@@ -108,7 +108,7 @@ def qp_number(local_index: int, peer_index: int, policy: str) -> int:
     """The QP number host ``local_index`` uses towards host ``peer_index`` for ``policy``.
 
     Every agent creates its QPs at start in one canonical order -- peers by host index, then
-    the policies in :data:`host.transport.policy.POLICIES` order -- and the core numbers QPs in creation
+    the policies in :data:`host.transport.policy.HOST_POLICIES` order -- and the core numbers QPs in creation
     order from ``api.FIRST_QPN``. So both ends know each other's QP numbers from the fabric
     alone: host A's QP towards B connects to ``qp_number(B.index, A.index, policy)``. The agent
     checks at start that the core numbered its QPs so.

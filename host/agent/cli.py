@@ -38,7 +38,7 @@ from host.transport.cc import DEFAULT_CC, CcProfile
 from host.transport.cc import available as cc_available
 from host.transport.cc import create as cc_create
 from host.transport.config import LEGACY_PROFILE, STACK_PROFILES, UET_PROFILE
-from host.transport.policy import POLICIES
+from host.transport.policy import HOST_POLICIES
 from topologies import Fabric, TopologyError, load_topology
 from topologies.config import shipped_topology
 
@@ -256,7 +256,7 @@ def client_parser() -> argparse.ArgumentParser:
     p.add_argument("--addr", required=True, type=lambda v: int(v, 0))
     p.add_argument("--rkey", required=True, type=lambda v: int(v, 0))
     p.add_argument("--size", type=int)
-    p.add_argument("--policy", choices=tuple(POLICIES))
+    p.add_argument("--policy", choices=HOST_POLICIES)
     p.add_argument("--message-size", type=int)
     p.add_argument("--imm", type=lambda v: int(v, 0))
     p.add_argument("--seed", type=int)
@@ -267,13 +267,13 @@ def client_parser() -> argparse.ArgumentParser:
     p.add_argument("--for", dest="wait_for", type=float, default=60.0, help="seconds (default 60)")
     p = command("paths", "EV -> path -> state table")
     p.add_argument("--peer")
-    p.add_argument("--policy", choices=tuple(POLICIES))
+    p.add_argument("--policy", choices=HOST_POLICIES)
     p.add_argument(
         "--all", action="store_true", help="list every EV, not only the per-path summary"
     )
     p = command("set-ev", "set EVs DENIED, GOOD or UNKNOWN")
     p.add_argument("--peer", required=True)
-    p.add_argument("--policy", choices=tuple(POLICIES))
+    p.add_argument("--policy", choices=HOST_POLICIES)
     which = p.add_mutually_exclusive_group(required=True)
     which.add_argument("--ev", type=lambda v: int(v, 0))
     which.add_argument("--path")

@@ -51,7 +51,7 @@ from host.transport.evs import (
     EvProfileError,
     format_profile,
 )
-from host.transport.policy import POLICIES
+from host.transport.policy import HOST_POLICIES
 from topologies import Host, Nic, Topology
 
 
@@ -173,7 +173,7 @@ class Commands:
                 for p in agent.planes
             ],
             "peers": [peer.name for peer in agent.peers],
-            "policies": list(POLICIES),
+            "policies": list(HOST_POLICIES),
             "qpns": {f"{peer}/{policy}": qp.qpn for (peer, policy), qp in agent.qps.items()},
         }
 
@@ -431,7 +431,7 @@ class Commands:
             )
         addr = require_int(request, "addr", low=0, high=(1 << 64) - 1)
         rkey = require_int(request, "rkey", low=0, high=(1 << 32) - 1)
-        policy = get_str(request, "policy", default="mrc", choices=tuple(POLICIES))
+        policy = get_str(request, "policy", default="mrc", choices=HOST_POLICIES)
         assert policy is not None
         message_size = get_int(
             request, "message_size", default=DEFAULT_MESSAGE_SIZE, low=1, high=1 << 30
@@ -562,7 +562,7 @@ class Commands:
                 f"(peers: {', '.join(peers)})",
                 "peer",
             )
-        policy = get_str(request, "policy", default="mrc", choices=tuple(POLICIES))
+        policy = get_str(request, "policy", default="mrc", choices=HOST_POLICIES)
         assert policy is not None
         return ([peer] if peer is not None else peers), policy
 

@@ -46,6 +46,11 @@ POLICIES: dict[str, Policy] = {
 }  # fmt: skip
 
 
+#: the policies a host agent runs, a QP each towards every peer: MRC and its baselines. UET's
+#: load balancers (``uet-*``) are the sim's, run beside the reference simulator
+HOST_POLICIES: tuple[str, ...] = tuple(name for name, p in POLICIES.items() if p.balancer is None)
+
+
 def get_policy(name: str) -> Policy:
     """The policy called ``name``."""
     try:

@@ -33,7 +33,7 @@ from host.agent.control_client import ControlClient, ControlError, ControlUnavai
 from host.agent.data import PATTERN_CACHE_BYTES, pattern, sha256_hex, verify_bytes
 from host.agent.ocp.server import OcpConnection, OcpServer
 from host.agent.sockets import is_mrc_frame
-from host.transport.policy import POLICIES
+from host.transport.policy import HOST_POLICIES
 from p4src.contract import ETHERTYPE_IPV6, IP_PROTO_ROUTING, IP_PROTO_UDP, ROCEV2_UDP_PORT
 from targets.pcap import PcapWriter
 from topologies import Fabric
@@ -308,7 +308,7 @@ def test_prefilter_accepts_only_ipv6_udp_4791_or_srh() -> None:
 def test_qp_numbers_are_unique_per_host_and_agree_between_ends(fabric: Fabric) -> None:
     hosts = [h.index for h in fabric.hosts]
     for a in hosts:
-        numbers = [qp_number(a, b, p) for b in hosts if b != a for p in POLICIES]
+        numbers = [qp_number(a, b, p) for b in hosts if b != a for p in HOST_POLICIES]
         assert len(set(numbers)) == len(numbers)
         assert all(0 < n < 1 << 24 for n in numbers)
     with pytest.raises(ValueError, match="itself"):
