@@ -205,26 +205,11 @@ def run_flows(
         src, dst = context(conn.src), context(conn.dst)
         if dst.host not in regions:
             regions[dst.host] = dst.register_region(REGION, max(largest, 1)).rkey
-        ev_profile = (
-            entropy_profile(config.ev_count, fabric.paths(src.host, dst.host), entropy_rng)
-            if balanced
-            else None
-        )
-        qs = src.create_qp(
-            dst.host,
-            fabric.paths(src.host, dst.host),
-            cq=cqs[src.host],
-            cc=cc,
-            policy=policy,
-            ev_profile=ev_profile,
-        )
-        qr = dst.create_qp(
-            src.host,
-            fabric.paths(dst.host, src.host),
-            cq=cqs[dst.host],
-            cc=cc,
-            policy=policy,
-            ev_profile=ev_profile,
+        out, back = fabric.paths(src.host, dst.host), fabric.paths(dst.host, src.host)
+        ev_profile = entropy_profile(config.ev_count, out, entropy_rng) if balanced else None
+        qs, qr = (
+            a.create_qp(b.host, paths, cq=cqs[a.host], cc=cc, policy=policy, ev_profile=ev_profile)
+            for a, b, paths in ((src, dst, out), (dst, src, back))
         )
         qs.connect(qr.qpn)
         qr.connect(qs.qpn)
