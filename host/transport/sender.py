@@ -453,9 +453,9 @@ class Sender(QpState):
                         freed.append(rec)
                     bitmap ^= low
         acked = 0
+        echoed = self.ev_table.by_wire.get(ev)  # the EV of the packet that triggered the ACK
         recycle = self._recycle
         if recycle is not None:
-            echoed = self.ev_table.by_wire.get(ev)
             marked = flags & _FLAG_ECN_ECHO
             if freed and len(freed) <= pkt_count:
                 # every packet freed is one this ACK reports: all but the marked path's go back
@@ -473,13 +473,11 @@ class Sender(QpState):
                 # once, on its own ACK's word
                 recycle.append(echoed)
         balancer = self._balancer
-        if balancer is not None:
+        if balancer is not None and echoed is not None:
             # every ACK names the EV it echoes (uet-htsim UecSrc::processAck)
-            echo = self.ev_table.by_wire.get(ev)
-            if echo is not None:
-                balancer.feedback(
-                    echo.index, Feedback.ECN if flags & _FLAG_ECN_ECHO else Feedback.GOOD, now
-                )
+            balancer.feedback(
+                echoed.index, Feedback.ECN if flags & _FLAG_ECN_ECHO else Feedback.GOOD, now
+            )
         if freed:
             # inline of _acked: free the packets, complete finished messages
             inflight = self.inflight
@@ -519,7 +517,6 @@ class Sender(QpState):
             rtt = None
         if ce_count:
             stats.ecn_marked_seen += ce_count
-        echoed = self.ev_table.by_wire.get(ev)
         if echoed is not None and rtt is not None:
             echoed.load.sample(rtt)
         if self._steer and echoed is not None:
@@ -536,7 +533,7 @@ class Sender(QpState):
             fastest = self.ev_table.fastest_rtt()
             if fastest and rtt > fastest:
                 rtt = fastest
-        if rtt is not None:
+        elif rtt is not None:
             # the window takes the delay of the packet the ACK echoes only when this ACK is
             # the first word of it; an ACK overtaken by one that acknowledged its packet gives
             # the average delay instead (uet-htsim processAck: no send record, get_avg_delay)
