@@ -533,7 +533,7 @@ class Sender(QpState):
             fastest = self.ev_table.fastest_rtt()
             if fastest and rtt > fastest:
                 rtt = fastest
-        elif rtt is not None:
+        elif rtt is not None and self._cfg.cc_raw_delay:
             # the window takes the delay of the packet the ACK echoes only when this ACK is
             # the first word of it; an ACK overtaken by one that acknowledged its packet gives
             # the average delay instead (uet-htsim processAck: no send record, get_avg_delay)
