@@ -30,7 +30,7 @@ from typing import Any
 
 from host.transport.cc.nscc import CHANGE_CAUSES, NSCC_CASES
 from host.transport.config import StackConfig
-from host.transport.policy import POLICIES
+from host.transport.policy import POLICIES, balancer_policy
 from sim.fabric import SimFabric, leaf_spine
 from sim.htsim import (
     Matrix,
@@ -68,16 +68,6 @@ REFERENCE_BALANCER = "mixed"
 #: STEV EVs the switches hash: the comparison of like with like) or with MRC's own spraying
 #: over SRv6 paths (MRC's departure, measured beside it)
 SPRAYING = ("uet", "mrc")
-
-
-def balancer_policy(balancer: str) -> str:
-    """The transport policy that sprays with UET's load balancer ``balancer`` (a name of the
-    reference's ``-load_balancing_algo``)."""
-    for policy in POLICIES.values():
-        if policy.balancer == balancer:
-            return policy.name
-    names = ", ".join(p.balancer for p in POLICIES.values() if p.balancer)
-    raise ValueError(f"-load_balancing_algo {balancer}: expected one of {names}")
 
 
 @dataclass(frozen=True)
@@ -187,8 +177,8 @@ def from_plan(plan: PlanExperiment, shared: Path, spraying: str = "uet") -> Expe
         elif key == "-topo":
             fabric = _fabric_of_topo(shared / value, fabric)
         elif key == "-load_balancing_algo":
-            balancer_policy(value)  # one the sim has
             balancer = value
+            balancer_policy(value)  # refused here, naming the option, if the sim has none
             reference += [key, value]
         elif key == "-sender_cc_only":
             reference.append(key)

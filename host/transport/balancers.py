@@ -148,31 +148,40 @@ class Reps(Balancer):
 
     def __init__(self, n: int, rng: random.Random) -> None:
         super().__init__(n, rng)
-        #: EVs acknowledged without a mark, the newest last (the oldest overwritten when full)
-        self.fresh: collections.deque[int] = collections.deque(maxlen=REPS_BUFFER)
-        #: the buffer's slots as written, for the frozen mode's turns (value, still fresh)
-        self._slots: list[int] = []
-        self._head = 0
-        self._frozen_turn = 0
+        #: the buffer: EVs acknowledged without a mark as written (the oldest overwritten when
+        #: full), each still fresh (not reused) or not; the fresh ones are the newest written
+        #: until a frozen turn reuses one out of order
+        self._evs = [0] * REPS_BUFFER
+        self._unused = [False] * REPS_BUFFER
+        self._head = 0  #: the slot written next
+        self._count = 0  #: slots written
+        self._fresh = 0  #: fresh slots
+        self._frozen_turn = 0  #: the slot a frozen pick takes next
         self.frozen_until: float | None = None
         self.explore = 0
+
+    @property
+    def fresh(self) -> list[int]:
+        """The fresh EVs, the oldest first."""
+        slots = ((self._head - k) % REPS_BUFFER for k in range(self._fresh, 0, -1))
+        return [self._evs[i] for i in slots if self._unused[i]]
 
     def feedback(self, ev: int, kind: Feedback, now: float) -> None:
         if kind is Feedback.TIMEOUT and self.frozen_until is None and not self.explore:
             self.frozen_until = now + REPS_FREEZE
         if self.frozen_until is not None and now > self.frozen_until:
             self.frozen_until = None
-            self.fresh.clear()
-            self._slots.clear()
-            self._head = self._frozen_turn = 0
+            self._unused = [False] * REPS_BUFFER
+            self._head = self._count = self._fresh = self._frozen_turn = 0
             self.explore = REPS_EXPLORE
         if kind is Feedback.GOOD:
-            self.fresh.append(ev)
-            if len(self._slots) < REPS_BUFFER:
-                self._slots.append(ev)
-            else:
-                self._slots[self._head] = ev
-            self._head = (self._head + 1) % REPS_BUFFER
+            head = self._head
+            if not self._unused[head]:
+                self._fresh = min(self._fresh + 1, REPS_BUFFER)
+            self._evs[head] = ev
+            self._unused[head] = True
+            self._head = (head + 1) % REPS_BUFFER
+            self._count = min(self._count + 1, REPS_BUFFER)
 
     def next(self, sent: int, cwnd_packets: int, now: float) -> int:
         if self.explore:
@@ -180,16 +189,18 @@ class Reps(Balancer):
             return self._rng.randrange(self.n)
         if self.frozen_until is not None:
             # frozen: the buffer's EVs in turn, fresh or not
-            if not self._slots:
+            if not self._count:
                 return self._rng.randrange(self.n)
-            ev = self._slots[self._frozen_turn % len(self._slots)]
-            self._frozen_turn = (self._frozen_turn + 1) % len(self._slots)
-            if self.fresh and ev in self.fresh:
-                self.fresh.remove(ev)
-            return ev
-        if self.fresh:
-            return self.fresh.popleft()
-        return self._rng.randrange(self.n)
+            slot = self._frozen_turn
+            self._frozen_turn = (slot + 1) % self._count
+        elif self._fresh:
+            slot = (self._head - self._fresh) % REPS_BUFFER  # the oldest fresh EV
+        else:
+            return self._rng.randrange(self.n)
+        if self._unused[slot]:
+            self._unused[slot] = False
+            self._fresh -= 1
+        return self._evs[slot]
 
 
 class RepsLegacy(Balancer):

@@ -51,6 +51,16 @@ POLICIES: dict[str, Policy] = {
 HOST_POLICIES: tuple[str, ...] = tuple(name for name, p in POLICIES.items() if p.balancer is None)
 
 
+def balancer_policy(balancer: str) -> str:
+    """The policy that sprays with UET's load balancer ``balancer`` (a name of uet-htsim's
+    ``-load_balancing_algo``)."""
+    for policy in POLICIES.values():
+        if policy.balancer == balancer:
+            return policy.name
+    names = ", ".join(p.balancer for p in POLICIES.values() if p.balancer)
+    raise ValueError(f"-load_balancing_algo {balancer}: expected one of {names}")
+
+
 def get_policy(name: str) -> Policy:
     """The policy called ``name``."""
     try:

@@ -454,9 +454,9 @@ class Sender(QpState):
                     bitmap ^= low
         acked = 0
         echoed = self.ev_table.by_wire.get(ev)  # the EV of the packet that triggered the ACK
+        marked = flags & _FLAG_ECN_ECHO
         recycle = self._recycle
         if recycle is not None:
-            marked = flags & _FLAG_ECN_ECHO
             if freed and len(freed) <= pkt_count:
                 # every packet freed is one this ACK reports: all but the marked path's go back
                 marked_load = echoed.load if marked and echoed is not None else None
@@ -475,9 +475,7 @@ class Sender(QpState):
         balancer = self._balancer
         if balancer is not None and echoed is not None:
             # every ACK names the EV it echoes (uet-htsim UecSrc::processAck)
-            balancer.feedback(
-                echoed.index, Feedback.ECN if flags & _FLAG_ECN_ECHO else Feedback.GOOD, now
-            )
+            balancer.feedback(echoed.index, Feedback.ECN if marked else Feedback.GOOD, now)
         if freed:
             # inline of _acked: free the packets, complete finished messages
             inflight = self.inflight
@@ -520,7 +518,7 @@ class Sender(QpState):
         if echoed is not None and rtt is not None:
             echoed.load.sample(rtt)
         if self._steer and echoed is not None:
-            if flags & _FLAG_ECN_ECHO:
+            if marked:
                 # the EV of a CE-marked packet: its path is congested
                 self._path_congested(echoed, rtt, now)
             elif self._weights:
