@@ -298,6 +298,7 @@ class NackFlag(enum.IntFlag):
     TRIMMED = 0x01  #: the NACKed packet arrived trimmed
     ACCESS = 0x02  #: the NACKed packet was refused (rkey / address outside the region)
     LAST_HOP = 0x04  #: the NACKed packet was trimmed by the receiver's own leaf
+    CE = 0x08  #: the NACKed packet arrived CE-marked (a trimmed header keeps its ECN field)
 
 
 EP_FLAG_SVC_TIME = 0x80  #: EP_RESPONSE flags: the service time field is valid

@@ -70,6 +70,10 @@ class Receiver(QpState):
                 flags = wire.FLAG_TRIMMED
                 if trimmed == wire.TRIM_LAST_HOP:
                     flags |= wire.FLAG_LAST_HOP
+                if ecn == _ECN_CE:
+                    # the header keeps the mark an earlier hop gave the packet (uet-htsim
+                    # UecSink::processTrimmed: the NACK echoes it)
+                    flags |= wire.FLAG_NACK_CE
                 self._nack(flags, plane, spine, ev, ts, psn24, now)
             else:
                 stats.drops["trimmed_no_nack"] += 1

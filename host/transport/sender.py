@@ -603,9 +603,13 @@ class Sender(QpState):
             self._path_congested(rec.slot, self._srtt, now)
         if self._balancer is not None:
             # trimmed in the fabric: the EV's path is congested; at the receiver's own leaf it
-            # is not (uet-htsim UecSrc::processNack)
-            self._balancer.feedback(
-                rec.slot.index, Feedback.GOOD if last_hop else Feedback.NACK, now
-            )
+            # is not, unless an earlier hop marked the packet (uet-htsim UecSrc::processNack)
+            if not last_hop:
+                said = Feedback.NACK
+            elif pkt.flags & wire.FLAG_NACK_CE:
+                said = Feedback.ECN
+            else:
+                said = Feedback.GOOD
+            self._balancer.feedback(rec.slot.index, said, now)
         self._lose(rec, "nack", now)
         self.cc.on_trim(nbytes=rec.length, now=now, last_hop=last_hop)

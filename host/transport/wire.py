@@ -88,6 +88,7 @@ FLAG_ECN_ECHO = int(AckFlag.ECN_ECHO)
 FLAG_TRIMMED = int(NackFlag.TRIMMED)
 FLAG_ACCESS = int(NackFlag.ACCESS)
 FLAG_LAST_HOP = int(NackFlag.LAST_HOP)
+FLAG_NACK_CE = int(NackFlag.CE)
 
 NO_SPINE = 0xFF  # spine hint of a path within a rack
 
@@ -257,7 +258,7 @@ class NackPacket:
 
     outer: Outer  #: Ethernet / IPv6 / UDP / BTH fields
     syndrome: int  #: AETH syndrome (0x60 trimmed, 0x62 access error)
-    flags: int  #: FLAG_TRIMMED | FLAG_ACCESS
+    flags: int  #: FLAG_TRIMMED | FLAG_ACCESS | FLAG_LAST_HOP | FLAG_NACK_CE
     plane_hint: int  #: plane of the NACKed packet's path
     spine_hint: int  #: spine of that path
     ev: int  #: EV echo of the NACKed packet

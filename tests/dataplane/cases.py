@@ -374,6 +374,16 @@ def all_cases() -> tuple[Case, ...]:
             counters=((TRIMMED, s_out, 1), (ECN_MARKED, s_out, 0)),
         ),
         Case(
+            "trimmed_packet_keeps_its_ce_mark",
+            "DSCP 10 WRITE marked CE by an earlier hop, at trim threshold 0: trimmed, still CE "
+            "(the receiver's NACK echoes the mark)",
+            spine.name, trim_at_0, s_in,
+            frame_in(spine, s_in, inter.carrier, write, ecn=Ecn.CE, **dscp),
+            out=((s_out, frame_out(spine, s_out, shifted, write_trimmed, ecn=Ecn.CE,
+                                   dscp=Dscp.TRIMMED)),),
+            counters=((TRIMMED, s_out, 1), (ECN_MARKED, s_out, 0)),
+        ),
+        Case(
             "no_trim_for_dscp_0",
             "an ordinary (DSCP 0) WRITE is never trimmed, even at threshold 0",
             spine.name, trim_at_0, s_in, frame_in(spine, s_in, inter.carrier, write),

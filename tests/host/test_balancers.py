@@ -5,11 +5,15 @@ from __future__ import annotations
 
 import collections
 import random
+from typing import Any
 
 import pytest
 
+from host.transport import wire
 from host.transport.balancers import (
+    BITMAP_ECN,
     BITMAP_MAX,
+    BITMAP_NACK,
     REPS_BUFFER,
     REPS_EXPLORE,
     REPS_FREEZE,
@@ -21,6 +25,7 @@ from host.transport.balancers import (
     RepsLegacy,
     make_balancer,
 )
+from host.transport.cc import CcProfile
 from sim.fabric import leaf_spine
 from sim.network import SimNet
 from sim.workload import Connection, entropy_profile, run_flows
@@ -149,3 +154,35 @@ def test_a_uet_balancer_sprays_over_every_spine_and_delivers(policy: str) -> Non
     ]
     # every spine carried a share of the data (the ECMP hash placed the EVs)
     assert len(uplinks) == 4 and min(uplinks) > 0.1 * sum(uplinks)
+
+
+@pytest.mark.parametrize(
+    ("nack_flags", "penalty"),
+    [
+        (wire.FLAG_TRIMMED, BITMAP_NACK),  # trimmed in the fabric: the EV's path
+        (wire.FLAG_TRIMMED | wire.FLAG_LAST_HOP, 0),  # at the receiver's leaf: not the path
+        # ...but marked on the way there: the path was congested too (UecSrc::processNack)
+        (wire.FLAG_TRIMMED | wire.FLAG_LAST_HOP | wire.FLAG_NACK_CE, BITMAP_ECN),
+    ],
+)
+def test_a_nack_tells_the_balancer_where_the_packet_was_trimmed(
+    make_net: Any, nack_flags: int, penalty: int
+) -> None:
+    net = make_net()
+    ctx = net.host("h0")
+    qp = ctx.create_qp("h2", net.fabric.paths("h0", "h2"), cq=net.cqs["h0"],
+                       policy="uet-bitmap", cc=CcProfile("fixed", {"window": 1 << 20}))  # fmt: skip
+    qp.connect(0x999)
+    qp.post_write(bytes(4 * 4096), 0x10000, 1)
+    assert len(ctx.frames_to_send(1.0)) == 4
+    first = qp._outstanding[0]
+    nack = wire.NackPacket(
+        None,  # type: ignore[arg-type]  # the sender reads no outer header of a NACK
+        0x60, nack_flags, first.slot.plane, first.slot.spine_hint, first.slot.wire,
+        first.ts32, first.psn, 0,
+    )  # fmt: skip
+    qp.on_nack(nack, 1.0 + 1e-4)
+    balancer = qp._balancer
+    assert isinstance(balancer, Bitmap)
+    assert balancer.penalty[first.slot.index] == penalty
+    assert sum(balancer.penalty) == penalty

@@ -274,14 +274,21 @@ def _frame_to(flow: Any, psn: int, payload: bytes, *, ecn: int = wire.ECN_ECT0,
     return slot.wire, frame
 
 
-def test_each_trimmed_packet_gets_a_nack_echoing_its_ev(make_net: Any) -> None:
+@pytest.mark.parametrize(
+    ("ecn", "flags"),
+    [(wire.ECN_ECT0, wire.FLAG_TRIMMED), (wire.ECN_CE, wire.FLAG_TRIMMED | wire.FLAG_NACK_CE)],
+)
+def test_each_trimmed_packet_gets_a_nack_echoing_its_ev(
+    make_net: Any, ecn: int, flags: int
+) -> None:
+    # a header trimmed after an earlier hop marked the packet keeps the mark: the NACK says so
     net = make_net()
     flow = net.connect("h0", "h2")
     ctx = net.hosts["h2"]
     ev, frame = _frame_to(flow, 0, bytes(4096))
     trimmed = bytearray(frame[: wire.DATA_HEADER_LEN])
-    trimmed[15] = (trimmed[15] & 0x0F) | ((((wire.DSCP_TRIMMED << 2) | 2) & 0xF) << 4)
-    trimmed[14] = (trimmed[14] & 0xF0) | (((wire.DSCP_TRIMMED << 2) | 2) >> 4)
+    trimmed[15] = (trimmed[15] & 0x0F) | ((((wire.DSCP_TRIMMED << 2) | ecn) & 0xF) << 4)
+    trimmed[14] = (trimmed[14] & 0xF0) | (((wire.DSCP_TRIMMED << 2) | ecn) >> 4)
     trimmed[18:20] = (wire.DATA_HEADER_LEN - 54).to_bytes(2, "big")
     trimmed[58:60] = (wire.DATA_HEADER_LEN - 54).to_bytes(2, "big")
     for _ in range(2):
@@ -290,7 +297,7 @@ def test_each_trimmed_packet_gets_a_nack_echoing_its_ev(make_net: Any) -> None:
     assert len(out) == 2 and all(isinstance(p, wire.NackPacket) for p in out)
     for nack in out:
         assert isinstance(nack, wire.NackPacket)
-        assert (nack.ev, nack.psn, nack.ts_echo, nack.flags) == (ev, 0, 777, wire.FLAG_TRIMMED)
+        assert (nack.ev, nack.psn, nack.ts_echo, nack.flags) == (ev, 0, 777, flags)
         assert nack.outer.dest_qp == flow.sender.qpn and nack.outer.dscp == wire.DSCP_CONTROL
     assert flow.region.read(BASE, 16) == bytes(16)  # nothing placed
     assert ctx.stats()["trims_seen"] == 2 and ctx.stats()["nacks_sent"] == 2

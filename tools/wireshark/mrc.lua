@@ -29,7 +29,7 @@ local SYNDROME = { ACK = 0x1F, NAK_SEQ = 0x60, NAK_ACCESS = 0x62 }
 local DSCP = { TRIMMED = 12, TRIMMED_LAST_HOP = 13 }
 local DATA_FLAG = { FIRST = 0x01, LAST = 0x02, RETX = 0x04 }
 local ACK_FLAG = { ECN_ECHO = 0x01 }
-local NACK_FLAG = { TRIMMED = 0x01, ACCESS = 0x02, LAST_HOP = 0x04 }
+local NACK_FLAG = { TRIMMED = 0x01, ACCESS = 0x02, LAST_HOP = 0x04, CE = 0x08 }
 local EP_OP_MASK, EP_FLAG_SVC_TIME = 0x0F, 0x80
 local BTH_BYTES, RETH_BYTES, IMMDT_BYTES, AETH_BYTES = 12, 16, 4, 4
 local MRC_DATA_BYTES, MRC_CONTROL_BYTES = 24, 32
@@ -104,6 +104,7 @@ local FLAG_TEXT = {
     RETX = "a retransmission", ECN_ECHO = "the packet acknowledged arrived CE-marked",
     TRIMMED = "NACK of a trimmed packet", ACCESS = "NACK of a refused packet",
     LAST_HOP = "NACK of a packet trimmed at the last hop",
+    CE = "NACK of a packet that arrived CE-marked",
 }
 for _, codes in ipairs({ DATA_FLAG, ACK_FLAG, NACK_FLAG }) do
     for name, mask in pairs(codes) do
@@ -210,6 +211,7 @@ local function control_extension(tvb, pinfo, tree)
         flags:add(f.flag_trimmed, tvb(ext + 1, 1))
         flags:add(f.flag_access, tvb(ext + 1, 1))
         flags:add(f.flag_last_hop, tvb(ext + 1, 1))
+        flags:add(f.flag_ce, tvb(ext + 1, 1))
     elseif ext_type >= EXT_TYPE.EP_REQUEST then
         flags:add(f.ep_op, tvb(ext + 1, 1))
         flags:add(f.ep_svc_valid, tvb(ext + 1, 1))
