@@ -10,7 +10,8 @@ import pytest
 
 from host.transport import cc
 from host.transport.cc import CcProfile
-from host.transport.cc.nscc import NSCC_FIELDS, Nscc, uet_defaults
+from host.transport.cc.nscc import NSCC_FIELDS, REFERENCE_BDP, Nscc, uet_defaults
+from host.transport.wire import DATA_HEADER_LEN
 
 MTU = 4096
 BASE = 100e-6  # seconds
@@ -32,7 +33,8 @@ def test_profile_has_the_ocp_fields_and_units() -> None:
     assert defaults["base_rtt"] == pytest.approx(100_000)  # ns
     assert defaults["target_delay"] == pytest.approx(75_000)  # 0.75 base RTT with trimming
     assert defaults["qa_threshold"] == pytest.approx(300_000)
-    assert defaults["max_cwnd"] == pytest.approx(1.5 * 125_000)  # bytes
+    # 1.5 BDP of wire bytes, counted as the window counts: in payload bytes
+    assert defaults["max_cwnd"] == pytest.approx(1.5 * 125_000 * MTU / (MTU + DATA_HEADER_LEN))
     algo = nscc()
     assert algo.cwnd == algo.max_cwnd  # starts at max_cwnd
     assert algo.base_rtt == pytest.approx(BASE) and algo.target_delay == pytest.approx(75e-6)
@@ -40,6 +42,16 @@ def test_profile_has_the_ocp_fields_and_units() -> None:
         cc.create("uet-1.0-nscc", mtu=MTU, params={"target_qdelay": 1})
     with pytest.raises(ValueError, match="gamma 2"):
         nscc(gamma=2)
+
+
+def test_the_scaling_factors_divide_like_by_like() -> None:
+    # eta, fi and fi_scale derived by the window from its payload-byte max_cwnd are the ones
+    # uet_defaults derives from the wire-byte BDP (the reference's: its bytes are wire bytes)
+    given = nscc()
+    derived = nscc(eta=-1, fi=-1, fi_scale=-1)
+    for name in ("eta", "fi", "fi_scale", "alpha"):
+        assert getattr(derived, name) == pytest.approx(getattr(given, name)), name
+    assert given.eta == pytest.approx(0.15 * MTU * 125_000 / REFERENCE_BDP)
 
 
 def ack(algo: Nscc, now: float, delay: float, ce: int = 0, nbytes: int = 4 * MTU) -> None:

@@ -42,12 +42,23 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from host.transport import wire
 from host.transport.cc.base import CongestionControl, register
 
 NS = 1e-9
 #: UET's reference network: 100 Gb/s with a 12 us RTT (the scaling factors' denominators)
 REFERENCE_BDP = 100e9 / 8 * 12e-6
 REFERENCE_RTT = 12e-6
+
+
+def payload_share(mtu: int) -> float:
+    """The share of a full-size data frame's bytes on the wire that is payload. The window
+    counts the QP's payload bytes (what it sends, acknowledges and NACKs); a BDP counts wire
+    bytes, the rate times the RTT, as the reference's windows do (its packets' sizes include
+    their headers). ``max_cwnd`` is therefore 1.5 BDP times this share, and the reference's
+    scaling factors divide like by like. Frames with an SRH are longer; the share is the
+    plain frame's (a testbed choice)."""
+    return mtu / (mtu + wire.DATA_HEADER_LEN)
 FAST_INCREASE_DELAY = 1e-6  # seconds: queueing delay counted as none for fast increase
 DELAY_ALPHA = 0.0125  # the reference's EWMA weight of the delay average
 #: the causes of window changes, counted in bytes as the reference prints them per flow
@@ -96,7 +107,7 @@ def uet_defaults(
             f"nscc defaults: base_rtt {base_rtt} s, link rate {link_rate_bps} b/s, mtu {mtu}:"
             " expected positive values"
         )
-    bdp = base_rtt * link_rate_bps / 8
+    bdp = base_rtt * link_rate_bps / 8  # wire bytes
     target = base_rtt * (0.75 if trimming else 1.0)
     scale_a = bdp / REFERENCE_BDP
     return {
@@ -109,7 +120,7 @@ def uet_defaults(
         "fi_scale": 0.25 * scale_a,
         "gamma": 0.8,
         "max_md_jump": 0.5,
-        "max_cwnd": 1.5 * bdp,
+        "max_cwnd": 1.5 * bdp * payload_share(mtu),  # payload bytes
         "qa_gate": 3,
         "qa_threshold": 4 * target / NS,
         "target_delay": target / NS,
@@ -195,7 +206,7 @@ class Nscc(CongestionControl):
         self.qa_threshold = p["qa_threshold"] * NS or 4 * self.target_delay
         self.adjust_period = p["adjust_period_threshold"] * NS or rtt
         self.adjust_bytes = p["adjust_bytes_threshold"] or 8 * mtu
-        scale_a = (self.max_cwnd / 1.5) / REFERENCE_BDP
+        scale_a = (self.max_cwnd / 1.5) / (REFERENCE_BDP * payload_share(mtu))
         scale_b = self.target_delay / REFERENCE_RTT
         self.eta = p["eta"] if p["eta"] >= 0 else 0.15 * mtu * scale_a
         self.fi = p["fi"] if p["fi"] >= 0 else 5 * mtu * scale_a
