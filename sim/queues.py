@@ -11,8 +11,8 @@ headers, ACKs and NACKs:
 - ECN is RED between ``ecn_low`` and ``ecn_high`` of the BDP (rounded up to packets), decided
   when a packet *leaves* the queue, on the bytes still queued behind it;
 - a data packet is trimmed only when the queue is full: then either the arriving packet or the
-  one at the head of the queue (a coin flip) loses its payload and joins the high-priority
-  queue, which holds up to twice the data queue's bytes;
+  newest one queued (a coin flip) loses its payload and joins the high-priority queue, which
+  holds up to twice the data queue's bytes;
 - the high-priority queue is served first.
 
 :class:`QueuePolicy` describes that; :meth:`QueuePolicy.resolve` turns it into byte bounds for
