@@ -8,6 +8,7 @@ import random
 from typing import Any
 
 import pytest
+from support.frames import nack_of
 
 from host.transport import wire
 from host.transport.balancers import (
@@ -176,12 +177,7 @@ def test_a_nack_tells_the_balancer_where_the_packet_was_trimmed(
     qp.post_write(bytes(4 * 4096), 0x10000, 1)
     assert len(ctx.frames_to_send(1.0)) == 4
     first = qp._outstanding[0]
-    nack = wire.NackPacket(
-        None,  # type: ignore[arg-type]  # the sender reads no outer header of a NACK
-        0x60, nack_flags, first.slot.plane, first.slot.spine_hint, first.slot.wire,
-        first.ts32, first.psn, 0,
-    )  # fmt: skip
-    qp.on_nack(nack, 1.0 + 1e-4)
+    qp.on_nack(nack_of(first, nack_flags), 1.0 + 1e-4)
     balancer = qp._balancer
     assert isinstance(balancer, Bitmap)
     assert balancer.penalty[first.slot.index] == penalty

@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from support.frames import nack_of
 
 from host.transport import wire
 from host.transport.cc import CcProfile
@@ -113,12 +114,7 @@ def _timed_out_after_nack(make_net: Any, nack_flags: int) -> dict[str, Any]:
     sender's statistics afterwards."""
     ctx, qp = sending(make_net, 10)
     first = qp._outstanding[0]
-    nack = wire.NackPacket(
-        None,  # type: ignore[arg-type]  # the sender reads no outer header of a NACK
-        0x60, nack_flags, first.slot.plane, first.slot.spine_hint, first.slot.wire,
-        first.ts32, first.psn, 0,
-    )  # fmt: skip
-    qp.on_nack(nack, 1.0 + 1e-4)
+    qp.on_nack(nack_of(first, nack_flags), 1.0 + 1e-4)
     when = ctx.next_timer()
     assert when is not None
     ctx.handle_timer(when)  # the ACK timeout: every other packet is lost
@@ -158,13 +154,8 @@ def test_trims_do_not_count_toward_the_retransmission_limit(make_net: Any) -> No
     for _ in range(5):
         assert len(ctx.frames_to_send(now)) == 1
         rec = qp._outstanding[0]
-        nack = wire.NackPacket(
-            None,  # type: ignore[arg-type]  # the sender reads no outer header of a NACK
-            0x60, wire.FLAG_TRIMMED | wire.FLAG_LAST_HOP, rec.slot.plane, rec.slot.spine_hint,
-            rec.slot.wire, rec.ts32, rec.psn, 0,
-        )  # fmt: skip
         now += 1e-5
-        qp.on_nack(nack, now)
+        qp.on_nack(nack_of(rec, wire.FLAG_TRIMMED | wire.FLAG_LAST_HOP), now)
     assert len(ctx.frames_to_send(now)) == 1  # the sixth copy
     assert qp.error is None and qp._outstanding[0].retx == 5
     ctx.receive_frame(0, sack(qp, [0], qp._outstanding[0].sent), now + 1e-5)

@@ -6,6 +6,8 @@ with the plane it leaves on::
 
     seen = []
     spy_data_frames(net.hosts["h0"], lambda plane, packet, frame: seen.append(packet.ev))
+
+:func:`nack_of` is the NACK a receiver would send for one of a QP's outstanding packets.
 """
 
 from __future__ import annotations
@@ -29,3 +31,13 @@ def spy_data_frames(ctx: Any, on_frame: Callable[[int, wire.DataPacket, bytes], 
         return out
 
     ctx.frames_to_send = frames_to_send
+
+
+def nack_of(rec: Any, flags: int) -> wire.NackPacket:
+    """The NACK (syndrome NAK_SEQ, ``flags``) of the outstanding packet ``rec`` of a QP, echoing
+    its path, EV and timestamp as a receiver does."""
+    return wire.NackPacket(
+        None,  # type: ignore[arg-type]  # the sender reads no outer header of a NACK
+        wire.AETH_NAK_SEQ, flags, rec.slot.plane, rec.slot.spine_hint, rec.slot.wire,
+        rec.ts32, rec.psn, 0,
+    )  # fmt: skip

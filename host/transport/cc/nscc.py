@@ -59,6 +59,8 @@ def payload_share(mtu: int) -> float:
     scaling factors divide like by like. Frames with an SRH are longer; the share is the
     plain frame's (a testbed choice)."""
     return mtu / (mtu + wire.DATA_HEADER_LEN)
+
+
 FAST_INCREASE_DELAY = 1e-6  # seconds: queueing delay counted as none for fast increase
 DELAY_ALPHA = 0.0125  # the reference's EWMA weight of the delay average
 #: the causes of window changes, counted in bytes as the reference prints them per flow
