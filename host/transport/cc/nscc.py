@@ -51,16 +51,6 @@ REFERENCE_BDP = 100e9 / 8 * 12e-6
 REFERENCE_RTT = 12e-6
 
 
-def payload_share(mtu: int) -> float:
-    """The share of a full-size data frame's bytes on the wire that is payload. The window
-    counts the QP's payload bytes (what it sends, acknowledges and NACKs); a BDP counts wire
-    bytes, the rate times the RTT, as the reference's windows do (its packets' sizes include
-    their headers). ``max_cwnd`` is therefore 1.5 BDP times this share, and the reference's
-    scaling factors divide like by like. Frames with an SRH are longer; the share is the
-    plain frame's (a testbed choice)."""
-    return mtu / (mtu + wire.DATA_HEADER_LEN)
-
-
 FAST_INCREASE_DELAY = 1e-6  # seconds: queueing delay counted as none for fast increase
 DELAY_ALPHA = 0.0125  # the reference's EWMA weight of the delay average
 #: the causes of window changes, counted in bytes as the reference prints them per flow
@@ -97,6 +87,16 @@ NSCC_FIELDS: Mapping[str, str] = {
     "qa_threshold": "ns",
     "target_delay": "ns",
 }
+
+
+def payload_share(mtu: int) -> float:
+    """The share of a full-size data frame's bytes on the wire that is payload. The window
+    counts the QP's payload bytes (what it sends, acknowledges and NACKs); a BDP counts wire
+    bytes, the rate times the RTT, as the reference's windows do (its packets' sizes include
+    their headers). ``max_cwnd`` is therefore 1.5 BDP times this share, and the reference's
+    scaling factors divide like by like. Frames with an SRH are longer; the share is the
+    plain frame's (a testbed choice)."""
+    return mtu / (mtu + wire.DATA_HEADER_LEN)
 
 
 def uet_defaults(
