@@ -49,8 +49,6 @@ NS = 1e-9
 #: UET's reference network: 100 Gb/s with a 12 us RTT (the scaling factors' denominators)
 REFERENCE_BDP = 100e9 / 8 * 12e-6
 REFERENCE_RTT = 12e-6
-
-
 FAST_INCREASE_DELAY = 1e-6  # seconds: queueing delay counted as none for fast increase
 DELAY_ALPHA = 0.0125  # the reference's EWMA weight of the delay average
 #: the causes of window changes, counted in bytes as the reference prints them per flow
