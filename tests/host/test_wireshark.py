@@ -131,6 +131,8 @@ def expected(frame: bytes) -> dict[str, int]:
             "mrc.aeth.syndrome": pkt.syndrome,
             "mrc.nack.psn": pkt.psn,
             "mrc.nack.cum_psn": pkt.cum_psn,
+            "mrc.flags.last_hop": int(bool(pkt.flags & wire.FLAG_LAST_HOP)),
+            "mrc.flags.ce": int(bool(pkt.flags & wire.FLAG_NACK_CE)),
         })  # fmt: skip
     elif isinstance(pkt, wire.EndpointPacket):
         fields.update({
@@ -183,7 +185,8 @@ def built_frames() -> list[bytes]:
         control, 0x102, 5, wire.FLAG_ECN_ECHO, 1, 0, 0x1020_0003, 123456789, 80, 80,
         0x8000_0000_0000_0005, 2, 4,
     )  # fmt: skip
-    nack = wire.encode_nack(control, 0x102, wire.FLAG_TRIMMED, 1, 0, 0x1020_0003, 123456789, 77, 70)
+    flags = wire.FLAG_TRIMMED | wire.FLAG_LAST_HOP | wire.FLAG_NACK_CE
+    nack = wire.encode_nack(control, 0x102, flags, 1, 0, 0x1020_0003, 123456789, 77, 70)
     probe = wire.encode_probe(control, 0x103, False, 1, 1, 0x1030_0001, 42, 7, 0x104)
     reply = wire.encode_probe(control, 0x104, True, 1, 1, 0x1030_0001, 42, 7, 0x104)
     request = wire.encode_endpoint(control, False, wire.EP_OP_EV_PROBE, 1, 0x1234_5678, 42, 9)
