@@ -285,10 +285,8 @@ def test_each_trimmed_packet_gets_a_nack_echoing_its_ev(
     net = make_net()
     flow = net.connect("h0", "h2")
     ctx = net.hosts["h2"]
-    ev, frame = _frame_to(flow, 0, bytes(4096))
+    ev, frame = _frame_to(flow, 0, bytes(4096), dscp=wire.DSCP_TRIMMED, ecn=ecn)
     trimmed = bytearray(frame[: wire.DATA_HEADER_LEN])
-    trimmed[15] = (trimmed[15] & 0x0F) | ((((wire.DSCP_TRIMMED << 2) | ecn) & 0xF) << 4)
-    trimmed[14] = (trimmed[14] & 0xF0) | (((wire.DSCP_TRIMMED << 2) | ecn) >> 4)
     trimmed[18:20] = (wire.DATA_HEADER_LEN - 54).to_bytes(2, "big")
     trimmed[58:60] = (wire.DATA_HEADER_LEN - 54).to_bytes(2, "big")
     for _ in range(2):
